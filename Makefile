@@ -1,0 +1,32 @@
+# Every target creates the virtual environment itself: `make run` and `make test` work on a fresh clone.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed-stamp
+
+.PHONY: venv run test bench soak clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## The main job on the embedded stack (moto server for SQS, DynamoDB and S3, plus local Redis).
+run: $(STAMP)
+	$(BIN)/python -m service.demo
+
+## The test suite (real moto servers, real Redis, real celery worker processes).
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+## The engine benchmark (not in `make test`): our engines against pdfimpose and a plain pikepdf page
+## copy, one table in out/bench/. BENCH_QUICK=1 runs only the small inputs.
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) out .run .pytest_cache .hypothesis

@@ -1,0 +1,62 @@
+"""Celery configuration, derived from :mod:`service.settings` and :mod:`service.clocks`.
+
+Nothing here is a number of its own: every value comes from the settings object or the clocks, so
+the visibility timeout Celery knows is the one ``imposition provision`` gave the queues.
+
+The broker is SQS with *predefined* queues (kombu then never calls ``CreateQueue`` with attributes
+of its own); their URLs are looked up once per process, so run ``imposition provision`` first.
+Remote control and gossip need broadcast (fanout) queues that SQS cannot give a predefined setup,
+so they are off; monitoring events travel through the Redis side channel instead (see
+``tasks.worker``).
+"""
+
+from kombu import Exchange, Queue
+
+from service import aws
+from service.clocks import get_clocks
+from service.settings import get_settings
+from service.tenancy import MAINTENANCE_GROUP
+
+_settings = get_settings()
+_clocks = get_clocks()
+
+broker_url = "sqs://"
+broker_connection_retry_on_startup = True
+broker_transport_options = {
+    "region": _settings.aws_region,
+    "predefined_queues": {name: {"url": aws.queue_url(name)} for name in _settings.work_queues},
+    # kombu applies this only to queues it creates; ours are provisioned with the same value.
+    "visibility_timeout": _clocks.visibility_timeout_s,
+    "wait_time_seconds": _settings.sqs_wait_time_s,
+    "polling_interval": 1,
+}
+
+task_queues = tuple(
+    Queue(name, Exchange(name, type="direct"), routing_key=name) for name in _settings.work_queues
+)
+task_default_queue = _settings.imposition_queue
+task_create_missing_queues = False
+task_routes = {
+    "imposition.sweep": {"queue": _settings.maintenance_queue},
+}
+
+task_serializer = "json"
+accept_content = ["json"]
+task_ignore_result = True
+result_backend = None
+
+# DESIGN §1: acks_late, one message at a time per slot.
+task_acks_late = True
+task_reject_on_worker_lost = False  # the sweeper, not redelivery, recovers a killed job (clocks.py)
+worker_prefetch_multiplier = 1
+worker_concurrency = _settings.slots_per_node
+worker_enable_remote_control = False
+worker_consumer = "tasks.worker:ServiceConsumer"
+
+beat_schedule = {
+    "sweep-expired-leases": {
+        "task": "imposition.sweep",
+        "schedule": _settings.sweep_interval_s,
+        "options": {"queue": _settings.maintenance_queue, "MessageGroupId": MAINTENANCE_GROUP},
+    },
+}

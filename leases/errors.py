@@ -1,0 +1,57 @@
+"""Errors of the lease layer, one root.
+
+::
+
+    LeaseError
+    ├── CapReached          the tenant holds as many leases as its cap allows: defer the job
+    ├── JobNotQueued        the job is running elsewhere or finished: a duplicate; ack and drop
+    ├── LeaseContention     conflicts or throttling outlasted the bounded retries: defer the job
+    └── LeaseLost           the fencing token is gone (reclaimed by the sweeper): commit nothing
+
+Each wraps the PynamoDB/botocore error it came from as ``__cause__``; ``reason_codes`` keeps the
+DynamoDB cancellation reason codes, one per transaction item, in request order.
+"""
+
+from __future__ import annotations
+
+
+class LeaseError(Exception):
+    """Root of the lease layer's errors."""
+
+    def __init__(self, message: str, *, reason_codes: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.reason_codes = reason_codes
+
+
+class CapReached(LeaseError):
+    """The tenant's ``in_flight`` is not below its cap (DESIGN §2 layer 2)."""
+
+    def __init__(self, tenant_id: str, in_flight: int | None, cap: int | None, **kw) -> None:
+        super().__init__(
+            f"tenant {tenant_id!r} is at its cap (in_flight={in_flight}, cap={cap})", **kw
+        )
+        self.tenant_id = tenant_id
+        self.in_flight = in_flight
+        self.cap = cap
+
+
+class JobNotQueued(LeaseError):
+    """The job's status is not ``queued`` (a duplicate delivery, or a finished job)."""
+
+    def __init__(self, job_id: str, status: str | None, **kw) -> None:
+        super().__init__(f"job {job_id!r} is not queued (status={status})", **kw)
+        self.job_id = job_id
+        self.status = status
+
+
+class LeaseContention(LeaseError):
+    """Transaction conflicts or throttling persisted through every retry."""
+
+
+class LeaseLost(LeaseError):
+    """The lease's fencing token no longer matches: the lease was reclaimed or released."""
+
+    def __init__(self, job_id: str, token: str, detail: str = "", **kw) -> None:
+        super().__init__(f"lease on job {job_id!r} (token {token[:8]}…) is lost {detail}".rstrip(), **kw)
+        self.job_id = job_id
+        self.token = token

@@ -1,0 +1,168 @@
+"""PynamoDB models of the three tables (DESIGN §5).
+
+``TenantItem`` (table ``tenants``)
+    one per tenant: ``in_flight`` (leases held now), optional ``cap`` (tier override of
+    ``Settings.default_cap``), admission overrides, webhook URL and secret.
+``LeaseItem`` (table ``leases``)
+    one per held slot, keyed by job id (a job can never hold two leases): tenant, worker, fencing
+    ``token``, ``expires_at``. The global secondary index :class:`LeaseExpiryIndex` (partition
+    ``expiry_partition``, sort ``expires_at``) lets the sweeper query expired leases without a scan.
+    The table holds at most (nodes × slots) items, so one partition value is enough.
+``JobItem`` (table ``jobs``)
+    one per job: status (``queued → running → succeeded | failed``, back to ``queued`` on a retry or
+    a reclaim), attempts and budget, layout, S3 keys, timestamps (epoch seconds, float), defer
+    count, error. The index :class:`JobsByTenantIndex` (partition ``tenant_id``, sort
+    ``submitted_at``) serves per-tenant reports.
+
+Times are UNIX epoch seconds (float) everywhere, named ``*_at``.
+
+Table names come from :mod:`service.settings`; the endpoint and region follow the AWS SDK's
+environment (``AWS_ENDPOINT_URL_DYNAMODB`` / ``AWS_ENDPOINT_URL``, ``AWS_DEFAULT_REGION``).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pynamodb.attributes import (
+    JSONAttribute,
+    NumberAttribute,
+    UnicodeAttribute,
+)
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
+from pynamodb.models import Model
+
+from service.settings import get_settings
+
+_settings = get_settings()
+
+#: The one partition value of the lease expiry index (see module docstring).
+LEASE_EXPIRY_PARTITION = "lease"
+
+
+class JobStatus(StrEnum):
+    """Lifecycle of a job item."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+    @property
+    def is_final(self) -> bool:
+        """True for ``succeeded`` and ``failed``: no message may run the job again."""
+        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED)
+
+
+class _Meta:
+    region = _settings.aws_region
+    billing_mode = "PAY_PER_REQUEST"
+
+
+class TenantItem(Model):
+    """A tenant's fairness state and configuration."""
+
+    class Meta(_Meta):
+        table_name = _settings.tenants_table
+
+    tenant_id = UnicodeAttribute(hash_key=True)
+    in_flight = NumberAttribute(default=0)
+    #: Tier override of ``Settings.default_cap``; absent means the default.
+    cap = NumberAttribute(null=True)
+    rate_limit_per_min = NumberAttribute(null=True)
+    admission_in_flight_cap = NumberAttribute(null=True)
+    webhook_url = UnicodeAttribute(null=True)
+    webhook_secret = UnicodeAttribute(null=True)
+    updated_at = NumberAttribute(null=True)
+
+    def effective_cap(self, default_cap: int) -> int:
+        """The cap this tenant's lease transactions enforce (override or default)."""
+        return int(self.cap) if self.cap is not None else default_cap
+
+
+class LeaseExpiryIndex(GlobalSecondaryIndex["LeaseItem"]):
+    """Leases by expiry: ``expiry_partition = 'lease' AND expires_at < now``."""
+
+    class Meta:
+        index_name = "by-expiry"
+        projection = AllProjection()
+
+    expiry_partition = UnicodeAttribute(hash_key=True)
+    expires_at = NumberAttribute(range_key=True)
+
+
+class LeaseItem(Model):
+    """One held slot: the right of ``worker`` to run ``job_id`` until ``expires_at``."""
+
+    class Meta(_Meta):
+        table_name = _settings.leases_table
+
+    job_id = UnicodeAttribute(hash_key=True)
+    tenant_id = UnicodeAttribute()
+    worker = UnicodeAttribute()
+    #: Fencing token: every renewal, release and job commit is conditional on it.
+    token = UnicodeAttribute()
+    acquired_at = NumberAttribute()
+    heartbeat_at = NumberAttribute()
+    expires_at = NumberAttribute()
+    expiry_partition = UnicodeAttribute(default=LEASE_EXPIRY_PARTITION)
+    by_expiry = LeaseExpiryIndex()
+
+
+class JobsByTenantIndex(GlobalSecondaryIndex["JobItem"]):
+    """Jobs of one tenant ordered by submission time."""
+
+    class Meta:
+        index_name = "by-tenant"
+        projection = AllProjection()
+
+    tenant_id = UnicodeAttribute(hash_key=True)
+    submitted_at = NumberAttribute(range_key=True)
+
+
+class JobItem(Model):
+    """One imposition job and its whole history."""
+
+    class Meta(_Meta):
+        table_name = _settings.jobs_table
+
+    job_id = UnicodeAttribute(hash_key=True)
+    tenant_id = UnicodeAttribute()
+    token = UnicodeAttribute()
+    status = UnicodeAttribute(default=JobStatus.QUEUED.value)
+    attempts = NumberAttribute(default=0)
+    max_attempts = NumberAttribute()
+    layout = JSONAttribute()
+    input_key = UnicodeAttribute()
+    output_key = UnicodeAttribute(null=True)
+    submitted_at = NumberAttribute()
+    first_received_at = NumberAttribute(null=True)
+    started_at = NumberAttribute(null=True)
+    finished_at = NumberAttribute(null=True)
+    defer_count = NumberAttribute(default=0)
+    #: Fencing token of the lease the job runs under now (absent while queued).
+    lease_token = UnicodeAttribute(null=True)
+    worker = UnicodeAttribute(null=True)
+    error = UnicodeAttribute(null=True)
+    error_code = UnicodeAttribute(null=True)
+    sheets = NumberAttribute(null=True)
+    sides = NumberAttribute(null=True)
+    by_tenant = JobsByTenantIndex()
+
+    @property
+    def job_status(self) -> JobStatus:
+        """``status`` as a :class:`JobStatus`."""
+        return JobStatus(self.status)
+
+
+ALL_MODELS: tuple[type[Model], ...] = (TenantItem, LeaseItem, JobItem)
+
+
+def reset_connections() -> None:
+    """Drop every model's cached DynamoDB client.
+
+    Call in a freshly forked process (Celery's ``worker_process_init``): a botocore client and its
+    connection pool must not be shared across ``fork()``.
+    """
+    for model in ALL_MODELS:
+        model._connection = None

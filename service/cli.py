@@ -1,0 +1,124 @@
+"""``imposition``: the operator's and integrator's command line.
+
+Commands: ``provision``, ``submit``, ``impose`` (the engine alone), ``job show``, ``tenant show``,
+``tenant set-cap``; other packages register theirs with :func:`register`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.group()
+def main() -> None:
+    """Fair, multi-tenant PDF imposition service."""
+
+
+@main.command()
+def provision() -> None:
+    """Create (or converge) queues with dead-letter queues, tables and bucket. Idempotent."""
+    from service.provision import provision as do_provision
+
+    report = do_provision()
+    for kind, items in (("queue", report.queues), ("table", report.tables), ("bucket", report.bucket)):
+        for name, state in items.items():
+            click.echo(f"{kind:6} {name:32} {state}")
+
+
+@main.command()
+@click.option("--tenant", "tenant_id", required=True, help="Canonical tenant id.")
+@click.option("--token", required=True, help="Idempotency token of this job (your own, unique per job).")
+@click.option("--layout", "layout_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Layout specification (JSON file).")
+@click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="Attempt budget (default from settings).")
+@click.argument("input_pdf", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def submit(tenant_id: str, token: str, layout_path: Path, max_attempts: int | None, input_pdf: Path) -> None:
+    """Upload INPUT_PDF under the tenant's prefix, submit it, and print the job id."""
+    from tasks.submission import submit as do_submit
+
+    try:
+        layout = json.loads(layout_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"{layout_path}: not JSON ({exc})", param_hint="--layout") from exc
+    try:
+        job_id = do_submit(input_pdf, tenant_id=tenant_id, token=token, layout=layout, max_attempts=max_attempts)
+    except (ValueError, LookupError) as exc:  # typed refusals: tenancy, layout, admission
+        click.echo(f"refused: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(2)
+    click.echo(job_id)
+
+
+@main.group()
+def job() -> None:
+    """Inspect jobs."""
+
+
+@job.command("show")
+@click.argument("job_id")
+def job_show(job_id: str) -> None:
+    """Print a job item as JSON."""
+    from pynamodb.exceptions import DoesNotExist
+
+    from leases.models import JobItem
+
+    try:
+        item = JobItem.get(job_id, consistent_read=True)
+    except DoesNotExist:
+        click.echo(f"no job {job_id!r}", err=True)
+        sys.exit(1)
+    click.echo(json.dumps(item.to_simple_dict(), indent=2, sort_keys=True, default=str))
+
+
+@main.group()
+def tenant() -> None:
+    """Tenant tiers and state."""
+
+
+@tenant.command("show")
+@click.argument("tenant_id")
+def tenant_show(tenant_id: str) -> None:
+    """Print a tenant's cap (and whether it is an override), in-flight count and live leases."""
+    from leases.tenants import describe_tenant
+
+    click.echo(json.dumps(describe_tenant(tenant_id), indent=2, sort_keys=True))
+
+
+@tenant.command("set-cap")
+@click.argument("tenant_id")
+@click.argument("cap", required=False, type=click.IntRange(min=0))
+@click.option("--default", "use_default", is_flag=True, help="Remove the override (back to the default cap).")
+def tenant_set_cap(tenant_id: str, cap: int | None, use_default: bool) -> None:
+    """Set TENANT_ID's cap (tier override); applies to the next lease, no restart needed.
+
+    Lowering a cap below the tenant's current in-flight count stops nothing that runs; the tenant
+    is admitted again once its in-flight count drops below the new cap.
+    """
+    from leases.tenants import set_cap
+
+    if (cap is None) == (not use_default):
+        raise click.UsageError("give either CAP or --default")
+    set_cap(tenant_id, None if use_default else cap)
+    from leases.tenants import describe_tenant
+
+    click.echo(json.dumps(describe_tenant(tenant_id), indent=2, sort_keys=True))
+
+
+def register(command: click.Command) -> None:
+    """Add a command defined elsewhere (e.g. ``imposition.cli.impose_command``) to the group."""
+    main.add_command(command)
+
+
+def _register_commands() -> None:
+    from imposition.cli import impose_command
+
+    register(impose_command)
+
+
+_register_commands()
+
+if __name__ == "__main__":
+    main()

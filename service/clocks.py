@@ -1,0 +1,94 @@
+"""The clocks of leases, heartbeats, sweeping and deferral, derived in one place (DESIGN §4).
+
+=====================  =========  ===============================================================
+name                   default    rule
+=====================  =========  ===============================================================
+lease_ttl_s            600 s      a lease not renewed for this long is dead
+heartbeat_interval_s   60 s       renews lease and message visibility; <= lease_ttl_s / 3
+sweep_interval_s       60 s       beat period of the sweeper
+visibility_timeout_s   derived    lease_ttl_s + sweep_interval_s + visibility_margin_s, <= 43,200 s
+lease_lost_after_s     derived    lease_ttl_s / 2: a worker with no successful beat for this long
+                                  declares its own lease lost and stops
+defer_delay_s          30 s       SQS DelaySeconds of a cap-hit copy; <= 900 s
+=====================  =========  ===============================================================
+
+Why the visibility timeout is longer than lease TTL + sweep interval: when a worker dies holding a
+message, the sweeper (not SQS redelivery) brings the job back, so the redelivered copy must arrive
+only after the sweeper had its chance; it then finds the job no longer ``queued`` and is dropped.
+SQS redelivery is left to mean one thing: a crash loop on this exact message, counted towards the
+dead-letter queue.
+
+kombu applies its own ``visibility_timeout`` transport option only to queues it creates; our queues
+are provisioned (``imposition provision``), so the provisioned attribute is the one that counts and
+both are set from :attr:`Clocks.visibility_timeout_s`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from service.settings import SQS_MAX_DELAY_S, SQS_MAX_VISIBILITY_TIMEOUT_S, Settings, get_settings
+
+
+class ClockError(ValueError):
+    """The configured clocks break a rule of DESIGN §4; the message names the value and the limit."""
+
+
+@dataclass(frozen=True)
+class Clocks:
+    """All lease-related durations, in seconds."""
+
+    lease_ttl_s: float
+    heartbeat_interval_s: float
+    sweep_interval_s: float
+    defer_delay_s: int
+    visibility_margin_s: float
+
+    @property
+    def visibility_timeout_s(self) -> int:
+        """SQS visibility timeout of the work queues: >= lease TTL + sweep interval + margin."""
+        return math.ceil(self.lease_ttl_s + self.sweep_interval_s + self.visibility_margin_s)
+
+    @property
+    def lease_lost_after_s(self) -> float:
+        """With no successful heartbeat for this long, a worker treats its lease as lost."""
+        return self.lease_ttl_s / 2
+
+    def check(self) -> "Clocks":
+        """Return self if every rule holds.
+
+        Raises:
+            ClockError: heartbeat > TTL / 3, defer delay > 900 s (SQS ``DelaySeconds`` limit), or a
+                visibility timeout > 43,200 s (SQS limit).
+        """
+        if self.heartbeat_interval_s > self.lease_ttl_s / 3:
+            raise ClockError(
+                f"heartbeat_interval_s={self.heartbeat_interval_s} exceeds lease_ttl_s/3="
+                f"{self.lease_ttl_s / 3:g}"
+            )
+        if not 0 <= self.defer_delay_s <= SQS_MAX_DELAY_S:
+            raise ClockError(f"defer_delay_s={self.defer_delay_s} is outside 0..{SQS_MAX_DELAY_S}")
+        if self.visibility_timeout_s > SQS_MAX_VISIBILITY_TIMEOUT_S:
+            raise ClockError(
+                f"visibility timeout {self.visibility_timeout_s} s (lease_ttl_s + sweep_interval_s + "
+                f"visibility_margin_s) exceeds the SQS limit of {SQS_MAX_VISIBILITY_TIMEOUT_S} s"
+            )
+        return self
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None) -> "Clocks":
+        """The clocks of ``settings`` (default: the process settings), checked."""
+        s = settings or get_settings()
+        return cls(
+            lease_ttl_s=s.lease_ttl_s,
+            heartbeat_interval_s=s.heartbeat_interval_s,
+            sweep_interval_s=s.sweep_interval_s,
+            defer_delay_s=s.defer_delay_s,
+            visibility_margin_s=s.visibility_margin_s,
+        ).check()
+
+
+def get_clocks() -> Clocks:
+    """The process's clocks (from :func:`service.settings.get_settings`)."""
+    return Clocks.from_settings()

@@ -1,0 +1,148 @@
+"""The embedded local AWS endpoint: moto's server mode on 127.0.0.1, for ``make run`` and tests.
+
+Two moto server processes, each on a free port:
+
+* the **main endpoint** (threaded) serves SQS and S3 (``AWS_ENDPOINT_URL``); SQS long polls block a
+  request thread, so it must be threaded;
+* the **DynamoDB endpoint** handles one request at a time (``AWS_ENDPOINT_URL_DYNAMODB``). moto's
+  threaded server checks a ``TransactWriteItems`` condition and then writes without a lock, so two
+  concurrent transactions can interleave and break a cap that real DynamoDB would keep;
+  serialising requests restores DynamoDB's isolation.
+
+Run one server by hand with ``python -m service.localaws [--single-threaded] [--port N]``: it prints
+``listening on <port>`` once it accepts connections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import IO
+
+
+def serve(host: str, port: int, single_threaded: bool) -> None:
+    """Serve moto's backends on ``host:port`` (port 0 picks a free one) until killed."""
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import make_server
+
+    app = DomainDispatcherApplication(create_backend_app)
+    server = make_server(host, port, app, threaded=not single_threaded, request_handler=MotoRequestHandler)
+    print(f"listening on {server.server_port}", flush=True)
+    server.serve_forever()
+
+
+class MotoProcess:
+    """One moto server in a child process; ``url`` is set once it answers."""
+
+    def __init__(self, *, single_threaded: bool, log: IO[bytes] | None = None) -> None:
+        cmd = [sys.executable, "-m", "service.localaws", "--port", "0"]
+        if single_threaded:
+            cmd.append("--single-threaded")
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=log if log is not None else subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode()
+        if not line.startswith("listening on "):
+            self.stop()
+            raise RuntimeError(f"moto server did not start (said {line!r})")
+        self.port = int(line.split()[-1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._wait_ready()
+
+    def _wait_ready(self, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                urllib.request.urlopen(f"{self.url}/moto-api/", timeout=2).read()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Terminate the server (and wait for it)."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class LocalAws:
+    """Both moto servers; a context manager whose :attr:`env` points the AWS SDK at them.
+
+    Example::
+
+        with LocalAws() as aws:
+            os.environ.update(aws.env)
+    """
+
+    def __init__(self, log_path: Path | None = None) -> None:
+        self.log_path = log_path
+        self.main: MotoProcess | None = None
+        self.dynamodb: MotoProcess | None = None
+        self._log: IO[bytes] | None = None
+
+    def start(self) -> "LocalAws":
+        """Start both servers; returns self."""
+        if self.log_path is not None:
+            self._log = open(self.log_path, "ab")
+        self.main = MotoProcess(single_threaded=False, log=self._log)
+        self.dynamodb = MotoProcess(single_threaded=True, log=self._log)
+        return self
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment variables that point boto3, PynamoDB and kombu at the servers."""
+        assert self.main is not None and self.dynamodb is not None, "call start() first"
+        return {
+            "AWS_ENDPOINT_URL": self.main.url,
+            "AWS_ENDPOINT_URL_DYNAMODB": self.dynamodb.url,
+            "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "testing"),
+            "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "testing"),
+            "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+        }
+
+    def stop(self) -> None:
+        """Stop both servers."""
+        for server in (self.main, self.dynamodb):
+            if server is not None:
+                server.stop()
+        if self._log is not None:
+            self._log.close()
+
+    def __enter__(self) -> "LocalAws":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--single-threaded", action="store_true")
+    args = parser.parse_args(argv)
+    serve(args.host, args.port, args.single_threaded)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""``imposition provision``: create (or converge) every AWS resource the service uses. Idempotent.
+
+* SQS standard queues ``imposition`` and ``maintenance``, each with its own dead-letter queue
+  (``<name>-dlq``) and a redrive policy (``maxReceiveCount``, default 5). The visibility timeout is
+  :attr:`service.clocks.Clocks.visibility_timeout_s`: Celery uses these queues as predefined queues
+  and never creates queues of its own, so this attribute is the one that counts.
+* DynamoDB tables ``tenants``, ``leases`` (with its expiry index) and ``jobs`` (with its by-tenant
+  index), on-demand capacity.
+* The S3 bucket for inputs and plate files.
+
+Running it twice changes nothing; running it after a clock changed updates the queue attributes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+
+from botocore.exceptions import ClientError
+
+from leases.models import ALL_MODELS
+from service import aws
+from service.clocks import Clocks, get_clocks
+from service.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
+
+#: Dead-letter queues keep messages for the SQS maximum, 14 days (AWS SQS quotas), for inspection.
+DLQ_RETENTION_S = 14 * 24 * 3600
+
+
+@dataclass
+class ProvisionReport:
+    """What :func:`provision` found or made: names mapped to ``"created"`` or ``"exists"``."""
+
+    queues: dict[str, str] = field(default_factory=dict)
+    tables: dict[str, str] = field(default_factory=dict)
+    bucket: dict[str, str] = field(default_factory=dict)
+
+
+def work_queue_attributes(dlq_arn: str, settings: Settings, clocks: Clocks) -> dict[str, str]:
+    """SQS attributes of a work queue: visibility timeout (derived) and redrive to ``dlq_arn``."""
+    return {
+        "VisibilityTimeout": str(clocks.visibility_timeout_s),
+        "RedrivePolicy": json.dumps(
+            {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(settings.max_receive_count)}
+        ),
+    }
+
+
+def _ensure_queue(name: str, attributes: dict[str, str]) -> tuple[str, str]:
+    """Create queue ``name`` or converge its attributes; return (url, "created" | "exists")."""
+    sqs = aws.sqs()
+    try:
+        url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] not in (
+            "AWS.SimpleQueueService.NonExistentQueue",
+            "QueueDoesNotExist",
+        ):
+            raise
+        url = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+        return url, "created"
+    sqs.set_queue_attributes(QueueUrl=url, Attributes=attributes)
+    return url, "exists"
+
+
+def provision_queues(settings: Settings, clocks: Clocks) -> dict[str, str]:
+    """Create every work queue and its DLQ; return queue name → "created" | "exists"."""
+    out: dict[str, str] = {}
+    sqs = aws.sqs()
+    for queue in settings.work_queues:
+        dlq = settings.dead_letter_queue(queue)
+        dlq_url, out[dlq] = _ensure_queue(dlq, {"MessageRetentionPeriod": str(DLQ_RETENTION_S)})
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        _, out[queue] = _ensure_queue(queue, work_queue_attributes(dlq_arn, settings, clocks))
+    return out
+
+
+def provision_tables() -> dict[str, str]:
+    """Create the DynamoDB tables that do not exist; return table name → "created" | "exists"."""
+    out: dict[str, str] = {}
+    for model in ALL_MODELS:
+        name = model.Meta.table_name
+        if model.exists():
+            out[name] = "exists"
+        else:
+            model.create_table(wait=True, billing_mode="PAY_PER_REQUEST")
+            out[name] = "created"
+    return out
+
+
+def provision_bucket(settings: Settings) -> dict[str, str]:
+    """Create the S3 bucket if missing; return bucket name → "created" | "exists"."""
+    s3 = aws.s3()
+    try:
+        s3.head_bucket(Bucket=settings.bucket)
+        return {settings.bucket: "exists"}
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] not in ("404", "NoSuchBucket", "NotFound"):
+            raise
+    kwargs: dict = {"Bucket": settings.bucket}
+    if settings.aws_region != "us-east-1":  # us-east-1 takes no LocationConstraint (S3 API reference)
+        kwargs["CreateBucketConfiguration"] = {"LocationConstraint": settings.aws_region}
+    s3.create_bucket(**kwargs)
+    return {settings.bucket: "created"}
+
+
+def provision(settings: Settings | None = None) -> ProvisionReport:
+    """Create or converge queues, tables and bucket. Safe to run any number of times.
+
+    Raises:
+        botocore.exceptions.ClientError: AWS refused a call (permissions, limits).
+        service.clocks.ClockError: the configured clocks break a rule of DESIGN §4.
+    """
+    s = settings or get_settings()
+    clocks = get_clocks()
+    return ProvisionReport(
+        queues=provision_queues(s, clocks), tables=provision_tables(), bucket=provision_bucket(s)
+    )

@@ -1,0 +1,133 @@
+"""The one typed settings object of the service.
+
+Every number of the design lives here with its default and its unit in its name; nothing else in
+the code types one of them again. Values come from the environment, each field from
+``IMPOSITION_<FIELD NAME IN CAPITALS>`` (for example ``IMPOSITION_LEASE_TTL_S=10``), except the AWS
+endpoint and region, which follow the AWS SDK's own conventions (``AWS_ENDPOINT_URL``,
+``AWS_ENDPOINT_URL_<SERVICE>``, ``AWS_DEFAULT_REGION``) so that boto3, PynamoDB and kombu all agree
+without being told twice. With ``AWS_ENDPOINT_URL`` unset, the service talks to real AWS.
+
+Derived values (the SQS visibility timeout, the self-declared lease-loss deadline) are computed in
+:mod:`service.clocks`, never set here.
+
+Use :func:`get_settings` (cached per process); tests that change the environment call
+``get_settings.cache_clear()``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Literal
+
+from pydantic import AliasChoices, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: SQS limit on a per-message ``DelaySeconds`` (AWS SQS developer guide, "Message timers").
+SQS_MAX_DELAY_S = 900
+#: SQS limit on a queue's or a message's visibility timeout: 12 hours (AWS SQS quotas).
+SQS_MAX_VISIBILITY_TIMEOUT_S = 43_200
+#: SQS limit on ``maxReceiveCount`` in a redrive policy (AWS SQS developer guide, "Dead-letter queues").
+SQS_MAX_RECEIVE_COUNT = 1000
+
+
+class Settings(BaseSettings):
+    """Configuration of every process of the service (workers, beat, CLI, submitters).
+
+    Units are in the field names: ``_s`` seconds, ``_bytes`` bytes, ``_mm`` millimetres.
+
+    Raises:
+        pydantic.ValidationError: a value is malformed or breaks a limit below (the message names the
+            field, the value and the limit).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="IMPOSITION_", extra="ignore", frozen=True)
+
+    # --- AWS -------------------------------------------------------------------------------------
+    aws_endpoint_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("AWS_ENDPOINT_URL", "IMPOSITION_AWS_ENDPOINT_URL"),
+        description="Endpoint for every AWS service (the SDK's AWS_ENDPOINT_URL); None = real AWS.",
+    )
+    aws_region: str = Field(
+        default="us-east-1",
+        validation_alias=AliasChoices("AWS_DEFAULT_REGION", "AWS_REGION", "IMPOSITION_AWS_REGION"),
+    )
+    imposition_queue: str = "imposition"
+    maintenance_queue: str = "maintenance"
+    dead_letter_suffix: str = "-dlq"
+    max_receive_count: int = Field(default=5, ge=1, le=SQS_MAX_RECEIVE_COUNT)
+    tenants_table: str = "imposition-tenants"
+    leases_table: str = "imposition-leases"
+    jobs_table: str = "imposition-jobs"
+    bucket: str = "imposition-plates"
+    sqs_wait_time_s: int = Field(default=10, ge=0, le=20, description="SQS long-poll wait (max 20 s).")
+
+    # --- Redis (admission control, monitoring-event side channel) ---------------------------------
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    events_url: str = "redis://127.0.0.1:6379/1"
+
+    # --- fairness: slots and caps (DESIGN §2) ------------------------------------------------------
+    slots_per_node: int = Field(default=8, ge=1, description="Licensed press-tool slots per node.")
+    default_cap: int = Field(default=4, ge=1, description="Leases one tenant may hold at once.")
+
+    # --- clocks (DESIGN §4; derived ones in service.clocks) ---------------------------------------
+    lease_ttl_s: float = Field(default=600.0, gt=0)
+    heartbeat_interval_s: float = Field(default=60.0, gt=0)
+    sweep_interval_s: float = Field(default=60.0, gt=0)
+    defer_delay_s: int = Field(default=30, ge=0, le=SQS_MAX_DELAY_S)
+    visibility_margin_s: float = Field(default=60.0, ge=0)
+
+    # --- lease transactions: bounded retries of conflicts and throttling ------------------------------
+    lease_conflict_attempts: int = Field(default=5, ge=1)
+    lease_conflict_backoff_s: float = Field(default=0.05, gt=0, description="tenacity jitter multiplier")
+    lease_conflict_backoff_max_s: float = Field(default=1.0, gt=0)
+
+    # --- retries (DESIGN §3) -------------------------------------------------------------------------
+    max_attempts: int = Field(default=3, ge=1)
+    retry_backoff_base_s: int = Field(default=30, ge=0, le=SQS_MAX_DELAY_S)
+    retry_backoff_max_s: int = Field(default=SQS_MAX_DELAY_S, ge=0, le=SQS_MAX_DELAY_S)
+
+    # --- admission (DESIGN §2, layer 3) ------------------------------------------------------------
+    idempotency_ttl_s: int = Field(default=48 * 3600, gt=0)
+    rate_limit_per_min: int = Field(default=100, ge=1)
+    admission_in_flight_cap: int = Field(default=500, ge=1)
+
+    # --- engine (DESIGN §6) --------------------------------------------------------------------------
+    engine: Literal["pikepdf", "pdftoolbox"] = "pikepdf"
+    engine_time_limit_s: float = Field(default=300.0, gt=0)
+    engine_memory_limit_bytes: int = Field(default=2 * 1024**3, gt=0)
+    max_input_bytes: int = Field(default=512 * 1024**2, gt=0)
+    max_pages: int = Field(default=10_000, ge=1)
+    pdftoolbox_path: str = "pdfToolbox"
+    pdftoolbox_process_plan: str = ""
+    pdftoolbox_variables: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _clocks_agree(self) -> "Settings":
+        """Reject clocks that break the rules of DESIGN §4 (the derived ones are checked in clocks)."""
+        if self.heartbeat_interval_s > self.lease_ttl_s / 3:
+            raise ValueError(
+                f"heartbeat_interval_s={self.heartbeat_interval_s} must be <= lease_ttl_s / 3 "
+                f"= {self.lease_ttl_s / 3:g} (DESIGN §4: a lease survives two missed heartbeats)"
+            )
+        if self.retry_backoff_base_s > self.retry_backoff_max_s:
+            raise ValueError(
+                f"retry_backoff_base_s={self.retry_backoff_base_s} must be <= "
+                f"retry_backoff_max_s={self.retry_backoff_max_s}"
+            )
+        return self
+
+    def dead_letter_queue(self, queue: str) -> str:
+        """Name of the dead-letter queue of ``queue`` (one DLQ per work queue, DESIGN §3)."""
+        return f"{queue}{self.dead_letter_suffix}"
+
+    @property
+    def work_queues(self) -> tuple[str, ...]:
+        """The SQS standard queues workers consume, each provisioned with its own DLQ."""
+        return (self.imposition_queue, self.maintenance_queue)
+
+
+@functools.lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read once from the environment."""
+    return Settings()

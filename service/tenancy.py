@@ -1,0 +1,89 @@
+"""Tenant identity and the S3 keys derived from it.
+
+The canonical tenant id becomes the SQS ``MessageGroupId`` (``tenant-<id>``) and the S3 prefix
+``tenants/<id>/``. SQS allows a ``MessageGroupId`` of 1–128 characters from alphanumerics and
+punctuation (SQS API reference, SendMessage); we allow the stricter set ``[A-Za-z0-9._-]``, starting
+with an alphanumeric, so the id is also safe as an S3 key segment and in a log line, and at most
+``128 - len("tenant-") = 121`` characters.
+
+Keys are derived by the service, never taken from the tenant: a submission naming a key outside its
+own prefix is refused with :class:`ForeignKeyRefused`.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: Prefix of every message group id (SQS fair queues: one group per tenant).
+MESSAGE_GROUP_PREFIX = "tenant-"
+#: Message group of the service's own maintenance messages (sweeper, samplers): never a tenant's,
+#: since tenant groups always start with ``tenant-``.
+MAINTENANCE_GROUP = "maintenance"
+#: SQS limit on a MessageGroupId's length (SQS API reference, SendMessage).
+SQS_MAX_MESSAGE_GROUP_ID_LEN = 128
+TENANT_ID_MAX_LEN = SQS_MAX_MESSAGE_GROUP_ID_LEN - len(MESSAGE_GROUP_PREFIX)
+_TENANT_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{TENANT_ID_MAX_LEN - 1}}}")
+
+
+class TenancyError(ValueError):
+    """Root of tenant-identity errors."""
+
+
+class InvalidTenantId(TenancyError):
+    """The tenant id is empty, too long, or uses a character outside ``[A-Za-z0-9._-]``."""
+
+
+class ForeignKeyRefused(TenancyError):
+    """A submission named an S3 key outside its own tenant's prefix."""
+
+
+def validate_tenant_id(tenant_id: object) -> str:
+    """Return ``tenant_id`` if it is canonical.
+
+    Raises:
+        InvalidTenantId: it is not a string of 1–121 characters from ``[A-Za-z0-9._-]`` starting
+            with an alphanumeric (limit derived from SQS's 128-character MessageGroupId).
+    """
+    if not isinstance(tenant_id, str) or not _TENANT_ID.fullmatch(tenant_id):
+        raise InvalidTenantId(
+            f"tenant_id={tenant_id!r}: must be 1–{TENANT_ID_MAX_LEN} characters from [A-Za-z0-9._-], "
+            "starting with a letter or digit"
+        )
+    return tenant_id
+
+
+def message_group_id(tenant_id: str) -> str:
+    """The SQS ``MessageGroupId`` of every message of ``tenant_id``: ``tenant-<id>``."""
+    return MESSAGE_GROUP_PREFIX + validate_tenant_id(tenant_id)
+
+
+def tenant_prefix(tenant_id: str) -> str:
+    """S3 prefix owned by ``tenant_id``: ``tenants/<id>/``."""
+    return f"tenants/{validate_tenant_id(tenant_id)}/"
+
+
+def job_prefix(tenant_id: str, job_id: str) -> str:
+    """S3 prefix of one job: ``tenants/<tenant>/jobs/<job>/``."""
+    return f"{tenant_prefix(tenant_id)}jobs/{job_id}/"
+
+
+def input_key(tenant_id: str, job_id: str) -> str:
+    """Key of a job's uploaded input PDF."""
+    return job_prefix(tenant_id, job_id) + "input.pdf"
+
+
+def plate_key(tenant_id: str, job_id: str) -> str:
+    """Key of a job's plate file (the imposed PDF)."""
+    return job_prefix(tenant_id, job_id) + "plate.pdf"
+
+
+def check_own_key(tenant_id: str, key: str) -> str:
+    """Return ``key`` if it lies under ``tenant_id``'s prefix.
+
+    Raises:
+        ForeignKeyRefused: it does not, or it tries to climb out with ``..``.
+    """
+    prefix = tenant_prefix(tenant_id)
+    if not isinstance(key, str) or not key.startswith(prefix) or ".." in key.split("/"):
+        raise ForeignKeyRefused(f"input_key={key!r} is outside tenant {tenant_id!r}'s prefix {prefix!r}")
+    return key

@@ -1,0 +1,239 @@
+"""``FairTask``: the Celery base class that runs every job under a lease (DESIGN §2–§4).
+
+Lifecycle of one delivery (the message carries only ``tenant_id`` and ``job_id``)::
+
+    acquire ─┬─ JobNotQueued ──────────────► ack and drop (a duplicate or a finished job)
+             ├─ CapReached / LeaseContention ► defer: a copy with SQS DelaySeconds, then ack
+             └─ Lease ─► heartbeat ─► run() ─┬─ ok ────────────► commit_success (fenced)
+                                             ├─ bad input ─────► fail_job (fenced), no retry
+                                             ├─ other error ───► retry copy with backoff, then
+                                             │                   release_for_retry (fenced);
+                                             │                   out of attempts: fail_job
+                                             └─ lease lost ────► commit nothing
+
+Deferrals and retries go through :meth:`FairTask.retry`, which turns Celery's ``countdown`` into
+SQS ``DelaySeconds`` (the broker holds the wait, not the worker: a plain Celery countdown on SQS
+sits in worker memory while its message stays in flight) and keeps the tenant's
+``MessageGroupId``. A deferral never counts as an attempt: attempts are counted by the lease
+transaction in the job item, never by Celery's ``retries`` or by SQS's receive count.
+
+Subclasses implement ``run(self, job, lease, cancel)`` and return a :class:`JobResult`; they raise a
+typed error whose ``retryable`` attribute says whether another attempt could help.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Task
+from celery.exceptions import Retry
+
+from leases import transactions
+from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost
+from leases.models import JobItem
+from service.clocks import Clocks, get_clocks
+from service.settings import SQS_MAX_DELAY_S, get_settings
+from service.tenancy import message_group_id
+from tasks import signals
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What a job produced: the plate's S3 key and its size in sheets and sides."""
+
+    output_key: str
+    sheets: int
+    sides: int
+
+
+class JobFailed(Exception):
+    """The job ended ``failed``; raised after the failure is recorded so Celery shows FAILURE.
+
+    Listed in :attr:`FairTask.throws`, so the worker logs it as an expected error, no traceback.
+    """
+
+    def __init__(self, job_id: str, code: str, reason: str) -> None:
+        super().__init__(job_id, code, reason)  # picklable: args match __init__
+        self.job_id = job_id
+        self.code = code
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} failed ({self.code}): {self.reason}"
+
+
+class FairTask(Task):
+    """Celery task base class that wraps each job in a lease.
+
+    Options are class attributes; ``None`` falls back to :mod:`service.settings`.
+    """
+
+    #: Ack after the job, never before: a crash leaves the message (DESIGN §1).
+    acks_late = True
+    #: A killed child's message is acked; the sweeper re-publishes the job once its lease expires.
+    reject_on_worker_lost = False
+    #: Unlimited: deferrals are not attempts; the attempt budget lives in the job item.
+    max_retries = None
+    #: No Celery ETA ever: :meth:`retry` always sets an SQS ``DelaySeconds`` instead.
+    default_retry_delay = None
+    #: The message carries references (tenant_id, job_id); ``run`` takes the loaded job.
+    typing = False
+    #: Failed jobs raise this after recording; logged without a traceback.
+    throws = (JobFailed,)
+    #: Seconds SQS holds a cap-deferred copy (``Settings.defer_delay_s``, at most 900).
+    defer_delay_s: int | None = None
+    #: First retry backoff in seconds, doubled per attempt (``Settings.retry_backoff_base_s``).
+    retry_backoff_base_s: int | None = None
+    #: Cap on the retry backoff, at most the SQS DelaySeconds limit (``Settings.retry_backoff_max_s``).
+    retry_backoff_max_s: int | None = None
+
+    # -- options ----------------------------------------------------------------------------------
+
+    def _option(self, name: str) -> Any:
+        value = getattr(self, name)
+        return getattr(get_settings(), name) if value is None else value
+
+    @property
+    def clocks(self) -> Clocks:
+        """The clocks this task runs with."""
+        return get_clocks()
+
+    def backoff_s(self, attempts: int) -> int:
+        """SQS delay before attempt ``attempts + 1``: base × 2^(attempts − 1), capped (seconds)."""
+        base, cap = self._option("retry_backoff_base_s"), self._option("retry_backoff_max_s")
+        return int(min(cap, base * 2 ** max(0, attempts - 1), SQS_MAX_DELAY_S))
+
+    def worker_name(self) -> str:
+        """``<node name>/<pid>``: which process holds a lease."""
+        return f"{self.request.hostname or 'local'}/{os.getpid()}"
+
+    # -- SQS-held retry ------------------------------------------------------------------------
+
+    def retry(self, args=None, kwargs=None, exc=None, throw=True, eta=None, countdown=None,
+              max_retries=None, **options):
+        """Publish a copy of this job's message that SQS holds for ``countdown`` seconds, then ack.
+
+        Same contract as :meth:`celery.app.task.Task.retry`, except that ``countdown`` becomes the
+        SQS ``DelaySeconds`` of the copy (0–900 s, the SQS limit) instead of a Celery ETA held in
+        worker memory, and the copy keeps the tenant's ``MessageGroupId``.
+
+        Raises:
+            ValueError: ``eta`` is given (SQS has no absolute delivery time), or ``countdown`` is
+                outside 0–900 s.
+            celery.exceptions.Retry: always when ``throw`` is true (Celery then acks the original).
+        """
+        if eta is not None:
+            raise ValueError("eta is not supported on SQS; pass countdown (0–900 s) instead")
+        delay_s = int(round(countdown or 0))
+        if not 0 <= delay_s <= SQS_MAX_DELAY_S:
+            raise ValueError(f"countdown={countdown} s is outside 0–{SQS_MAX_DELAY_S} s (SQS DelaySeconds limit)")
+        call_kwargs = self.request.kwargs if kwargs is None else kwargs
+        options["MessageGroupId"] = message_group_id(call_kwargs["tenant_id"])
+        options["DelaySeconds"] = delay_s
+        retry = super().retry(args=args, kwargs=kwargs, exc=exc, throw=False, max_retries=max_retries, **options)
+        retry.when = delay_s  # for the log line "Retry in <n>s"; the delay itself is SQS's
+        if throw:
+            raise retry
+        return retry
+
+    # -- the lifecycle ---------------------------------------------------------------------------
+
+    def __call__(self, *args: Any, tenant_id: str, job_id: str, **_ignored: Any) -> dict:
+        """Run one delivery of job ``job_id`` of ``tenant_id`` under a lease (see module docstring).
+
+        Returns ``{"outcome": ..., "job_id": ..., "tenant_id": ...}``; outcome is ``succeeded``,
+        ``duplicate_dropped`` or ``lease_lost``.
+
+        Raises:
+            celery.exceptions.Retry: deferred (cap hit, contention) or retried after a failure.
+            JobFailed: the job ended ``failed`` (recorded before raising).
+        """
+        request = self.request
+        worker = self.worker_name()
+        try:
+            lease = transactions.acquire(job_id, tenant_id, worker)
+        except JobNotQueued as exc:
+            log.info("dropping duplicate delivery of job %s (status %s)", job_id, exc.status)
+            signals.job_dropped.send(sender=self, job_id=job_id, tenant_id=tenant_id, status=exc.status)
+            return {"outcome": "duplicate_dropped", "job_id": job_id, "tenant_id": tenant_id}
+        except (CapReached, LeaseContention) as exc:
+            self._defer(job_id, tenant_id, exc)
+
+        from tasks.heartbeat import Heartbeat  # noqa: PLC0415 (keeps import order simple)
+
+        delivery = (request.properties or {}).get("delivery_info") or {}
+        heartbeat = Heartbeat(
+            lease,
+            self.clocks,
+            queue_url=delivery.get("sqs_queue"),
+            receipt_handle=(request.properties or {}).get("delivery_tag"),
+        )
+        job = JobItem.get(job_id, consistent_read=True)
+        with heartbeat:
+            signals.lease_acquired.send(sender=self, lease=lease, job=job, heartbeat=heartbeat)
+            try:
+                result = self.run(job=job, lease=lease, cancel=heartbeat.lost)
+            except Retry:
+                raise
+            except Exception as exc:  # noqa: BLE001 - every job error is recorded, none escapes
+                return self._on_job_error(job, lease, heartbeat, exc)
+        if heartbeat.lost.is_set():
+            return self._on_lease_lost(lease, heartbeat.lost_detail)
+        try:
+            transactions.commit_success(
+                lease, output_key=result.output_key, sheets=result.sheets, sides=result.sides
+            )
+        except LeaseLost as exc:
+            return self._on_lease_lost(lease, str(exc))
+        job.refresh(consistent_read=True)
+        signals.job_finished.send(sender=self, job=job, outcome="succeeded", error=None)
+        return {"outcome": "succeeded", "job_id": job_id, "tenant_id": tenant_id}
+
+    def _defer(self, job_id: str, tenant_id: str, exc: Exception) -> None:
+        reason = "cap" if isinstance(exc, CapReached) else "contention"
+        delay_s = self._option("defer_delay_s")
+        transactions.record_defer(job_id)
+        log.info("deferring job %s of %s by %s s: %s", job_id, tenant_id, delay_s, exc)
+        signals.job_deferred.send(sender=self, job_id=job_id, tenant_id=tenant_id, reason=reason, delay_s=delay_s)
+        raise self.retry(countdown=delay_s, exc=exc)
+
+    def _on_lease_lost(self, lease: transactions.Lease, detail: str) -> dict:
+        log.warning("job %s: lease lost, committing nothing (%s)", lease.job_id, detail)
+        signals.lease_lost.send(sender=self, lease=lease, detail=detail)
+        return {"outcome": "lease_lost", "job_id": lease.job_id, "tenant_id": lease.tenant_id}
+
+    def _on_job_error(self, job: JobItem, lease: transactions.Lease, heartbeat, exc: Exception) -> dict:
+        """Record a failed attempt: retry it as a new message, or fail the job. Fenced throughout."""
+        if heartbeat.lost.is_set() or isinstance(exc, LeaseLost):
+            return self._on_lease_lost(lease, heartbeat.lost_detail or str(exc))
+        code = getattr(exc, "code", None) or type(exc).__name__
+        reason = str(exc) or type(exc).__name__
+        attempts = int(job.attempts)  # read after the acquire, which counted this attempt
+        retryable = bool(getattr(exc, "retryable", True))
+        if retryable and attempts < int(job.max_attempts):
+            delay_s = self.backoff_s(attempts)
+            log.warning("job %s attempt %s/%s failed (%s); retrying in %s s",
+                        job.job_id, attempts, job.max_attempts, reason, delay_s)
+            retry = self.retry(countdown=delay_s, exc=exc, throw=False)  # published before release
+            try:
+                transactions.release_for_retry(lease, error=reason, error_code=code)
+            except LeaseLost as lost:
+                return self._on_lease_lost(lease, str(lost))
+            job.refresh(consistent_read=True)
+            signals.job_finished.send(sender=self, job=job, outcome="retrying", error=reason)
+            raise retry
+        if retryable:
+            reason = f"out of attempts ({attempts}/{job.max_attempts}): {reason}"
+        log.warning("job %s failed (%s): %s", job.job_id, code, reason)
+        try:
+            transactions.fail_job(lease, error=reason, error_code=code)
+        except LeaseLost as lost:
+            return self._on_lease_lost(lease, str(lost))
+        job.refresh(consistent_read=True)
+        signals.job_finished.send(sender=self, job=job, outcome="failed", error=reason)
+        raise JobFailed(job.job_id, code, reason) from exc

@@ -1,0 +1,34 @@
+"""Publishing job messages: every copy carries the tenant's ``MessageGroupId``.
+
+The three publishers of a job message are the first submission, the sweeper's re-publish and
+:meth:`tasks.base.FairTask.retry` (deferrals and retries); each sets ``MessageGroupId`` explicitly,
+because Celery's own retry does not keep it. The Celery task id of every copy is the job id, so
+Flower shows one task per job.
+"""
+
+from __future__ import annotations
+
+from service.settings import SQS_MAX_DELAY_S, get_settings
+from service.tenancy import message_group_id
+
+
+def publish_job(tenant_id: str, job_id: str, *, delay_s: int = 0) -> None:
+    """Publish the message that runs ``job_id``; SQS holds it for ``delay_s`` seconds (0–900).
+
+    Raises:
+        ValueError: ``delay_s`` is outside 0–900 (the SQS DelaySeconds limit).
+        kombu.exceptions.OperationalError, botocore.exceptions.ClientError: the publish failed.
+    """
+    from tasks.imposition_task import impose  # noqa: PLC0415 (the task module imports this one)
+
+    if not 0 <= delay_s <= SQS_MAX_DELAY_S:
+        raise ValueError(f"delay_s={delay_s} is outside 0–{SQS_MAX_DELAY_S} s (SQS DelaySeconds limit)")
+    impose.apply_async(
+        kwargs={"tenant_id": tenant_id, "job_id": job_id},
+        task_id=job_id,
+        queue=get_settings().imposition_queue,
+        MessageGroupId=message_group_id(tenant_id),
+        DelaySeconds=delay_s,
+        retry=True,
+        retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2},
+    )

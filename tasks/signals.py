@@ -1,0 +1,32 @@
+"""Domain signals of the fairness layer: the hooks metrics, webhooks and tests subscribe to.
+
+Each is a :class:`celery.utils.dispatch.Signal`; receivers run in the process that sends (a prefork
+child for job signals, the maintenance worker for the sweeper's). A receiver that raises is logged
+and never breaks the job (``send`` catches it, as Celery's own signals do).
+
+================  ==========================================================================
+signal            keyword arguments
+================  ==========================================================================
+lease_acquired    ``lease`` (:class:`leases.transactions.Lease`), ``job``, ``heartbeat``
+job_deferred      ``job_id``, ``tenant_id``, ``reason`` (``"cap"``/``"contention"``), ``delay_s``
+job_dropped       ``job_id``, ``tenant_id``, ``status`` (the status that made it a duplicate)
+job_finished      ``job`` (the item as committed), ``outcome`` (``"succeeded"``/``"failed"``/
+                  ``"retrying"``), ``error`` (str or None)
+lease_lost        ``lease``, ``detail``
+lease_recovered   ``lease`` (the reclaimed :class:`leases.models.LeaseItem`), ``requeued`` (bool)
+poison_message    ``queue`` (name), ``reason`` (``"undecodable"``/``"unknown_format"``/
+                  ``"unknown_task"``/``"invalid_task"``), ``message_id`` (SQS MessageId or None)
+================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+from celery.utils.dispatch import Signal
+
+lease_acquired = Signal(name="lease_acquired", providing_args={"lease", "job", "heartbeat"})
+job_deferred = Signal(name="job_deferred", providing_args={"job_id", "tenant_id", "reason", "delay_s"})
+job_dropped = Signal(name="job_dropped", providing_args={"job_id", "tenant_id", "status"})
+job_finished = Signal(name="job_finished", providing_args={"job", "outcome", "error"})
+lease_lost = Signal(name="lease_lost", providing_args={"lease", "detail"})
+lease_recovered = Signal(name="lease_recovered", providing_args={"lease", "requeued"})
+poison_message = Signal(name="poison_message", providing_args={"queue", "reason", "message_id"})

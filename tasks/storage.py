@@ -1,0 +1,91 @@
+"""S3 transfers of one job (input PDF, plate file), retried in place when transient.
+
+Transient failures (throttling, 5xx, connection drops) are retried with tenacity, after botocore's
+own retries (DESIGN §3: transient errors are retried in place). A missing object is not transient:
+it raises :class:`InputMissing`, which fails the job at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from botocore.exceptions import BotoCoreError, ClientError
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from service import aws
+from service.settings import get_settings
+
+_MISSING = {"NoSuchKey", "404", "NotFound"}
+
+
+class StorageError(Exception):
+    """Root of S3 transfer errors of a job."""
+
+    retryable = True
+    code = "storage"
+
+
+class InputMissing(StorageError):
+    """The job's input object does not exist (bad input: never retried)."""
+
+    retryable = False
+    code = "input_missing"
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, ClientError):
+        return exc.response.get("Error", {}).get("Code") not in _MISSING | {"AccessDenied", "403"}
+    return isinstance(exc, BotoCoreError)
+
+
+_in_place = retry(
+    retry=retry_if_exception(_transient),
+    wait=wait_random_exponential(multiplier=0.2, max=5),
+    stop=stop_after_attempt(4),
+    reraise=True,
+)
+
+
+@_in_place
+def _download(key: str, path: Path) -> None:
+    aws.s3().download_file(get_settings().bucket, key, str(path))
+
+
+def download(key: str, path: Path) -> None:
+    """Download object ``key`` of the service bucket to ``path``.
+
+    Raises:
+        InputMissing: no such object.
+        StorageError: S3 kept failing after the in-place retries.
+    """
+    try:
+        _download(key, path)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in _MISSING:
+            raise InputMissing(f"input_key={key!r}: no such object in bucket {get_settings().bucket!r}") from exc
+        raise StorageError(f"download of {key!r} failed: {exc}") from exc
+    except BotoCoreError as exc:
+        raise StorageError(f"download of {key!r} failed: {exc}") from exc
+
+
+@_in_place
+def _upload(path: Path, key: str, content_type: str) -> None:
+    aws.s3().upload_file(str(path), get_settings().bucket, key, ExtraArgs={"ContentType": content_type})
+
+
+def upload(path: Path, key: str, content_type: str = "application/pdf") -> None:
+    """Upload ``path`` to object ``key`` of the service bucket.
+
+    Raises:
+        StorageError: S3 kept failing after the in-place retries.
+    """
+    try:
+        _upload(path, key, content_type)
+    except (ClientError, BotoCoreError) as exc:
+        raise StorageError(f"upload of {key!r} failed: {exc}") from exc
+
+
+@_in_place
+def delete(key: str) -> None:
+    """Delete object ``key`` (no error if it is absent)."""
+    aws.s3().delete_object(Bucket=get_settings().bucket, Key=key)

@@ -1,0 +1,35 @@
+"""The sweeper task: Celery beat sends it every ``sweep_interval_s`` to the ``maintenance`` queue.
+
+``celery -A tasks worker -Q maintenance -c 1`` runs it; the logic is :func:`leases.sweeper.sweep`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from leases import sweeper
+from leases.models import LeaseItem
+from tasks import signals
+from tasks.celery_app import app
+from tasks.messages import publish_job
+
+log = logging.getLogger(__name__)
+
+
+def _recovered(lease: LeaseItem, requeued: bool) -> None:
+    signals.lease_recovered.send(sender=sweep, lease=lease, requeued=requeued)
+
+
+@app.task(name="imposition.sweep", acks_late=True, ignore_result=True)
+def sweep() -> dict:
+    """Reclaim expired leases, re-publish their jobs; returns counts per tenant."""
+    report = sweeper.sweep(time.time(), publish=publish_job, on_reclaimed=_recovered)
+    if report.total:
+        log.warning("sweeper reclaimed %s lease(s): %s", report.total, dict(report.reclaimed))
+    return {
+        "reclaimed": dict(report.reclaimed),
+        "requeued": dict(report.requeued),
+        "failed": dict(report.failed),
+        "lost_races": report.lost_races,
+    }
