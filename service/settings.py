@@ -54,6 +54,7 @@ class Settings(BaseSettings):
     )
     imposition_queue: str = "imposition"
     maintenance_queue: str = "maintenance"
+    notifications_queue: str = "notifications"
     dead_letter_suffix: str = "-dlq"
     max_receive_count: int = Field(default=5, ge=1, le=SQS_MAX_RECEIVE_COUNT)
     tenants_table: str = "imposition-tenants"
@@ -91,6 +92,39 @@ class Settings(BaseSettings):
     idempotency_ttl_s: int = Field(default=48 * 3600, gt=0)
     rate_limit_per_min: int = Field(default=100, ge=1)
     admission_in_flight_cap: int = Field(default=500, ge=1)
+    idempotency_token_max_len: int = Field(default=255, ge=1, description="Longest idempotency token, characters.")
+    admission_redis_timeout_s: float = Field(
+        default=2.0, gt=0, description="Connect and read timeout of admission's Redis calls; past it, fail closed."
+    )
+    admission_in_flight_expiry_s: int = Field(
+        default=24 * 3600, gt=0,
+        description="An unconfirmed job stops counting as in flight this long after admission (lost confirms).",
+    )
+    admission_limits_cache_s: float = Field(
+        default=30.0, ge=0, description="How long a process keeps a tenant's admission overrides (0: no cache)."
+    )
+
+    # --- webhooks (DESIGN §1: signed event to the tenant, who confirms) ------------------------------
+    webhook_connect_timeout_s: float = Field(default=5.0, gt=0)
+    webhook_read_timeout_s: float = Field(default=10.0, gt=0)
+    webhook_attempt_budget_s: float = Field(
+        default=30.0, gt=0, description="Time one delivery message spends retrying POSTs (tenacity) before "
+        "it hands the wait to SQS. Keep it plus both timeouts well below the visibility timeout (720 s by "
+        "default), or SQS may hand the same message to a second worker mid-round (a duplicate the tenant "
+        "drops by event id)."
+    )
+    webhook_backoff_initial_s: float = Field(default=0.5, gt=0, description="tenacity exponential backoff start")
+    webhook_backoff_max_s: float = Field(default=8.0, gt=0, description="tenacity backoff cap")
+    webhook_redelivery_delay_s: int = Field(
+        default=60, ge=0, le=SQS_MAX_DELAY_S,
+        description="SQS DelaySeconds before the second round of a delivery; doubled per round, <= 900 s.",
+    )
+    webhook_give_up_after_s: float = Field(
+        default=6 * 3600, gt=0, description="Overall deadline of one event's delivery, from its first round."
+    )
+    webhook_tolerance_s: int = Field(
+        default=300, gt=0, description="Verifier: largest accepted |now - signature timestamp| (Stripe's default)."
+    )
 
     # --- engine (DESIGN §6) --------------------------------------------------------------------------
     engine: Literal["pikepdf", "pdftoolbox"] = "pikepdf"
@@ -115,6 +149,12 @@ class Settings(BaseSettings):
                 f"retry_backoff_base_s={self.retry_backoff_base_s} must be <= "
                 f"retry_backoff_max_s={self.retry_backoff_max_s}"
             )
+        if self.admission_in_flight_expiry_s < self.webhook_give_up_after_s:
+            raise ValueError(
+                f"admission_in_flight_expiry_s={self.admission_in_flight_expiry_s} must be >= "
+                f"webhook_give_up_after_s={self.webhook_give_up_after_s:g} (a job must not stop counting "
+                "as in flight while its webhook is still being delivered)"
+            )
         return self
 
     def dead_letter_queue(self, queue: str) -> str:
@@ -124,7 +164,7 @@ class Settings(BaseSettings):
     @property
     def work_queues(self) -> tuple[str, ...]:
         """The SQS standard queues workers consume, each provisioned with its own DLQ."""
-        return (self.imposition_queue, self.maintenance_queue)
+        return (self.imposition_queue, self.maintenance_queue, self.notifications_queue)
 
 
 @functools.lru_cache(maxsize=1)

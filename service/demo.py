@@ -1,0 +1,340 @@
+"""``make run``: the main job on the embedded stack, end to end, in one command.
+
+1. starts the local AWS endpoint (moto servers for SQS, S3 and DynamoDB) and checks Redis;
+2. provisions queues (with dead-letter queues), tables and bucket;
+3. starts the processes of DESIGN §7: an imposition worker (``-c 8``), a maintenance worker, beat
+   and Flower (reading monitoring events from the Redis side channel);
+4. submits a real multi-tenant workload: ``acme`` 40 jobs at once, then ``globex``, ``initech`` and
+   ``umbrella`` 3 each, over the multi-page PDFs in ``samples/``;
+5. shows progress until every job is final, then prints the per-tenant table, writes the plate
+   files to ``./out/`` and checks each (it opens with pikepdf and has the right number of sides);
+6. stops every process it started, also on Ctrl-C.
+
+Logs of every process go to ``.run/``. Exit status: 0 when every job succeeded and every plate
+checked out, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from service.stack import REPO, ManagedProcess, WORKER_READY, BEAT_READY, beat_command, celery_command, worker_command
+
+RUN_DIR = REPO / ".run"
+OUT_DIR = REPO / "out"
+SAMPLES = REPO / "samples"
+
+
+@dataclass(frozen=True)
+class DemoJob:
+    """One job of the workload: which sample, which layout, how many sides its plate must have."""
+
+    tenant_id: str
+    sample: str
+    layout: dict
+    expected_sides: int
+
+
+SADDLE = {"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape"}
+N_UP = {"layout": "n_up", "sheet": "SRA3", "orientation": "portrait", "columns": 2, "rows": 2,
+        "gutter_mm": 5, "crop_marks": True}
+
+
+def expected_sides(layout: dict, pages: int) -> int:
+    """Sides a plate must have: a saddle-stitch booklet prints 4 pages per sheet on 2 sides;
+    a 2 × 2 n-up sheet holds 4 pages on one side."""
+    if layout["layout"] == "saddle_stitch":
+        return 2 * math.ceil(pages / 4)
+    return math.ceil(pages / (layout["columns"] * layout["rows"]))
+
+
+def workload() -> list[DemoJob]:
+    """acme's burst of 40 first, then 3 jobs each for globex, initech and umbrella."""
+    import pikepdf
+
+    samples = sorted(SAMPLES.glob("*.pdf"))
+    if not samples:
+        raise click.ClickException(f"no sample PDFs in {SAMPLES}")
+    pages = {p.name: len(pikepdf.open(p).pages) for p in samples}
+    jobs = []
+    plan = [("acme", 40)] + [(t, 3) for t in ("globex", "initech", "umbrella")]
+    i = 0
+    for tenant, count in plan:
+        for _ in range(count):
+            sample = samples[i % len(samples)].name
+            layout = SADDLE if i % 2 == 0 else N_UP
+            jobs.append(DemoJob(tenant, sample, layout, expected_sides(layout, pages[sample])))
+            i += 1
+    return jobs
+
+
+class LeaseSampler(threading.Thread):
+    """Samples the leases table every ``interval_s`` and keeps the most leases each tenant held."""
+
+    def __init__(self, interval_s: float = 0.25) -> None:
+        super().__init__(daemon=True, name="lease-sampler")
+        self.interval_s = interval_s
+        self.most = Counter()
+        self.now = Counter()
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        from leases.models import LeaseItem
+
+        while not self._stop.wait(self.interval_s):
+            try:
+                held = Counter(lease.tenant_id for lease in LeaseItem.scan())
+            except Exception:  # noqa: BLE001 - a sampling miss is not worth stopping the demo
+                continue
+            self.now = held
+            for tenant, n in held.items():
+                self.most[tenant] = max(self.most[tenant], n)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def most_overlap(intervals: list[tuple[float, float]]) -> int:
+    """Largest number of ``(start, end)`` intervals that overlap at one instant."""
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    best = cur = 0
+    for _, delta in events:
+        cur += delta
+        best = max(best, cur)
+    return best
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0–1) of ``values`` (inclusive method), or NaN for none."""
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(round(q * 100)) - 1]
+
+
+class Demo:
+    """The whole ``make run`` session; :meth:`run` returns the exit status."""
+
+    def __init__(self) -> None:
+        self.processes: list[ManagedProcess] = []
+        self.local_aws = None
+        self.run_id = uuid.uuid4().hex[:8]
+
+    # -- set-up --------------------------------------------------------------------------------
+
+    def say(self, text: str) -> None:
+        click.echo(text, err=False)
+
+    def start_stack(self) -> dict[str, str]:
+        from service.localaws import LocalAws
+
+        RUN_DIR.mkdir(exist_ok=True)
+        self.say("• starting the local AWS endpoint (moto server: SQS, S3, DynamoDB) …")
+        self.local_aws = LocalAws(log_path=RUN_DIR / "moto.log").start()
+        env = dict(self.local_aws.env)
+        os.environ.update(env)
+        from service.settings import get_settings
+
+        get_settings.cache_clear()
+        settings = get_settings()
+        self._check_redis(settings.redis_url)
+        self.say(f"  SQS/S3 at {env['AWS_ENDPOINT_URL']}, DynamoDB at {env['AWS_ENDPOINT_URL_DYNAMODB']}")
+        from service.provision import provision
+
+        report = provision()
+        self.say(f"• provisioned queues {', '.join(report.queues)}; tables {', '.join(report.tables)}; "
+                 f"bucket {', '.join(report.bucket)}")
+        return env
+
+    def _check_redis(self, url: str) -> None:
+        import redis
+
+        try:
+            redis.Redis.from_url(url, socket_connect_timeout=2).ping()
+        except redis.RedisError as exc:
+            raise click.ClickException(f"Redis at {url} does not answer ({exc}); start it, or set IMPOSITION_REDIS_URL")
+
+    def start(self, name: str, cmd: list[str], ready: str | None, env: dict[str, str]) -> ManagedProcess:
+        proc = ManagedProcess(cmd, RUN_DIR / f"{name}.log", env=env, ready_marker=ready, ready_timeout_s=90)
+        self.processes.append(proc)
+        return proc
+
+    def start_processes(self, env: dict[str, str]) -> str:
+        from service.settings import get_settings
+
+        s = get_settings()
+        self.say(f"• starting celery worker -Q {s.imposition_queue} -c {s.slots_per_node}, "
+                 f"a maintenance worker, beat and Flower …")
+        self.start("worker-imposition", worker_command(s.imposition_queue, s.slots_per_node, "imposer"),
+                   WORKER_READY, env)
+        self.start("worker-maintenance", worker_command(s.maintenance_queue, 1, "maintenance"), WORKER_READY, env)
+        self.start("beat", beat_command(RUN_DIR / "beat-schedule"), BEAT_READY, env)
+        port = _free_port()
+        self.start("flower", celery_command(f"--broker={s.events_url}", "flower", f"--port={port}",
+                                            "--address=127.0.0.1"), None, env)
+        return f"http://127.0.0.1:{port}/"
+
+    # -- the workload --------------------------------------------------------------------------
+
+    def submit_all(self, jobs: list[DemoJob]) -> dict[str, DemoJob]:
+        from tasks.submission import submit
+
+        submitted: dict[str, DemoJob] = {}
+        per_tenant = Counter(j.tenant_id for j in jobs)
+        self.say("• submitting: " + ", ".join(f"{t} {n} jobs" for t, n in per_tenant.items()))
+        for n, job in enumerate(jobs):
+            job_id = submit(SAMPLES / job.sample, tenant_id=job.tenant_id,
+                            token=f"demo-{self.run_id}-{n}", layout=job.layout)
+            submitted[job_id] = job
+        return submitted
+
+    def wait(self, submitted: dict[str, DemoJob], sampler: LeaseSampler, timeout_s: float) -> list:
+        from leases.models import JobItem, JobStatus
+
+        started = time.monotonic()
+        tenants = sorted({j.tenant_id for j in submitted.values()})
+        while True:
+            items = list(JobItem.batch_get(list(submitted)))
+            by_tenant = defaultdict(Counter)
+            for item in items:
+                by_tenant[item.tenant_id][item.status] += 1
+            done = sum(1 for i in items if JobStatus(i.status).is_final)
+            elapsed = time.monotonic() - started
+            parts = []
+            for t in tenants:
+                c = by_tenant[t]
+                total = sum(c.values())
+                parts.append(f"{t} {c['succeeded'] + c['failed']}/{total} ({sampler.now.get(t, 0)} leases)")
+            defers = sum(int(i.defer_count or 0) for i in items)
+            self.say(f"  {elapsed:5.0f}s  " + " | ".join(parts) + f" | cap defers {defers}")
+            if done == len(submitted):
+                return items
+            if elapsed > timeout_s:
+                self.say(f"  gave up waiting after {timeout_s:.0f} s")
+                return items
+            time.sleep(2)
+
+    # -- results -------------------------------------------------------------------------------
+
+    def table(self, items: list, sampler: LeaseSampler) -> None:
+        from service.settings import get_settings
+
+        cap = get_settings().default_cap
+        rows = defaultdict(list)
+        for item in items:
+            rows[item.tenant_id].append(item)
+        self.say("")
+        header = f"{'tenant':10} {'done':>5} {'failed':>6} {'wait p50 s':>10} {'wait p95 s':>10} {'max leases':>10} {'cap defers':>10}"
+        self.say(header)
+        self.say("-" * len(header))
+        for tenant in sorted(rows):
+            jobs = rows[tenant]
+            ok = [j for j in jobs if j.status == "succeeded"]
+            failed = [j for j in jobs if j.status == "failed"]
+            waits = sorted(j.started_at - j.submitted_at for j in jobs if j.started_at)
+            overlap = most_overlap([(j.started_at, j.finished_at) for j in ok if j.finished_at])
+            most = max(overlap, sampler.most.get(tenant, 0))
+            defers = sum(int(j.defer_count or 0) for j in jobs)
+            self.say(f"{tenant:10} {len(ok):>5} {len(failed):>6} {percentile(waits, .5):>10.1f} "
+                     f"{percentile(waits, .95):>10.1f} {most:>10} {defers:>10}")
+        self.say(f"(queue wait = start − submit; cap = {cap} leases per tenant of 8 slots)")
+
+    def fetch_plates(self, items: list, submitted: dict[str, DemoJob]) -> list[str]:
+        import pikepdf
+
+        from service import aws
+        from service.settings import get_settings
+
+        if OUT_DIR.exists():
+            shutil.rmtree(OUT_DIR)
+        problems = []
+        bucket = get_settings().bucket
+        for item in items:
+            if item.status != "succeeded":
+                problems.append(f"job {item.job_id} of {item.tenant_id} ended {item.status}: {item.error}")
+                continue
+            target = OUT_DIR / item.tenant_id / f"{item.job_id}.pdf"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            aws.s3().download_file(bucket, item.output_key, str(target))
+            with pikepdf.open(target) as pdf:
+                sides = len(pdf.pages)
+            want = submitted[item.job_id].expected_sides
+            if sides != want:
+                problems.append(f"{target}: {sides} sides, expected {want}")
+        return problems
+
+    # -- the whole run -------------------------------------------------------------------------
+
+    def run(self, timeout_s: float) -> int:
+        t0 = time.monotonic()
+        env = self.start_stack()
+        flower_url = self.start_processes(env)
+        self.say(f"• Flower: {flower_url}  (open it while the jobs run)")
+        sampler = LeaseSampler()
+        sampler.start()
+        jobs = workload()
+        submitted = self.submit_all(jobs)
+        items = self.wait(submitted, sampler, timeout_s)
+        sampler.stop()
+        self.table(items, sampler)
+        problems = self.fetch_plates(items, submitted)
+        n_plates = sum(1 for _ in OUT_DIR.rglob("*.pdf")) if OUT_DIR.exists() else 0
+        self.say(f"\n• {n_plates} plate files in {OUT_DIR.relative_to(REPO)}/ (each opened with pikepdf, sides checked)")
+        for p in problems:
+            self.say(f"  PROBLEM: {p}")
+        self.say(f"• Flower was at {flower_url}; process logs are in {RUN_DIR.relative_to(REPO)}/")
+        self.say(f"• finished in {time.monotonic() - t0:.0f} s")
+        return 1 if problems or len(items) != len(jobs) else 0
+
+    def stop(self) -> None:
+        for proc in reversed(self.processes):
+            proc.stop()
+        if self.local_aws is not None:
+            self.local_aws.stop()
+        self.say("• stopped every process this run started")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _raise_keyboard_interrupt(signum, frame):  # SIGTERM → the same clean stop as Ctrl-C
+    raise KeyboardInterrupt
+
+
+@click.command()
+@click.option("--timeout", "timeout_s", default=420.0, show_default=True, help="Seconds to wait for the jobs.")
+def main(timeout_s: float) -> None:
+    """Run the demo workload on the embedded stack (see module docstring)."""
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    demo = Demo()
+    status = 1
+    try:
+        status = demo.run(timeout_s)
+    except KeyboardInterrupt:
+        click.echo("\n• interrupted")
+    finally:
+        demo.stop()
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""Starting and stopping the service's processes (``make run`` and the integration tests).
+
+:class:`ManagedProcess` runs one command in its own session (process group) with its output in a
+log file, waits for a "ready" line, and stops it with SIGTERM, then SIGKILL of the whole group,
+so a celery worker's prefork children never outlive it. The ``*_command`` functions spell the
+command lines of DESIGN §7.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def wait_for(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.2, what: str = "condition"):
+    """Poll ``predicate`` until it returns a truthy value and return that value.
+
+    Raises:
+        TimeoutError: ``timeout_s`` seconds passed first.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+class ManagedProcess:
+    """One child process in its own process group, logging to ``log_path``.
+
+    Args:
+        cmd: the argument list (never a shell string).
+        log_path: file that receives stdout and stderr (appended).
+        env: extra environment variables on top of this process's environment.
+        ready_marker: text whose appearance in the log means "ready" (None: don't wait).
+        ready_timeout_s: how long to wait for it.
+
+    Raises:
+        RuntimeError: the process exited before it was ready.
+        TimeoutError: it did not get ready in time (it is stopped first).
+    """
+
+    def __init__(self, cmd: Sequence[str], log_path: Path, *, env: dict[str, str] | None = None,
+                 ready_marker: str | None = None, ready_timeout_s: float = 60.0) -> None:
+        self.cmd = list(cmd)
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log_path, "ab")
+        self.proc = subprocess.Popen(
+            self.cmd, cwd=REPO, env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        if ready_marker:
+            try:
+                wait_for(lambda: ready_marker in self.log() or self.proc.poll() is not None, ready_timeout_s,
+                         what=f"{' '.join(self.cmd[:6])} to be ready")
+            except TimeoutError:
+                self.stop()
+                raise
+            if self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"{' '.join(self.cmd)} exited with {self.proc.returncode}:\n{self.log()[-4000:]}")
+
+    @property
+    def pid(self) -> int:
+        """PID of the main process."""
+        return self.proc.pid
+
+    def log(self) -> str:
+        """Everything the process wrote so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the main process only."""
+        os.kill(self.proc.pid, sig)
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """SIGTERM (a warm shutdown for celery), then SIGKILL of the whole process group."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGCONT)  # a stopped process cannot handle SIGTERM
+                self.proc.send_signal(signal.SIGTERM)
+                self.proc.wait(timeout_s)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        try:  # whatever is left of the group: a lingering main process, orphaned pool children
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        if not self._log.closed:
+            self._log.close()
+
+
+def celery_command(*args: str, app: str = "tasks") -> list[str]:
+    """``python -m celery -A <app> <args…>`` with this interpreter."""
+    return [sys.executable, "-m", "celery", "-A", app, *args]
+
+
+def worker_command(queue: str, concurrency: int, node_name: str, *, app: str = "tasks",
+                   loglevel: str = "info") -> list[str]:
+    """A worker consuming ``queue`` (DESIGN §7). Gossip, mingle and broker heartbeats are off:
+    they need broadcast queues, which the SQS setup does not have."""
+    return celery_command(
+        "worker", "-Q", queue, "-c", str(concurrency), "-n", f"{node_name}@%h", "-l", loglevel,
+        "--without-gossip", "--without-mingle", "--without-heartbeat", app=app,
+    )
+
+
+def beat_command(schedule_path: Path, *, app: str = "tasks") -> list[str]:
+    """``celery beat`` with its schedule file at ``schedule_path`` (one per cluster)."""
+    return celery_command("beat", "-l", "info", "-s", str(schedule_path), "--pidfile=", app=app)
+
+
+#: What each process prints once it is ready.
+WORKER_READY = "ready."
+BEAT_READY = "beat: Starting"

@@ -1,0 +1,85 @@
+"""Every message the service publishes carries its tenant's ``MessageGroupId`` (SQS fair queues):
+the first publish, a cap deferral, and the sweeper's re-publish."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from leases import transactions
+from leases.models import JobItem
+from leases.tenants import set_cap
+from service import aws
+from service.settings import get_settings
+from tasks.sweeper import sweep
+from tasks.submission import submit
+from tests.conftest import reset_aws
+from tests.support.processes import start_worker, wait_for
+
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "cases" / "a5_8p.pdf"
+LAYOUT = {"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape"}
+
+
+def receive_all(queue: str, expect: int, timeout_s: float = 20) -> list[dict]:
+    """Receive (and delete) ``expect`` messages from ``queue``: group id, task id and kwargs of each."""
+    url = aws.queue_url(queue)
+    got: list[dict] = []
+
+    def more():
+        resp = aws.sqs().receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1,
+                                         MessageSystemAttributeNames=["MessageGroupId"])
+        for m in resp.get("Messages", []):
+            envelope = json.loads(base64.b64decode(m["Body"]))
+            _, kwargs, _ = json.loads(base64.b64decode(envelope["body"]))
+            got.append({"group": m["Attributes"].get("MessageGroupId"), "task_id": envelope["headers"]["id"],
+                        "task": envelope["headers"]["task"], "kwargs": kwargs})
+            aws.sqs().delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+        return len(got) >= expect
+    wait_for(more, timeout_s, interval_s=0, what=f"{expect} message(s) on {queue}")
+    return got
+
+
+@pytest.fixture(autouse=True)
+def clean_stack():
+    reset_aws()
+
+
+def test_first_publish_carries_the_group():
+    job_id = submit(SAMPLE, tenant_id="acme", token="first", layout=LAYOUT)
+    [msg] = receive_all(get_settings().imposition_queue, 1)
+    assert msg == {"group": "tenant-acme", "task_id": job_id, "task": "imposition.impose",
+                   "kwargs": {"tenant_id": "acme", "job_id": job_id}}
+
+
+def test_deferred_copy_keeps_the_group(tmp_path):
+    set_cap("globex", 0)
+    job_id = submit(SAMPLE, tenant_id="globex", token="deferred", layout=LAYOUT)
+    worker = start_worker(tmp_path, concurrency=1)
+    try:
+        wait_for(lambda: JobItem.get(job_id, consistent_read=True).defer_count >= 1, 30, what="a deferral")
+    finally:
+        worker.stop()  # the deferred copy it published stays in the queue
+    msgs = receive_all(get_settings().imposition_queue, 1)
+    assert {m["group"] for m in msgs} == {"tenant-globex"}
+    assert {m["task_id"] for m in msgs} == {job_id}
+    job = JobItem.get(job_id, consistent_read=True)
+    assert (job.status, job.attempts) == ("queued", 0)
+
+
+def test_sweeper_republish_carries_the_group():
+    transactions.ensure_tenant("initech")
+    job = JobItem("job-swept", tenant_id="initech", token="t", max_attempts=3, layout=LAYOUT,
+                  input_key="tenants/initech/jobs/job-swept/input.pdf", submitted_at=time.time())
+    job.save()
+    # A lease taken long ago by a worker that died: expired now.
+    transactions.acquire("job-swept", "initech", "dead-worker/1", now=time.time() - 3600)
+    result = sweep.run()
+    assert result["reclaimed"] == {"initech": 1}
+    [msg] = receive_all(get_settings().imposition_queue, 1)
+    assert msg["group"] == "tenant-initech"
+    assert msg["kwargs"] == {"tenant_id": "initech", "job_id": "job-swept"}
+    assert JobItem.get("job-swept", consistent_read=True).status == "queued"

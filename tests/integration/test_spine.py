@@ -1,0 +1,86 @@
+"""The spine end to end: submission → SQS → a real worker → lease → engine → S3 → job item."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pikepdf
+import pytest
+
+from leases.models import JobItem, LeaseItem, TenantItem
+from leases.tenants import set_cap
+from service import aws
+from service.settings import get_settings
+from service.tenancy import plate_key
+from tasks.submission import submit
+from tests.support.processes import wait_for
+
+CASES = Path(__file__).resolve().parents[1] / "data" / "cases"
+SADDLE_A4 = {"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape"}
+N_UP_SRA3 = {"layout": "n_up", "sheet": "SRA3", "orientation": "portrait", "columns": 2, "rows": 2,
+             "gutter_mm": 5, "crop_marks": True}
+MM = 72 / 25.4
+
+
+def final_job(job_id: str, timeout_s: float = 60) -> JobItem:
+    """Wait until the job is succeeded or failed and return it."""
+    def done():
+        job = JobItem.get(job_id, consistent_read=True)
+        return job if job.status in ("succeeded", "failed") else None
+    return wait_for(done, timeout_s, what=f"job {job_id} to finish")
+
+
+def plate(job: JobItem) -> pikepdf.Pdf:
+    body = aws.s3().get_object(Bucket=get_settings().bucket, Key=job.output_key)["Body"].read()
+    return pikepdf.open(io.BytesIO(body))
+
+
+def sheet_size_mm(pdf: pikepdf.Pdf, index: int = 0) -> tuple[float, float]:
+    box = pdf.pages[index].mediabox
+    return round(float(box[2] - box[0]) / MM), round(float(box[3] - box[1]) / MM)
+
+
+@pytest.mark.parametrize(
+    "case, sample, layout, sides, size_mm",
+    [
+        ("1: 8 A5 pages, saddle stitch on A4 landscape", "a5_8p.pdf", SADDLE_A4, 4, (297, 210)),
+        ("2: 13 pages padded to 16", "a5_13p_odd.pdf", SADDLE_A4, 8, (297, 210)),
+        ("3: 2x2 n-up on SRA3 portrait", "a5_8p.pdf", N_UP_SRA3, 2, (320, 450)),
+    ],
+)
+def test_handed_case_through_the_cluster(imposition_worker, tenant_id, case, sample, layout, sides, size_mm):
+    job_id = submit(CASES / sample, tenant_id=tenant_id, token=f"tok-{case[:1]}", layout=layout)
+    job = final_job(job_id)
+    assert job.status == "succeeded", job.error
+    assert job.output_key == plate_key(tenant_id, job_id)
+    assert (job.attempts, job.sides) == (1, sides)
+    assert job.submitted_at <= job.first_received_at <= job.started_at <= job.finished_at
+    with plate(job) as pdf:
+        assert len(pdf.pages) == sides
+        assert all(sheet_size_mm(pdf, i) == size_mm for i in range(sides))
+    assert TenantItem.get(tenant_id, consistent_read=True).in_flight == 0
+    assert not list(LeaseItem.scan(LeaseItem.tenant_id == tenant_id))
+
+
+@pytest.mark.parametrize("sample, code", [("not_a_pdf.pdf", "not_a_pdf"), ("zero_pages.pdf", "no_pages"),
+                                          ("encrypted_user_pw_8p.pdf", "password_required")])
+def test_bad_input_fails_at_once_and_frees_the_slot(imposition_worker, tenant_id, sample, code):
+    job_id = submit(CASES / sample, tenant_id=tenant_id, token="bad", layout=SADDLE_A4)
+    job = final_job(job_id)
+    assert (job.status, job.error_code, job.attempts) == ("failed", code, 1)
+    assert job.error and job.output_key is None
+    assert TenantItem.get(tenant_id, consistent_read=True).in_flight == 0
+    assert imposition_worker.proc.poll() is None, "the worker must survive bad input"
+
+
+def test_cap_hit_defers_without_failing_or_counting_an_attempt(imposition_worker, tenant_id):
+    set_cap(tenant_id, 0)  # every acquire hits the cap
+    job_id = submit(CASES / "a5_8p.pdf", tenant_id=tenant_id, token="held", layout=SADDLE_A4)
+    held = wait_for(lambda: (j := JobItem.get(job_id, consistent_read=True)).defer_count >= 3 and j,
+                    60, what="three deferrals")
+    assert (held.status, held.attempts, held.error) == ("queued", 0, None)
+    set_cap(tenant_id, None)  # back to the default cap: the next deferred copy runs
+    job = final_job(job_id)
+    assert (job.status, job.attempts) == ("succeeded", 1)
+    assert job.defer_count >= 3
