@@ -1,0 +1,37 @@
+"""Trampoline: set resource limits on this process, then become the given command.
+
+Run as a file (``python -I -S _limits.py --address-space-bytes N --cpu-seconds N -- cmd ...``), never
+imported: it uses the standard library only, so it starts fast and needs no package import. The
+limits survive ``exec`` and bind the engine and everything it starts:
+
+* ``RLIMIT_AS``: the address space budget; an allocation beyond it fails (MemoryError, bad_alloc).
+* ``RLIMIT_CPU``: a backstop against an orphaned engine (its parent killed before it could kill it):
+  SIGXCPU at the soft limit, SIGKILL five seconds later.
+
+Exit code 127 (the shell's "command not found") when the command cannot be executed.
+"""
+
+import os
+import resource
+import sys
+
+
+def main(argv: list[str]) -> None:
+    separator = argv.index("--")
+    options = dict(zip(argv[0:separator:2], argv[1:separator:2]))
+    command = argv[separator + 1 :]
+    address_space_bytes = int(options["--address-space-bytes"])
+    cpu_seconds = int(options["--cpu-seconds"])
+    if address_space_bytes > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (address_space_bytes, address_space_bytes))
+    if cpu_seconds > 0:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        sys.stderr.write(f"cannot execute {command[0]!r}: {exc}\n")
+        sys.exit(127)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

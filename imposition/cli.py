@@ -1,0 +1,61 @@
+"""``imposition impose``: run an engine alone, without the cluster.
+
+    imposition impose input.pdf --layout layout.json -o plate.pdf [--engine pikepdf|pdftoolbox]
+
+Prints one line: the plate file, sides, sheets, pages in, blanks, time and engine. Exit status 1 with
+``<code>: <message>`` on a typed error. Also runs as ``python -m imposition.cli``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .engines import get_engine
+from .errors import ImpositionError
+from .marks import SlugInfo
+from .spec import parse_layout
+
+
+@click.command("impose")
+@click.argument("input_pdf", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--layout", "layout", required=True,
+              help="Layout specification: a JSON file, or JSON text starting with '{'.")
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Plate file to write.")
+@click.option("--engine", type=click.Choice(["pikepdf", "pdftoolbox"]), default=None,
+              help="Engine (default: settings.engine, IMPOSITION_ENGINE).")
+@click.option("--time-limit-s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Wall-clock limit in seconds (default: settings.engine_time_limit_s).")
+@click.option("--job-id", default=None, help="Job id for the slug line.")
+@click.option("--tenant-id", default=None, help="Tenant id for the slug line.")
+def impose_command(
+    input_pdf: Path, layout: str, output: Path, engine: str | None, time_limit_s: float | None,
+    job_id: str | None, tenant_id: str | None,
+) -> None:
+    """Impose INPUT_PDF per the layout and write the plate file."""
+    from service.settings import get_settings
+
+    settings = get_settings()
+    if engine is not None:
+        settings = settings.model_copy(update={"engine": engine})
+    try:
+        text = layout if layout.lstrip().startswith("{") else Path(layout).read_text()
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read layout file: {exc}", param_hint="--layout") from None
+    slug = SlugInfo(job_id or "-", tenant_id or "-") if job_id or tenant_id else None
+    try:
+        report = get_engine(settings).impose(
+            input_pdf, parse_layout(text), output, slug=slug, time_limit_s=time_limit_s
+        )
+    except ImpositionError as exc:
+        raise click.ClickException(f"{exc.code}: {exc}") from None
+    click.echo(
+        f"{output}: {report.sides} sides on {report.sheets} sheets from {report.pages_in} pages "
+        f"({report.blank_pages} blank) in {report.duration_s:.2f} s with {report.engine}"
+    )
+
+
+if __name__ == "__main__":
+    impose_command()

@@ -1,0 +1,223 @@
+"""The engine interface and its policy; each engine fills only the placing step.
+
+:meth:`Engine.impose` owns everything common: the layout check, the input-size limit, the time limit
+and cancel event, the child process (:meth:`Engine.run_child`), writing the plate file atomically
+(a hidden ``.partial`` file renamed into place, removed on any failure), timing and the report.
+A subclass implements :meth:`Engine._place`, writing the imposed PDF to the path it is given.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ..errors import EngineCancelled, EngineCrashed, ImpositionError, InputTooLarge, MemoryLimitExceeded, error_from_code
+from ..isolation import run_limited
+from ..marks import SlugInfo
+from ..spec import LayoutSpec, parse_layout
+
+if TYPE_CHECKING:
+    from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: Words in a dead child's log that say it ran out of address space.
+OUT_OF_MEMORY_SIGNS = ("MemoryError", "bad_alloc", "Cannot allocate memory", "out of memory")
+
+
+@dataclass(frozen=True)
+class ImposeReport:
+    """What an imposition produced.
+
+    Attributes:
+        sheets: press sheets for one copy (sheetwise: plates / 2; work and turn or tumble: one plate
+            per sheet, each sheet printed on both sides with it; simplex: one plate per sheet).
+        sides: plates, that is pages of the output PDF.
+        pages_in: pages of the input PDF.
+        blank_pages: blank pages added by padding (booklets, odd duplex).
+        duration_s: wall time of :meth:`Engine.impose`, seconds.
+        engine: the engine's name (``pikepdf`` or ``pdftoolbox``).
+    """
+
+    sheets: int
+    sides: int
+    pages_in: int
+    blank_pages: int
+    duration_s: float
+    engine: str
+
+
+@dataclass(frozen=True)
+class Placed:
+    """What :meth:`Engine._place` reports: the counts of :class:`ImposeReport`."""
+
+    sheets: int
+    sides: int
+    pages_in: int
+    blank_pages: int
+
+
+@dataclass(frozen=True)
+class EngineJob:
+    """One imposition as handed to :meth:`Engine._place`.
+
+    Attributes:
+        input_path: the source PDF.
+        spec: the validated layout.
+        output_path: where to write the plate file (a temporary name; the policy renames it).
+        work_dir: a private directory for request, result and log files, removed afterwards.
+        slug: job and tenant for the slug line.
+        cancel: the caller's cancel event, or None.
+        deadline: ``time.monotonic()`` value after which the job is over its time limit.
+        time_limit_s: the whole job's limit (for messages).
+    """
+
+    input_path: Path
+    spec: LayoutSpec
+    output_path: Path
+    work_dir: Path
+    slug: SlugInfo | None
+    cancel: threading.Event | None
+    deadline: float
+    time_limit_s: float
+
+
+class Engine(ABC):
+    """An imposition engine. Construct with the service settings; call :meth:`impose`.
+
+    Class attributes:
+        name: the engine's name in ``settings.engine`` and in reports.
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, settings: "Settings") -> None:
+        self.settings = settings
+
+    def impose(
+        self,
+        input_path: Path,
+        spec: LayoutSpec,
+        output_path: Path,
+        *,
+        slug: SlugInfo | None = None,
+        cancel: threading.Event | None = None,
+        time_limit_s: float | None = None,
+    ) -> ImposeReport:
+        """Impose ``input_path`` per ``spec`` into ``output_path``.
+
+        Args:
+            input_path: the source PDF.
+            spec: the layout (a dict or JSON text is validated with :func:`parse_layout`).
+            output_path: the plate file; written whole or not at all.
+            slug: job and tenant for the slug line.
+            cancel: when set, the engine kills its child process and raises EngineCancelled.
+            time_limit_s: wall-clock limit in seconds (default ``settings.engine_time_limit_s``).
+
+        Returns:
+            The report (counts read from the engine's own output, timing).
+
+        Raises:
+            ImpositionError: a typed error (see :mod:`imposition.errors`); ``retryable`` tells whether
+                running the job again may help. Nothing is left at ``output_path``.
+            OSError: the input cannot be read or the output directory cannot be written.
+        """
+        started = time.monotonic()
+        if not isinstance(spec, LayoutSpec):
+            spec = parse_layout(spec)
+        limit_s = self.settings.engine_time_limit_s if time_limit_s is None else time_limit_s
+        size_bytes = input_path.stat().st_size
+        if size_bytes > self.settings.max_input_bytes:
+            raise InputTooLarge(
+                f"{input_path.name}: {size_bytes} bytes is more than max_input_bytes={self.settings.max_input_bytes}"
+            )
+        if cancel is not None and cancel.is_set():
+            raise EngineCancelled("the engine was cancelled before it started")
+        output_path.parent.mkdir(parents=True, exist_ok=True)
+        partial = output_path.with_name(f".{output_path.name}.{uuid.uuid4().hex}.partial")
+        try:
+            with tempfile.TemporaryDirectory(prefix="imposition-") as work_dir:
+                job = EngineJob(input_path, spec, partial, Path(work_dir), slug, cancel, started + limit_s, limit_s)
+                placed = self._place(job)
+            if cancel is not None and cancel.is_set():
+                raise EngineCancelled("the engine was cancelled; its output was discarded")
+            os.replace(partial, output_path)
+        except ImpositionError as exc:
+            log.info("imposition failed: engine=%s code=%s retryable=%s: %s", self.name, exc.code, exc.retryable, exc)
+            raise
+        finally:
+            partial.unlink(missing_ok=True)
+        report = ImposeReport(**asdict(placed), duration_s=time.monotonic() - started, engine=self.name)
+        log.info("imposed %s: %s", input_path.name, report)
+        return report
+
+    @abstractmethod
+    def _place(self, job: EngineJob) -> Placed:
+        """Write the imposed PDF to ``job.output_path`` and report the counts.
+
+        Runs any untrusted parsing through :meth:`run_child` (or another limited child process) and
+        stays within ``job.deadline``; raises a typed :class:`ImpositionError` on failure.
+        """
+
+    def run_child(self, job: EngineJob, mode: str) -> dict[str, Any]:
+        """Run :mod:`imposition.child` in ``mode`` (``impose`` or ``inspect``) under the job's limits.
+
+        Returns:
+            The child's success result (``sheets``, ``sides``, ``pages_in``, ``blank_pages``).
+
+        Raises:
+            ImpositionError: the typed error the child reported; TimeLimitExceeded or EngineCancelled
+                from the wait; MemoryLimitExceeded or EngineCrashed when it died without a result.
+        """
+        request_path, result_path = job.work_dir / f"{mode}.request.json", job.work_dir / f"{mode}.result.json"
+        request = {
+            "mode": mode,
+            "input": str(job.input_path),
+            "output": str(job.output_path),
+            "spec": job.spec.model_dump(mode="json"),
+            "slug": asdict(job.slug) if job.slug else None,
+            "max_pages": self.settings.max_pages,
+            "result": str(result_path),
+        }
+        request_path.write_text(json.dumps(request))
+        ended = run_limited(
+            [sys.executable, "-m", "imposition.child", str(request_path)],
+            time_limit_s=job.time_limit_s,
+            deadline=job.deadline,
+            memory_limit_bytes=self.settings.engine_memory_limit_bytes,
+            log_path=job.work_dir / f"{mode}.log",
+            cancel=job.cancel,
+            env=_child_environment(),
+        )
+        if result_path.exists():
+            result = json.loads(result_path.read_text())
+            if not result["ok"]:
+                raise error_from_code(result["code"], result["message"])
+            return result
+        if any(sign in ended.log_tail for sign in OUT_OF_MEMORY_SIGNS):
+            raise MemoryLimitExceeded(
+                f"the engine ran out of its memory budget "
+                f"(engine_memory_limit_bytes={self.settings.engine_memory_limit_bytes})"
+            )
+        raise EngineCrashed(
+            f"the engine's child process ended with status {ended.returncode} and no result: "
+            f"{ended.log_tail.strip()[-500:]}"
+        )
+
+
+def _child_environment() -> dict[str, str]:
+    """The parent's environment, with this checkout importable (``python -m imposition.child``)."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env

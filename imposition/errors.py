@@ -1,0 +1,197 @@
+"""Errors of the imposition engines: one root, every leaf typed, retryable or not.
+
+The tree::
+
+    ImpositionError                       code            retryable
+    ├── InputError                        (bad input: the tenant must fix the file or the layout)
+    │   ├── NotAPdf                       not_a_pdf       no
+    │   ├── NoPages                       no_pages        no
+    │   ├── PasswordRequired              password_required no
+    │   ├── DamagedPdf                    damaged         no
+    │   ├── PageTooLarge                  page_too_large  no
+    │   └── InvalidLayout                 invalid_layout  no
+    ├── LimitExceeded                     (the job breaks a limit of the service)
+    │   ├── InputTooLarge                 input_too_large no
+    │   ├── TooManyPages                  too_many_pages  no
+    │   ├── TimeLimitExceeded             time_limit      no
+    │   └── MemoryLimitExceeded           memory_limit    no
+    ├── EngineCancelled                   cancelled       no   (the caller asked the engine to stop)
+    └── EngineFailure                     (the engine itself failed)
+        ├── EngineCrashed                 engine_crashed  yes  (child process killed for an unknown reason)
+        ├── LicenceUnavailable            licence         yes  (pdfToolbox licence missing or expired)
+        ├── EngineAborted                 engine_aborted  yes  (pdfToolbox aborted or ran out of memory)
+        ├── OutputNotSaved                output_not_saved yes (pdfToolbox could not save, e.g. disk full)
+        └── EngineConfigurationError      engine_config   no   (bad process plan, parameters, executable)
+
+``retryable`` and ``code`` are class attributes, so a caller can decide without an instance
+(``issubclass(err, ...)`` or ``err.retryable``). Bad input and limits are never retried: running the
+same file again gives the same answer. Each message names the field or file, the value and the limit.
+
+Errors cross the child-process boundary as their ``code`` and message (:func:`error_from_code`), so the
+child never needs to pickle an exception.
+"""
+
+from __future__ import annotations
+
+
+class ImpositionError(Exception):
+    """Root of every error raised by :mod:`imposition`.
+
+    Attributes:
+        code: short machine code of the error class (stable; recorded in the job item).
+        retryable: True only when running the same job again may succeed.
+        message: the human-readable message (also ``str(error)``).
+    """
+
+    code: str = "imposition_error"
+    retryable: bool = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InputError(ImpositionError):
+    """The input PDF or the layout is unusable; the tenant must fix it."""
+
+    code = "bad_input"
+
+
+class NotAPdf(InputError):
+    """The file has no ``%PDF-`` header in its first 1024 bytes (PDF 32000-1 §7.5.2)."""
+
+    code = "not_a_pdf"
+
+
+class NoPages(InputError):
+    """The PDF opens but its page tree holds no page."""
+
+    code = "no_pages"
+
+
+class PasswordRequired(InputError):
+    """The PDF is encrypted with a user password; it cannot be opened without it.
+
+    A PDF with only an owner password (permissions) opens and imposes normally.
+    """
+
+    code = "password_required"
+
+
+class DamagedPdf(InputError):
+    """The PDF is damaged beyond what qpdf's reconstruction can repair."""
+
+    code = "damaged"
+
+
+class PageTooLarge(InputError):
+    """A page does not fit its cell on the sheet and the layout forbids scaling (``scaling: none``)."""
+
+    code = "page_too_large"
+
+
+class InvalidLayout(InputError):
+    """The layout specification is malformed or breaks a limit (the message names field and value)."""
+
+    code = "invalid_layout"
+
+
+class LimitExceeded(ImpositionError):
+    """The job breaks a limit of the service (settings ``max_*`` and ``engine_*_limit_*``)."""
+
+    code = "limit"
+
+
+class InputTooLarge(LimitExceeded):
+    """The input file is larger than ``settings.max_input_bytes``."""
+
+    code = "input_too_large"
+
+
+class TooManyPages(LimitExceeded):
+    """The input has more pages than ``settings.max_pages``."""
+
+    code = "too_many_pages"
+
+
+class TimeLimitExceeded(LimitExceeded):
+    """The engine ran past its wall-clock limit and was killed (with its whole process group)."""
+
+    code = "time_limit"
+
+
+class MemoryLimitExceeded(LimitExceeded):
+    """The engine needed more than ``settings.engine_memory_limit_bytes`` of address space."""
+
+    code = "memory_limit"
+
+
+class EngineCancelled(ImpositionError):
+    """The caller set the cancel event (for example, the worker lost its lease); the engine stopped.
+
+    Not a failure of the job: whoever holds the lease now runs it. Never retried in place.
+    """
+
+    code = "cancelled"
+
+
+class EngineFailure(ImpositionError):
+    """The engine itself failed, not the input."""
+
+    code = "engine_failure"
+
+
+class EngineCrashed(EngineFailure):
+    """The engine's child process died for a reason it did not report (a signal, a crash)."""
+
+    code = "engine_crashed"
+    retryable = True
+
+
+class LicenceUnavailable(EngineFailure):
+    """pdfToolbox reported its licence missing or expired (exit code 100); transient on a licence server."""
+
+    code = "licence"
+    retryable = True
+
+
+class EngineAborted(EngineFailure):
+    """pdfToolbox aborted or ran out of memory (exit codes 130, 134)."""
+
+    code = "engine_aborted"
+    retryable = True
+
+
+class OutputNotSaved(EngineFailure):
+    """The engine could not save the plate file (pdfToolbox exit code 106), for example a full disk."""
+
+    code = "output_not_saved"
+    retryable = True
+
+
+class EngineConfigurationError(EngineFailure):
+    """The engine is configured wrongly: executable missing, process plan or parameters rejected."""
+
+    code = "engine_config"
+
+
+def _all_error_classes(root: type[ImpositionError] = ImpositionError) -> list[type[ImpositionError]]:
+    classes = [root]
+    for sub in root.__subclasses__():
+        classes.extend(_all_error_classes(sub))
+    return classes
+
+
+#: Every error class by its ``code`` (used to rebuild an error reported by a child process).
+ERRORS_BY_CODE: dict[str, type[ImpositionError]] = {cls.code: cls for cls in _all_error_classes()}
+
+
+def error_from_code(code: str, message: str) -> ImpositionError:
+    """Rebuild the error a child process reported as ``(code, message)``.
+
+    An unknown code gives :class:`EngineCrashed` (retryable), keeping the original code in the message.
+    """
+    cls = ERRORS_BY_CODE.get(code)
+    if cls is None:
+        return EngineCrashed(f"engine reported unknown error code {code!r}: {message}")
+    return cls(message)

@@ -1,0 +1,224 @@
+"""Page orders: which source page goes in which cell of which side of which sheet.
+
+Pure functions of page counts and layout options; no geometry, no PDF. A side's cells are listed row
+by row from the top-left corner *as that side is seen* (the back as seen after turning the sheet over
+side to side, the way sheetwise printing backs it up). A slot holds a 0-based source page index, or
+None for a cell that prints nothing (a padding blank or an unused cell).
+
+Rules, by print convention:
+  * a leaf carries consecutive pages: the front of a cell (row, column) backs onto the back's cell
+    (row, columns - 1 - column);
+  * saddle stitch pads to a multiple of 4 and nests sheets: the outer sheet carries the first two and
+    the last two pages;
+  * perfect bound gathers sections of ``signature_pages`` nested sheets; the last section shrinks to
+    the smallest multiple of 4 that holds the remaining pages, so padding never exceeds 3 blanks;
+  * cut and stack numbers down each stack: cell ``t`` of sheet ``s`` holds page ``t × sheets + s``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .spec import BlankPagesAt, CutAndStack, LayoutSpec, NUp, PerfectBound, SaddleStitch, StepAndRepeat
+
+#: A cell's content: a 0-based source page index, or None (prints nothing).
+Slot = int | None
+
+
+@dataclass(frozen=True)
+class SheetOrder:
+    """The cells of one sheet.
+
+    Attributes:
+        front: slots of the front side, row by row from the top-left, ``columns × rows`` long.
+        back: slots of the back side as seen when the sheet is turned over side to side, or None for a
+            sheet printed on one side only.
+    """
+
+    front: tuple[Slot, ...]
+    back: tuple[Slot, ...] | None
+
+
+@dataclass(frozen=True)
+class PageOrder:
+    """The page order of a whole job.
+
+    Attributes:
+        columns, rows: the grid of one side.
+        sheets: the sheets in printing order.
+        blank_pages: blank pages added by padding (not counting unused cells of a last sheet).
+        reading_order: the finished product's pages in reading order, as source indices or None for a
+            padding blank (for a step-and-repeat job: the listed pages).
+    """
+
+    columns: int
+    rows: int
+    sheets: tuple[SheetOrder, ...]
+    blank_pages: int
+    reading_order: tuple[Slot, ...]
+
+
+def pad_pages(page_count: int, multiple: int, blank_pages_at: BlankPagesAt) -> tuple[Slot, ...]:
+    """The reading order of ``page_count`` pages padded with blanks (None) to a multiple of ``multiple``.
+
+    ``end`` appends the blanks, ``start`` prepends them, ``before_back_cover`` puts them before the
+    last page so it stays the back cover.
+    """
+    pages: list[Slot] = list(range(page_count))
+    blanks: list[Slot] = [None] * (-page_count % multiple)
+    if blank_pages_at == "start":
+        return tuple(blanks + pages)
+    if blank_pages_at == "before_back_cover" and page_count >= 2:
+        return tuple(pages[:-1] + blanks + pages[-1:])
+    return tuple(pages + blanks)
+
+
+def _mirror_rows(cells: Sequence[Slot], columns: int) -> tuple[Slot, ...]:
+    """Reverse the column order of every row (the back of a sheet, or right-to-left reading)."""
+    return tuple(
+        slot for start in range(0, len(cells), columns) for slot in reversed(cells[start : start + columns])
+    )
+
+
+def nested_section(section: Sequence[Slot], right_to_left: bool) -> list[SheetOrder]:
+    """Sheets of one folded section (saddle stitch): ``len(section)`` (a multiple of 4) pages, 2-up.
+
+    Sheet ``s`` (0 = outermost) front: page ``M - 2s`` left, ``1 + 2s`` right; back: ``2 + 2s`` left,
+    ``M - 1 - 2s`` right (1-based, ``M = len(section)``), mirrored for right-to-left binding.
+    """
+    count = len(section)
+    sheets = []
+    for s in range(count // 4):
+        front = (section[count - 1 - 2 * s], section[2 * s])
+        back = (section[2 * s + 1], section[count - 2 - 2 * s])
+        if right_to_left:
+            front, back = front[::-1], back[::-1]
+        sheets.append(SheetOrder(front, back))
+    return sheets
+
+
+def saddle_stitch_order(
+    page_count: int, *, right_to_left: bool = False, blank_pages_at: BlankPagesAt = "end"
+) -> PageOrder:
+    """Saddle stitch: pad to a multiple of 4, nest all sheets in one section."""
+    reading = pad_pages(page_count, 4, blank_pages_at)
+    return PageOrder(2, 1, tuple(nested_section(reading, right_to_left)), len(reading) - page_count, reading)
+
+
+def perfect_bound_order(
+    page_count: int,
+    signature_pages: int,
+    *,
+    right_to_left: bool = False,
+    blank_pages_at: BlankPagesAt = "end",
+) -> PageOrder:
+    """Perfect bound: sections of ``signature_pages`` (4, 8, 16 or 32) gathered in order."""
+    reading = pad_pages(page_count, 4, blank_pages_at)
+    sheets: list[SheetOrder] = []
+    for start in range(0, len(reading), signature_pages):
+        sheets.extend(nested_section(reading[start : start + signature_pages], right_to_left))
+    return PageOrder(2, 1, tuple(sheets), len(reading) - page_count, reading)
+
+
+def _sheets_from_cells(
+    units: Sequence, cell_of: list[list[int]], columns: int, duplex: bool, right_to_left: bool
+) -> list[SheetOrder]:
+    """Sheets from ``cell_of[s]``: the unit in each cell of sheet ``s`` (-1: none).
+
+    A unit is a page (simplex) or a leaf ``(recto, verso)`` (duplex), whose verso lands on the back
+    cell behind its recto.
+    """
+    sheets = []
+    for cells in cell_of:
+        if duplex:
+            front = tuple(units[i][0] if i >= 0 else None for i in cells)
+            back = tuple(units[i][1] if i >= 0 else None for i in cells)
+        else:
+            front, back = tuple(units[i] if i >= 0 else None for i in cells), None
+        if right_to_left:
+            front = _mirror_rows(front, columns)
+            back = back if back is None else _mirror_rows(back, columns)
+        sheets.append(SheetOrder(front, back if back is None else _mirror_rows(back, columns)))
+    return sheets
+
+
+def _grid_order(
+    page_count: int, columns: int, rows: int, duplex: bool, right_to_left: bool, stacked: bool
+) -> PageOrder:
+    """n-up (``stacked`` False: fill sheet by sheet) or cut and stack (fill stack by stack)."""
+    cells = columns * rows
+    reading = pad_pages(page_count, 2 if duplex else 1, "end")
+    units: list = [reading[i : i + 2] for i in range(0, len(reading), 2)] if duplex else list(reading)
+    sheet_count = math.ceil(len(units) / cells)
+    if stacked:
+        cell_of = [[t * sheet_count + s if t * sheet_count + s < len(units) else -1 for t in range(cells)]
+                   for s in range(sheet_count)]
+    else:
+        cell_of = [[s * cells + t if s * cells + t < len(units) else -1 for t in range(cells)]
+                   for s in range(sheet_count)]
+    sheets = _sheets_from_cells(units, cell_of, columns, duplex, right_to_left)
+    return PageOrder(columns, rows, tuple(sheets), len(reading) - page_count, reading)
+
+
+def n_up_order(
+    page_count: int, columns: int, rows: int, *, duplex: bool = False, right_to_left: bool = False
+) -> PageOrder:
+    """n-up: pages in reading order across each side (duplex: leaf by leaf, odd pages on fronts)."""
+    return _grid_order(page_count, columns, rows, duplex, right_to_left, stacked=False)
+
+
+def cut_and_stack_order(
+    page_count: int, columns: int, rows: int, *, duplex: bool = False, right_to_left: bool = False
+) -> PageOrder:
+    """Cut and stack: stack ``t`` (cell ``t``) holds a run of consecutive pages (or leaves)."""
+    return _grid_order(page_count, columns, rows, duplex, right_to_left, stacked=True)
+
+
+def step_and_repeat_order(pages: Sequence[int], columns: int, rows: int, *, duplex: bool = False) -> PageOrder:
+    """Step and repeat: every cell of a side holds the same page; duplex pairs listed pages front/back."""
+    cells = columns * rows
+    sheets = []
+    step = 2 if duplex else 1
+    for start in range(0, len(pages), step):
+        front = (pages[start],) * cells
+        back = None
+        if duplex:
+            back = (pages[start + 1] if start + 1 < len(pages) else None,) * cells
+        sheets.append(SheetOrder(front, back))
+    return PageOrder(columns, rows, tuple(sheets), 0, tuple(pages))
+
+
+def page_order(spec: LayoutSpec, page_count: int, *, grid: tuple[int, int] | None = None) -> PageOrder:
+    """The page order of ``spec`` for a document of ``page_count`` pages.
+
+    Args:
+        spec: the layout.
+        page_count: pages in the source document (≥ 1).
+        grid: ``(columns, rows)`` for step-and-repeat, whose grid comes from the page and sheet sizes.
+
+    Raises:
+        ValueError: step-and-repeat without a ``grid``, or a listed page beyond ``page_count`` (the
+            engine checks the latter first and raises InvalidLayout).
+    """
+    right_to_left = getattr(spec, "binding", "left_to_right") == "right_to_left"
+    if isinstance(spec, SaddleStitch):
+        return saddle_stitch_order(page_count, right_to_left=right_to_left, blank_pages_at=spec.blank_pages_at)
+    if isinstance(spec, PerfectBound):
+        return perfect_bound_order(
+            page_count, spec.signature_pages, right_to_left=right_to_left, blank_pages_at=spec.blank_pages_at
+        )
+    if isinstance(spec, StepAndRepeat):
+        if grid is None:
+            raise ValueError("step_and_repeat needs the grid computed from page and sheet sizes")
+        pages = [p - 1 for p in spec.pages] if spec.pages else list(range(page_count))
+        if max(pages) >= page_count:
+            raise ValueError(f"pages lists page {max(pages) + 1} of a {page_count}-page document")
+        return step_and_repeat_order(pages, *grid, duplex=spec.duplex != "simplex")
+    if isinstance(spec, (NUp, CutAndStack)):
+        order = cut_and_stack_order if isinstance(spec, CutAndStack) else n_up_order
+        return order(
+            page_count, spec.columns, spec.rows, duplex=spec.duplex != "simplex", right_to_left=right_to_left
+        )
+    raise ValueError(f"no page order for layout {spec.layout!r}")

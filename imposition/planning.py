@@ -1,0 +1,343 @@
+"""The imposition plan: where every page lands on every plate, with its clip and the marks.
+
+:func:`plan_imposition` turns a layout and the boxes of the source pages into an
+:class:`ImpositionPlan`, independent of any PDF library; an engine only draws it.
+
+How cells are laid out (print conventions):
+  * Cells are laid on each page's TrimBox: a cell is as large as the largest trimmed page (never
+    larger than an equal share of the usable sheet), the block of cells and gutters is centred on
+    the sheet, and each page sits centred in its cell (booklets: against the spine).
+  * ``scaling: fit`` shrinks a page larger than its cell, without distortion; it never enlarges.
+  * Bleed: around each trim, up to ``bleed_mm``, no more than the page's BleedBox holds and no more
+    than half the space to the neighbouring trim (or the sheet edge), so neighbours never overlap.
+  * Duplex: the back is the mirror of the front across the sheet's vertical centre line (sheetwise);
+    work and turn puts front and back side by side on one plate; work and tumble puts the back below
+    the front, turned 180°.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from pikepdf import Matrix
+
+from .errors import InvalidLayout, PageTooLarge
+from .geometry import EPSILON_PT, PageBoxes, Rect, available_bleed, displayed_size, fit_scale, placement_matrix
+from .marks import Mark, SlugInfo, crop_marks, fold_marks, slug_text
+from .ordering import PageOrder, SheetOrder, page_order
+from .sheets import mm_to_pt, pt_to_mm
+from .spec import LayoutSpec, PerfectBound, SaddleStitch, StepAndRepeat
+
+#: Slug line baseline and left edge, from the sheet's lower-left corner (pt).
+SLUG_ORIGIN_PT = (mm_to_pt(5.0), mm_to_pt(2.0))
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One page on a plate.
+
+    Attributes:
+        page: 0-based source page index.
+        trim: where the page's trim lands on the sheet (pt).
+        clip: the visible area: trim plus the bleed kept on each edge (pt).
+        matrix: page default user space → sheet space, ``(a, b, c, d, e, f)``.
+        scale: the page's scale factor (1.0 = 100 %).
+        upside_down: turned 180° on the sheet (work and tumble's back).
+    """
+
+    page: int
+    trim: Rect
+    clip: Rect
+    matrix: tuple[float, float, float, float, float, float]
+    scale: float
+    upside_down: bool = False
+
+
+@dataclass(frozen=True)
+class Plate:
+    """One output page: one printed side (or, for work and turn/tumble, both sides on one plate)."""
+
+    sheet_number: int
+    side: str
+    placements: tuple[Placement, ...]
+    marks: tuple[Mark, ...]
+    slug_line: str | None
+
+
+@dataclass(frozen=True)
+class ImpositionPlan:
+    """The whole job: sheet size (pt, as printed), plates in output order and counts."""
+
+    width_pt: float
+    height_pt: float
+    plates: tuple[Plate, ...]
+    sheets: int
+    blank_pages: int
+    pages_in: int
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """Cell geometry of one sheet orientation: side regions and the uniform cell."""
+
+    sheet: Rect
+    regions: tuple[Rect, Rect]  # front, back (back is turned 180° for work and tumble)
+    columns: int
+    rows: int
+    cell_width_pt: float
+    cell_height_pt: float
+    gutters_pt: tuple[float, float]
+
+    def cell(self, region: Rect, index: int) -> Rect:
+        """Cell ``index`` (row by row from the top-left) of the block centred in ``region``."""
+        gutter_x, gutter_y = self.gutters_pt
+        block_w = self.columns * self.cell_width_pt + (self.columns - 1) * gutter_x
+        block_h = self.rows * self.cell_height_pt + (self.rows - 1) * gutter_y
+        left = region.x0 + (region.width - block_w) / 2
+        top = region.y1 - (region.height - block_h) / 2
+        row, column = divmod(index, self.columns)
+        x0 = left + column * (self.cell_width_pt + gutter_x)
+        y0 = top - (row + 1) * self.cell_height_pt - row * gutter_y
+        return Rect.from_size(x0, y0, self.cell_width_pt, self.cell_height_pt)
+
+
+def _orientations(spec: LayoutSpec) -> list[tuple[float, float]]:
+    short, long_ = sorted(spec.sheet_size_pt())
+    portrait, landscape = (short, long_), (long_, short)
+    return {"portrait": [portrait], "landscape": [landscape]}.get(spec.orientation, [portrait, landscape])
+
+
+def _regions(spec: LayoutSpec, width: float, height: float) -> tuple[Rect, Rect]:
+    top, right, bottom, left = spec.margins_pt()
+    usable = Rect(left, bottom, width - right, height - top)
+    if usable.width <= EPSILON_PT or usable.height <= EPSILON_PT:
+        raise InvalidLayout(
+            f"margin_mm={spec.margin_mm!r}: leaves no room on the "
+            f"{pt_to_mm(width):.0f} × {pt_to_mm(height):.0f} mm sheet"
+        )
+    duplex = getattr(spec, "duplex", "simplex")
+    if duplex == "work_and_turn":
+        middle = (usable.x0 + usable.x1) / 2
+        return Rect(usable.x0, usable.y0, middle, usable.y1), Rect(middle, usable.y0, usable.x1, usable.y1)
+    if duplex == "work_and_tumble":
+        middle = (usable.y0 + usable.y1) / 2
+        return Rect(usable.x0, middle, usable.x1, usable.y1), Rect(usable.x0, usable.y0, usable.x1, middle)
+    return usable, Rect(width - usable.x1, usable.y0, width - usable.x0, usable.y1)
+
+
+def _frame(
+    spec: LayoutSpec, sheet_size: tuple[float, float], page_sizes: Sequence[tuple[float, float]]
+) -> _Frame:
+    """Cell geometry for one sheet orientation; raises PageTooLarge if a page cannot be placed."""
+    width, height = sheet_size
+    regions = _regions(spec, width, height)
+    region = regions[0]
+    gutters = spec.gutters_pt() if hasattr(spec, "gutters_pt") else (0.0, 0.0)
+    max_w = max(size[0] for size in page_sizes)
+    max_h = max(size[1] for size in page_sizes)
+    if isinstance(spec, StepAndRepeat):
+        columns = math.floor((region.width + gutters[0] + EPSILON_PT) / (max_w + gutters[0]))
+        rows = math.floor((region.height + gutters[1] + EPSILON_PT) / (max_h + gutters[1]))
+        if columns * rows == 0 and spec.scaling == "fit":
+            columns = rows = 1
+        columns, rows = max(columns, 1), max(rows, 1)
+    else:
+        columns, rows = getattr(spec, "columns", 2), getattr(spec, "rows", 1)
+    share_w = (region.width - (columns - 1) * gutters[0]) / columns
+    share_h = (region.height - (rows - 1) * gutters[1]) / rows
+    if share_w <= 0 or share_h <= 0:
+        raise InvalidLayout(
+            f"gutter_mm={pt_to_mm(max(gutters)):g}: {columns} × {rows} cells do not fit the "
+            f"{pt_to_mm(region.width):.1f} × {pt_to_mm(region.height):.1f} mm usable area"
+        )
+    frame = _Frame(Rect(0, 0, width, height), regions, columns, rows, min(share_w, max_w), min(share_h, max_h), gutters)
+    if spec.scaling == "none":
+        for number, (page_w, page_h) in enumerate(page_sizes, start=1):
+            if page_w > frame.cell_width_pt + EPSILON_PT or page_h > frame.cell_height_pt + EPSILON_PT:
+                raise PageTooLarge(
+                    f"page {number}: trim {pt_to_mm(page_w):.1f} × {pt_to_mm(page_h):.1f} mm does not fit the "
+                    f"{pt_to_mm(share_w):.1f} × {pt_to_mm(share_h):.1f} mm cell on the "
+                    f"{pt_to_mm(width):.0f} × {pt_to_mm(height):.0f} mm sheet with scaling 'none'"
+                )
+    return frame
+
+
+def _score(spec: LayoutSpec, frame: _Frame, page_sizes: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """Larger is better: (copies per side for step and repeat, smallest page scale)."""
+    cell = (frame.cell_width_pt, frame.cell_height_pt)
+    smallest = min(fit_scale(size, cell) for size in page_sizes)
+    copies = frame.columns * frame.rows if isinstance(spec, StepAndRepeat) else 0
+    return copies, smallest
+
+
+def _choose_frame(spec: LayoutSpec, page_sizes: Sequence[tuple[float, float]]) -> _Frame:
+    best: tuple[tuple[float, float], _Frame] | None = None
+    too_large: PageTooLarge | None = None
+    for sheet_size in _orientations(spec):
+        try:
+            frame = _frame(spec, sheet_size, page_sizes)
+        except PageTooLarge as exc:
+            too_large = too_large or exc
+            continue
+        score = _score(spec, frame, page_sizes)
+        if best is None or score > best[0]:
+            best = (score, frame)
+    if best is None:
+        assert too_large is not None
+        raise too_large
+    return best[1]
+
+
+def _place_side(
+    spec: LayoutSpec, frame: _Frame, region: Rect, slots: Sequence[int | None], pages: Sequence[PageBoxes],
+    creep_steps: int,
+) -> list[Placement]:
+    """Placements of one side, upright in ``region`` (clip still equal to trim)."""
+    booklet = isinstance(spec, (SaddleStitch, PerfectBound))
+    creep_pt = mm_to_pt(getattr(spec, "creep_mm", 0.0)) * creep_steps
+    placements = []
+    for index, page in enumerate(slots):
+        if page is None:
+            continue
+        cell = frame.cell(region, index)
+        page_w, page_h = displayed_size(pages[page])
+        scale = fit_scale((page_w, page_h), (cell.width, cell.height))
+        placed_w, placed_h = page_w * scale, page_h * scale
+        x0 = cell.x0 + (cell.width - placed_w) / 2
+        shift = 0.0
+        if booklet:  # against the spine; creep moves the content toward it
+            column = index % frame.columns
+            x0, shift = (cell.x1 - placed_w, creep_pt) if column == 0 else (cell.x0, -creep_pt)
+        y0 = cell.y0 + (cell.height - placed_h) / 2
+        trim = Rect.from_size(x0, y0, placed_w, placed_h)
+        matrix = placement_matrix(pages[page], scale, (x0 + shift, y0), upside_down=False)
+        placements.append(Placement(page, trim, trim, tuple(matrix.shorthand), scale))
+    return placements
+
+
+def _turned(placements: list[Placement], region: Rect) -> list[Placement]:
+    """The placements turned 180° about the centre of ``region`` (work and tumble's back)."""
+    cx, cy = region.centre
+    turn = Matrix().translated(-cx, -cy) @ Matrix().rotated(180) @ Matrix().translated(cx, cy)
+    result = []
+    for p in placements:
+        trim = p.trim.transformed(turn)
+        matrix = tuple((Matrix(*p.matrix) @ turn).shorthand)
+        result.append(replace(p, trim=trim, clip=trim, matrix=matrix, upside_down=not p.upside_down))
+    return result
+
+
+def _with_bleed(placements: list[Placement], pages: Sequence[PageBoxes], sheet: Rect, bleed_pt: float) -> list[Placement]:
+    """Each placement's clip: its trim grown by the bleed it may keep on each edge."""
+    if bleed_pt <= 0:
+        return placements
+    result = []
+    for p in placements:
+        left, bottom, right, top = (min(bleed_pt, side * p.scale) for side in available_bleed(pages[p.page]))
+        if p.upside_down:
+            left, bottom, right, top = right, top, left, bottom
+        left = min(left, p.trim.x0 - sheet.x0)
+        bottom = min(bottom, p.trim.y0 - sheet.y0)
+        right = min(right, sheet.x1 - p.trim.x1)
+        top = min(top, sheet.y1 - p.trim.y1)
+        for q in placements:
+            if q is p:
+                continue
+            if q.trim.y0 < p.trim.y1 - EPSILON_PT and p.trim.y0 < q.trim.y1 - EPSILON_PT:
+                if q.trim.x0 >= p.trim.x1 - EPSILON_PT:
+                    right = min(right, (q.trim.x0 - p.trim.x1) / 2)
+                if q.trim.x1 <= p.trim.x0 + EPSILON_PT:
+                    left = min(left, (p.trim.x0 - q.trim.x1) / 2)
+            if q.trim.x0 < p.trim.x1 - EPSILON_PT and p.trim.x0 < q.trim.x1 - EPSILON_PT:
+                if q.trim.y0 >= p.trim.y1 - EPSILON_PT:
+                    top = min(top, (q.trim.y0 - p.trim.y1) / 2)
+                if q.trim.y1 <= p.trim.y0 + EPSILON_PT:
+                    bottom = min(bottom, (p.trim.y0 - q.trim.y1) / 2)
+        clip = p.trim.expanded(max(left, 0.0), max(bottom, 0.0), max(right, 0.0), max(top, 0.0))
+        result.append(replace(p, clip=clip))
+    return result
+
+
+def _folds(spec: LayoutSpec, frame: _Frame, region: Rect, turned: bool) -> list[tuple[float, Rect]]:
+    """The fold line of a booklet side (when fold marks are asked for): its x and the spread it folds."""
+    if not getattr(spec, "fold_marks", False):
+        return []
+    spread = Rect(frame.cell(region, 0).x0, frame.cell(region, 0).y0, frame.cell(region, 1).x1, frame.cell(region, 1).y1)
+    x = frame.cell(region, 0).x1
+    if turned:
+        cx, cy = region.centre
+        x = 2 * cx - x
+        spread = Rect(2 * cx - spread.x1, 2 * cy - spread.y1, 2 * cx - spread.x0, 2 * cy - spread.y0)
+    return [(x, spread)]
+
+
+def _marks(spec: LayoutSpec, frame: _Frame, placements: list[Placement], folds: list[tuple[float, Rect]]) -> list[Mark]:
+    keep_clear = [p.clip for p in placements]
+    length_pt = mm_to_pt(spec.crop_mark_length_mm)
+    offset_pt = mm_to_pt(max(spec.crop_mark_offset_mm, spec.bleed_mm))
+    marks: list[Mark] = []
+    if spec.crop_marks:
+        trims = [p.trim for p in placements]
+        marks += crop_marks(trims, keep_clear, frame.sheet, length_pt=length_pt, offset_pt=offset_pt)
+    if getattr(spec, "fold_marks", False):
+        marks += fold_marks(folds, keep_clear, frame.sheet, length_pt=length_pt, offset_pt=offset_pt)
+    return marks
+
+
+def _sides(
+    spec: LayoutSpec, frame: _Frame, sheet: SheetOrder, pages: Sequence[PageBoxes], creep_steps: int
+) -> list[tuple[str, list[Placement], list[tuple[float, Rect]]]]:
+    """The plates of one sheet: (side name, placements, fold lines)."""
+    front_region, back_region = frame.regions
+    front = _place_side(spec, frame, front_region, sheet.front, pages, creep_steps)
+    front_folds = _folds(spec, frame, front_region, False)
+    if sheet.back is None:
+        return [("front", front, front_folds)]
+    back = _place_side(spec, frame, back_region, sheet.back, pages, creep_steps)
+    duplex = getattr(spec, "duplex", "simplex")
+    if duplex == "work_and_turn":
+        return [("work and turn", front + back, front_folds + _folds(spec, frame, back_region, False))]
+    if duplex == "work_and_tumble":
+        turned = _turned(back, back_region)
+        return [("work and tumble", front + turned, front_folds + _folds(spec, frame, back_region, True))]
+    return [("front", front, front_folds), ("back", back, _folds(spec, frame, back_region, False))]
+
+
+def plan_imposition(spec: LayoutSpec, pages: Sequence[PageBoxes], *, slug: SlugInfo | None = None) -> ImpositionPlan:
+    """Plan the imposition of a document.
+
+    Args:
+        spec: the layout.
+        pages: the boxes of every source page, in document order (at least one).
+        slug: job and tenant for the slug line (printed when ``spec.slug`` is true).
+
+    Returns:
+        The plan: sheet size, plates in output order (front, back, front, back… for sheetwise duplex;
+        one plate per sheet for simplex, work and turn and work and tumble).
+
+    Raises:
+        InvalidLayout: margins or gutters leave no room, or ``pages`` names a page the document lacks.
+        PageTooLarge: with ``scaling: none``, a page does not fit its cell in any allowed orientation.
+    """
+    considered: Sequence[int] = range(len(pages))
+    if isinstance(spec, StepAndRepeat) and spec.pages:
+        for index, number in enumerate(spec.pages):
+            if number > len(pages):
+                raise InvalidLayout(f"pages[{index}]={number}: the document has only {len(pages)} pages")
+        considered = sorted({number - 1 for number in spec.pages})
+    frame = _choose_frame(spec, [displayed_size(pages[i]) for i in considered])
+    order: PageOrder = page_order(spec, len(pages), grid=(frame.columns, frame.rows))
+    section_sheets = spec.signature_pages // 4 if isinstance(spec, PerfectBound) else len(order.sheets)
+    bleed_pt = mm_to_pt(spec.bleed_mm)
+    plates = []
+    for number, sheet in enumerate(order.sheets, start=1):
+        creep_steps = (number - 1) % section_sheets if isinstance(spec, (SaddleStitch, PerfectBound)) else 0
+        for side, placements, folds in _sides(spec, frame, sheet, pages, creep_steps):
+            placements = _with_bleed(placements, pages, frame.sheet, bleed_pt)
+            slug_line = slug_text(slug, number, len(order.sheets), side) if spec.slug and slug else None
+            plates.append(Plate(number, side, tuple(placements), tuple(_marks(spec, frame, placements, folds)), slug_line))
+    return ImpositionPlan(
+        frame.sheet.width, frame.sheet.height, tuple(plates), len(order.sheets), order.blank_pages, len(pages)
+    )

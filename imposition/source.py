@@ -1,0 +1,110 @@
+"""Opening a source PDF with typed errors, and reading each page's boxes.
+
+Runs inside the engine's child process (:mod:`imposition.child`): hostile input is parsed only there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pikepdf
+
+from .errors import DamagedPdf, NoPages, NotAPdf, PasswordRequired, TooManyPages
+from .geometry import PageBoxes, Rect, normalise_rotate
+
+#: A PDF header may start anywhere in the first 1024 bytes (PDF 32000-1 §7.5.2 and Annex H.3 note 13).
+PDF_HEADER_WINDOW_BYTES = 1024
+#: Default MediaBox of a page that has none: US Letter, as qpdf and pdf.js assume.
+DEFAULT_MEDIA_BOX = (0.0, 0.0, 612.0, 792.0)
+#: The page tree is walked at most this deep when looking up an inherited attribute (guards a cycle).
+MAX_PAGE_TREE_DEPTH = 64
+
+
+def open_source(path: Path, *, max_pages: int) -> pikepdf.Pdf:
+    """Open ``path`` for imposition.
+
+    qpdf reconstructs a damaged cross-reference table on its own before giving up. A PDF with only an
+    owner password (permissions, no user password) opens with the empty password.
+
+    Returns:
+        The open document (the caller closes it).
+
+    Raises:
+        NotAPdf: no ``%PDF-`` header in the first 1024 bytes.
+        PasswordRequired: a user password is needed.
+        DamagedPdf: qpdf cannot open or reconstruct the file.
+        NoPages: the page tree is empty.
+        TooManyPages: more than ``max_pages`` pages.
+    """
+    with path.open("rb") as handle:
+        head = handle.read(PDF_HEADER_WINDOW_BYTES)
+    if b"%PDF-" not in head:
+        raise NotAPdf(f"{path.name}: not a PDF (no %PDF- header in its first {PDF_HEADER_WINDOW_BYTES} bytes)")
+    try:
+        pdf = pikepdf.open(path)
+    except pikepdf.PasswordError:
+        raise PasswordRequired(f"{path.name}: encrypted with a user password; a password is needed to open it") from None
+    except pikepdf.PdfError as exc:
+        raise DamagedPdf(f"{path.name}: damaged beyond repair (qpdf could not reconstruct it: {exc})") from None
+    try:
+        page_count = len(pdf.pages)
+    except pikepdf.PdfError as exc:
+        pdf.close()
+        raise DamagedPdf(f"{path.name}: damaged page tree ({exc})") from None
+    if page_count == 0:
+        pdf.close()
+        raise NoPages(f"{path.name}: the PDF has no pages")
+    if page_count > max_pages:
+        pdf.close()
+        raise TooManyPages(f"{path.name}: {page_count} pages is more than max_pages={max_pages}")
+    return pdf
+
+
+def inherited(page: pikepdf.Dictionary, key: str) -> pikepdf.Object | None:
+    """A page attribute, looked up through the page tree when the page lacks it.
+
+    /Resources, /MediaBox, /CropBox and /Rotate are inheritable (PDF 32000-1 §7.7.3.4, Table 30).
+    """
+    node: pikepdf.Object | None = page
+    for _ in range(MAX_PAGE_TREE_DEPTH):
+        if node is None or not isinstance(node, pikepdf.Dictionary):
+            return None
+        value = node.get(key)
+        if value is not None:
+            return value
+        node = node.get("/Parent")
+    return None
+
+
+def _box(value: pikepdf.Object | None, page_number: int, name: str) -> Rect | None:
+    if value is None:
+        return None
+    try:
+        numbers = [float(v) for v in value]
+    except (TypeError, ValueError):
+        raise DamagedPdf(f"page {page_number}: {name} is not an array of numbers") from None
+    if len(numbers) != 4:
+        raise DamagedPdf(f"page {page_number}: {name} has {len(numbers)} numbers, not 4")
+    return Rect.from_box(numbers)
+
+
+def page_boxes(page: pikepdf.Dictionary, page_number: int) -> PageBoxes:
+    """The boxes of one page (1-based ``page_number`` for messages), per PDF 32000-1 §14.11.2.
+
+    Raises:
+        DamagedPdf: a box is malformed, or the visible trim has no area.
+    """
+    media = _box(inherited(page, "/MediaBox"), page_number, "MediaBox") or Rect.from_box(DEFAULT_MEDIA_BOX)
+    crop = (_box(inherited(page, "/CropBox"), page_number, "CropBox") or media).intersect(media)
+    trim = (_box(page.get("/TrimBox"), page_number, "TrimBox") or crop).intersect(crop)
+    bleed = (_box(page.get("/BleedBox"), page_number, "BleedBox") or crop).intersect(crop)
+    if trim.width <= 0 or trim.height <= 0:
+        raise DamagedPdf(f"page {page_number}: its visible trim area is empty (TrimBox ∩ CropBox ∩ MediaBox)")
+    try:
+        rotate = normalise_rotate(float(inherited(page, "/Rotate") or 0))
+        user_unit = float(page.get("/UserUnit", 1.0))
+    except (TypeError, ValueError):
+        raise DamagedPdf(f"page {page_number}: /Rotate or /UserUnit is not a number") from None
+    if not user_unit > 0:
+        raise DamagedPdf(f"page {page_number}: /UserUnit={user_unit:g} must be positive")
+    return PageBoxes(crop=crop, trim=trim, bleed=bleed, rotate_degrees_cw=rotate, user_unit=user_unit)

@@ -1,0 +1,266 @@
+"""The layout specification: a JSON document, validated with pydantic.
+
+One model per layout, told apart by the ``layout`` field::
+
+    {"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape"}
+    {"layout": "n_up", "sheet": "SRA3", "orientation": "portrait", "columns": 2, "rows": 2,
+     "gutter_mm": 5, "crop_marks": true}
+    {"layout": "step_and_repeat", "sheet": "SRA3", "pages": [1]}
+    {"layout": "cut_and_stack", "sheet": "SRA3", "columns": 2, "rows": 2}
+    {"layout": "perfect_bound", "sheet": "SRA3", "signature_pages": 16}
+
+Units are in the field names (``_mm`` millimetres, ``_pt`` PDF points). Page numbers are 1-based, as
+a print shop counts them. Unknown fields are rejected, so a typo never passes silently.
+
+:func:`parse_layout` is the only entry point; it raises :class:`~imposition.errors.InvalidLayout`
+naming each bad field, its value and the limit it breaks.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal, Union
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+
+from .errors import InvalidLayout
+from .sheets import mm_to_pt, preset_names, preset_size_mm
+
+#: PDF page size limits in default user space units (PDF 32000-1 Annex C.2): 3 to 14 400.
+MIN_SHEET_PT = 3.0
+MAX_SHEET_PT = 14_400.0
+
+Orientation = Literal["auto", "portrait", "landscape"]
+#: How the two sides of a sheet are printed: ``sheetwise`` (a plate per side), ``work_and_turn``
+#: (both sides on one plate, the sheet turned side to side), ``work_and_tumble`` (turned head to foot).
+Duplex = Literal["sheetwise", "work_and_turn", "work_and_tumble"]
+Binding = Literal["left_to_right", "right_to_left"]
+#: Where padding blanks go in a booklet: at the end, at the start, or before the last page (so the
+#: last page stays the back cover).
+BlankPagesAt = Literal["end", "start", "before_back_cover"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CustomSheet(_Strict):
+    """A sheet size given in millimetres or in points (both sides in the same unit)."""
+
+    width_mm: float | None = Field(default=None, gt=0)
+    height_mm: float | None = Field(default=None, gt=0)
+    width_pt: float | None = Field(default=None, gt=0)
+    height_pt: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_unit(self) -> "CustomSheet":
+        given = sum(v is not None for v in (self.width_mm, self.height_mm, self.width_pt, self.height_pt))
+        has_mm = self.width_mm is not None and self.height_mm is not None
+        has_pt = self.width_pt is not None and self.height_pt is not None
+        if given != 2 or not (has_mm or has_pt):
+            raise ValueError("give either width_mm and height_mm, or width_pt and height_pt")
+        return self
+
+    def size_pt(self) -> tuple[float, float]:
+        """``(width_pt, height_pt)`` as given (not yet turned by the orientation)."""
+        if self.width_mm is not None and self.height_mm is not None:
+            return mm_to_pt(self.width_mm), mm_to_pt(self.height_mm)
+        assert self.width_pt is not None and self.height_pt is not None
+        return self.width_pt, self.height_pt
+
+
+class Margins(_Strict):
+    """Unprintable or reserved edges of the sheet, in millimetres (as seen on the front)."""
+
+    top_mm: float = Field(default=0.0, ge=0, le=200)
+    right_mm: float = Field(default=0.0, ge=0, le=200)
+    bottom_mm: float = Field(default=0.0, ge=0, le=200)
+    left_mm: float = Field(default=0.0, ge=0, le=200)
+
+
+class LayoutSpec(_Strict):
+    """Options common to every layout.
+
+    Attributes:
+        sheet: a preset name (A0–A5, SRA2, SRA3, B1, B2, Letter, Legal, Tabloid, 12x18 in) or a
+            :class:`CustomSheet`.
+        orientation: ``portrait``/``landscape`` turn the sheet; ``auto`` tries both and keeps the one
+            that places the pages largest (step-and-repeat: the one holding most copies).
+        margin_mm: one margin for every edge, or :class:`Margins` per edge; cells stay inside.
+        bleed_mm: bleed kept around each page's trim, taken from its BleedBox (PDF 32000-1 §14.11.2),
+            limited by the bleed the page has and by half the space to the neighbouring page.
+        crop_marks: trim marks at the corners of every placed page, outside its trim and bleed.
+        crop_mark_length_mm, crop_mark_offset_mm: size of a mark, and its gap from the trim corner
+            (at least ``bleed_mm``, so marks never print on the bleed).
+        slug: a slug line (job, tenant, sheet n of m, side) at the foot of every plate.
+        scaling: ``fit`` shrinks a page that is larger than its cell (never enlarges) and centres it;
+            ``none`` places at 100 % and fails with ``page_too_large`` if a page does not fit.
+    """
+
+    layout: str
+    sheet: str | CustomSheet
+    orientation: Orientation = "auto"
+    margin_mm: Annotated[float, Field(ge=0, le=200)] | Margins = 0.0
+    bleed_mm: float = Field(default=0.0, ge=0, le=25)
+    crop_marks: bool = False
+    crop_mark_length_mm: float = Field(default=5.0, gt=0, le=30)
+    crop_mark_offset_mm: float = Field(default=3.0, ge=0, le=30)
+    slug: bool = False
+    scaling: Literal["fit", "none"] = "fit"
+
+    @field_validator("sheet")
+    @classmethod
+    def _known_sheet(cls, value: str | CustomSheet) -> str | CustomSheet:
+        if isinstance(value, str) and preset_size_mm(value) is None:
+            raise ValueError(f"unknown sheet preset {value!r}; presets: {', '.join(preset_names())}")
+        if isinstance(value, CustomSheet):
+            for side_pt in value.size_pt():
+                if not MIN_SHEET_PT <= side_pt <= MAX_SHEET_PT:
+                    raise ValueError(
+                        f"sheet side {side_pt:g} pt is outside the PDF page size limits "
+                        f"{MIN_SHEET_PT:g}..{MAX_SHEET_PT:g} pt (PDF 32000-1 Annex C.2)"
+                    )
+        return value
+
+    def sheet_size_pt(self) -> tuple[float, float]:
+        """The sheet ``(width_pt, height_pt)`` as named (portrait for presets), before orientation."""
+        if isinstance(self.sheet, CustomSheet):
+            return self.sheet.size_pt()
+        size_mm = preset_size_mm(self.sheet)
+        assert size_mm is not None  # checked by the validator
+        return mm_to_pt(size_mm[0]), mm_to_pt(size_mm[1])
+
+    def margins_pt(self) -> tuple[float, float, float, float]:
+        """Margins as ``(top_pt, right_pt, bottom_pt, left_pt)`` on the front side."""
+        if isinstance(self.margin_mm, Margins):
+            m = self.margin_mm
+            return tuple(mm_to_pt(v) for v in (m.top_mm, m.right_mm, m.bottom_mm, m.left_mm))  # type: ignore[return-value]
+        return (mm_to_pt(self.margin_mm),) * 4  # type: ignore[return-value]
+
+
+class _Booklet(LayoutSpec):
+    """Options of the folded layouts (saddle stitch, perfect bound): two pages per side, duplex."""
+
+    duplex: Duplex = "sheetwise"
+    binding: Binding = "left_to_right"
+    blank_pages_at: BlankPagesAt = "end"
+    creep_mm: float = Field(default=0.0, ge=0, le=5, description="shift toward the spine per sheet")
+    fold_marks: bool = False
+
+
+class SaddleStitch(_Booklet):
+    """A saddle-stitched booklet: sheets nested, folded once, stapled through the fold.
+
+    Pages are padded with blanks to a multiple of 4. ``creep_mm`` moves the pages of each inner sheet
+    toward the spine by that much more than the sheet outside it (shingling).
+    """
+
+    layout: Literal["saddle_stitch"]
+
+
+class PerfectBound(_Booklet):
+    """A perfect-bound book: folded signatures of ``signature_pages`` gathered in order and glued.
+
+    Each signature is a section of ``signature_pages / 4`` nested sheets, two pages per side, folded
+    once (creep applies within a signature). Pages are padded with blanks to whole signatures.
+    """
+
+    layout: Literal["perfect_bound"]
+    signature_pages: Literal[4, 8, 16, 32] = 16
+
+
+class _Grid(LayoutSpec):
+    """Options of the grid layouts: ``gutter_mm`` between cells, duplex style, reading direction."""
+
+    gutter_mm: float = Field(default=0.0, ge=0, le=200)
+    column_gutter_mm: float | None = Field(default=None, ge=0, le=200)
+    row_gutter_mm: float | None = Field(default=None, ge=0, le=200)
+    duplex: Literal["simplex"] | Duplex = "simplex"
+    binding: Binding = "left_to_right"
+
+    def gutters_pt(self) -> tuple[float, float]:
+        """``(column_gutter_pt, row_gutter_pt)``: space between columns and between rows."""
+        column = self.gutter_mm if self.column_gutter_mm is None else self.column_gutter_mm
+        row = self.gutter_mm if self.row_gutter_mm is None else self.row_gutter_mm
+        return mm_to_pt(column), mm_to_pt(row)
+
+
+class _Cells(_Grid):
+    """A grid of ``columns`` × ``rows`` cells per side."""
+
+    columns: int = Field(default=2, ge=1, le=50)
+    rows: int = Field(default=2, ge=1, le=50)
+
+
+class NUp(_Cells):
+    """n-up: pages in reading order, ``columns × rows`` per side (duplex: odd pages front, even back)."""
+
+    layout: Literal["n_up"]
+
+
+class CutAndStack(_Cells):
+    """Cut and stack: after cutting the sheet pile, the stacks laid in cell order read in page order."""
+
+    layout: Literal["cut_and_stack"]
+
+
+class StepAndRepeat(_Grid):
+    """Step and repeat: each listed page fills one side with as many identical upright copies as fit.
+
+    ``pages`` are 1-based; None means every page. The grid is computed, not given: the largest that
+    fits at 100 % (both sheet orientations tried under ``orientation: auto``).
+    With a duplex style, consecutive listed pages are front and back of one sheet.
+    """
+
+    layout: Literal["step_and_repeat"]
+    pages: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, min_length=1, max_length=10_000)
+
+
+AnyLayout = Annotated[
+    Union[SaddleStitch, PerfectBound, NUp, CutAndStack, StepAndRepeat], Field(discriminator="layout")
+]
+_ADAPTER: TypeAdapter[LayoutSpec] = TypeAdapter(AnyLayout)
+
+#: The accepted values of ``layout``.
+LAYOUTS = ("saddle_stitch", "perfect_bound", "n_up", "cut_and_stack", "step_and_repeat")
+
+
+def _describe(error: Any) -> str:
+    loc = [str(part) for part in error["loc"]]
+    if loc and loc[0] in LAYOUTS:  # the discriminator tag pydantic puts first
+        loc = loc[1:]
+    field = ".".join(loc) or "layout"
+    if error["type"] == "union_tag_invalid":
+        field = "layout"
+    value = error.get("input")
+    shown = "" if isinstance(value, dict) else f"={value!r}"
+    return f"{field}{shown}: {error['msg']}"
+
+
+def parse_layout(obj: dict[str, Any] | str | bytes) -> LayoutSpec:
+    """Validate a layout specification.
+
+    Args:
+        obj: the specification as a dict, or as JSON text.
+
+    Returns:
+        The layout: a :class:`SaddleStitch`, :class:`PerfectBound`, :class:`NUp`,
+        :class:`CutAndStack` or :class:`StepAndRepeat` (all :class:`LayoutSpec`).
+
+    Raises:
+        InvalidLayout: malformed JSON, an unknown layout or field, or a value outside its limits; the
+            message names every bad field, its value and the rule it breaks.
+    """
+    if isinstance(obj, (str, bytes)):
+        try:
+            obj = json.loads(obj)
+        except ValueError as exc:
+            raise InvalidLayout(f"layout is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise InvalidLayout(f"layout must be a JSON object, got {type(obj).__name__}")
+    try:
+        return _ADAPTER.validate_python(obj)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(_describe(error) for error in exc.errors(include_url=False))
+        raise InvalidLayout(f"invalid layout: {problems}") from None

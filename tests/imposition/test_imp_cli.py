@@ -1,0 +1,42 @@
+"""``imposition impose``: the engine alone, from the command line."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from imposition.cli import impose_command
+from .imposition_readback import page_sizes_mm
+
+
+def test_impose_prints_a_one_line_summary(case, tmp_path):
+    layout = tmp_path / "layout.json"
+    layout.write_text(json.dumps({"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape"}))
+    output = tmp_path / "plate.pdf"
+    result = CliRunner().invoke(impose_command, [str(case("a5_13p_odd.pdf")), "--layout", str(layout), "-o", str(output)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "8 sides on 4 sheets from 13 pages (3 blank)" in lines[0] and "pikepdf" in lines[0]
+    assert len(page_sizes_mm(output)) == 8
+
+
+def test_impose_reports_a_typed_error_and_exits_1(case, tmp_path):
+    result = CliRunner().invoke(impose_command, [str(case("encrypted_user_pw_8p.pdf")), "--layout",
+                                                 '{"layout": "n_up", "sheet": "A4"}', "-o", str(tmp_path / "p.pdf")])
+    assert result.exit_code == 1 and "password_required" in result.output
+
+
+def test_impose_with_the_pdftoolbox_engine(case, tmp_path, stand_in_settings, monkeypatch):
+    from service.settings import get_settings
+
+    monkeypatch.setenv("IMPOSITION_PDFTOOLBOX_PATH", stand_in_settings.pdftoolbox_path)
+    monkeypatch.setenv("IMPOSITION_PDFTOOLBOX_PROCESS_PLAN", stand_in_settings.pdftoolbox_process_plan)
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(impose_command, [str(case("a5_8p.pdf")), "--layout", '{"layout": "n_up", "sheet": "SRA3"}',
+                                                     "-o", str(tmp_path / "p.pdf"), "--engine", "pdftoolbox"])
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 0, result.output
+    assert "with pdftoolbox" in result.output
