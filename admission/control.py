@@ -1,0 +1,301 @@
+"""The admission checks, run atomically in Redis by one Lua script per call (DESIGN §2, layer 3).
+
+One admission, in this order, all inside one ``EVALSHA`` (Redis runs a script as one atomic step,
+so a refused submission leaves no partial state and 20 threads racing on one token see exactly one
+winner)::
+
+    1. idempotency   GET  token key              taken → DuplicateSubmission(existing job id)
+    2. rate limit    sliding-window log: ZREMRANGEBYSCORE (older than 60 s), ZCARD
+                                                 >= limit → RateLimited(retry_after_s)
+    3. in-flight cap ZREMRANGEBYSCORE (older than the expiry), ZCARD
+                                                 >= cap → InFlightLimitReached
+    4. admit         SET token key = job id (PX idempotency TTL); ZADD rate log; ZADD in-flight set;
+                     SET job key = tenant (so ``confirm(job_id)`` finds the tenant)
+
+The rate limit is a *sliding-window log* (one sorted-set entry per admitted job, scored by its
+admission time in integer microseconds): at most ``rate_limit_per_min`` admissions in any window of
+60 s, exactly, with ``retry_after_s`` the time until the oldest entry that matters leaves the
+window. Memory per tenant is bounded by the limit. A job admitted at time s counts against
+admissions in [s, s + 60 s).
+
+"In flight" means admitted and not yet confirmed: the job is added at admission and removed by
+:meth:`Admission.confirm` (the tenant confirms receipt of its webhook) or by :meth:`Admission.abandon`
+(the submission failed after admission). Both are idempotent. An entry older than
+``Settings.admission_in_flight_expiry_s`` (default 24 h, longer than the webhook give-up deadline)
+stops counting, so a job whose webhook can never be delivered and that its tenant never confirms
+holds one unit of that tenant's cap for at most that long.
+
+Keys (one Redis, not a cluster; the tenant id contains no ``:``)::
+
+    imposition:admission:<tenant>:token:<sha256(token)>   job id, TTL idempotency TTL
+    imposition:admission:<tenant>:rate                    sorted set job id → admitted at (µs)
+    imposition:admission:<tenant>:in_flight               sorted set job id → admitted at (µs)
+    imposition:admission:job:<job id>                     tenant id, TTL in-flight expiry
+
+Time is Redis's own clock (``TIME``), so submitters on different hosts agree; tests pass ``now_s``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from collections.abc import Callable
+
+import redis
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+from redis.retry import Retry
+
+from admission.errors import (
+    AdmissionUnavailable,
+    DuplicateSubmission,
+    InFlightLimitReached,
+    RateLimited,
+)
+from admission.limits import TenantLimits, limits_for
+from service.settings import get_settings
+from service.tenancy import validate_tenant_id
+
+#: Namespace of every admission key.
+KEY_PREFIX = "imposition:admission"
+#: The rate limit counts admissions per minute (the unit of ``rate_limit_per_min``).
+RATE_WINDOW_US = 60 * 1_000_000
+_US_PER_S = 1_000_000
+
+# KEYS: token, rate, in_flight, job.  ARGV: job_id, tenant_id, now_us ('' = Redis TIME), token TTL ms,
+# rate limit, rate window µs, in-flight cap, in-flight expiry µs.
+_ADMIT_LUA = """
+local existing = redis.call('GET', KEYS[1])
+if existing then
+  return {'duplicate', existing}
+end
+local now
+if ARGV[3] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[3])
+end
+local limit, window = tonumber(ARGV[5]), tonumber(ARGV[6])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - window)
+local used = redis.call('ZCARD', KEYS[2])
+if used >= limit then
+  local blocking = redis.call('ZRANGE', KEYS[2], used - limit, used - limit, 'WITHSCORES')
+  return {'rate_limited', tostring(tonumber(blocking[2]) + window - now), tostring(used)}
+end
+local cap, expiry = tonumber(ARGV[7]), tonumber(ARGV[8])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - expiry)
+local in_flight = redis.call('ZCARD', KEYS[3])
+if in_flight >= cap then
+  return {'in_flight', tostring(in_flight)}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
+redis.call('ZADD', KEYS[2], now, ARGV[1])
+redis.call('PEXPIRE', KEYS[2], math.ceil(window / 1000))
+redis.call('ZADD', KEYS[3], now, ARGV[1])
+redis.call('PEXPIRE', KEYS[3], math.ceil(expiry / 1000))
+redis.call('SET', KEYS[4], ARGV[2], 'PX', math.ceil(expiry / 1000))
+return {'admitted', ARGV[1], tostring(in_flight + 1)}
+"""
+
+# KEYS: token, rate, in_flight, job.  ARGV: job_id, tenant_id.  Undo one admission of job_id only.
+_ABANDON_LUA = """
+local undone = 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  undone = undone + redis.call('DEL', KEYS[1])
+end
+undone = undone + redis.call('ZREM', KEYS[2], ARGV[1])
+undone = undone + redis.call('ZREM', KEYS[3], ARGV[1])
+if redis.call('GET', KEYS[4]) == ARGV[2] then
+  redis.call('DEL', KEYS[4])
+end
+return undone
+"""
+
+# KEYS: in_flight, job.  ARGV: job_id, tenant_id.  Returns 1 if the job was in flight, else 0.
+_CONFIRM_LUA = """
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+if redis.call('GET', KEYS[2]) == ARGV[2] then
+  redis.call('DEL', KEYS[2])
+end
+return removed
+"""
+
+
+def token_key(tenant_id: str, token: str) -> str:
+    """Redis key of ``tenant_id``'s idempotency ``token`` (hashed: tokens are the caller's text)."""
+    return f"{KEY_PREFIX}:{tenant_id}:token:{hashlib.sha256(token.encode()).hexdigest()}"
+
+
+def rate_key(tenant_id: str) -> str:
+    """Redis key of ``tenant_id``'s rate-limit log."""
+    return f"{KEY_PREFIX}:{tenant_id}:rate"
+
+
+def in_flight_key(tenant_id: str) -> str:
+    """Redis key of ``tenant_id``'s set of unconfirmed jobs."""
+    return f"{KEY_PREFIX}:{tenant_id}:in_flight"
+
+
+def job_key(job_id: str) -> str:
+    """Redis key mapping an admitted job to its tenant."""
+    return f"{KEY_PREFIX}:job:{job_id}"
+
+
+def _now_us(now_s: float | None) -> str:
+    return "" if now_s is None else str(round(now_s * _US_PER_S))
+
+
+class Admission:
+    """Admission control against one Redis database.
+
+    Args:
+        client: a redis-py client (default: one for ``Settings.redis_url`` with
+            ``Settings.admission_redis_timeout_s`` as connect and read timeout).
+        limits: tenant id → :class:`TenantLimits` (default :func:`admission.limits.limits_for`,
+            the configured overrides).
+
+    Thread-safe (redis-py clients are); safe after ``fork()`` (redis-py pools reconnect).
+    """
+
+    def __init__(self, client: redis.Redis | None = None, *,
+                 limits: Callable[[str], TenantLimits] = limits_for) -> None:
+        if client is None:
+            settings = get_settings()
+            client = redis.Redis.from_url(
+                settings.redis_url,
+                socket_timeout=settings.admission_redis_timeout_s,
+                socket_connect_timeout=settings.admission_redis_timeout_s,
+                retry=Retry(NoBackoff(), settings.admission_redis_retries),
+                decode_responses=True,
+            )
+        self.client = client
+        self._limits = limits
+        self._admit = client.register_script(_ADMIT_LUA)
+        self._abandon = client.register_script(_ABANDON_LUA)
+        self._confirm = client.register_script(_CONFIRM_LUA)
+
+    def _run(self, script, keys: list[str], args: list[object], what: str):
+        try:
+            return script(keys=keys, args=args)
+        except RedisError as exc:
+            raise AdmissionUnavailable(f"admission {what}: Redis unavailable, nothing published ({exc})") from exc
+
+    @staticmethod
+    def _keys(tenant_id: str, token: str, job_id: str) -> list[str]:
+        return [token_key(tenant_id, token), rate_key(tenant_id), in_flight_key(tenant_id), job_key(job_id)]
+
+    def admit(self, tenant_id: str, token: str, job_id: str, *, now_s: float | None = None) -> int:
+        """Run the three checks for ``job_id`` and, if all pass, record it; return the tenant's
+        in-flight count including this job.
+
+        Args:
+            tenant_id: canonical tenant id.
+            token: the caller's idempotency token (1 to ``Settings.idempotency_token_max_len``
+                characters).
+            job_id: the id the job will have (stored under the token).
+            now_s: epoch seconds to use instead of Redis's clock (tests control time with it).
+
+        Raises:
+            service.tenancy.InvalidTenantId: not a canonical tenant id.
+            ValueError: an empty or too long token, or an empty job id.
+            DuplicateSubmission: the token is taken (``.job_id`` is the job that holds it).
+            RateLimited: ``rate_limit_per_min`` admissions in the last 60 s (``.retry_after_s``).
+            InFlightLimitReached: ``in_flight_cap`` unconfirmed jobs.
+            AdmissionUnavailable: Redis or the tenant's limits unreachable (fail closed).
+        """
+        validate_tenant_id(tenant_id)
+        max_len = get_settings().idempotency_token_max_len
+        if not isinstance(token, str) or not token.strip() or len(token) > max_len:
+            raise ValueError(f"token: must be a non-empty string of at most {max_len} characters "
+                             "(the caller's idempotency token)")
+        if not job_id:
+            raise ValueError("job_id: must be non-empty")
+        limits = self._limits(tenant_id)
+        reply = self._run(self._admit, self._keys(tenant_id, token, job_id), [
+            job_id, tenant_id, _now_us(now_s), limits.idempotency_ttl_s * 1000, limits.rate_limit_per_min,
+            RATE_WINDOW_US, limits.in_flight_cap, get_settings().admission_in_flight_expiry_s * _US_PER_S,
+        ], "admit")
+        verdict = reply[0]
+        if verdict == "admitted":
+            return int(reply[2])
+        if verdict == "duplicate":
+            raise DuplicateSubmission(tenant_id, reply[1])
+        if verdict == "rate_limited":
+            raise RateLimited(tenant_id, int(float(reply[1])) / _US_PER_S, limits.rate_limit_per_min)
+        raise InFlightLimitReached(tenant_id, int(reply[1]), limits.in_flight_cap)
+
+    def abandon(self, tenant_id: str, token: str, job_id: str) -> bool:
+        """Undo the admission of ``job_id`` (its submission failed after admission); idempotent.
+
+        Frees the token (only if it still names ``job_id``), its rate-limit entry and its in-flight
+        entry, so a failed submission never blocks a later retry. Returns True if anything was undone.
+
+        Raises:
+            AdmissionUnavailable: Redis unreachable (the token then stays taken until its TTL;
+                the caller's retry is refused as a duplicate of a job that does not exist).
+        """
+        return bool(self._run(self._abandon, self._keys(tenant_id, token, job_id), [job_id, tenant_id], "abandon"))
+
+    def confirm(self, job_id: str, *, tenant_id: str | None = None) -> bool:
+        """The tenant confirms it was told ``job_id`` finished: lower its in-flight count by one.
+
+        Idempotent: a second confirm of the same job, or a confirm of a job that is not in flight,
+        does nothing and returns False. With ``tenant_id`` given, only that tenant's set is touched
+        (one tenant cannot confirm another's job); without it, the tenant recorded at admission is used.
+
+        Raises:
+            AdmissionUnavailable: Redis unreachable.
+        """
+        if tenant_id is None:
+            try:
+                tenant_id = self.client.get(job_key(job_id))
+            except RedisError as exc:
+                raise AdmissionUnavailable(f"confirm of job {job_id}: Redis unavailable ({exc})") from exc
+            if tenant_id is None:
+                return False
+        validate_tenant_id(tenant_id)
+        keys = [in_flight_key(tenant_id), job_key(job_id)]
+        return bool(self._run(self._confirm, keys, [job_id, tenant_id], "confirm"))
+
+    def in_flight(self, tenant_id: str, *, now_s: float | None = None) -> int:
+        """``tenant_id``'s admitted, unconfirmed jobs younger than the in-flight expiry.
+
+        Raises:
+            AdmissionUnavailable: Redis unreachable.
+        """
+        key = in_flight_key(validate_tenant_id(tenant_id))
+        try:
+            if now_s is None:
+                seconds, micros = self.client.time()
+                now_us = seconds * _US_PER_S + micros
+            else:
+                now_us = round(now_s * _US_PER_S)
+            oldest_counted_us = now_us - get_settings().admission_in_flight_expiry_s * _US_PER_S
+            return int(self.client.zcount(key, f"({oldest_counted_us}", "+inf"))
+        except RedisError as exc:
+            raise AdmissionUnavailable(f"tenant {tenant_id!r}: Redis unavailable ({exc})") from exc
+
+    def token_job(self, tenant_id: str, token: str) -> str | None:
+        """The job id holding ``tenant_id``'s ``token``, or None if the token is free."""
+        try:
+            return self.client.get(token_key(validate_tenant_id(tenant_id), token))
+        except RedisError as exc:
+            raise AdmissionUnavailable(f"tenant {tenant_id!r}: Redis unavailable ({exc})") from exc
+
+
+@functools.lru_cache(maxsize=None)
+def _admission_for(pid: int, redis_url: str) -> Admission:
+    return Admission()
+
+
+def get_admission() -> Admission:
+    """The process's :class:`Admission` for ``Settings.redis_url`` (rebuilt after a fork or a
+    settings change)."""
+    return _admission_for(os.getpid(), get_settings().redis_url)
+
+
+def reset() -> None:
+    """Forget the process's Admission (tests that point ``IMPOSITION_REDIS_URL`` elsewhere)."""
+    _admission_for.cache_clear()

@@ -1,0 +1,84 @@
+"""Errors of admission control (DESIGN §2, layer 3). One root, :class:`AdmissionError`::
+
+    AdmissionError                      every error of this package
+    ├── AdmissionRefused                the submission was checked and refused; nothing was published
+    │   ├── DuplicateSubmission         the token is already in flight or completed (.job_id)
+    │   ├── RateLimited                 the tenant's rate limit is spent (.retry_after_s)
+    │   └── InFlightLimitReached        too many submitted-but-unconfirmed jobs (.in_flight, .cap)
+    └── AdmissionUnavailable            Redis (or the tenant's limits) could not be read: fail closed,
+                                        nothing was published unchecked
+
+Every refusal names the tenant, the value and the limit; none carries a secret.
+"""
+
+from __future__ import annotations
+
+
+class AdmissionError(Exception):
+    """Root of every admission error."""
+
+
+class AdmissionRefused(AdmissionError):
+    """The submission was checked and refused; nothing was published and no state was left behind.
+
+    Attributes:
+        tenant_id: the tenant whose submission was refused.
+    """
+
+    def __init__(self, tenant_id: str, message: str) -> None:
+        super().__init__(message)
+        self.tenant_id = tenant_id
+
+
+class DuplicateSubmission(AdmissionRefused):
+    """The idempotency token was already used by this tenant within the idempotency TTL.
+
+    Attributes:
+        job_id: the job the token belongs to (in flight or completed).
+    """
+
+    def __init__(self, tenant_id: str, job_id: str) -> None:
+        super().__init__(tenant_id, f"tenant {tenant_id!r}: token already submitted as job {job_id}")
+        self.job_id = job_id
+
+
+class RateLimited(AdmissionRefused):
+    """The tenant submitted ``limit`` jobs within the last 60 s.
+
+    Attributes:
+        retry_after_s: seconds until one more submission would be admitted (> 0).
+        limit: the tenant's limit, jobs per minute.
+    """
+
+    def __init__(self, tenant_id: str, retry_after_s: float, limit: int) -> None:
+        super().__init__(
+            tenant_id,
+            f"tenant {tenant_id!r}: rate limit of {limit} jobs per minute reached; retry after {retry_after_s:.3f} s",
+        )
+        self.retry_after_s = retry_after_s
+        self.limit = limit
+
+
+class InFlightLimitReached(AdmissionRefused):
+    """The tenant has ``cap`` submitted jobs whose completion it has not confirmed yet.
+
+    Attributes:
+        in_flight: the tenant's unconfirmed jobs now.
+        cap: the tenant's admission in-flight cap.
+    """
+
+    def __init__(self, tenant_id: str, in_flight: int, cap: int) -> None:
+        super().__init__(
+            tenant_id,
+            f"tenant {tenant_id!r}: in_flight={in_flight} unconfirmed jobs reaches the cap of {cap}; "
+            "confirm finished jobs first",
+        )
+        self.in_flight = in_flight
+        self.cap = cap
+
+
+class AdmissionUnavailable(AdmissionError):
+    """Admission could not run (Redis unreachable or timing out, tenant limits unreadable).
+
+    The submission fails closed: nothing is published. The cause is chained (``__cause__``).
+    """

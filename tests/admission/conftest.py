@@ -1,0 +1,86 @@
+"""Fixtures of the admission tests: the session's admission Redis database (13), flushed per test."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import redis
+
+from tests.admission.helpers import SAMPLE_PDF, free_port, input_key_of
+
+
+@pytest.fixture
+def redis_db():
+    """A client of ``IMPOSITION_REDIS_URL`` (database 13 in tests), flushed before and after the test."""
+    import admission
+    from admission.limits import forget_cached_limits
+    from service.settings import get_settings
+
+    url = get_settings().redis_url
+    assert url.endswith("/13"), f"admission tests use database 13, not {url}"
+    client = redis.Redis.from_url(url, decode_responses=True)
+    client.flushdb()
+    admission.reset()
+    forget_cached_limits()
+    yield client
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def new_tenant():
+    """A factory of fresh tenant ids (tenants items are never shared between tests)."""
+    return lambda name="t": f"{name}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def uploaded(fresh_aws):
+    """Upload the sample PDF under a tenant's prefix; returns a function tenant_id → input key."""
+    from tasks import storage
+
+    def upload(tenant_id: str) -> str:
+        key = input_key_of(tenant_id)
+        storage.upload(SAMPLE_PDF, key)
+        return key
+
+    return upload
+
+
+@pytest.fixture
+def admission_redis_at(monkeypatch):
+    """A function url → None that makes this process's admission use another Redis for this test."""
+
+    def point(url: str) -> None:
+        monkeypatch.setenv("IMPOSITION_REDIS_URL", url)
+        _forget_settings()
+
+    yield point
+    monkeypatch.undo()
+    _forget_settings()
+
+
+@pytest.fixture
+def own_redis(tmp_path, admission_redis_at):
+    """A private redis-server on a free port (never the shared one) that admission uses for this test.
+
+    Yields (server process, port); the test may stop the server.
+    """
+    from service.stack import ManagedProcess
+
+    port = free_port()
+    server = ManagedProcess(["redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
+                             "--dir", str(tmp_path)], tmp_path / "redis.log",
+                            ready_marker="Ready to accept connections", ready_timeout_s=20)
+    admission_redis_at(f"redis://127.0.0.1:{port}/0")
+    yield server, port
+    server.stop()
+
+
+def _forget_settings() -> None:
+    """Re-read settings and rebuild admission's Redis client on next use."""
+    import admission
+    from service.settings import get_settings
+
+    get_settings.cache_clear()
+    admission.reset()

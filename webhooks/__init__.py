@@ -1,0 +1,60 @@
+"""Webhooks: a signed event to the tenant when its job ends; the tenant verifies it and confirms.
+
+Service side: :mod:`webhooks.tasks` (the ``imposition.deliver_webhook`` task on the
+``notifications`` queue, triggered by :data:`tasks.signals.job_finished`), :mod:`webhooks.delivery`
+(one round of signed POSTs with tenacity), :mod:`webhooks.endpoints` (URL and secret per tenant).
+Tenant side: :func:`verify_webhook` and :func:`admission.confirm`; :mod:`webhooks.receiver` is a demo
+receiver process (``python -m webhooks.receiver --port 0``).
+
+Public API::
+
+    verify_webhook(headers, body, secret, tolerance_s=300, *, replay_store=None, now_s=None) -> dict
+    signed_headers(body, secret, event_id, *, timestamp_s=None) -> dict
+    compute_signature(secret, timestamp_s, body) -> str
+    MemoryReplayStore(), RedisReplayStore(client)
+    SIGNATURE_HEADER = "Imposition-Signature", EVENT_ID_HEADER = "Imposition-Event-Id"
+    errors: WebhookError > WebhookVerificationError > MalformedSignature | InvalidSignature |
+            StaleTimestamp | ReplayedEvent;  WebhookError > WebhookConfigError
+
+This package's ``__init__`` imports no Celery or AWS code, so a tenant can use the verifier alone.
+"""
+
+from __future__ import annotations
+
+from webhooks.errors import (
+    InvalidSignature,
+    MalformedSignature,
+    ReplayedEvent,
+    StaleTimestamp,
+    WebhookConfigError,
+    WebhookError,
+    WebhookVerificationError,
+)
+from webhooks.signing import (
+    EVENT_ID_HEADER,
+    SIGNATURE_HEADER,
+    MemoryReplayStore,
+    RedisReplayStore,
+    ReplayStore,
+    compute_signature,
+    signed_headers,
+    verify_webhook,
+)
+
+__all__ = [
+    "EVENT_ID_HEADER",
+    "SIGNATURE_HEADER",
+    "InvalidSignature",
+    "MalformedSignature",
+    "MemoryReplayStore",
+    "RedisReplayStore",
+    "ReplayStore",
+    "ReplayedEvent",
+    "StaleTimestamp",
+    "WebhookConfigError",
+    "WebhookError",
+    "WebhookVerificationError",
+    "compute_signature",
+    "signed_headers",
+    "verify_webhook",
+]

@@ -1,0 +1,36 @@
+"""``imposition tenant set-webhook``: a tenant's webhook URL and secret (added to the ``tenant`` group)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+
+@click.command("set-webhook")
+@click.argument("tenant_id")
+@click.argument("url", required=False)
+@click.option("--secret-env", metavar="VAR",
+              help="Name of the environment variable that holds the signing secret (>= 32 characters); "
+                   "the secret itself never goes on the command line.")
+@click.option("--remove", is_flag=True, help="Remove the tenant's webhook (URL and secret).")
+def set_webhook_command(tenant_id: str, url: str | None, secret_env: str | None, remove: bool) -> None:
+    """Set TENANT_ID's webhook URL and its HMAC-SHA256 signing secret; prints the URL, never the secret."""
+    from webhooks.endpoints import set_webhook
+    from webhooks.errors import WebhookConfigError
+
+    if remove == bool(url):
+        raise click.UsageError("give either URL (with --secret-env VAR) or --remove")
+    secret = None
+    if url:
+        if not secret_env:
+            raise click.UsageError("--secret-env VAR is required with URL")
+        secret = os.environ.get(secret_env)
+        if not secret:
+            raise click.UsageError(f"environment variable {secret_env} is unset or empty")
+    try:
+        set_webhook(tenant_id, url, secret)
+    except (WebhookConfigError, ValueError) as exc:
+        raise click.BadParameter(str(exc)) from exc
+    click.echo(json.dumps({"tenant_id": tenant_id, "webhook_url": url, "secret_set": bool(secret)}, sort_keys=True))

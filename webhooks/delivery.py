@@ -1,0 +1,171 @@
+"""Delivering one job's event to its tenant: one *round* of signed POSTs, retried with tenacity.
+
+A round (one run of the ``imposition.deliver_webhook`` task, see :mod:`webhooks.tasks`)::
+
+    job item (final) ─► event body ─► POST, signed afresh per attempt ─┬─ 2xx ──► record delivered
+                                        ▲                              └─ error/non-2xx
+                                        └── tenacity: exponential backoff with jitter, for at most
+                                            Settings.webhook_attempt_budget_s ─► round failed
+
+Any non-2xx answer or connection error counts as a failed attempt (the tenant may fix its
+endpoint or secret meanwhile). A failed round is handed back to the task, which lets SQS hold the
+wait before the next round. Every round is recorded on the job item: ``webhook_status``,
+``webhook_attempts`` (HTTP attempts, all rounds), ``webhook_error`` (the last one),
+``webhook_delivered_at``. Logs name the job, the tenant and the URL without its query; never the
+secret, never the signature.
+
+A tenant with no webhook endpoint has nobody to confirm its jobs: the round confirms on its behalf
+(:func:`admission.confirm`) and records ``no_endpoint``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+import requests
+from pynamodb.exceptions import DoesNotExist, UpdateError
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential_jitter,
+)
+
+from leases.models import JobItem
+from service.settings import get_settings
+from webhooks.endpoints import WebhookEndpoint, endpoint_for, loggable_url
+from webhooks.events import encode, event_id, job_event
+from webhooks.signing import signed_headers
+
+log = logging.getLogger(__name__)
+
+#: Values of ``JobItem.webhook_status``.
+PENDING, RETRYING, DELIVERED, GAVE_UP, NO_ENDPOINT, NOT_SENT = (
+    "pending", "retrying", "delivered", "gave_up", "no_endpoint", "not_sent")
+#: Statuses after which no round delivers again.
+SETTLED = frozenset({DELIVERED, GAVE_UP, NO_ENDPOINT})
+
+
+class AttemptFailed(Exception):
+    """One POST failed: a connection error or a non-2xx answer (tenacity retries on this)."""
+
+
+@dataclass(frozen=True)
+class RoundReport:
+    """What one delivery round did.
+
+    Attributes:
+        status: ``delivered``, ``no_endpoint``, ``failed`` (retry in a later round), or ``skipped``
+            (already settled, or the job is unknown or not final).
+        attempts: HTTP attempts made in this round.
+        error: the last attempt's error, if it failed.
+    """
+
+    status: str
+    attempts: int = 0
+    error: str | None = None
+
+
+@functools.lru_cache(maxsize=None)
+def _session(pid: int) -> requests.Session:
+    return requests.Session()
+
+
+def post_once(endpoint: WebhookEndpoint, body: bytes, evt_id: str) -> int:
+    """POST ``body`` to ``endpoint``, signed now; return the 2xx status code.
+
+    Raises:
+        AttemptFailed: a connection error, a timeout, a redirect or any non-2xx status.
+    """
+    settings = get_settings()
+    try:
+        response = _session(os.getpid()).post(
+            endpoint.url, data=body, headers=signed_headers(body, endpoint.secret, evt_id),
+            timeout=(settings.webhook_connect_timeout_s, settings.webhook_read_timeout_s), allow_redirects=False,
+        )
+    except requests.RequestException as exc:
+        raise AttemptFailed(f"{type(exc).__name__} posting to {loggable_url(endpoint.url)}") from exc
+    response.close()
+    if not 200 <= response.status_code < 300:
+        raise AttemptFailed(f"HTTP {response.status_code} from {loggable_url(endpoint.url)}")
+    return response.status_code
+
+
+def post_with_retries(endpoint: WebhookEndpoint, body: bytes, evt_id: str) -> RoundReport:
+    """POST until one attempt succeeds or ``Settings.webhook_attempt_budget_s`` is spent."""
+    settings = get_settings()
+    retrying = Retrying(
+        stop=stop_after_delay(settings.webhook_attempt_budget_s),
+        wait=wait_exponential_jitter(multiplier=settings.webhook_backoff_initial_s, max=settings.webhook_backoff_max_s,
+                                     jitter=settings.webhook_backoff_initial_s),
+        retry=retry_if_exception_type(AttemptFailed),
+    )
+    try:
+        retrying(post_once, endpoint, body, evt_id)
+    except RetryError as exc:
+        last = exc.last_attempt
+        return RoundReport("failed", last.attempt_number, str(last.exception()))
+    return RoundReport(DELIVERED, retrying.statistics.get("attempt_number", 1))
+
+
+def record(job_id: str, status: str, *, attempts: int = 0, error: str | None = None) -> bool:
+    """Write a round's outcome on the job item; return False if it was already ``delivered``.
+
+    ``delivered`` is never overwritten (a duplicate round that failed after another succeeded).
+    """
+    actions = [JobItem.webhook_status.set(status), JobItem.webhook_attempts.add(attempts)]
+    actions.append(JobItem.webhook_error.set(error) if error else JobItem.webhook_error.remove())
+    if status == DELIVERED:
+        actions.append(JobItem.webhook_delivered_at.set(time.time()))
+    try:
+        JobItem(job_id).update(
+            actions=actions,
+            condition=JobItem.job_id.exists()
+            & (JobItem.webhook_status.does_not_exist() | (JobItem.webhook_status != DELIVERED)),
+        )
+    except UpdateError as exc:
+        if exc.cause_response_code != "ConditionalCheckFailedException":
+            raise
+        return False
+    return True
+
+
+def deliver_round(job_id: str, tenant_id: str) -> RoundReport:
+    """Run one delivery round for ``job_id`` (see module docstring) and record it.
+
+    Raises:
+        pynamodb errors: the job item could not be read or written (the task's message stays and
+            comes back after its visibility timeout).
+    """
+    import admission  # noqa: PLC0415 (only for tenants without an endpoint)
+
+    try:
+        job = JobItem.get(job_id, consistent_read=True)
+    except DoesNotExist:
+        log.warning("webhook of job %s (tenant %s): no such job; nothing to deliver", job_id, tenant_id)
+        return RoundReport("skipped")
+    if job.tenant_id != tenant_id or not job.job_status.is_final or job.webhook_status in SETTLED:
+        log.info("webhook of job %s (tenant %s): nothing to deliver (status %s, webhook %s)",
+                 job_id, tenant_id, job.status, job.webhook_status)
+        return RoundReport("skipped")
+    endpoint = endpoint_for(tenant_id)
+    if endpoint is None:
+        admission.confirm(job_id, tenant_id=tenant_id)
+        record(job_id, NO_ENDPOINT)
+        log.info("webhook of job %s: tenant %s has no endpoint; confirmed on its behalf", job_id, tenant_id)
+        return RoundReport(NO_ENDPOINT)
+    body = encode(job_event(job))
+    report = post_with_retries(endpoint, body, event_id(job_id))
+    if report.status == DELIVERED:
+        record(job_id, DELIVERED, attempts=report.attempts)
+        log.info("webhook of job %s delivered to %s after %s attempt(s)",
+                 job_id, loggable_url(endpoint.url), report.attempts)
+    else:
+        log.warning("webhook of job %s to %s: round failed after %s attempt(s): %s",
+                    job_id, loggable_url(endpoint.url), report.attempts, report.error)
+    return report

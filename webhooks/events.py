@@ -1,0 +1,62 @@
+"""The JSON event a tenant receives when one of its jobs finishes.
+
+Shape (times are epoch seconds, float; absent values are ``null``)::
+
+    {"id": "evt_<job id>", "type": "job.succeeded" | "job.failed", "job_id", "tenant_id",
+     "status": "succeeded" | "failed", "output_key", "error", "error_code", "attempts",
+     "sheets", "sides", "submitted_at", "started_at", "finished_at"}
+
+A job finishes once, so its event id is derived from the job id: every delivery round of the same
+event carries the same id (the tenant deduplicates on it). The event holds no secret; it is built
+from the job item only.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from leases.models import JobItem, JobStatus
+
+
+def event_id(job_id: str) -> str:
+    """The id of the event that reports ``job_id``'s end."""
+    return f"evt_{job_id}"
+
+
+def _number(value: Any) -> float | int | None:
+    if value is None:
+        return None
+    number = float(value)
+    return int(number) if number.is_integer() and abs(number) < 2**53 else number
+
+
+def job_event(job: JobItem) -> dict[str, Any]:
+    """The event of a finished job item.
+
+    Raises:
+        ValueError: the job is not ``succeeded`` or ``failed``.
+    """
+    if not job.job_status.is_final:
+        raise ValueError(f"job {job.job_id}: status={job.status!r} is not final; no event to send")
+    return {
+        "id": event_id(job.job_id),
+        "type": f"job.{job.status}",
+        "job_id": job.job_id,
+        "tenant_id": job.tenant_id,
+        "status": job.status,
+        "output_key": job.output_key if job.status == JobStatus.SUCCEEDED.value else None,
+        "error": job.error if job.status == JobStatus.FAILED.value else None,
+        "error_code": job.error_code if job.status == JobStatus.FAILED.value else None,
+        "attempts": _number(job.attempts),
+        "sheets": _number(job.sheets),
+        "sides": _number(job.sides),
+        "submitted_at": _number(job.submitted_at),
+        "started_at": _number(job.started_at),
+        "finished_at": _number(job.finished_at),
+    }
+
+
+def encode(event: dict[str, Any]) -> bytes:
+    """The request body of ``event``: compact JSON, keys sorted (the bytes that get signed)."""
+    return json.dumps(event, sort_keys=True, separators=(",", ":")).encode()

@@ -1,0 +1,194 @@
+"""Signing and verifying webhook requests, the way payment providers sign theirs (Stripe's scheme).
+
+Every request carries two headers::
+
+    Imposition-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<raw body>")>
+    Imposition-Event-Id:  <the event's id, also the "id" field of the JSON body>
+
+Signing the timestamp together with the body means a captured request cannot be re-sent with a
+fresh timestamp; the receiver rejects timestamps further than ``tolerance_s`` from its clock (300 s,
+Stripe's default) and remembers each accepted (event id, timestamp) for that long, so a replay
+within the tolerance is rejected too. Several ``v1=`` entries may appear (secret rotation); one
+match is enough. Comparisons use :func:`hmac.compare_digest` (constant time).
+
+A legitimate redelivery of the same event carries a new timestamp and signature, so it verifies;
+the tenant recognises it by its event id (and :func:`admission.confirm` is idempotent).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from webhooks.errors import (
+    InvalidSignature,
+    MalformedSignature,
+    ReplayedEvent,
+    StaleTimestamp,
+)
+
+SIGNATURE_HEADER = "Imposition-Signature"
+EVENT_ID_HEADER = "Imposition-Event-Id"
+#: The signature scheme's name in the header (HMAC-SHA256 over "<t>.<body>").
+SCHEME = "v1"
+#: Stripe's default tolerance between the signature timestamp and the receiver's clock, seconds.
+DEFAULT_TOLERANCE_S = 300
+
+
+def compute_signature(secret: str, timestamp_s: int, body: bytes) -> str:
+    """Hex HMAC-SHA256 of ``"<timestamp_s>.<body>"`` under ``secret`` (RFC 2104 HMAC, FIPS 180-4 SHA-256)."""
+    return hmac.new(secret.encode(), str(int(timestamp_s)).encode() + b"." + body, hashlib.sha256).hexdigest()
+
+
+def signed_headers(body: bytes, secret: str, event_id: str, *, timestamp_s: int | None = None) -> dict[str, str]:
+    """The headers of one delivery of ``body``: content type, signature (now, or ``timestamp_s``), event id.
+
+    Raises:
+        ValueError: an empty secret.
+    """
+    if not secret:
+        raise ValueError("secret: must be non-empty")
+    t = int(time.time() if timestamp_s is None else timestamp_s)
+    return {
+        "Content-Type": "application/json",
+        SIGNATURE_HEADER: f"t={t},{SCHEME}={compute_signature(secret, t, body)}",
+        EVENT_ID_HEADER: event_id,
+    }
+
+
+class ReplayStore(Protocol):
+    """Where a verifier remembers accepted requests for the tolerance window."""
+
+    def remember(self, key: str, ttl_s: float) -> bool:
+        """Record ``key`` for ``ttl_s`` seconds; return False if it was already recorded (a replay)."""
+
+
+class MemoryReplayStore:
+    """A process-local :class:`ReplayStore` (one receiver process). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._expires: OrderedDict[str, float] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def remember(self, key: str, ttl_s: float) -> bool:
+        """See :meth:`ReplayStore.remember`."""
+        now = time.monotonic()
+        with self._lock:
+            while self._expires and next(iter(self._expires.values())) <= now:
+                self._expires.popitem(last=False)
+            expires = self._expires.get(key)
+            if expires is not None and expires > now:
+                return False
+            self._expires[key] = now + ttl_s
+            return True
+
+
+class RedisReplayStore:
+    """A :class:`ReplayStore` in Redis (``SET key NX EX``), shared by every receiver process.
+
+    Args:
+        client: a redis-py client.
+        prefix: key namespace.
+    """
+
+    def __init__(self, client, prefix: str = "imposition:webhook-replay") -> None:
+        self.client = client
+        self.prefix = prefix
+
+    def remember(self, key: str, ttl_s: float) -> bool:
+        """See :meth:`ReplayStore.remember`."""
+        return bool(self.client.set(f"{self.prefix}:{key}", 1, nx=True, px=max(1, int(ttl_s * 1000))))
+
+
+_process_store = MemoryReplayStore()
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    lowered = name.lower()
+    for key, value in headers.items():
+        if key.lower() == lowered:
+            return value
+    return None
+
+
+def parse_signature_header(value: str) -> tuple[int, list[str]]:
+    """``"t=…,v1=…[,v1=…]"`` → (timestamp, [v1 signatures]); unknown schemes are ignored.
+
+    Raises:
+        MalformedSignature: no ``t`` or no ``v1`` entry, or a non-integer ``t``.
+    """
+    timestamp: int | None = None
+    signatures: list[str] = []
+    for part in value.split(","):
+        name, _, item = part.strip().partition("=")
+        if name == "t":
+            try:
+                timestamp = int(item)
+            except ValueError:
+                raise MalformedSignature(f"{SIGNATURE_HEADER}: t={item!r} is not an integer") from None
+        elif name == SCHEME and item:
+            signatures.append(item)
+    if timestamp is None or not signatures:
+        raise MalformedSignature(f"{SIGNATURE_HEADER}: needs t=<unix seconds> and {SCHEME}=<hex>")
+    return timestamp, signatures
+
+
+def verify_webhook(
+    headers: Mapping[str, str],
+    body: bytes | str,
+    secret: str,
+    tolerance_s: float = DEFAULT_TOLERANCE_S,
+    *,
+    replay_store: ReplayStore | None = None,
+    now_s: float | None = None,
+) -> dict[str, Any]:
+    """Verify one received webhook request and return its event (the parsed JSON body).
+
+    Checks, in order: headers parse; a ``v1`` signature matches (constant-time compare); the
+    timestamp is within ``tolerance_s`` of now (either direction); the body is a JSON object whose
+    ``id`` equals the event-id header; this (event id, timestamp) was not accepted before (the
+    replay store keeps it until the timestamp leaves the tolerance). Nothing is remembered for a
+    request that fails an earlier check.
+
+    Args:
+        headers: the request headers (any mapping; names compared case-insensitively).
+        body: the raw request body, exactly as received.
+        secret: the tenant's webhook secret.
+        tolerance_s: largest accepted ``|now - t|``, seconds (default 300, Stripe's).
+        replay_store: where accepted requests are remembered (default: one per process, in memory;
+            use :class:`RedisReplayStore` when several processes receive).
+        now_s: epoch seconds to use as now (tests).
+
+    Raises:
+        MalformedSignature, InvalidSignature, StaleTimestamp, ReplayedEvent (all
+        :class:`webhooks.errors.WebhookVerificationError`).
+    """
+    raw = body.encode() if isinstance(body, str) else bytes(body)
+    signature = _header(headers, SIGNATURE_HEADER)
+    event_id = _header(headers, EVENT_ID_HEADER)
+    if not signature or not event_id:
+        raise MalformedSignature(f"headers {SIGNATURE_HEADER} and {EVENT_ID_HEADER} are required")
+    timestamp, candidates = parse_signature_header(signature)
+    expected = compute_signature(secret, timestamp, raw)
+    if not any(hmac.compare_digest(expected, candidate) for candidate in candidates):
+        raise InvalidSignature("no v1 signature matches the body under this secret")
+    now = time.time() if now_s is None else now_s
+    age_s = now - timestamp
+    if abs(age_s) > tolerance_s:
+        raise StaleTimestamp(age_s, tolerance_s)
+    try:
+        event = json.loads(raw)
+    except ValueError:
+        raise MalformedSignature("body is not JSON") from None
+    if not isinstance(event, dict) or event.get("id") != event_id:
+        raise MalformedSignature(f"{EVENT_ID_HEADER} does not match the body's id")
+    store = _process_store if replay_store is None else replay_store
+    if not store.remember(f"{event_id}:{timestamp}", ttl_s=timestamp + tolerance_s - now + 1):
+        raise ReplayedEvent(f"event {event_id} signed at t={timestamp} was already accepted")
+    return event
