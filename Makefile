@@ -22,11 +22,18 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-## The engine benchmark (not in `make test`): our engines against pdfimpose and a plain pikepdf page
-## copy, one table in out/bench/. BENCH_QUICK=1 runs only the small inputs.
+## The engine benchmark (not in `make test`): our engine against pdfimpose and a plain pikepdf page
+## copy, as external commands and in-process; tables in out/bench/ and bench/RESULTS.md (a few minutes
+## on 2 cores). BENCH_QUICK=1 runs only the small inputs (and leaves bench/RESULTS.md alone).
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python -m bench
+
+## The lease soak (not in `make test`): 1,000 jobs over 4 tenants on 2 worker nodes with 10 random
+## SIGKILLs and short clocks; checks cap violations (lease-event log), lost jobs, duplicate plates
+## and the audit. Numbers in out/soak/summary.json.
+soak: $(STAMP)
+	$(BIN)/python -m soak
 
 clean:
 	rm -rf $(VENV) out .run .pytest_cache .hypothesis

@@ -28,7 +28,7 @@ broker_transport_options = {
     # kombu applies this only to queues it creates; ours are provisioned with the same value.
     "visibility_timeout": _clocks.visibility_timeout_s,
     "wait_time_seconds": _settings.sqs_wait_time_s,
-    "polling_interval": 1,
+    "polling_interval": _settings.sqs_polling_interval_s,
 }
 
 task_queues = tuple(
@@ -38,6 +38,8 @@ task_default_queue = _settings.imposition_queue
 task_create_missing_queues = False
 task_routes = {
     "imposition.sweep": {"queue": _settings.maintenance_queue},
+    "imposition.deliver_webhook": {"queue": _settings.notifications_queue},
+    "imposition.sample_queues": {"queue": _settings.maintenance_queue},
 }
 
 task_serializer = "json"
@@ -47,16 +49,26 @@ result_backend = None
 
 # DESIGN §1: acks_late, one message at a time per slot.
 task_acks_late = True
-task_reject_on_worker_lost = False  # the sweeper, not redelivery, recovers a killed job (clocks.py)
+task_reject_on_worker_lost = True  # a killed child's message is requeued; see tasks/base.py "Who brings a job back"
 worker_prefetch_multiplier = 1
 worker_concurrency = _settings.slots_per_node
 worker_enable_remote_control = False
 worker_consumer = "tasks.worker:ServiceConsumer"
+# Monitoring events for Flower go to the Redis side channel (observability.events), never to SQS:
+# the worker's through ServiceConsumer, publishers' task-sent through an after_task_publish receiver
+# (so Celery's own task-sent, which would use the SQS producer, stays off).
+worker_send_task_events = bool(_settings.events_url)
+task_send_sent_event = False
 
 beat_schedule = {
     "sweep-expired-leases": {
         "task": "imposition.sweep",
         "schedule": _settings.sweep_interval_s,
+        "options": {"queue": _settings.maintenance_queue, "MessageGroupId": MAINTENANCE_GROUP},
+    },
+    "sample-queues": {  # observability.sampler: SQS depths and CloudWatch ages as gauges
+        "task": "imposition.sample_queues",
+        "schedule": _settings.sample_interval_s,
         "options": {"queue": _settings.maintenance_queue, "MessageGroupId": MAINTENANCE_GROUP},
     },
 }

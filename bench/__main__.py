@@ -1,15 +1,25 @@
-"""``make bench``: one table from one run on this machine.
+"""``make bench``: the engine against pdfimpose and the copy floor, from one run on this machine.
 
-For saddle stitch and 2 × 2 n-up of 8, 64, 512 and 4,096-page A5 inputs (text and one image per
-page), each contender runs as an external command under :mod:`bench.meter`:
+Inputs: 8, 64, 512 and 4,096-page A5 documents, each page with text and its own image
+(:mod:`bench.documents`). Layouts: saddle stitch on A4 and 2 × 2 n-up on A3 (pdfimpose has no plain
+n-up; its closest is ``wire --signature 2x2``: four pages per side, cut and stacked).
 
-* ``ours``: ``python -m imposition.cli impose`` (the pikepdf engine, its limited child process included);
-* ``pdfimpose``: ``pdfimpose saddle --signature 2x1`` and ``pdfimpose wire --signature 2x2`` (its
-  closest 2 × 2 layout: cut and stack four pages per side), for comparison only;
-* ``copy floor``: open, append every page to a new PDF, save (:mod:`bench.copy_floor`).
+Every time is a median of at least three runs (7 up to 64 pages, 5 from 512; external contenders
+take turns run by run; outputs are removed before each run, outside the clock), with its CPU time
+(user + system) beside the wall time, and every peak RSS the largest over the runs. The timings:
 
-Reported: median wall time, pages/s, peak RSS of the process tree, and ours against each other.
-``BENCH_QUICK=1`` runs only 8 and 64 pages. Results: ``out/bench/results.md``.
+1. **External commands**, start-up included, as a user runs them (:mod:`bench.meter`):
+   ``python -m imposition.cli`` (ours: the CLI process, then the engine's limited child process),
+   ``pdfimpose``, and ``python -m bench.copy_floor`` (open, append every page, save).
+2. **Inside a long-lived process**, as the worker runs the engine (:mod:`bench.inprocess`): the
+   engine API (each job still starts its child), the same work without the child start, the copy
+   floor and the rewrite floor (open and save unchanged, deterministic /ID) in-process.
+
+Then memory against pages (3: peak RSS of each process; for the in-process contenders also the job's
+own memory, the rise of the resident set during one run) and each goal of the engine issue checked
+row by row (4). Results go to ``out/bench/results.md`` and ``results.json``; a full run also
+refreshes the tables in ``bench/RESULTS.md`` (between its ``bench:tables`` markers).
+``BENCH_QUICK=1`` runs only 8 and 64 pages.
 """
 
 from __future__ import annotations
@@ -20,76 +30,292 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.documents import labelled_document
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "out" / "bench"
-PAGE_COUNTS = (8, 64) if os.environ.get("BENCH_QUICK") else (8, 64, 512, 4096)
+RESULTS_DOC = ROOT / "bench" / "RESULTS.md"
+MARK_BEGIN, MARK_END = "<!-- bench:tables -->", "<!-- /bench:tables -->"
+QUICK = bool(os.environ.get("BENCH_QUICK"))
+PAGE_COUNTS = (8, 64) if QUICK else (8, 64, 512, 4096)
 LAYOUTS = {
     "saddle stitch": ({"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape"},
                       ["saddle", "--signature", "2x1"]),
     "2 × 2 n-up": ({"layout": "n_up", "sheet": "A3", "orientation": "portrait", "columns": 2, "rows": 2},
                    ["wire", "--signature", "2x2"]),
 }
+#: The engine issue's goals.
+SPEED_OVER_PDFIMPOSE_GOAL = 5.0
+TIME_OVER_COPY_GOAL = 1.5
+#: Memory grows linearly when the MiB per 1,000 pages between the two largest inputs is at most this
+#: multiple of the same slope between the two before (a super-linear grower's slope keeps rising).
+LINEAR_SLOPE_RATIO = 1.5
 
 
 def repeats(page_count: int) -> int:
-    return 5 if page_count <= 64 else 3 if page_count <= 512 else 2
+    """Runs per measurement: at least three, more where a run is short (a shared machine is noisy)."""
+    return 7 if page_count <= 64 else 5
 
 
-def measure(command: list[str], runs: int) -> dict[str, float]:
-    """Median wall time (s) and the largest peak RSS (MiB) over ``runs`` runs of ``command``."""
-    walls, peaks = [], []
+@dataclass(frozen=True)
+class Measure:
+    """Median wall and CPU time (s) and the largest peak RSS (MiB) of a contender's runs; for an
+    in-process contender also its job memory (MiB the process's resident set rose during one run)."""
+
+    wall_s: float
+    cpu_s: float
+    peak_mib: float
+    job_mib: float | None = None
+
+    @classmethod
+    def of(cls, walls: list[float], cpus: list[float], peaks_kib: list[int], job_kib: int | None = None) -> "Measure":
+        return cls(statistics.median(walls), statistics.median(cpus), max(peaks_kib) / 1024,
+                   None if job_kib is None else job_kib / 1024)
+
+
+def _python(*args: str) -> list[str]:
+    return [sys.executable, *args]
+
+
+def external(commands: dict[str, tuple[list[str], Path]], runs: int) -> dict[str, Measure]:
+    """Each command ``runs`` times, the commands taking turns, under :mod:`bench.meter`."""
+    samples: dict[str, list[dict]] = {name: [] for name in commands}
     for _ in range(runs):
-        meter = subprocess.run([sys.executable, "-m", "bench.meter", "--", *command], cwd=ROOT,
-                               capture_output=True, text=True, check=True)
-        result = json.loads(meter.stdout)
-        if result["returncode"] != 0:
-            raise SystemExit(f"{command[:4]} failed: {result['stderr']}")
-        walls.append(result["wall_s"])
-        peaks.append(result["peak_rss_kib"] / 1024)
-    return {"wall_s": statistics.median(walls), "peak_mib": max(peaks)}
+        for name, (command, output) in commands.items():
+            output.unlink(missing_ok=True)
+            meter = subprocess.run(_python("-m", "bench.meter", "--", *command), cwd=ROOT,
+                                   capture_output=True, text=True, check=True)
+            result = json.loads(meter.stdout)
+            if result["returncode"] != 0:
+                raise SystemExit(f"{name}: {command[:4]} failed: {result['stderr']}")
+            samples[name].append(result)
+    return {name: Measure.of([s["wall_s"] for s in runs_], [s["cpu_s"] for s in runs_],
+                             [s["peak_rss_kib"] for s in runs_]) for name, runs_ in samples.items()}
+
+
+def in_process(what: str, source: Path, output: Path, runs: int, argument: str | None = None) -> Measure:
+    """``runs`` runs of one contender inside one process (:mod:`bench.inprocess`)."""
+    command = _python("-m", "bench.inprocess", what, str(source), str(output), str(runs),
+                      *([argument] if argument else []))
+    result = json.loads(subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout)
+    return Measure.of(result["wall_s"], result["cpu_s"], [result["peak_rss_kib"]], result["job_memory_kib"])
+
+
+def measure_page_count(page_count: int, pdfimpose: str) -> dict:
+    """Every measurement of one input size."""
+    from imposition.spec import parse_layout
+
+    source = WORK / f"input_{page_count}.pdf"
+    if not source.exists():
+        labelled_document(source, page_count)
+    runs = repeats(page_count)
+    commands: dict[str, tuple[list[str], Path]] = {
+        "copy": (_python("-m", "bench.copy_floor", str(source), str(WORK / "copy.pdf")), WORK / "copy.pdf"),
+    }
+    for name, (layout, pdfimpose_args) in LAYOUTS.items():
+        ours_out, theirs_out = WORK / f"ours {name}.pdf", WORK / f"pdfimpose {name}.pdf"
+        commands[f"ours {name}"] = (_python("-m", "imposition.cli", str(source), "--layout", json.dumps(layout),
+                                            "-o", str(ours_out)), ours_out)
+        commands[f"pdfimpose {name}"] = ([pdfimpose, *pdfimpose_args, str(source), "--output", str(theirs_out)],
+                                         theirs_out)
+    measured = {"external": external(commands, runs), "in_process": {}}
+    inside = measured["in_process"]
+    for name, (layout, _) in LAYOUTS.items():
+        output = WORK / f"inprocess {name}.pdf"
+        inside[f"engine {name}"] = in_process("engine", source, output, runs, json.dumps(layout))
+        inside[f"work {name}"] = in_process("work", source, output, runs,
+                                            json.dumps(parse_layout(layout).resolved().to_json()))
+    inside["copy"] = in_process("copy", source, WORK / "inprocess copy.pdf", runs)
+    inside["rewrite"] = in_process("rewrite", source, WORK / "inprocess rewrite.pdf", runs)
+    return measured
+
+
+def _ratio(value: float) -> str:
+    return f"{value:.1f}×" if value >= 10 else f"{value:.2f}×"
+
+
+def _ratios(numerator: Measure, denominator: Measure) -> tuple[float, float]:
+    """``numerator ÷ denominator`` in wall time and in CPU time."""
+    return numerator.wall_s / denominator.wall_s, numerator.cpu_s / denominator.cpu_s
+
+
+def _both(ratios: tuple[float, float]) -> str:
+    return f"{_ratio(ratios[0])} / {_ratio(ratios[1])}"
+
+
+def _tick(met: bool) -> str:
+    return "yes" if met else "**no**"
+
+
+def _goal(ratios: tuple[float, float], met: Callable[[float], bool]) -> str:
+    """Met in wall time (the issue's measure); "CPU only" when only the CPU-time ratio meets it (the
+    wall clock then lost to other load on the machine)."""
+    return "yes" if met(ratios[0]) else "CPU only" if met(ratios[1]) else "**no**"
+
+
+def _table(columns: list[str], rows: Iterable[list[str]], *, text_columns: int = 1) -> str:
+    """A Markdown table: the first ``text_columns`` columns left-aligned, the numbers right-aligned."""
+    lines = ["| " + " | ".join(columns) + " |",
+             "|" + "---|" * text_columns + "---:|" * (len(columns) - text_columns)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _jobs(results: dict[int, dict]) -> Iterator[tuple[str, int, dict, dict]]:
+    """(layout, pages, external measures, in-process measures) for each row of the time tables."""
+    for pages, measured in results.items():
+        for name in LAYOUTS:
+            yield name, pages, measured["external"], measured["in_process"]
+
+
+def external_table(results: dict[int, dict]) -> str:
+    columns = ["layout", "pages", "ours s", "ours CPU s", "ours pages/s", "ours peak MiB", "pdfimpose s",
+               "pdfimpose CPU s", "pdfimpose pages/s", "pdfimpose peak MiB", "copy floor s", "copy CPU s",
+               "copy peak MiB", "ours ÷ pdfimpose speed (wall / CPU)", "ours ÷ copy time (wall / CPU)"]
+    rows = []
+    for name, pages, m, _ in _jobs(results):
+        ours, theirs, floor = m[f"ours {name}"], m[f"pdfimpose {name}"], m["copy"]
+        rows.append([name, str(pages), f"{ours.wall_s:.3f}", f"{ours.cpu_s:.3f}", f"{pages / ours.wall_s:.0f}",
+                     f"{ours.peak_mib:.0f}", f"{theirs.wall_s:.3f}", f"{theirs.cpu_s:.3f}",
+                     f"{pages / theirs.wall_s:.0f}", f"{theirs.peak_mib:.0f}", f"{floor.wall_s:.3f}",
+                     f"{floor.cpu_s:.3f}", f"{floor.peak_mib:.0f}", _both(_ratios(theirs, ours)),
+                     _both(_ratios(ours, floor))])
+    return _table(columns, rows)
+
+
+def in_process_table(results: dict[int, dict]) -> str:
+    columns = ["layout", "pages", "engine API s", "engine API CPU s", "work s", "work CPU s", "work pages/s",
+               "copy s", "copy CPU s", "rewrite s", "rewrite CPU s", "child start CPU s", "CLI start CPU s",
+               "engine API ÷ copy (wall / CPU)", "work ÷ copy (wall / CPU)", "work ÷ rewrite (wall / CPU)"]
+    rows = []
+    for name, pages, cli, m in _jobs(results):
+        engine, work, copy, rewrite = m[f"engine {name}"], m[f"work {name}"], m["copy"], m["rewrite"]
+        rows.append([name, str(pages), f"{engine.wall_s:.3f}", f"{engine.cpu_s:.3f}", f"{work.wall_s:.3f}",
+                     f"{work.cpu_s:.3f}", f"{pages / work.wall_s:.0f}", f"{copy.wall_s:.3f}", f"{copy.cpu_s:.3f}",
+                     f"{rewrite.wall_s:.3f}", f"{rewrite.cpu_s:.3f}", f"{engine.cpu_s - work.cpu_s:.3f}",
+                     f"{cli[f'ours {name}'].cpu_s - engine.cpu_s:.3f}", _both(_ratios(engine, copy)),
+                     _both(_ratios(work, copy)), _both(_ratios(work, rewrite))])
+    return _table(columns, rows)
+
+
+def _memory_rows(results: dict[int, dict]) -> list[tuple[str, str, list[float]]]:
+    """(contender, what is measured, MiB at each input size)."""
+    def series(kind: str, name: str, field: str) -> list[float]:
+        return [getattr(results[pages][kind][name], field) for pages in results]
+
+    rows = [(f"ours {name} (work)", "job memory", series("in_process", f"work {name}", "job_mib")) for name in LAYOUTS]
+    rows += [("copy floor", "job memory", series("in_process", "copy", "job_mib")),
+             ("rewrite floor", "job memory", series("in_process", "rewrite", "job_mib"))]
+    rows += [(f"ours {name} (engine child)", "peak RSS", series("in_process", f"engine {name}", "peak_mib"))
+             for name in LAYOUTS]
+    rows += [(f"ours {name} (CLI and child)", "peak RSS", series("external", f"ours {name}", "peak_mib"))
+             for name in LAYOUTS]
+    rows += [(f"pdfimpose {name}", "peak RSS", series("external", f"pdfimpose {name}", "peak_mib")) for name in LAYOUTS]
+    rows.append(("copy floor command", "peak RSS", series("external", "copy", "peak_mib")))
+    return rows
+
+
+def _slopes(pages: list[int], values: list[float]) -> list[float]:
+    """MiB per 1,000 pages between consecutive inputs."""
+    return [1000 * (values[i + 1] - values[i]) / (pages[i + 1] - pages[i]) for i in range(len(pages) - 1)]
+
+
+def _linear(pages: list[int], values: list[float]) -> bool:
+    """The last slope no steeper than :data:`LINEAR_SLOPE_RATIO` times the one before (a grower
+    faster than linear steepens from one span to the next)."""
+    if len(pages) < 3:
+        return True
+    before, last = _slopes(pages, values)[-2:]
+    return last <= LINEAR_SLOPE_RATIO * max(before, 1.0)
+
+
+def memory_table(results: dict[int, dict]) -> str:
+    pages = list(results)
+    columns = ["contender", "measured", *(f"{p} pages MiB" for p in pages),
+               *(f"MiB/1,000 pages {a}→{b}" for a, b in zip(pages, pages[1:])), "linear"]
+    rows = []
+    for name, measured, values in _memory_rows(results):
+        # A whole process's peak starts from its fixed footprint (interpreter, imports), which hides
+        # the growth of small jobs: linearity is judged on job memory only.
+        linear = _tick(_linear(pages, values)) if measured == "job memory" else "—"
+        rows.append([name, measured, *(f"{v:.1f}" for v in values), *(f"{s:.1f}" for s in _slopes(pages, values)),
+                     linear])
+    return _table(columns, rows, text_columns=2)
+
+
+def goals_table(results: dict[int, dict]) -> str:
+    columns = ["layout", "pages", f"ours ÷ pdfimpose speed, wall / CPU (≥ {SPEED_OVER_PDFIMPOSE_GOAL:g}×)", "met",
+               f"ours ÷ copy time, external, wall / CPU (≤ {TIME_OVER_COPY_GOAL:g}×)", "met",
+               f"work ÷ copy time, in-process, wall / CPU (≤ {TIME_OVER_COPY_GOAL:g}×)", "met"]
+    rows = []
+    for name, pages, m, inside in _jobs(results):
+        speed = _ratios(m[f"pdfimpose {name}"], m[f"ours {name}"])
+        over_copy = _ratios(m[f"ours {name}"], m["copy"])
+        work_over_copy = _ratios(inside[f"work {name}"], inside["copy"])
+        rows.append([name, str(pages), _both(speed), _goal(speed, lambda r: r >= SPEED_OVER_PDFIMPOSE_GOAL),
+                     _both(over_copy), _goal(over_copy, lambda r: r <= TIME_OVER_COPY_GOAL),
+                     _both(work_over_copy), _goal(work_over_copy, lambda r: r <= TIME_OVER_COPY_GOAL)])
+    memory = [(name, _linear(list(results), values)) for name, measured, values in _memory_rows(results)
+              if name.startswith("ours") and measured == "job memory"]
+    return (_table(columns, rows) + "\nMemory linear in pages: "
+            + "; ".join(f"{name}: {_tick(ok)}" for name, ok in memory) + ".\n")
+
+
+def render(results: dict[int, dict], conditions: str) -> str:
+    return (
+        f"{conditions}\n\n"
+        "### 1. External commands (start-up included)\n\n" + external_table(results) +
+        "\n### 2. Inside a long-lived process (start-up separated from work)\n\n" + in_process_table(results) +
+        "\n### 3. Memory against pages\n\n" + memory_table(results) +
+        "\n### 4. Goals of the engine issue, row by row\n\n" + goals_table(results)
+    )
+
+
+def _refresh_results_doc(tables: str) -> None:
+    text = RESULTS_DOC.read_text() if RESULTS_DOC.exists() else "# Engine benchmark\n\n"
+    block = f"{MARK_BEGIN}\n{tables}{MARK_END}"
+    if MARK_BEGIN in text and MARK_END in text:
+        head, rest = text.split(MARK_BEGIN, 1)
+        text = head + block + rest.split(MARK_END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    RESULTS_DOC.write_text(text)
 
 
 def main() -> None:
     WORK.mkdir(parents=True, exist_ok=True)
     pdfimpose = shutil.which("pdfimpose", path=str(Path(sys.executable).parent)) or "pdfimpose"
-    rows = []
+    load_before, started = os.getloadavg(), time.monotonic()
+    results: dict[int, dict] = {}
     for page_count in PAGE_COUNTS:
-        source = WORK / f"input_{page_count}.pdf"
-        if not source.exists():
-            labelled_document(source, page_count)
-        runs = repeats(page_count)
-        floor = measure([sys.executable, "-m", "bench.copy_floor", str(source), str(WORK / "copy.pdf")], runs)
-        for name, (layout, pdfimpose_args) in LAYOUTS.items():
-            ours = measure([sys.executable, "-m", "imposition.cli", str(source), "--layout", json.dumps(layout),
-                            "-o", str(WORK / "ours.pdf")], runs)
-            theirs = measure([pdfimpose, *pdfimpose_args, str(source), "--output", str(WORK / "pdfimpose.pdf")], runs)
-            rows.append((name, page_count, ours, theirs, floor))
-            print(f"{name:14} {page_count:5} pages: ours {ours['wall_s']:.2f} s, pdfimpose {theirs['wall_s']:.2f} s, "
-                  f"copy {floor['wall_s']:.2f} s", flush=True)
-    table = render(rows)
-    (WORK / "results.md").write_text(table)
+        results[page_count] = measure_page_count(page_count, pdfimpose)
+        m = results[page_count]["external"]
+        print(f"{page_count:5} pages: " + ", ".join(f"{name} {value.wall_s:.3f} s" for name, value in m.items()),
+              flush=True)
+    load_after = os.getloadavg()
+    busy = max(load_before[0], load_after[0]) > 0.5 * (os.cpu_count() or 1)
+    conditions = (
+        f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {os.cpu_count()} CPUs in {time.monotonic() - started:.0f} s; "
+        f"load average {load_before[0]:.2f} at the start, {load_after[0]:.2f} at the end; "
+        f"medians of {repeats(8)} runs up to 64 pages, {repeats(512)} from 512 (in-process: at least as many, and "
+        f"at least 1 s of runs); times in seconds, wall clock unless marked CPU (user + system)."
+        + ("\n\n**The machine was busy with other work during this run: wall times carry its queueing; the CPU "
+           "columns and CPU ratios are the steadier measure.**" if busy else "")
+    )
+    tables = render(results, conditions)
+    (WORK / "results.md").write_text(tables)
+    (WORK / "results.json").write_text(json.dumps(
+        {pages: {kind: {name: asdict(value) for name, value in group.items()} for kind, group in measured.items()}
+         for pages, measured in results.items()}, indent=2))
+    if not QUICK:
+        _refresh_results_doc(tables)
     print()
-    print(table)
-
-
-def render(rows) -> str:
-    lines = [
-        "| layout | pages | ours s | ours pages/s | ours peak MiB | pdfimpose s | pdfimpose pages/s | pdfimpose peak MiB "
-        "| copy floor s | copy peak MiB | ours ÷ pdfimpose speed | ours ÷ copy time |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for name, pages, ours, theirs, floor in rows:
-        lines.append(
-            f"| {name} | {pages} | {ours['wall_s']:.2f} | {pages / ours['wall_s']:.0f} | {ours['peak_mib']:.0f} "
-            f"| {theirs['wall_s']:.2f} | {pages / theirs['wall_s']:.0f} | {theirs['peak_mib']:.0f} "
-            f"| {floor['wall_s']:.2f} | {floor['peak_mib']:.0f} "
-            f"| {theirs['wall_s'] / ours['wall_s']:.1f}× | {ours['wall_s'] / floor['wall_s']:.2f}× |"
-        )
-    return "\n".join(lines) + "\n"
+    print(tables)
 
 
 if __name__ == "__main__":

@@ -13,19 +13,39 @@ Every failure is an :class:`ImpositionError` with ``code`` and ``retryable`` (se
 :mod:`imposition.errors`).
 """
 
-from .engines import Engine, ImposeReport, PdfToolboxEngine, PikepdfEngine, get_engine
-from .errors import ImpositionError
-from .marks import SlugInfo
-from .spec import LayoutSpec, parse_layout
+from __future__ import annotations
 
-__all__ = [
-    "Engine",
-    "ImposeReport",
-    "ImpositionError",
-    "LayoutSpec",
-    "PdfToolboxEngine",
-    "PikepdfEngine",
-    "SlugInfo",
-    "get_engine",
-    "parse_layout",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: Public name → the module that defines it. Imported on first use (PEP 562), so that the engine's
+#: child process (``python -m imposition.child``) does not pay for pydantic and the engine classes.
+_EXPORTS = {
+    "Engine": ".engines",
+    "ImposeReport": ".engines",
+    "PdfToolboxEngine": ".engines",
+    "PikepdfEngine": ".engines",
+    "get_engine": ".engines",
+    "ImpositionError": ".errors",
+    "SlugInfo": ".job",
+    "LayoutSpec": ".spec",
+    "parse_layout": ".spec",
+}
+
+if TYPE_CHECKING:
+    from .engines import Engine, ImposeReport, PdfToolboxEngine, PikepdfEngine, get_engine
+    from .errors import ImpositionError
+    from .job import SlugInfo
+    from .spec import LayoutSpec, parse_layout
+
+
+def __getattr__(name: str) -> Any:
+    """A public name of :data:`_EXPORTS`, imported from its module on first use."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = sorted(_EXPORTS)

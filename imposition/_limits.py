@@ -8,11 +8,18 @@ limits survive ``exec`` and bind the engine and everything it starts:
 * ``RLIMIT_CPU``: a backstop against an orphaned engine (its parent killed before it could kill it):
   SIGXCPU at the soft limit, SIGKILL five seconds later.
 
+With ``--module NAME --sys-path PATHS``, the trampoline does not ``exec`` a new interpreter: once the
+limits are set it puts ``PATHS`` (``os.pathsep``-separated, the parent's ``sys.path``) in front of its
+own path and runs the Python module ``NAME`` as ``__main__`` in this same process, the arguments after
+``--`` as its ``sys.argv[1:]``. The module runs under the same limits and starts one interpreter
+sooner, without ``site`` (no ``.pth`` hooks, no user site directory).
+
 Exit code 127 (the shell's "command not found") when the command cannot be executed.
 """
 
 import os
 import resource
+import runpy
 import sys
 
 
@@ -26,6 +33,11 @@ def main(argv: list[str]) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (address_space_bytes, address_space_bytes))
     if cpu_seconds > 0:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
+    if "--module" in options:
+        sys.path[:0] = [path for path in options.get("--sys-path", "").split(os.pathsep) if path]
+        sys.argv = [options["--module"], *command]
+        runpy.run_module(options["--module"], run_name="__main__", alter_sys=True)
+        return
     try:
         os.execvp(command[0], command)
     except OSError as exc:

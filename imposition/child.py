@@ -1,14 +1,23 @@
 """The engine's child process: ``python -m imposition.child <request.json>``.
 
+:meth:`imposition.engines.base.Engine.run_child` starts it through the limits trampoline
+(:mod:`imposition._limits` ``--module imposition.child``), which sets the address-space and CPU limits
+and then runs this module in the same process, before anything here is imported.
+
 The request (written by :meth:`imposition.engines.base.Engine.run_child`) is a JSON object::
 
-    {"mode": "impose" | "inspect", "input": path, "output": path | null, "spec": {...},
-     "slug": {"job_id": ..., "tenant_id": ...} | null, "max_pages": int, "result": path}
+    {"mode": "impose" | "inspect", "input": path, "output": path | null,
+     "layout": {...} (imposition.job.Layout), "slug": {"job_id": ..., "tenant_id": ...} | null,
+     "max_pages": int, "result": path}
 
 ``inspect`` opens the PDF and plans the job (every typed input error, no output); ``impose`` also
 draws the plan with pikepdf and saves it to ``output``. The result file receives either
 ``{"ok": true, "sheets": n, "sides": n, "pages_in": n, "blank_pages": n}`` or
 ``{"ok": false, "code": ..., "message": ...}``. Exit status 0 when a result was written.
+
+The child starts once per job, so it imports only what it uses: pikepdf and the plain-data modules
+(job, geometry, planning, drawing). The layout arrives already validated and resolved by the parent;
+the child never imports pydantic, the settings or the engine classes.
 """
 
 from __future__ import annotations
@@ -21,22 +30,21 @@ from typing import Any
 import pikepdf
 
 from .errors import DamagedPdf, ImpositionError, MemoryLimitExceeded
-from .marks import SlugInfo
+from .job import Layout, SlugInfo
 from .planning import plan_imposition
 from .source import open_source, page_boxes
-from .spec import parse_layout
 
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
     """Carry out one request; returns the success result (typed errors propagate)."""
-    from .engines.pikepdf_engine import draw_plan  # only the impose mode needs the drawing code
-
-    spec = parse_layout(request["spec"])
+    layout = Layout.from_json(request["layout"])
     slug = SlugInfo(**request["slug"]) if request.get("slug") else None
     with open_source(Path(request["input"]), max_pages=int(request["max_pages"])) as pdf:
-        boxes = [page_boxes(page.obj, number) for number, page in enumerate(pdf.pages, start=1)]
-        plan = plan_imposition(spec, boxes, slug=slug)
+        boxes = page_boxes(pdf)
+        plan = plan_imposition(layout, boxes, slug=slug)
         if request["mode"] == "impose":
+            from .drawing import draw_plan  # only the impose mode needs the drawing code
+
             draw_plan(pdf, boxes, plan, Path(request["output"]))
     return {"ok": True, "sheets": plan.sheets, "sides": len(plan.plates), "pages_in": plan.pages_in,
             "blank_pages": plan.blank_pages}
@@ -53,7 +61,7 @@ def main(argv: list[str]) -> int:
         result = {"ok": False, "code": error.code, "message": error.message}
     except pikepdf.PdfError as exc:  # found while reading objects lazily, after opening
         if "bad_alloc" in str(exc):  # qpdf reports an allocation beyond RLIMIT_AS as a read error
-            error: ImpositionError = MemoryLimitExceeded(
+            error = MemoryLimitExceeded(
                 f"the engine ran out of its memory budget (engine_memory_limit_bytes) reading the input: {exc}"
             )
         else:

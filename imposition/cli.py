@@ -14,7 +14,7 @@ import click
 
 from .engines import get_engine
 from .errors import ImpositionError
-from .marks import SlugInfo
+from .job import SlugInfo
 from .spec import parse_layout
 
 

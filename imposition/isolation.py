@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -55,6 +56,30 @@ def _kill_group(process: subprocess.Popen) -> None:
         pass
 
 
+def _exit_descriptor(process: subprocess.Popen) -> int | None:
+    """A process file descriptor that becomes readable when ``process`` exits (Linux ≥ 5.3,
+    pidfd_open(2)), or None where there is none (the wait then polls)."""
+    try:
+        return os.pidfd_open(process.pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _wait(process: subprocess.Popen, exited: int | None, timeout_s: float) -> int | None:
+    """The exit status of ``process`` once it exits within ``timeout_s``, else None.
+
+    With a process descriptor the wait wakes the moment the child exits; without one,
+    ``Popen.wait`` polls with growing sleeps (up to the timeout) and may notice the exit late.
+    """
+    if exited is None:
+        try:
+            return process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+    select.select([exited], [], [], timeout_s)
+    return process.poll()
+
+
 def _tail(log_path: Path) -> str:
     try:
         with log_path.open("rb") as handle:
@@ -62,6 +87,14 @@ def _tail(log_path: Path) -> str:
             return handle.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
+
+
+def _import_path() -> str:
+    """The import path of a module child, ``os.pathsep``-separated: the directory holding this package
+    (an editable install finds it through a ``site`` hook, and the child starts without ``site``), then
+    this process's ``sys.path`` (``''``, the working directory, spelled out)."""
+    package_root = str(Path(__file__).resolve().parents[1])
+    return os.pathsep.join([package_root, *(entry or os.getcwd() for entry in sys.path)])
 
 
 def run_limited(
@@ -73,11 +106,12 @@ def run_limited(
     deadline: float | None = None,
     cancel: threading.Event | None = None,
     env: dict[str, str] | None = None,
+    module: str | None = None,
 ) -> ChildExit:
     """Run ``command`` (an argument list, never a shell string) under limits and wait for it.
 
     Args:
-        command: the program and its arguments.
+        command: the program and its arguments; with ``module``, the module's arguments.
         time_limit_s: wall-clock limit in seconds; past it the process group is killed.
         deadline: ``time.monotonic()`` value at which the limit runs out, when the limit covers more
             than this child (default: ``time_limit_s`` from now).
@@ -86,6 +120,9 @@ def run_limited(
             child can never block on a full pipe).
         cancel: when set, the process group is killed at once.
         env: the child's environment (default: the parent's).
+        module: a Python module to run as the child instead of a program: the limits trampoline runs
+            it in its own process (one interpreter start, no ``site``), importing from this package's
+            directory and this process's ``sys.path``.
 
     Returns:
         How the child ended (any exit code; the caller maps it).
@@ -101,6 +138,7 @@ def run_limited(
         sys.executable, "-I", "-S", str(LIMITS_SCRIPT),
         "--address-space-bytes", str(memory_limit_bytes or 0),
         "--cpu-seconds", str(cpu_backstop_s),
+        *(("--module", module, "--sys-path", _import_path()) if module else ()),
         "--", *command,
     ]
     with log_path.open("wb") as log:
@@ -108,6 +146,7 @@ def run_limited(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True, env=env,
         )
+    exited = _exit_descriptor(process)
     try:
         while True:
             remaining = deadline - time.monotonic()
@@ -121,15 +160,16 @@ def run_limited(
                 raise TimeLimitExceeded(
                     f"the engine ran past its time limit of {time_limit_s:g} s and was killed"
                 )
-            try:
-                returncode = process.wait(timeout=min(POLL_INTERVAL_S, remaining))
+            returncode = _wait(process, exited, min(POLL_INTERVAL_S, remaining))
+            if returncode is not None:
                 break
-            except subprocess.TimeoutExpired:
-                continue
     except BaseException:
         _kill_group(process)  # an exception in the waiting thread (a Celery time limit) ends the child too
         process.wait()
         raise
+    finally:
+        if exited is not None:
+            os.close(exited)
     _kill_group(process)  # anything the child left running in its group
     if returncode == -signal.SIGXCPU:
         raise TimeLimitExceeded(f"the engine used more than its CPU-time backstop of {cpu_backstop_s} s")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .geometry import EPSILON_PT, Rect
+from .job import SlugInfo  # defined with the other plain job data; importable from here as before
 
 #: Resource name of the registration colour space on every plate.
 REGISTRATION_COLOUR_SPACE = "/Registration"
@@ -24,19 +25,6 @@ SLUG_FONT_SIZE_PT = 6.0
 MIN_MARK_LENGTH_PT = 72 / 25.4
 #: Width of every mark, pt.
 MARK_LINE_WIDTH_PT = 0.25
-
-
-@dataclass(frozen=True)
-class SlugInfo:
-    """Who a plate belongs to, printed on its slug line.
-
-    Attributes:
-        job_id: the job's id.
-        tenant_id: the tenant's canonical id.
-    """
-
-    job_id: str
-    tenant_id: str
 
 
 @dataclass(frozen=True)

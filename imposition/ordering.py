@@ -20,8 +20,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .spec import BlankPagesAt, CutAndStack, LayoutSpec, NUp, PerfectBound, SaddleStitch, StepAndRepeat
+from .job import CUT_AND_STACK, N_UP, PERFECT_BOUND, SADDLE_STITCH, STEP_AND_REPEAT, Layout
+
+if TYPE_CHECKING:
+    from .spec import BlankPagesAt, LayoutSpec
 
 #: A cell's content: a 0-based source page index, or None (prints nothing).
 Slot = int | None
@@ -190,11 +194,11 @@ def step_and_repeat_order(pages: Sequence[int], columns: int, rows: int, *, dupl
     return PageOrder(columns, rows, tuple(sheets), 0, tuple(pages))
 
 
-def page_order(spec: LayoutSpec, page_count: int, *, grid: tuple[int, int] | None = None) -> PageOrder:
-    """The page order of ``spec`` for a document of ``page_count`` pages.
+def page_order(layout: Layout | LayoutSpec, page_count: int, *, grid: tuple[int, int] | None = None) -> PageOrder:
+    """The page order of ``layout`` for a document of ``page_count`` pages.
 
     Args:
-        spec: the layout.
+        layout: the layout (a :class:`~imposition.spec.LayoutSpec` is resolved first).
         page_count: pages in the source document (≥ 1).
         grid: ``(columns, rows)`` for step-and-repeat, whose grid comes from the page and sheet sizes.
 
@@ -202,23 +206,24 @@ def page_order(spec: LayoutSpec, page_count: int, *, grid: tuple[int, int] | Non
         ValueError: step-and-repeat without a ``grid``, or a listed page beyond ``page_count`` (the
             engine checks the latter first and raises InvalidLayout).
     """
-    right_to_left = getattr(spec, "binding", "left_to_right") == "right_to_left"
-    if isinstance(spec, SaddleStitch):
-        return saddle_stitch_order(page_count, right_to_left=right_to_left, blank_pages_at=spec.blank_pages_at)
-    if isinstance(spec, PerfectBound):
+    if not isinstance(layout, Layout):
+        layout = layout.resolved()
+    right_to_left = layout.binding == "right_to_left"
+    duplex = layout.duplex != "simplex"
+    if layout.kind == SADDLE_STITCH:
+        return saddle_stitch_order(page_count, right_to_left=right_to_left, blank_pages_at=layout.blank_pages_at)
+    if layout.kind == PERFECT_BOUND:
         return perfect_bound_order(
-            page_count, spec.signature_pages, right_to_left=right_to_left, blank_pages_at=spec.blank_pages_at
+            page_count, layout.signature_pages, right_to_left=right_to_left, blank_pages_at=layout.blank_pages_at
         )
-    if isinstance(spec, StepAndRepeat):
+    if layout.kind == STEP_AND_REPEAT:
         if grid is None:
             raise ValueError("step_and_repeat needs the grid computed from page and sheet sizes")
-        pages = [p - 1 for p in spec.pages] if spec.pages else list(range(page_count))
+        pages = [p - 1 for p in layout.pages] if layout.pages else list(range(page_count))
         if max(pages) >= page_count:
             raise ValueError(f"pages lists page {max(pages) + 1} of a {page_count}-page document")
-        return step_and_repeat_order(pages, *grid, duplex=spec.duplex != "simplex")
-    if isinstance(spec, (NUp, CutAndStack)):
-        order = cut_and_stack_order if isinstance(spec, CutAndStack) else n_up_order
-        return order(
-            page_count, spec.columns, spec.rows, duplex=spec.duplex != "simplex", right_to_left=right_to_left
-        )
-    raise ValueError(f"no page order for layout {spec.layout!r}")
+        return step_and_repeat_order(pages, *grid, duplex=duplex)
+    if layout.kind in (N_UP, CUT_AND_STACK):
+        order = cut_and_stack_order if layout.kind == CUT_AND_STACK else n_up_order
+        return order(page_count, layout.columns, layout.rows, duplex=duplex, right_to_left=right_to_left)
+    raise ValueError(f"no page order for layout {layout.kind!r}")

@@ -20,15 +20,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from pikepdf import Matrix
 
 from .errors import InvalidLayout, PageTooLarge
 from .geometry import EPSILON_PT, PageBoxes, Rect, available_bleed, displayed_size, fit_scale, placement_matrix
-from .marks import Mark, SlugInfo, crop_marks, fold_marks, slug_text
+from .job import PERFECT_BOUND, STEP_AND_REPEAT, Layout, SlugInfo
+from .marks import Mark, crop_marks, fold_marks, slug_text
 from .ordering import PageOrder, SheetOrder, page_order
 from .sheets import mm_to_pt, pt_to_mm
-from .spec import LayoutSpec, PerfectBound, SaddleStitch, StepAndRepeat
+
+if TYPE_CHECKING:
+    from .spec import LayoutSpec
 
 #: Slug line baseline and left edge, from the sheet's lower-left corner (pt).
 SLUG_ORIGIN_PT = (mm_to_pt(5.0), mm_to_pt(2.0))
@@ -103,21 +107,21 @@ class _Frame:
         return Rect.from_size(x0, y0, self.cell_width_pt, self.cell_height_pt)
 
 
-def _orientations(spec: LayoutSpec) -> list[tuple[float, float]]:
-    short, long_ = sorted(spec.sheet_size_pt())
+def _orientations(layout: Layout) -> list[tuple[float, float]]:
+    short, long_ = sorted(layout.sheet_size_pt)
     portrait, landscape = (short, long_), (long_, short)
-    return {"portrait": [portrait], "landscape": [landscape]}.get(spec.orientation, [portrait, landscape])
+    return {"portrait": [portrait], "landscape": [landscape]}.get(layout.orientation, [portrait, landscape])
 
 
-def _regions(spec: LayoutSpec, width: float, height: float) -> tuple[Rect, Rect]:
-    top, right, bottom, left = spec.margins_pt()
+def _regions(layout: Layout, width: float, height: float) -> tuple[Rect, Rect]:
+    top, right, bottom, left = layout.margins_pt
     usable = Rect(left, bottom, width - right, height - top)
     if usable.width <= EPSILON_PT or usable.height <= EPSILON_PT:
         raise InvalidLayout(
-            f"margin_mm={spec.margin_mm!r}: leaves no room on the "
+            f"margin_mm={layout.margin_given}: leaves no room on the "
             f"{pt_to_mm(width):.0f} × {pt_to_mm(height):.0f} mm sheet"
         )
-    duplex = getattr(spec, "duplex", "simplex")
+    duplex = layout.duplex
     if duplex == "work_and_turn":
         middle = (usable.x0 + usable.x1) / 2
         return Rect(usable.x0, usable.y0, middle, usable.y1), Rect(middle, usable.y0, usable.x1, usable.y1)
@@ -128,23 +132,23 @@ def _regions(spec: LayoutSpec, width: float, height: float) -> tuple[Rect, Rect]
 
 
 def _frame(
-    spec: LayoutSpec, sheet_size: tuple[float, float], page_sizes: Sequence[tuple[float, float]]
+    layout: Layout, sheet_size: tuple[float, float], page_sizes: Sequence[tuple[float, float]]
 ) -> _Frame:
     """Cell geometry for one sheet orientation; raises PageTooLarge if a page cannot be placed."""
     width, height = sheet_size
-    regions = _regions(spec, width, height)
+    regions = _regions(layout, width, height)
     region = regions[0]
-    gutters = spec.gutters_pt() if hasattr(spec, "gutters_pt") else (0.0, 0.0)
+    gutters = layout.gutters_pt
     max_w = max(size[0] for size in page_sizes)
     max_h = max(size[1] for size in page_sizes)
-    if isinstance(spec, StepAndRepeat):
+    if layout.kind == STEP_AND_REPEAT:
         columns = math.floor((region.width + gutters[0] + EPSILON_PT) / (max_w + gutters[0]))
         rows = math.floor((region.height + gutters[1] + EPSILON_PT) / (max_h + gutters[1]))
-        if columns * rows == 0 and spec.scaling == "fit":
+        if columns * rows == 0 and layout.scaling == "fit":
             columns = rows = 1
         columns, rows = max(columns, 1), max(rows, 1)
     else:
-        columns, rows = getattr(spec, "columns", 2), getattr(spec, "rows", 1)
+        columns, rows = layout.columns, layout.rows
     share_w = (region.width - (columns - 1) * gutters[0]) / columns
     share_h = (region.height - (rows - 1) * gutters[1]) / rows
     if share_w <= 0 or share_h <= 0:
@@ -153,7 +157,7 @@ def _frame(
             f"{pt_to_mm(region.width):.1f} × {pt_to_mm(region.height):.1f} mm usable area"
         )
     frame = _Frame(Rect(0, 0, width, height), regions, columns, rows, min(share_w, max_w), min(share_h, max_h), gutters)
-    if spec.scaling == "none":
+    if layout.scaling == "none":
         for number, (page_w, page_h) in enumerate(page_sizes, start=1):
             if page_w > frame.cell_width_pt + EPSILON_PT or page_h > frame.cell_height_pt + EPSILON_PT:
                 raise PageTooLarge(
@@ -164,24 +168,24 @@ def _frame(
     return frame
 
 
-def _score(spec: LayoutSpec, frame: _Frame, page_sizes: Sequence[tuple[float, float]]) -> tuple[float, float]:
+def _score(layout: Layout, frame: _Frame, page_sizes: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """Larger is better: (copies per side for step and repeat, smallest page scale)."""
     cell = (frame.cell_width_pt, frame.cell_height_pt)
     smallest = min(fit_scale(size, cell) for size in page_sizes)
-    copies = frame.columns * frame.rows if isinstance(spec, StepAndRepeat) else 0
+    copies = frame.columns * frame.rows if layout.kind == STEP_AND_REPEAT else 0
     return copies, smallest
 
 
-def _choose_frame(spec: LayoutSpec, page_sizes: Sequence[tuple[float, float]]) -> _Frame:
+def _choose_frame(layout: Layout, page_sizes: Sequence[tuple[float, float]]) -> _Frame:
     best: tuple[tuple[float, float], _Frame] | None = None
     too_large: PageTooLarge | None = None
-    for sheet_size in _orientations(spec):
+    for sheet_size in _orientations(layout):
         try:
-            frame = _frame(spec, sheet_size, page_sizes)
+            frame = _frame(layout, sheet_size, page_sizes)
         except PageTooLarge as exc:
             too_large = too_large or exc
             continue
-        score = _score(spec, frame, page_sizes)
+        score = _score(layout, frame, page_sizes)
         if best is None or score > best[0]:
             best = (score, frame)
     if best is None:
@@ -190,30 +194,46 @@ def _choose_frame(spec: LayoutSpec, page_sizes: Sequence[tuple[float, float]]) -
     return best[1]
 
 
+#: Where a page lands in a cell, by (its boxes, cell index, side region, creep steps): trim, matrix,
+#: scale. A plan works each out once: most documents have only a few distinct page geometries.
+_Spots = dict[tuple[PageBoxes, int, Rect, int], tuple[Rect, tuple[float, ...], float]]
+
+
+def _spot(
+    layout: Layout, frame: _Frame, region: Rect, index: int, boxes: PageBoxes, creep_steps: int
+) -> tuple[Rect, tuple[float, ...], float]:
+    """Where a page with ``boxes`` lands in cell ``index`` of ``region``: its trim on the sheet, the
+    matrix from its user space to the sheet, its scale."""
+    cell = frame.cell(region, index)
+    page_w, page_h = displayed_size(boxes)
+    scale = fit_scale((page_w, page_h), (cell.width, cell.height))
+    placed_w, placed_h = page_w * scale, page_h * scale
+    x0 = cell.x0 + (cell.width - placed_w) / 2
+    shift = 0.0
+    if layout.booklet:  # against the spine; creep moves the content toward it
+        creep_pt = layout.creep_pt * creep_steps
+        column = index % frame.columns
+        x0, shift = (cell.x1 - placed_w, creep_pt) if column == 0 else (cell.x0, -creep_pt)
+    y0 = cell.y0 + (cell.height - placed_h) / 2
+    matrix = placement_matrix(boxes, scale, (x0 + shift, y0), upside_down=False)
+    return Rect.from_size(x0, y0, placed_w, placed_h), tuple(matrix.shorthand), scale
+
+
 def _place_side(
-    spec: LayoutSpec, frame: _Frame, region: Rect, slots: Sequence[int | None], pages: Sequence[PageBoxes],
-    creep_steps: int,
+    layout: Layout, frame: _Frame, region: Rect, slots: Sequence[int | None], pages: Sequence[PageBoxes],
+    creep_steps: int, spots: _Spots,
 ) -> list[Placement]:
     """Placements of one side, upright in ``region`` (clip still equal to trim)."""
-    booklet = isinstance(spec, (SaddleStitch, PerfectBound))
-    creep_pt = mm_to_pt(getattr(spec, "creep_mm", 0.0)) * creep_steps
     placements = []
     for index, page in enumerate(slots):
         if page is None:
             continue
-        cell = frame.cell(region, index)
-        page_w, page_h = displayed_size(pages[page])
-        scale = fit_scale((page_w, page_h), (cell.width, cell.height))
-        placed_w, placed_h = page_w * scale, page_h * scale
-        x0 = cell.x0 + (cell.width - placed_w) / 2
-        shift = 0.0
-        if booklet:  # against the spine; creep moves the content toward it
-            column = index % frame.columns
-            x0, shift = (cell.x1 - placed_w, creep_pt) if column == 0 else (cell.x0, -creep_pt)
-        y0 = cell.y0 + (cell.height - placed_h) / 2
-        trim = Rect.from_size(x0, y0, placed_w, placed_h)
-        matrix = placement_matrix(pages[page], scale, (x0 + shift, y0), upside_down=False)
-        placements.append(Placement(page, trim, trim, tuple(matrix.shorthand), scale))
+        key = (pages[page], index, region, creep_steps)
+        spot = spots.get(key)
+        if spot is None:
+            spot = spots[key] = _spot(layout, frame, region, index, pages[page], creep_steps)
+        trim, matrix, scale = spot
+        placements.append(Placement(page, trim, trim, matrix, scale))
     return placements
 
 
@@ -260,9 +280,9 @@ def _with_bleed(placements: list[Placement], pages: Sequence[PageBoxes], sheet: 
     return result
 
 
-def _folds(spec: LayoutSpec, frame: _Frame, region: Rect, turned: bool) -> list[tuple[float, Rect]]:
+def _folds(layout: Layout, frame: _Frame, region: Rect, turned: bool) -> list[tuple[float, Rect]]:
     """The fold line of a booklet side (when fold marks are asked for): its x and the spread it folds."""
-    if not getattr(spec, "fold_marks", False):
+    if not layout.fold_marks:
         return []
     spread = Rect(frame.cell(region, 0).x0, frame.cell(region, 0).y0, frame.cell(region, 1).x1, frame.cell(region, 1).y1)
     x = frame.cell(region, 0).x1
@@ -273,45 +293,46 @@ def _folds(spec: LayoutSpec, frame: _Frame, region: Rect, turned: bool) -> list[
     return [(x, spread)]
 
 
-def _marks(spec: LayoutSpec, frame: _Frame, placements: list[Placement], folds: list[tuple[float, Rect]]) -> list[Mark]:
+def _marks(layout: Layout, frame: _Frame, placements: list[Placement], folds: list[tuple[float, Rect]]) -> list[Mark]:
     keep_clear = [p.clip for p in placements]
-    length_pt = mm_to_pt(spec.crop_mark_length_mm)
-    offset_pt = mm_to_pt(max(spec.crop_mark_offset_mm, spec.bleed_mm))
+    length_pt = layout.crop_mark_length_pt
+    offset_pt = layout.crop_mark_offset_pt
     marks: list[Mark] = []
-    if spec.crop_marks:
+    if layout.crop_marks:
         trims = [p.trim for p in placements]
         marks += crop_marks(trims, keep_clear, frame.sheet, length_pt=length_pt, offset_pt=offset_pt)
-    if getattr(spec, "fold_marks", False):
+    if layout.fold_marks:
         marks += fold_marks(folds, keep_clear, frame.sheet, length_pt=length_pt, offset_pt=offset_pt)
     return marks
 
 
 def _sides(
-    spec: LayoutSpec, frame: _Frame, sheet: SheetOrder, pages: Sequence[PageBoxes], creep_steps: int
+    layout: Layout, frame: _Frame, sheet: SheetOrder, pages: Sequence[PageBoxes], creep_steps: int, spots: _Spots
 ) -> list[tuple[str, list[Placement], list[tuple[float, Rect]]]]:
     """The plates of one sheet: (side name, placements, fold lines)."""
     front_region, back_region = frame.regions
-    front = _place_side(spec, frame, front_region, sheet.front, pages, creep_steps)
-    front_folds = _folds(spec, frame, front_region, False)
+    front = _place_side(layout, frame, front_region, sheet.front, pages, creep_steps, spots)
+    front_folds = _folds(layout, frame, front_region, False)
     if sheet.back is None:
         return [("front", front, front_folds)]
-    back = _place_side(spec, frame, back_region, sheet.back, pages, creep_steps)
-    duplex = getattr(spec, "duplex", "simplex")
-    if duplex == "work_and_turn":
-        return [("work and turn", front + back, front_folds + _folds(spec, frame, back_region, False))]
-    if duplex == "work_and_tumble":
+    back = _place_side(layout, frame, back_region, sheet.back, pages, creep_steps, spots)
+    if layout.duplex == "work_and_turn":
+        return [("work and turn", front + back, front_folds + _folds(layout, frame, back_region, False))]
+    if layout.duplex == "work_and_tumble":
         turned = _turned(back, back_region)
-        return [("work and tumble", front + turned, front_folds + _folds(spec, frame, back_region, True))]
-    return [("front", front, front_folds), ("back", back, _folds(spec, frame, back_region, False))]
+        return [("work and tumble", front + turned, front_folds + _folds(layout, frame, back_region, True))]
+    return [("front", front, front_folds), ("back", back, _folds(layout, frame, back_region, False))]
 
 
-def plan_imposition(spec: LayoutSpec, pages: Sequence[PageBoxes], *, slug: SlugInfo | None = None) -> ImpositionPlan:
+def plan_imposition(
+    layout: Layout | LayoutSpec, pages: Sequence[PageBoxes], *, slug: SlugInfo | None = None
+) -> ImpositionPlan:
     """Plan the imposition of a document.
 
     Args:
-        spec: the layout.
+        layout: the layout (a :class:`~imposition.spec.LayoutSpec` is resolved first).
         pages: the boxes of every source page, in document order (at least one).
-        slug: job and tenant for the slug line (printed when ``spec.slug`` is true).
+        slug: job and tenant for the slug line (printed when ``layout.slug`` is true).
 
     Returns:
         The plan: sheet size, plates in output order (front, back, front, back… for sheetwise duplex;
@@ -321,23 +342,25 @@ def plan_imposition(spec: LayoutSpec, pages: Sequence[PageBoxes], *, slug: SlugI
         InvalidLayout: margins or gutters leave no room, or ``pages`` names a page the document lacks.
         PageTooLarge: with ``scaling: none``, a page does not fit its cell in any allowed orientation.
     """
+    if not isinstance(layout, Layout):
+        layout = layout.resolved()
     considered: Sequence[int] = range(len(pages))
-    if isinstance(spec, StepAndRepeat) and spec.pages:
-        for index, number in enumerate(spec.pages):
+    if layout.kind == STEP_AND_REPEAT and layout.pages:
+        for index, number in enumerate(layout.pages):
             if number > len(pages):
                 raise InvalidLayout(f"pages[{index}]={number}: the document has only {len(pages)} pages")
-        considered = sorted({number - 1 for number in spec.pages})
-    frame = _choose_frame(spec, [displayed_size(pages[i]) for i in considered])
-    order: PageOrder = page_order(spec, len(pages), grid=(frame.columns, frame.rows))
-    section_sheets = spec.signature_pages // 4 if isinstance(spec, PerfectBound) else len(order.sheets)
-    bleed_pt = mm_to_pt(spec.bleed_mm)
+        considered = sorted({number - 1 for number in layout.pages})
+    frame = _choose_frame(layout, [displayed_size(pages[i]) for i in considered])
+    order: PageOrder = page_order(layout, len(pages), grid=(frame.columns, frame.rows))
+    section_sheets = layout.signature_pages // 4 if layout.kind == PERFECT_BOUND else len(order.sheets)
     plates = []
+    spots: _Spots = {}
     for number, sheet in enumerate(order.sheets, start=1):
-        creep_steps = (number - 1) % section_sheets if isinstance(spec, (SaddleStitch, PerfectBound)) else 0
-        for side, placements, folds in _sides(spec, frame, sheet, pages, creep_steps):
-            placements = _with_bleed(placements, pages, frame.sheet, bleed_pt)
-            slug_line = slug_text(slug, number, len(order.sheets), side) if spec.slug and slug else None
-            plates.append(Plate(number, side, tuple(placements), tuple(_marks(spec, frame, placements, folds)), slug_line))
+        creep_steps = (number - 1) % section_sheets if layout.booklet and layout.creep_pt else 0
+        for side, placements, folds in _sides(layout, frame, sheet, pages, creep_steps, spots):
+            placements = _with_bleed(placements, pages, frame.sheet, layout.bleed_pt)
+            slug_line = slug_text(slug, number, len(order.sheets), side) if layout.slug and slug else None
+            plates.append(Plate(number, side, tuple(placements), tuple(_marks(layout, frame, placements, folds)), slug_line))
     return ImpositionPlan(
         frame.sheet.width, frame.sheet.height, tuple(plates), len(order.sheets), order.blank_pages, len(pages)
     )

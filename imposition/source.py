@@ -69,11 +69,16 @@ def inherited(page: pikepdf.Dictionary, key: str) -> pikepdf.Object | None:
     for _ in range(MAX_PAGE_TREE_DEPTH):
         if node is None or not isinstance(node, pikepdf.Dictionary):
             return None
-        value = node.get(key)
-        if value is not None:
-            return value
+        if key in node:
+            return node[key]
         node = node.get("/Parent")
     return None
+
+
+def _entry(page: pikepdf.Dictionary, key: str) -> pikepdf.Object | None:
+    """``page[key]``, or None when absent (a membership test first: pikepdf's ``get`` of an absent
+    key costs several times more)."""
+    return page[key] if key in page else None
 
 
 def _box(value: pikepdf.Object | None, page_number: int, name: str) -> Rect | None:
@@ -88,23 +93,64 @@ def _box(value: pikepdf.Object | None, page_number: int, name: str) -> Rect | No
     return Rect.from_box(numbers)
 
 
-def page_boxes(page: pikepdf.Dictionary, page_number: int) -> PageBoxes:
-    """The boxes of one page (1-based ``page_number`` for messages), per PDF 32000-1 §14.11.2.
+#: Page entries that decide a page's boxes: the three inheritable ones first (PDF 32000-1 Table 30).
+_INHERITED_ENTRIES = ("/MediaBox", "/CropBox", "/Rotate")
+_OWN_ENTRIES = ("/TrimBox", "/BleedBox", "/UserUnit")
 
-    Raises:
-        DamagedPdf: a box is malformed, or the visible trim has no area.
-    """
-    media = _box(inherited(page, "/MediaBox"), page_number, "MediaBox") or Rect.from_box(DEFAULT_MEDIA_BOX)
-    crop = (_box(inherited(page, "/CropBox"), page_number, "CropBox") or media).intersect(media)
-    trim = (_box(page.get("/TrimBox"), page_number, "TrimBox") or crop).intersect(crop)
-    bleed = (_box(page.get("/BleedBox"), page_number, "BleedBox") or crop).intersect(crop)
+
+def _entries(page: pikepdf.Dictionary, from_tree: dict[tuple[int, int], tuple]) -> tuple:
+    """The page's /MediaBox, /CropBox, /Rotate (inherited when absent), /TrimBox, /BleedBox and
+    /UserUnit, each None when absent. What a page inherits is looked up once per parent node."""
+    inheritable = [_entry(page, key) for key in _INHERITED_ENTRIES]
+    if None in inheritable:
+        parent = _entry(page, "/Parent")
+        if isinstance(parent, pikepdf.Dictionary) and parent.is_indirect:
+            tree = from_tree.get(parent.objgen)
+            if tree is None:
+                tree = from_tree[parent.objgen] = tuple(inherited(parent, key) for key in _INHERITED_ENTRIES)
+        else:
+            tree = tuple(inherited(parent, key) for key in _INHERITED_ENTRIES)
+        inheritable = [own if own is not None else up for own, up in zip(inheritable, tree)]
+    return (*inheritable, *(_entry(page, key) for key in _OWN_ENTRIES))
+
+
+def _page_boxes(entries: tuple, page_number: int) -> PageBoxes:
+    media_box, crop_box, rotate_value, trim_box, bleed_box, user_unit_value = entries
+    media = _box(media_box, page_number, "MediaBox") or Rect.from_box(DEFAULT_MEDIA_BOX)
+    crop = (_box(crop_box, page_number, "CropBox") or media).intersect(media)
+    trim = (_box(trim_box, page_number, "TrimBox") or crop).intersect(crop)
+    bleed = (_box(bleed_box, page_number, "BleedBox") or crop).intersect(crop)
     if trim.width <= 0 or trim.height <= 0:
         raise DamagedPdf(f"page {page_number}: its visible trim area is empty (TrimBox ∩ CropBox ∩ MediaBox)")
     try:
-        rotate = normalise_rotate(float(inherited(page, "/Rotate") or 0))
-        user_unit = float(page.get("/UserUnit", 1.0))
+        rotate = normalise_rotate(float(rotate_value or 0))
+        user_unit = float(user_unit_value if user_unit_value is not None else 1.0)
     except (TypeError, ValueError):
         raise DamagedPdf(f"page {page_number}: /Rotate or /UserUnit is not a number") from None
     if not user_unit > 0:
         raise DamagedPdf(f"page {page_number}: /UserUnit={user_unit:g} must be positive")
     return PageBoxes(crop=crop, trim=trim, bleed=bleed, rotate_degrees_cw=rotate, user_unit=user_unit)
+
+
+def page_boxes(pdf: pikepdf.Pdf) -> list[PageBoxes]:
+    """The boxes of every page of ``pdf``, in page order, per PDF 32000-1 §14.11.2.
+
+    Pages whose box entries are written the same (most documents) share one :class:`PageBoxes`,
+    worked out once: per page only the entries are read and compared as written (pikepdf hands
+    numbers over as Python numbers; anything else is compared by its PDF syntax).
+
+    Raises:
+        DamagedPdf: a box is malformed, or the visible trim has no area (the message names the
+            1-based page number).
+    """
+    known: dict[tuple, PageBoxes] = {}
+    from_tree: dict[tuple[int, int], tuple] = {}
+    boxes = []
+    for number, page in enumerate(pdf.pages, start=1):
+        entries = _entries(page.obj, from_tree)
+        key = tuple(entry.unparse(resolved=True) if isinstance(entry, pikepdf.Object) else entry for entry in entries)
+        found = known.get(key)
+        if found is None:
+            found = known[key] = _page_boxes(entries, number)
+        boxes.append(found)
+    return boxes

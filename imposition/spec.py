@@ -25,6 +25,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from .errors import InvalidLayout
+from .job import Layout
 from .sheets import mm_to_pt, preset_names, preset_size_mm
 
 #: PDF page size limits in default user space units (PDF 32000-1 Annex C.2): 3 to 14 400.
@@ -137,6 +138,36 @@ class LayoutSpec(_Strict):
             m = self.margin_mm
             return tuple(mm_to_pt(v) for v in (m.top_mm, m.right_mm, m.bottom_mm, m.left_mm))  # type: ignore[return-value]
         return (mm_to_pt(self.margin_mm),) * 4  # type: ignore[return-value]
+
+    def resolved(self) -> Layout:
+        """This layout in the planner's terms: lengths in points, every default filled in.
+
+        The engine's child process plans from this plain form (sent as JSON), never importing pydantic.
+        """
+        pages = getattr(self, "pages", None)
+        return Layout(
+            kind=self.layout,
+            sheet_size_pt=self.sheet_size_pt(),
+            orientation=self.orientation,
+            margins_pt=self.margins_pt(),
+            margin_given=repr(self.margin_mm),
+            gutters_pt=self.gutters_pt() if isinstance(self, _Grid) else (0.0, 0.0),
+            columns=getattr(self, "columns", 2),
+            rows=getattr(self, "rows", 1),
+            duplex=getattr(self, "duplex", "simplex"),
+            binding=getattr(self, "binding", "left_to_right"),
+            blank_pages_at=getattr(self, "blank_pages_at", "end"),
+            creep_pt=mm_to_pt(getattr(self, "creep_mm", 0.0)),
+            signature_pages=getattr(self, "signature_pages", 0),
+            pages=tuple(pages) if pages else None,
+            bleed_pt=mm_to_pt(self.bleed_mm),
+            crop_marks=self.crop_marks,
+            crop_mark_length_pt=mm_to_pt(self.crop_mark_length_mm),
+            crop_mark_offset_pt=mm_to_pt(max(self.crop_mark_offset_mm, self.bleed_mm)),
+            fold_marks=getattr(self, "fold_marks", False),
+            slug=self.slug,
+            scaling=self.scaling,
+        )
 
 
 class _Booklet(LayoutSpec):

@@ -4,7 +4,8 @@
 
     LeaseError
     ├── CapReached          the tenant holds as many leases as its cap allows: defer the job
-    ├── JobNotQueued        the job is running elsewhere or finished: a duplicate; ack and drop
+    ├── JobNotQueued        the job is running elsewhere or finished: a duplicate, ack and drop
+    │                       (unless the message follows the attempt still running: defer it)
     ├── LeaseContention     conflicts or throttling outlasted the bounded retries: defer the job
     └── LeaseLost           the fencing token is gone (reclaimed by the sweeper): commit nothing
 
@@ -24,24 +25,34 @@ class LeaseError(Exception):
 
 
 class CapReached(LeaseError):
-    """The tenant's ``in_flight`` is not below its cap (DESIGN §2 layer 2)."""
+    """The tenant's ``in_flight`` is not below its cap (DESIGN §2 layer 2), or the tenant is briefly
+    frozen while ``imposition audit --repair`` recounts it (``repair_until``, epoch s)."""
 
-    def __init__(self, tenant_id: str, in_flight: int | None, cap: int | None, **kw) -> None:
+    def __init__(self, tenant_id: str, in_flight: int | None, cap: int | None, *,
+                 repair_until: float | None = None, **kw) -> None:
+        detail = f" and frozen for a counter repair until {repair_until:.0f}" if repair_until else ""
         super().__init__(
-            f"tenant {tenant_id!r} is at its cap (in_flight={in_flight}, cap={cap})", **kw
+            f"tenant {tenant_id!r} is at its cap (in_flight={in_flight}, cap={cap}){detail}", **kw
         )
         self.tenant_id = tenant_id
         self.in_flight = in_flight
         self.cap = cap
+        self.repair_until = repair_until
 
 
 class JobNotQueued(LeaseError):
-    """The job's status is not ``queued`` (a duplicate delivery, or a finished job)."""
+    """The job's status is not ``queued`` (a duplicate delivery, or a finished job).
 
-    def __init__(self, job_id: str, status: str | None, **kw) -> None:
-        super().__init__(f"job {job_id!r} is not queued (status={status})", **kw)
+    ``status`` and ``attempts`` are the job's as the transaction found them (None if the job is
+    missing), so the caller can tell a duplicate from a copy that arrived before the transaction
+    re-queueing the job committed.
+    """
+
+    def __init__(self, job_id: str, status: str | None, attempts: int | None = None, **kw) -> None:
+        super().__init__(f"job {job_id!r} is not queued (status={status}, attempts={attempts})", **kw)
         self.job_id = job_id
         self.status = status
+        self.attempts = attempts
 
 
 class LeaseContention(LeaseError):

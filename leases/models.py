@@ -71,9 +71,17 @@ class TenantItem(Model):
     cap = NumberAttribute(null=True)
     rate_limit_per_min = NumberAttribute(null=True)
     admission_in_flight_cap = NumberAttribute(null=True)
+    #: Override of ``Settings.idempotency_ttl_s`` (admission); absent means the default.
+    idempotency_ttl_s = NumberAttribute(null=True)
     webhook_url = UnicodeAttribute(null=True)
     webhook_secret = UnicodeAttribute(null=True)
     updated_at = NumberAttribute(null=True)
+    #: When the cap override last changed (epoch s): leases acquired before it may exceed a lowered
+    #: cap legitimately, so :mod:`leases.audit` holds only later leases to the current cap.
+    cap_changed_at = NumberAttribute(null=True)
+    #: While set and in the future (epoch s), no lease of this tenant is acquired: ``imposition
+    #: audit --repair`` is recounting ``in_flight`` (the lease set may then only shrink).
+    repair_until = NumberAttribute(null=True)
 
     def effective_cap(self, default_cap: int) -> int:
         """The cap this tenant's lease transactions enforce (override or default)."""
@@ -142,11 +150,20 @@ class JobItem(Model):
     defer_count = NumberAttribute(default=0)
     #: Fencing token of the lease the job runs under now (absent while queued).
     lease_token = UnicodeAttribute(null=True)
+    #: Id of the transaction that last ended a lease on this job (release, commit, fail, reclaim): a
+    #: writer whose transaction timed out reads it back to learn whether its write applied.
+    release_id = UnicodeAttribute(null=True)
     worker = UnicodeAttribute(null=True)
     error = UnicodeAttribute(null=True)
     error_code = UnicodeAttribute(null=True)
     sheets = NumberAttribute(null=True)
     sides = NumberAttribute(null=True)
+    #: Webhook delivery (package ``webhooks``): ``pending`` → ``retrying`` → ``delivered`` | ``gave_up``,
+    #: or ``no_endpoint`` (the tenant has no webhook URL); HTTP attempts so far, last error, when delivered.
+    webhook_status = UnicodeAttribute(null=True)
+    webhook_attempts = NumberAttribute(null=True)
+    webhook_error = UnicodeAttribute(null=True)
+    webhook_delivered_at = NumberAttribute(null=True)
     by_tenant = JobsByTenantIndex()
 
     @property

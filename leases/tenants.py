@@ -31,7 +31,10 @@ def set_cap(tenant_id: str, cap: int | None) -> None:
         raise ValueError(f"cap={cap}: must be >= 0")
     ensure_tenant(tenant_id)
     action = TenantItem.cap.remove() if cap is None else TenantItem.cap.set(cap)
-    TenantItem(tenant_id).update(actions=[action, TenantItem.updated_at.set(time.time())])
+    t = time.time()
+    TenantItem(tenant_id).update(
+        actions=[action, TenantItem.updated_at.set(t), TenantItem.cap_changed_at.set(t)]
+    )
 
 
 def describe_tenant(tenant_id: str) -> dict:

@@ -1,7 +1,8 @@
 """``imposition``: the operator's and integrator's command line.
 
 Commands: ``provision``, ``submit``, ``impose`` (the engine alone), ``job show``, ``tenant show``,
-``tenant set-cap``; other packages register theirs with :func:`register`.
+``tenant set-cap``, ``tenant set-limits`` (admission), ``tenant set-webhook`` (webhooks), ``status`` and
+``capacity-report`` (observability); other packages register theirs with :func:`register`.
 """
 
 from __future__ import annotations
@@ -35,9 +36,17 @@ def provision() -> None:
 @click.option("--layout", "layout_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Layout specification (JSON file).")
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="Attempt budget (default from settings).")
+@click.option("--on-duplicate", type=click.Choice(["raise", "return"]), default="raise", show_default=True,
+              help="A token already submitted: refuse (exit 2), or print the job id that holds it.")
 @click.argument("input_pdf", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def submit(tenant_id: str, token: str, layout_path: Path, max_attempts: int | None, input_pdf: Path) -> None:
-    """Upload INPUT_PDF under the tenant's prefix, submit it, and print the job id."""
+def submit(tenant_id: str, token: str, layout_path: Path, max_attempts: int | None, on_duplicate: str,
+           input_pdf: Path) -> None:
+    """Upload INPUT_PDF under the tenant's prefix, submit it, and print the job id.
+
+    Exit status 2: refused (tenancy, layout, admission: duplicate, rate limit, in-flight cap);
+    3: admission unavailable (Redis unreachable; nothing was published).
+    """
+    from admission import AdmissionRefused, AdmissionUnavailable
     from tasks.submission import submit as do_submit
 
     try:
@@ -45,10 +54,14 @@ def submit(tenant_id: str, token: str, layout_path: Path, max_attempts: int | No
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"{layout_path}: not JSON ({exc})", param_hint="--layout") from exc
     try:
-        job_id = do_submit(input_pdf, tenant_id=tenant_id, token=token, layout=layout, max_attempts=max_attempts)
-    except (ValueError, LookupError) as exc:  # typed refusals: tenancy, layout, admission
+        job_id = do_submit(input_pdf, tenant_id=tenant_id, token=token, layout=layout, max_attempts=max_attempts,
+                           on_duplicate=on_duplicate)
+    except (ValueError, LookupError, AdmissionRefused) as exc:  # typed refusals: tenancy, layout, admission
         click.echo(f"refused: {type(exc).__name__}: {exc}", err=True)
         sys.exit(2)
+    except AdmissionUnavailable as exc:
+        click.echo(f"unavailable: {exc}", err=True)
+        sys.exit(3)
     click.echo(job_id)
 
 
@@ -116,6 +129,19 @@ def _register_commands() -> None:
     from imposition.cli import impose_command
 
     register(impose_command)
+    from admission.cli import set_limits_command  # tenant set-limits (admission overrides)
+    from webhooks.cli import set_webhook_command  # tenant set-webhook
+
+    tenant.add_command(set_limits_command)
+    tenant.add_command(set_webhook_command)
+    from observability.capacity import capacity_report_command  # capacity-report (second licence)
+    from observability.status import status_command  # status (one screen)
+
+    register(status_command)
+    register(capacity_report_command)
+    from leases.cli import audit_command  # audit (lease invariant, --repair)
+
+    register(audit_command)
 
 
 _register_commands()

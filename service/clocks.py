@@ -12,11 +12,13 @@ lease_lost_after_s     derived    lease_ttl_s / 2: a worker with no successful b
 defer_delay_s          30 s       SQS DelaySeconds of a cap-hit copy; <= 900 s
 =====================  =========  ===============================================================
 
-Why the visibility timeout is longer than lease TTL + sweep interval: when a worker dies holding a
-message, the sweeper (not SQS redelivery) brings the job back, so the redelivered copy must arrive
-only after the sweeper had its chance; it then finds the job no longer ``queued`` and is dropped.
-SQS redelivery is left to mean one thing: a crash loop on this exact message, counted towards the
-dead-letter queue.
+Why the visibility timeout is longer than lease TTL + sweep interval: when a whole node dies
+holding messages, the sweeper (not SQS redelivery) brings their jobs back, so the redelivered copies
+should arrive only after the sweeper had its chance; they then find the jobs no longer ``queued``
+(or running a later attempt) and are dropped. (A single pool child that dies has its message
+requeued at once by its parent, see :mod:`tasks.base`; that copy is dropped the same way if the
+child held a lease, and runs the job if it did not.) Each receive counts towards the dead-letter
+queue's ``maxReceiveCount``, so the DLQ still means a crash loop on this exact message.
 
 kombu applies its own ``visibility_timeout`` transport option only to queues it creates; our queues
 are provisioned (``imposition provision``), so the provisioned attribute is the one that counts and

@@ -2,8 +2,10 @@
 
 1. starts the local AWS endpoint (moto servers for SQS, S3 and DynamoDB) and checks Redis;
 2. provisions queues (with dead-letter queues), tables and bucket;
-3. starts the processes of DESIGN §7: an imposition worker (``-c 8``), a maintenance worker, beat
-   and Flower (reading monitoring events from the Redis side channel);
+3. starts the processes of DESIGN §7: an imposition worker (``-c 8``), a maintenance worker, a
+   notifications worker (webhooks), beat, Flower (reading monitoring events from the Redis side
+   channel) and a local webhook receiver that verifies each tenant's signed webhooks and confirms
+   the jobs (lowering the tenant's admission in-flight count);
 4. submits a real multi-tenant workload: ``acme`` 40 jobs at once, then ``globex``, ``initech`` and
    ``umbrella`` 3 each, over the multi-page PDFs in ``samples/``;
 5. shows progress until every job is final, then prints the per-tenant table, writes the plate
@@ -31,9 +33,19 @@ from pathlib import Path
 
 import click
 
-from service.stack import REPO, ManagedProcess, WORKER_READY, BEAT_READY, beat_command, celery_command, worker_command
+from service.stack import (
+    BEAT_READY,
+    REPO,
+    WORKER_READY,
+    ManagedProcess,
+    beat_command,
+    wait_for,
+    worker_command,
+)
 
 RUN_DIR = REPO / ".run"
+#: What each prefork child of a worker logs once its AWS clients are open (tasks.celery_app).
+SLOT_WARM = "slot warmed up"
 OUT_DIR = REPO / "out"
 SAMPLES = REPO / "samples"
 
@@ -82,22 +94,30 @@ def workload() -> list[DemoJob]:
 
 
 class LeaseSampler(threading.Thread):
-    """Samples the leases table every ``interval_s`` and keeps the most leases each tenant held."""
+    """Reads every tenant's ``in_flight`` counter each ``interval_s`` and keeps the most seen.
 
-    def __init__(self, interval_s: float = 0.25) -> None:
+    The counter is what the lease transactions keep equal to the tenant's number of leases, and a
+    read of one item is a consistent point-in-time value; scanning the leases table instead would
+    not be (a scan that races a release and an acquire can see both leases). Sampling can miss a
+    brief peak, never invent one.
+    """
+
+    def __init__(self, tenants: list[str], interval_s: float = 0.2) -> None:
         super().__init__(daemon=True, name="lease-sampler")
+        self.tenants = tenants
         self.interval_s = interval_s
-        self.most = Counter()
-        self.now = Counter()
+        self.most: Counter = Counter()
+        self.now: Counter = Counter()
         self._stop = threading.Event()
 
     def run(self) -> None:
-        from leases.models import LeaseItem
+        from leases.models import TenantItem
 
         while not self._stop.wait(self.interval_s):
             try:
-                held = Counter(lease.tenant_id for lease in LeaseItem.scan())
-            except Exception:  # noqa: BLE001 - a sampling miss is not worth stopping the demo
+                held = Counter({t.tenant_id: int(t.in_flight or 0)
+                                for t in TenantItem.batch_get(self.tenants, attributes_to_get=["tenant_id", "in_flight"])})
+            except Exception:  # noqa: BLE001 - a missed sample is not worth stopping the demo
                 continue
             self.now = held
             for tenant, n in held.items():
@@ -105,16 +125,6 @@ class LeaseSampler(threading.Thread):
 
     def stop(self) -> None:
         self._stop.set()
-
-
-def most_overlap(intervals: list[tuple[float, float]]) -> int:
-    """Largest number of ``(start, end)`` intervals that overlap at one instant."""
-    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
-    best = cur = 0
-    for _, delta in events:
-        cur += delta
-        best = max(best, cur)
-    return best
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -133,6 +143,7 @@ class Demo:
         self.processes: list[ManagedProcess] = []
         self.local_aws = None
         self.run_id = uuid.uuid4().hex[:8]
+        self.receiver = None
 
     # -- set-up --------------------------------------------------------------------------------
 
@@ -156,6 +167,9 @@ class Demo:
         from service.provision import provision
 
         report = provision()
+        from observability import recent
+
+        recent.clear()  # the stack is new: so are the last hour's cap defers and recoveries in `imposition status`
         self.say(f"• provisioned queues {', '.join(report.queues)}; tables {', '.join(report.tables)}; "
                  f"bucket {', '.join(report.bucket)}")
         return env
@@ -178,28 +192,58 @@ class Demo:
 
         s = get_settings()
         self.say(f"• starting celery worker -Q {s.imposition_queue} -c {s.slots_per_node}, "
-                 f"a maintenance worker, beat and Flower …")
-        self.start("worker-imposition", worker_command(s.imposition_queue, s.slots_per_node, "imposer"),
-                   WORKER_READY, env)
-        self.start("worker-maintenance", worker_command(s.maintenance_queue, 1, "maintenance"), WORKER_READY, env)
+                 f"a maintenance worker, a notifications worker, beat, Flower and a webhook receiver …")
+        # observability: one metrics port per worker node; Flower on the events side channel
+        from observability.events import flower_command
+
+        ports = {"imposer": _free_port(), "maintenance": _free_port()}
+        self.metrics_urls = {node: f"http://127.0.0.1:{p}/metrics" for node, p in ports.items()}
+        imposer = self.start("worker-imposition", worker_command(s.imposition_queue, s.slots_per_node, "imposer"),
+                             WORKER_READY, {**env, "IMPOSITION_METRICS_PORT": str(ports["imposer"])})
+        self.start("worker-maintenance", worker_command(s.maintenance_queue, 1, "maintenance"), WORKER_READY,
+                   {**env, "IMPOSITION_METRICS_PORT": str(ports["maintenance"])})
+        self.start("worker-notifications", worker_command(s.notifications_queue, 2, "notifier"), WORKER_READY, env)
         self.start("beat", beat_command(RUN_DIR / "beat-schedule"), BEAT_READY, env)
         port = _free_port()
-        self.start("flower", celery_command(f"--broker={s.events_url}", "flower", f"--port={port}",
-                                            "--address=127.0.0.1"), None, env)
+        self.start("flower", flower_command(port), None, env)
+        # Submit only once every slot has its AWS clients: a fair start for every tenant.
+        wait_for(lambda: imposer.log().count(SLOT_WARM) >= s.slots_per_node, 60, what="warm slots")
+        (RUN_DIR / "env").write_text("".join(f"export {k}={v}\n" for k, v in env.items()))
+        self.say("• metrics: " + ", ".join(f"{node} {url}" for node, url in self.metrics_urls.items()))
+        self.say(f"• in another terminal: . {(RUN_DIR / 'env').relative_to(REPO)} && .venv/bin/imposition status")
         return f"http://127.0.0.1:{port}/"
+
+    def start_receiver(self, env: dict[str, str], tenants: list[str]) -> None:
+        """Start the local webhook receiver and give each demo tenant a signed webhook to it."""
+        import secrets
+
+        from webhooks.endpoints import set_webhook
+        from webhooks.receiver import ReceiverProcess
+
+        self.receiver = ReceiverProcess(RUN_DIR / "receiver.log", env=env)
+        self.processes.append(self.receiver.process)
+        for tenant in tenants:
+            set_webhook(tenant, self.receiver.url(tenant), secrets.token_hex(32))
 
     # -- the workload --------------------------------------------------------------------------
 
     def submit_all(self, jobs: list[DemoJob]) -> dict[str, DemoJob]:
+        """Submit each tenant's jobs at once (in parallel), tenant after tenant, in workload order."""
+        from concurrent.futures import ThreadPoolExecutor
+
         from tasks.submission import submit
 
-        submitted: dict[str, DemoJob] = {}
-        per_tenant = Counter(j.tenant_id for j in jobs)
-        self.say("• submitting: " + ", ".join(f"{t} {n} jobs" for t, n in per_tenant.items()))
+        per_tenant: dict[str, list[tuple[int, DemoJob]]] = defaultdict(list)
         for n, job in enumerate(jobs):
-            job_id = submit(SAMPLES / job.sample, tenant_id=job.tenant_id,
-                            token=f"demo-{self.run_id}-{n}", layout=job.layout)
-            submitted[job_id] = job
+            per_tenant[job.tenant_id].append((n, job))
+        self.say("• submitting: " + ", ".join(f"{t} {len(js)} jobs" for t, js in per_tenant.items()))
+        submitted: dict[str, DemoJob] = {}
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            for tenant_jobs in per_tenant.values():
+                ids = pool.map(lambda nj: submit(SAMPLES / nj[1].sample, tenant_id=nj[1].tenant_id,
+                                                 token=f"demo-{self.run_id}-{nj[0]}", layout=nj[1].layout),
+                               tenant_jobs)
+                submitted.update(zip(ids, (job for _, job in tenant_jobs)))
         return submitted
 
     def wait(self, submitted: dict[str, DemoJob], sampler: LeaseSampler, timeout_s: float) -> list:
@@ -238,7 +282,8 @@ class Demo:
         for item in items:
             rows[item.tenant_id].append(item)
         self.say("")
-        header = f"{'tenant':10} {'done':>5} {'failed':>6} {'wait p50 s':>10} {'wait p95 s':>10} {'max leases':>10} {'cap defers':>10}"
+        header = (f"{'tenant':10} {'done':>5} {'failed':>6} {'wait p50 s':>10} {'wait p95 s':>10} "
+                  f"{'max leases':>10} {'cap defers':>10} {'webhooks confirmed':>18}")
         self.say(header)
         self.say("-" * len(header))
         for tenant in sorted(rows):
@@ -246,12 +291,27 @@ class Demo:
             ok = [j for j in jobs if j.status == "succeeded"]
             failed = [j for j in jobs if j.status == "failed"]
             waits = sorted(j.started_at - j.submitted_at for j in jobs if j.started_at)
-            overlap = most_overlap([(j.started_at, j.finished_at) for j in ok if j.finished_at])
-            most = max(overlap, sampler.most.get(tenant, 0))
+            most = sampler.most.get(tenant, 0)
             defers = sum(int(j.defer_count or 0) for j in jobs)
+            confirmed = self.confirmed(tenant)
             self.say(f"{tenant:10} {len(ok):>5} {len(failed):>6} {percentile(waits, .5):>10.1f} "
-                     f"{percentile(waits, .95):>10.1f} {most:>10} {defers:>10}")
-        self.say(f"(queue wait = start − submit; cap = {cap} leases per tenant of 8 slots)")
+                     f"{percentile(waits, .95):>10.1f} {most:>10} {defers:>10} {confirmed:>18}")
+        self.say(f"(queue wait = start − submit; cap = {cap} leases per tenant of 8 slots; "
+                 "webhooks confirmed = signed webhooks the receiver verified and confirmed)")
+
+    def confirmed(self, tenant: str) -> int:
+        """Jobs of ``tenant`` whose webhook the local receiver verified and confirmed."""
+        return self.receiver.tenant_counts(tenant)["confirmed"] if self.receiver else 0
+
+    def wait_for_webhooks(self, items: list, timeout_s: float = 60) -> None:
+        """Webhooks go out after each job; wait until the receiver confirmed every final job."""
+        final = Counter(i.tenant_id for i in items if i.status in ("succeeded", "failed"))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if all(self.confirmed(t) >= n for t, n in final.items()):
+                return
+            time.sleep(1)
+        self.say("  (some webhooks were not confirmed in time; see .run/worker-notifications.log)")
 
     def fetch_plates(self, items: list, submitted: dict[str, DemoJob]) -> list[str]:
         import pikepdf
@@ -259,8 +319,8 @@ class Demo:
         from service import aws
         from service.settings import get_settings
 
-        if OUT_DIR.exists():
-            shutil.rmtree(OUT_DIR)
+        for tenant in {item.tenant_id for item in items}:  # this run's plates replace the last run's
+            shutil.rmtree(OUT_DIR / tenant, ignore_errors=True)
         problems = []
         bucket = get_settings().bucket
         for item in items:
@@ -284,21 +344,35 @@ class Demo:
         env = self.start_stack()
         flower_url = self.start_processes(env)
         self.say(f"• Flower: {flower_url}  (open it while the jobs run)")
-        sampler = LeaseSampler()
-        sampler.start()
         jobs = workload()
+        self.start_receiver(env, sorted({j.tenant_id for j in jobs}))
+        sampler = LeaseSampler(sorted({j.tenant_id for j in jobs}))
+        sampler.start()
         submitted = self.submit_all(jobs)
         items = self.wait(submitted, sampler, timeout_s)
         sampler.stop()
+        self.wait_for_webhooks(items)
         self.table(items, sampler)
         problems = self.fetch_plates(items, submitted)
-        n_plates = sum(1 for _ in OUT_DIR.rglob("*.pdf")) if OUT_DIR.exists() else 0
+        n_plates = sum((OUT_DIR / item.tenant_id / f"{item.job_id}.pdf").is_file() for item in items)
         self.say(f"\n• {n_plates} plate files in {OUT_DIR.relative_to(REPO)}/ (each opened with pikepdf, sides checked)")
         for p in problems:
             self.say(f"  PROBLEM: {p}")
+        self.capacity_report()
         self.say(f"• Flower was at {flower_url}; process logs are in {RUN_DIR.relative_to(REPO)}/")
         self.say(f"• finished in {time.monotonic() - t0:.0f} s")
         return 1 if problems or len(items) != len(jobs) else 0
+
+    def capacity_report(self) -> None:
+        """observability: the second-licence verdict over the configured window, and its chart."""
+        from observability.capacity import build_report, write_png
+
+        report = build_report()
+        png = write_png(report, OUT_DIR / "capacity-report.png")
+        self.say(f"\n• capacity report ({len(report.days)} working days; "
+                 f"`imposition capacity-report` for the daily table; chart {png.relative_to(REPO)}):")
+        for line in (*report.condition_lines(), report.verdict):
+            self.say(f"  {line}")
 
     def stop(self) -> None:
         for proc in reversed(self.processes):

@@ -17,6 +17,8 @@ Use :func:`get_settings` (cached per process); tests that change the environment
 from __future__ import annotations
 
 import functools
+import os
+import tempfile
 from typing import Literal
 
 from pydantic import AliasChoices, Field, model_validator
@@ -62,6 +64,11 @@ class Settings(BaseSettings):
     jobs_table: str = "imposition-jobs"
     bucket: str = "imposition-plates"
     sqs_wait_time_s: int = Field(default=10, ge=0, le=20, description="SQS long-poll wait (max 20 s).")
+    sqs_polling_interval_s: float = Field(
+        default=0.0, ge=0,
+        description="kombu's pause after a receive before it polls again; 0 = long polling alone paces them "
+                    "(kombu SQS docs: the two delays add up).",
+    )
 
     # --- Redis (admission control, monitoring-event side channel) ---------------------------------
     redis_url: str = "redis://127.0.0.1:6379/0"
@@ -82,6 +89,19 @@ class Settings(BaseSettings):
     lease_conflict_attempts: int = Field(default=5, ge=1)
     lease_conflict_backoff_s: float = Field(default=0.05, gt=0, description="tenacity jitter multiplier")
     lease_conflict_backoff_max_s: float = Field(default=1.0, gt=0)
+    audit_confirm_snapshots: int = Field(
+        default=3, ge=1, description="imposition audit: a drift counts only if seen in this many snapshots in a row"
+    )
+    audit_stable_read_tries: int = Field(
+        default=5, ge=1, description="imposition audit: reads of a tenant until in_flight is the same before and after its leases"
+    )
+    audit_repair_freeze_s: float = Field(
+        default=30.0, gt=0,
+        description="imposition audit --repair: longest a tenant's acquires stay frozen while its in_flight is recounted",
+    )
+    audit_repair_rounds: int = Field(
+        default=5, ge=1, description="imposition audit --repair: re-read-and-repair rounds before giving up"
+    )
 
     # --- retries (DESIGN §3) -------------------------------------------------------------------------
     max_attempts: int = Field(default=3, ge=1)
@@ -95,6 +115,10 @@ class Settings(BaseSettings):
     idempotency_token_max_len: int = Field(default=255, ge=1, description="Longest idempotency token, characters.")
     admission_redis_timeout_s: float = Field(
         default=2.0, gt=0, description="Connect and read timeout of admission's Redis calls; past it, fail closed."
+    )
+    admission_redis_retries: int = Field(
+        default=1, ge=0, description="Immediate retries of a Redis call after a connection error (a stale pooled "
+        "connection after a Redis restart), then fail closed."
     )
     admission_in_flight_expiry_s: int = Field(
         default=24 * 3600, gt=0,
@@ -136,6 +160,65 @@ class Settings(BaseSettings):
     pdftoolbox_process_plan: str = ""
     pdftoolbox_variables: dict[str, str] = Field(default_factory=dict)
 
+    # --- observability (DESIGN §8; package observability) -------------------------------------------
+    metrics_port: int = Field(
+        default=0, ge=0, le=65_535,
+        description="HTTP port of this worker node's Prometheus endpoint; 0 = no endpoint. One port per "
+        "worker node: two workers on one host need two ports.",
+    )
+    metrics_address: str = Field(default="0.0.0.0", description="Address the metrics endpoint binds.")
+    metrics_dir: str = Field(
+        default_factory=lambda: os.path.join(tempfile.gettempdir(), "imposition-metrics"),
+        description="Parent of each worker node's prometheus-client multiprocess directory (one "
+        "sub-directory per node name, emptied when that worker starts).",
+    )
+    queue_wait_buckets_s: tuple[float, ...] = Field(
+        default=(1, 5, 15, 30, 60, 120, 180, 300, 600, 1800, 3600),
+        description="Histogram buckets of queue_wait_seconds; keep capacity_long_wait_s among them.",
+    )
+    job_duration_buckets_s: tuple[float, ...] = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
+    sample_interval_s: float = Field(default=60.0, gt=0, description="Beat period of the queue sampler.")
+    sqs_age_period_s: int = Field(
+        default=60, ge=60,
+        description="CloudWatch period of AWS/SQS ApproximateAgeOfOldestMessage (SQS publishes 1-minute data).",
+    )
+    sqs_age_lookback_s: int = Field(
+        default=600, ge=60, description="How far back the sampler looks for the latest age datapoint."
+    )
+    events_redis_timeout_s: float = Field(
+        default=2.0, gt=0, description="Connect/read timeout of the events Redis (side channel, recent counts)."
+    )
+    events_connect_retries: int = Field(
+        default=2, ge=0, description="Connection retries to the events Redis before a worker runs without events."
+    )
+    events_retry_after_s: float = Field(
+        default=30.0, gt=0, description="After a failed task-sent event, a publisher skips events this long."
+    )
+    recent_bucket_s: int = Field(
+        default=60, ge=1, description="Width of the time buckets of the recent-event counts in Redis."
+    )
+    status_window_s: int = Field(
+        default=3600, gt=0,
+        description="imposition status: jobs submitted, defers and recoveries counted over this window.",
+    )
+    capacity_weeks: int = Field(default=4, ge=1, description="Window of the capacity report, in weeks.")
+    capacity_nodes: int = Field(
+        default=1, ge=1, description="Worker nodes licensed now; slots total = nodes × slots_per_node."
+    )
+    capacity_utilisation_threshold: float = Field(
+        default=0.8, gt=0, le=1, description="A working day is busy when slot utilisation exceeds this."
+    )
+    capacity_busy_day_share_threshold: float = Field(
+        default=0.5, ge=0, lt=1, description="Second licence needs busy days on more than this share of days."
+    )
+    capacity_long_wait_s: float = Field(default=180.0, gt=0, description="A wait longer than this is long.")
+    capacity_long_wait_share_threshold: float = Field(
+        default=0.2, ge=0, lt=1, description="Second licence needs long waits on more than this share of jobs."
+    )
+    capacity_day_start_hour: int = Field(default=0, ge=0, le=23, description="Working day starts (report tz).")
+    capacity_day_end_hour: int = Field(default=24, ge=1, le=24, description="Working day ends (report tz).")
+    capacity_timezone: str = Field(default="UTC", description="IANA zone the report's days are counted in.")
+
     @model_validator(mode="after")
     def _clocks_agree(self) -> "Settings":
         """Reject clocks that break the rules of DESIGN §4 (the derived ones are checked in clocks)."""
@@ -154,6 +237,16 @@ class Settings(BaseSettings):
                 f"admission_in_flight_expiry_s={self.admission_in_flight_expiry_s} must be >= "
                 f"webhook_give_up_after_s={self.webhook_give_up_after_s:g} (a job must not stop counting "
                 "as in flight while its webhook is still being delivered)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _capacity_day_is_sane(self) -> "Settings":
+        """Reject a working day that ends before it starts (observability's capacity report)."""
+        if self.capacity_day_start_hour >= self.capacity_day_end_hour:
+            raise ValueError(
+                f"capacity_day_start_hour={self.capacity_day_start_hour} must be < "
+                f"capacity_day_end_hour={self.capacity_day_end_hour}"
             )
         return self
 

@@ -40,7 +40,7 @@ class ManagedProcess:
 
     Args:
         cmd: the argument list (never a shell string).
-        log_path: file that receives stdout and stderr (appended).
+        log_path: file that receives stdout and stderr (emptied first: its "ready" line must be new).
         env: extra environment variables on top of this process's environment.
         ready_marker: text whose appearance in the log means "ready" (None: don't wait).
         ready_timeout_s: how long to wait for it.
@@ -55,7 +55,7 @@ class ManagedProcess:
         self.cmd = list(cmd)
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_path, "ab")
+        self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(
             self.cmd, cwd=REPO, env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,

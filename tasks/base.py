@@ -1,9 +1,13 @@
 """``FairTask``: the Celery base class that runs every job under a lease (DESIGN §2–§4).
 
-Lifecycle of one delivery (the message carries only ``tenant_id`` and ``job_id``)::
+Lifecycle of one delivery (the message carries ``tenant_id``, ``job_id`` and, for a copy published
+ahead of a re-queue, ``after_attempt``)::
 
-    acquire ─┬─ JobNotQueued ──────────────► ack and drop (a duplicate or a finished job)
+    acquire ─┬─ JobNotQueued ──────────────► ack and drop (a duplicate or a finished job), or
+             │                                defer if the attempt it follows still holds the job
              ├─ CapReached / LeaseContention ► defer: a copy with SQS DelaySeconds, then ack
+             ├─ any other error ────────────► reject: SQS keeps the message (redelivered after the
+             │                                visibility timeout; a crash loop ends in the DLQ)
              └─ Lease ─► heartbeat ─► run() ─┬─ ok ────────────► commit_success (fenced)
                                              ├─ bad input ─────► fail_job (fenced), no retry
                                              ├─ other error ───► retry copy with backoff, then
@@ -19,6 +23,25 @@ transaction in the job item, never by Celery's ``retries`` or by SQS's receive c
 
 Subclasses implement ``run(self, job, lease, cancel)`` and return a :class:`JobResult`; they raise a
 typed error whose ``retryable`` attribute says whether another attempt could help.
+
+**Early copies are not duplicates.** A retry copy and the sweeper's re-publish are sent *before*
+the transaction that puts the job back to ``queued`` (so a crash between the two cannot lose the
+job), so they can arrive while the job is still ``running``. Such a copy carries ``after_attempt``,
+the attempt it follows; finding the job ``running`` with no later attempt started, it is deferred,
+not dropped (else the job would end ``queued`` with no message at all). Only a job that is final,
+missing, or running a later attempt makes a message a duplicate.
+
+**Who brings a job back.** A message is acked only once a successor exists: a deferred or retry
+copy is published first, a final status is committed first, or a lease is held (the sweeper
+re-publishes the job once that lease expires). Before a lease exists, an unexpected error rejects
+the message instead of acking it, and a worker child that dies (SIGKILL, the OOM killer) has its
+message requeued (:attr:`FairTask.reject_on_worker_lost`): if the child held no lease yet, the
+redelivery runs the job; if it did, the redelivery finds the job ``running`` and is dropped, and the
+sweeper re-publishes the job once the lease expires (within ``lease_ttl_s + sweep_interval_s``).
+That reclaim keeps the attempt the dead child started: a job that kills its worker
+``max_attempts`` times ends ``failed``. A whole node that dies leaves its messages unacked; they
+come back after the visibility timeout (> lease TTL + sweep interval + margin), after the sweeper
+has re-published their jobs, and are dropped as not ``queued``.
 """
 
 from __future__ import annotations
@@ -28,18 +51,24 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
 from celery import Task
-from celery.exceptions import Retry
+from celery.exceptions import Reject, Retry
+from kombu.exceptions import KombuError
+from pynamodb.exceptions import PynamoDBException
 
 from leases import transactions
 from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost
-from leases.models import JobItem
+from leases.models import JobItem, JobStatus
 from service.clocks import Clocks, get_clocks
 from service.settings import SQS_MAX_DELAY_S, get_settings
 from service.tenancy import message_group_id
 from tasks import signals
 
 log = logging.getLogger(__name__)
+
+#: Errors of the AWS SDKs and the broker client that say nothing about the job itself.
+_INFRASTRUCTURE_ERRORS = (PynamoDBException, BotoCoreError, ClientError, KombuError, OSError)
 
 
 @dataclass(frozen=True)
@@ -67,6 +96,18 @@ class JobFailed(Exception):
         return f"job {self.job_id} failed ({self.code}): {self.reason}"
 
 
+def is_duplicate(exc: JobNotQueued, after_attempt: int) -> bool:
+    """True if a message that found its job not ``queued`` is a duplicate (ack and drop it).
+
+    It is one if the job is missing or final, or runs an attempt later than ``after_attempt`` (the
+    attempt the message follows). Otherwise the job may still come back to ``queued`` (a retry or
+    reclaim in flight, an orphaned lease the sweeper will remove) and the message must not be lost.
+    """
+    if exc.status is None or JobStatus(exc.status).is_final:
+        return True
+    return exc.status == JobStatus.RUNNING.value and exc.attempts is not None and exc.attempts > after_attempt
+
+
 class FairTask(Task):
     """Celery task base class that wraps each job in a lease.
 
@@ -75,8 +116,11 @@ class FairTask(Task):
 
     #: Ack after the job, never before: a crash leaves the message (DESIGN §1).
     acks_late = True
-    #: A killed child's message is acked; the sweeper re-publishes the job once its lease expires.
-    reject_on_worker_lost = False
+    #: A killed child's message is requeued (on SQS: made visible again after ``sqs_wait_time_s``).
+    #: Acking it would lose a job whose child died before its lease existed (mid-acquire, or in a
+    #: deferral before the copy was published); a child that held a lease has its redelivery
+    #: dropped as not ``queued``, and the sweeper brings the job back (module docstring).
+    reject_on_worker_lost = True
     #: Unlimited: deferrals are not attempts; the attempt budget lives in the job item.
     max_retries = None
     #: No Celery ETA ever: :meth:`retry` always sets an SQS ``DelaySeconds`` instead.
@@ -143,26 +187,39 @@ class FairTask(Task):
 
     # -- the lifecycle ---------------------------------------------------------------------------
 
-    def __call__(self, *args: Any, tenant_id: str, job_id: str, **_ignored: Any) -> dict:
-        """Run one delivery of job ``job_id`` of ``tenant_id`` under a lease (see module docstring).
+    def __call__(self, *args: Any, **kwargs: Any) -> dict:
+        """Run one delivery of a job under a lease (see module docstring).
+
+        The message's kwargs are ``tenant_id``, ``job_id`` and ``after_attempt`` (the attempt this
+        message follows; 0 or absent for the first message); anything else is ignored.
 
         Returns ``{"outcome": ..., "job_id": ..., "tenant_id": ...}``; outcome is ``succeeded``,
         ``duplicate_dropped`` or ``lease_lost``.
 
         Raises:
             celery.exceptions.Retry: deferred (cap hit, contention) or retried after a failure.
+            celery.exceptions.Reject: the message is malformed (sent on to the dead-letter queue),
+                or no lease could be taken for a reason other than the cap (SQS redelivers it).
             JobFailed: the job ended ``failed`` (recorded before raising).
         """
         request = self.request
+        tenant_id, job_id, after_attempt = self._message_fields(args, kwargs)
         worker = self.worker_name()
         try:
             lease = transactions.acquire(job_id, tenant_id, worker)
         except JobNotQueued as exc:
+            if not is_duplicate(exc, after_attempt):
+                self._defer(job_id, tenant_id, exc)
             log.info("dropping duplicate delivery of job %s (status %s)", job_id, exc.status)
             signals.job_dropped.send(sender=self, job_id=job_id, tenant_id=tenant_id, status=exc.status)
             return {"outcome": "duplicate_dropped", "job_id": job_id, "tenant_id": tenant_id}
         except (CapReached, LeaseContention) as exc:
             self._defer(job_id, tenant_id, exc)
+        except _INFRASTRUCTURE_ERRORS as exc:
+            # No lease is known to be held (an ambiguous acquire that did apply is the sweeper's),
+            # so acking would lose the job: SQS keeps the message and redelivers it.
+            log.error("could not acquire a lease for job %s (%s); leaving the message to SQS", job_id, exc)
+            raise Reject(exc, requeue=False) from exc
 
         from tasks.heartbeat import Heartbeat  # noqa: PLC0415 (keeps import order simple)
 
@@ -173,8 +230,8 @@ class FairTask(Task):
             queue_url=delivery.get("sqs_queue"),
             receipt_handle=(request.properties or {}).get("delivery_tag"),
         )
-        job = JobItem.get(job_id, consistent_read=True)
         with heartbeat:
+            job = transactions.read_job(job_id)  # raises only after in-place retries: the sweeper's then
             signals.lease_acquired.send(sender=self, lease=lease, job=job, heartbeat=heartbeat)
             try:
                 result = self.run(job=job, lease=lease, cancel=heartbeat.lost)
@@ -184,23 +241,58 @@ class FairTask(Task):
                 return self._on_job_error(job, lease, heartbeat, exc)
         if heartbeat.lost.is_set():
             return self._on_lease_lost(lease, heartbeat.lost_detail)
+        signals.lease_releasing.send(sender=self, lease=lease, outcome="succeeded")
         try:
             transactions.commit_success(
                 lease, output_key=result.output_key, sheets=result.sheets, sides=result.sides
             )
         except LeaseLost as exc:
             return self._on_lease_lost(lease, str(exc))
-        job.refresh(consistent_read=True)
+        job = transactions.read_job(job.job_id)  # in-place retries: the status is committed already
         signals.job_finished.send(sender=self, job=job, outcome="succeeded", error=None)
         return {"outcome": "succeeded", "job_id": job_id, "tenant_id": tenant_id}
 
+    def _message_fields(self, args: tuple, kwargs: dict) -> tuple[str, str, int]:
+        """``(tenant_id, job_id, after_attempt)`` of the message, or reject it as poison.
+
+        A message whose fields are missing or malformed can never run: it is rejected and sent on
+        to the dead-letter queue (:func:`tasks.worker.expedite_to_dead_letter_queue`), not acked.
+        """
+        from tasks.worker import expedite_to_dead_letter_queue  # noqa: PLC0415 (worker-side module)
+
+        tenant_id, job_id, after_attempt = kwargs.get("tenant_id"), kwargs.get("job_id"), kwargs.get("after_attempt", 0)
+        problems = []
+        try:
+            message_group_id(tenant_id)
+        except ValueError as exc:
+            problems.append(str(exc))
+        if not isinstance(job_id, str) or not job_id:
+            problems.append(f"job_id={job_id!r}: must be a non-empty string")
+        if not isinstance(after_attempt, int) or isinstance(after_attempt, bool) or after_attempt < 0:
+            problems.append(f"after_attempt={after_attempt!r}: must be an integer >= 0")
+        if args:
+            problems.append(f"positional arguments {args!r}: the message carries keyword arguments only")
+        if problems:
+            properties = self.request.properties or {}
+            expedite_to_dead_letter_queue(properties.get("delivery_info"), properties.get("delivery_tag"),
+                                          "invalid_fields")
+            raise Reject("; ".join(problems), requeue=False)
+        return tenant_id, job_id, after_attempt
+
     def _defer(self, job_id: str, tenant_id: str, exc: Exception) -> None:
-        reason = "cap" if isinstance(exc, CapReached) else "contention"
+        """Publish the deferred copy, then count it (best effort); raises Retry (ack) or Reject."""
+        reason = {CapReached: "cap", JobNotQueued: "release_pending"}.get(type(exc), "contention")
         delay_s = self._option("defer_delay_s")
+        try:
+            retry = self.retry(countdown=delay_s, exc=exc, throw=False)
+        except _INFRASTRUCTURE_ERRORS as publish_exc:
+            log.error("could not publish the deferred copy of job %s (%s); leaving the message to SQS",
+                      job_id, publish_exc)
+            raise Reject(publish_exc, requeue=False) from publish_exc
         transactions.record_defer(job_id)
         log.info("deferring job %s of %s by %s s: %s", job_id, tenant_id, delay_s, exc)
         signals.job_deferred.send(sender=self, job_id=job_id, tenant_id=tenant_id, reason=reason, delay_s=delay_s)
-        raise self.retry(countdown=delay_s, exc=exc)
+        raise retry
 
     def _on_lease_lost(self, lease: transactions.Lease, detail: str) -> dict:
         log.warning("job %s: lease lost, committing nothing (%s)", lease.job_id, detail)
@@ -219,21 +311,24 @@ class FairTask(Task):
             delay_s = self.backoff_s(attempts)
             log.warning("job %s attempt %s/%s failed (%s); retrying in %s s",
                         job.job_id, attempts, job.max_attempts, reason, delay_s)
-            retry = self.retry(countdown=delay_s, exc=exc, throw=False)  # published before release
+            retry = self.retry(kwargs={**self.request.kwargs, "after_attempt": attempts}, countdown=delay_s,
+                               exc=exc, throw=False)  # published before the release: it follows this attempt
+            signals.lease_releasing.send(sender=self, lease=lease, outcome="retrying")
             try:
                 transactions.release_for_retry(lease, error=reason, error_code=code)
             except LeaseLost as lost:
                 return self._on_lease_lost(lease, str(lost))
-            job.refresh(consistent_read=True)
+            job = transactions.read_job(job.job_id)  # in-place retries: the status is committed already
             signals.job_finished.send(sender=self, job=job, outcome="retrying", error=reason)
             raise retry
         if retryable:
             reason = f"out of attempts ({attempts}/{job.max_attempts}): {reason}"
         log.warning("job %s failed (%s): %s", job.job_id, code, reason)
+        signals.lease_releasing.send(sender=self, lease=lease, outcome="failed")
         try:
             transactions.fail_job(lease, error=reason, error_code=code)
         except LeaseLost as lost:
             return self._on_lease_lost(lease, str(lost))
-        job.refresh(consistent_read=True)
+        job = transactions.read_job(job.job_id)  # in-place retries: the status is committed already
         signals.job_finished.send(sender=self, job=job, outcome="failed", error=reason)
         raise JobFailed(job.job_id, code, reason) from exc

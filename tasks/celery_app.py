@@ -9,14 +9,23 @@ from celery.signals import after_setup_logger, worker_process_init
 
 from leases.models import reset_connections
 
+log = logging.getLogger(__name__)
+
 app = Celery("imposition")
 app.config_from_object("celeryconfig")
 
 
 @worker_process_init.connect
 def _fresh_clients_after_fork(**_: object) -> None:
-    """A prefork child must not reuse its parent's DynamoDB connection pool."""
+    """A prefork child must not reuse its parent's DynamoDB connection pool; it opens its own AWS
+    clients before its first job (the engine package is already imported by the parent, before the
+    fork), so the first job of each slot does not pay for them in queue wait."""
     reset_connections()
+    from leases.transactions import tx_connection  # noqa: PLC0415
+    from service import aws  # noqa: PLC0415
+
+    aws.sqs(), aws.s3(), tx_connection()
+    log.info("slot warmed up")
 
 
 @after_setup_logger.connect

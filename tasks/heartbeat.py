@@ -1,21 +1,25 @@
 """The heartbeat: keeps a lease and its SQS message alive while a job runs (DESIGN §4).
 
-A daemon thread wakes every ``heartbeat_interval_s`` and
+Two daemon threads per job:
 
-1. renews the lease (``expires_at = now + lease_ttl_s``), conditional on its fencing token;
-2. extends the message's visibility to the derived visibility timeout, so SQS does not redeliver a
-   message whose job is still running (a failure here is logged, never fatal: the lease, not the
-   message, is the source of truth).
+* the **beat** wakes every ``heartbeat_interval_s`` and
 
-It declares the lease **lost**, sets :attr:`Heartbeat.lost` and stops when
+  1. renews the lease (``expires_at = now + lease_ttl_s``), conditional on its fencing token
+     (:func:`leases.transactions.renew`: throttling is retried in place; an ambiguous renewal, a
+     timeout after the write may have applied, is read back before anything is decided);
+  2. extends the message's visibility to the derived visibility timeout, so SQS does not redeliver a
+     message whose job is still running (a failure here is logged, never fatal: the lease, not the
+     message, is the source of truth);
 
-* a renewal is refused (the token is gone: the sweeper reclaimed the lease), or
-* no renewal succeeded for ``lease_lost_after_s`` (half the TTL): the worker cannot prove it still
-  holds the slot, so it stops before anyone else could take it over.
+* the **watchdog** declares the lease lost once the lease's known ``expires_at`` is less than half
+  a TTL away (``lease_lost_after_s`` after the last confirmed renewal). It runs apart from the beat
+  so that a renewal call that hangs (botocore's timeouts and retries can outlast the TTL) cannot
+  keep a job running past that point: the worker stops before anyone else could take the slot over.
 
-An ambiguous renewal (a timeout or dropped connection after the write may have applied) re-reads
-the lease before deciding. The job watches :attr:`lost` (the engine gets it as its cancel event)
-and commits nothing once it is set.
+:attr:`Heartbeat.lost` is set, and both threads stop, when a renewal is refused or the read-back
+shows the token gone (the sweeper reclaimed the lease), or when the watchdog's deadline passes. The
+job watches :attr:`lost` (the engine gets it as its cancel event) and commits nothing once it is set;
+every commit is fenced by the token anyway.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ import time
 from botocore.exceptions import BotoCoreError, ClientError
 from pynamodb.exceptions import PynamoDBException
 
-from leases.errors import LeaseLost
-from leases.transactions import Lease, renew, still_held
+from leases.errors import LeaseError, LeaseLost
+from leases.transactions import Lease, renew
 from service import aws
 from service.clocks import Clocks
 
@@ -60,23 +64,38 @@ class Heartbeat:
         #: Set once the lease is known or presumed lost; the engine's cancel event.
         self.lost = threading.Event()
         self.lost_detail = ""
+        #: Confirmed renewals so far.
         self.beats = 0
-        self.last_renewed_at = time.monotonic()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{lease.job_id}", daemon=True)
+        name = f"heartbeat-{lease.job_id}"
+        self._threads = (
+            threading.Thread(target=self._beat_loop, name=name, daemon=True),
+            threading.Thread(target=self._watch_loop, name=f"{name}-watchdog", daemon=True),
+        )
 
     # -- lifecycle -----------------------------------------------------------------------------
 
+    @property
+    def deadline_at(self) -> float:
+        """Epoch seconds at which the watchdog declares the lease lost: half a TTL before expiry."""
+        return self.lease.expires_at - self.clocks.lease_ttl_s + self.clocks.lease_lost_after_s
+
     def start(self) -> "Heartbeat":
-        """Start the timer thread; returns self."""
-        self._thread.start()
+        """Start the beat and the watchdog; returns self."""
+        for thread in self._threads:
+            thread.start()
         return self
 
     def stop(self) -> None:
-        """Stop beating (the lease is kept as it is) and wait for the thread."""
+        """Stop beating and watching (the lease is kept as it is) and wait for the beat thread.
+
+        A renewal in flight is not interrupted; the wait for it is bounded by one interval plus
+        the SDK's timeouts.
+        """
         self._stop.set()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=self.clocks.heartbeat_interval_s + 30)
+        for thread in self._threads:
+            if thread.is_alive() and threading.current_thread() is not thread:
+                thread.join(timeout=self.clocks.heartbeat_interval_s + 30)
 
     def __enter__(self) -> "Heartbeat":
         return self.start()
@@ -93,35 +112,42 @@ class Heartbeat:
             log.warning("lease on job %s lost: %s", self.lease.job_id, detail)
         self._stop.set()
 
-    def _run(self) -> None:
-        interval = self.clocks.heartbeat_interval_s
-        while not self._stop.wait(interval):
+    def _beat_loop(self) -> None:
+        # The first beat is due one interval after the lease was written, not after this thread
+        # started: a slow acquire or job read must not eat into the half TTL the watchdog allows.
+        renewed_at = self.lease.expires_at - self.clocks.lease_ttl_s
+        wait_s = max(0.0, renewed_at + self.clocks.heartbeat_interval_s - time.time())
+        while not self._stop.wait(wait_s):
             self.beat()
-            if self.lost.is_set():
+            wait_s = self.clocks.heartbeat_interval_s
+
+    def _watch_loop(self) -> None:
+        while True:
+            remaining_s = self.deadline_at - time.time()
+            if remaining_s <= 0:
+                self._declare_lost(
+                    f"no confirmed renewal for {self.clocks.lease_lost_after_s:g} s (half the lease TTL)"
+                )
+                return
+            if self._stop.wait(min(remaining_s, self.clocks.heartbeat_interval_s)):
                 return
 
     def beat(self) -> None:
         """Renew once (lease, then message visibility); may declare the lease lost."""
+        known_expiry_at = self.lease.expires_at
         try:
             self.lease = renew(self.lease)
         except LeaseLost as exc:
             self._declare_lost(str(exc))
             return
-        except (PynamoDBException, BotoCoreError, ClientError, OSError) as exc:
-            # Ambiguous: the write may have applied. Re-read before deciding anything.
-            log.warning("heartbeat of job %s failed (%s); re-reading the lease", self.lease.job_id, exc)
-            try:
-                if not still_held(self.lease):
-                    self._declare_lost(f"token gone after an ambiguous renewal ({exc})")
-                    return
-            except (PynamoDBException, BotoCoreError, ClientError, OSError) as exc2:
-                log.warning("could not re-read the lease of job %s: %s", self.lease.job_id, exc2)
-            if time.monotonic() - self.last_renewed_at > self.clocks.lease_lost_after_s:
-                self._declare_lost(
-                    f"no successful renewal for {self.clocks.lease_lost_after_s:g} s (half the lease TTL)"
-                )
+        except (LeaseError, PynamoDBException, BotoCoreError, ClientError, OSError) as exc:
+            # Unresolved (throttled throughout, or the read-back failed too): the lease keeps its
+            # last known expiry and the watchdog decides when that is too close.
+            log.warning("heartbeat of job %s failed (%s); %.1f s to the lease-lost deadline",
+                        self.lease.job_id, exc, self.deadline_at - time.time())
             return
-        self.last_renewed_at = time.monotonic()
+        if self._stop.is_set() or self.lease.expires_at <= known_expiry_at:
+            return  # stopped meanwhile, or an ambiguous renewal that (read back) did not apply
         self.beats += 1
         self._extend_visibility()
 

@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from imposition import SlugInfo, get_engine, parse_layout
 from leases import transactions
 from leases.models import JobItem
 from leases.transactions import Lease
@@ -52,8 +53,6 @@ class ImposeTask(FairTask):
 
     def run(self, *, job: JobItem, lease: Lease, cancel: threading.Event) -> JobResult:
         """Download, impose, check the lease, upload. Raises the engine's typed errors."""
-        from imposition import SlugInfo, get_engine, parse_layout  # noqa: PLC0415 (heavy import)
-
         settings = get_settings()
         spec = parse_layout(job.layout)
         key = plate_key(job.tenant_id, job.job_id)

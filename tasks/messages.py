@@ -12,8 +12,14 @@ from service.settings import SQS_MAX_DELAY_S, get_settings
 from service.tenancy import message_group_id
 
 
-def publish_job(tenant_id: str, job_id: str, *, delay_s: int = 0) -> None:
+def publish_job(tenant_id: str, job_id: str, *, delay_s: int = 0, after_attempt: int = 0) -> None:
     """Publish the message that runs ``job_id``; SQS holds it for ``delay_s`` seconds (0–900).
+
+    ``after_attempt`` is the attempt this message is meant to follow (0 for the first): a copy
+    published before the transaction that re-queues the job (a retry, a reclaim) says so, and a
+    worker that receives it while that attempt still holds the job defers it instead of dropping it
+    (see :mod:`tasks.base`). Sent only when non-zero, so a first message carries just
+    ``tenant_id`` and ``job_id``.
 
     Raises:
         ValueError: ``delay_s`` is outside 0–900 (the SQS DelaySeconds limit).
@@ -23,8 +29,11 @@ def publish_job(tenant_id: str, job_id: str, *, delay_s: int = 0) -> None:
 
     if not 0 <= delay_s <= SQS_MAX_DELAY_S:
         raise ValueError(f"delay_s={delay_s} is outside 0–{SQS_MAX_DELAY_S} s (SQS DelaySeconds limit)")
+    kwargs: dict = {"tenant_id": tenant_id, "job_id": job_id}
+    if after_attempt:
+        kwargs["after_attempt"] = int(after_attempt)
     impose.apply_async(
-        kwargs={"tenant_id": tenant_id, "job_id": job_id},
+        kwargs=kwargs,
         task_id=job_id,
         queue=get_settings().imposition_queue,
         MessageGroupId=message_group_id(tenant_id),

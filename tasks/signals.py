@@ -8,14 +8,19 @@ and never breaks the job (``send`` catches it, as Celery's own signals do).
 signal            keyword arguments
 ================  ==========================================================================
 lease_acquired    ``lease`` (:class:`leases.transactions.Lease`), ``job``, ``heartbeat``
-job_deferred      ``job_id``, ``tenant_id``, ``reason`` (``"cap"``/``"contention"``), ``delay_s``
+job_deferred      ``job_id``, ``tenant_id``, ``reason`` (``"cap"``/``"contention"``/``"release_pending"``:
+                  a retry or re-published copy that arrived before its job was re-queued), ``delay_s``
 job_dropped       ``job_id``, ``tenant_id``, ``status`` (the status that made it a duplicate)
 job_finished      ``job`` (the item as committed), ``outcome`` (``"succeeded"``/``"failed"``/
                   ``"retrying"``), ``error`` (str or None)
+lease_releasing   ``lease``, ``outcome`` (``"succeeded"``/``"retrying"``/``"failed"``): sent right
+                  before the holder's fenced release transaction (the lease certainly existed until
+                  then; the lease-event log of :mod:`tasks.lease_log` relies on it)
 lease_lost        ``lease``, ``detail``
-lease_recovered   ``lease`` (the reclaimed :class:`leases.models.LeaseItem`), ``requeued`` (bool)
+lease_recovered   ``lease`` (the reclaimed :class:`leases.models.LeaseItem`), ``requeued`` (bool),
+                  ``swept_at`` (the sweep's ``now``, epoch s: the lease existed at least until then)
 poison_message    ``queue`` (name), ``reason`` (``"undecodable"``/``"unknown_format"``/
-                  ``"unknown_task"``/``"invalid_task"``), ``message_id`` (SQS MessageId or None)
+                  ``"unknown_task"``/``"invalid_task"``/``"invalid_fields"``), ``message_id``
 ================  ==========================================================================
 """
 
@@ -27,6 +32,7 @@ lease_acquired = Signal(name="lease_acquired", providing_args={"lease", "job", "
 job_deferred = Signal(name="job_deferred", providing_args={"job_id", "tenant_id", "reason", "delay_s"})
 job_dropped = Signal(name="job_dropped", providing_args={"job_id", "tenant_id", "status"})
 job_finished = Signal(name="job_finished", providing_args={"job", "outcome", "error"})
+lease_releasing = Signal(name="lease_releasing", providing_args={"lease", "outcome"})
 lease_lost = Signal(name="lease_lost", providing_args={"lease", "detail"})
-lease_recovered = Signal(name="lease_recovered", providing_args={"lease", "requeued"})
+lease_recovered = Signal(name="lease_recovered", providing_args={"lease", "requeued", "swept_at"})
 poison_message = Signal(name="poison_message", providing_args={"queue", "reason", "message_id"})

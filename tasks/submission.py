@@ -3,10 +3,20 @@
 Order of one submission, each step undone if a later one fails, so a failed submission leaves
 nothing behind::
 
-    validate (tenant id, own input key, layout) → job item (queued) → publish (MessageGroupId)
+    validate (tenant id, own input key, token, layout)
+      → admission (Redis: idempotency token, rate limit, in-flight cap; see :mod:`admission`)
+      → [submit(): upload the input] → job item (queued) → publish (MessageGroupId)
 
-The job item is written before the message exists, so a worker never receives a job it cannot
-find; if the publish fails, the job item (and an input this call uploaded) is deleted again.
+Admission runs before anything is written, so a refused submission (a duplicate token, a spent
+rate limit, a full in-flight count, Redis unreachable) costs no upload, no job item and no
+message. The job item is written before the message exists, so a worker never receives a job it
+cannot find; if a later step fails, the job item and an input this call uploaded are deleted and
+the admission is abandoned (token freed, rate and in-flight entries removed), so a retry with the
+same token is admitted.
+
+Duplicates: by default a taken token raises :class:`admission.DuplicateSubmission` carrying the
+existing job id; with ``on_duplicate="return"`` the existing job id is returned instead, which makes
+a retried submission (a client that timed out and tries again) idempotent.
 """
 
 from __future__ import annotations
@@ -15,8 +25,9 @@ import logging
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import admission
 from leases import transactions
 from leases.models import JobItem
 from service.settings import get_settings
@@ -32,6 +43,9 @@ def new_job_id() -> str:
     return uuid.uuid4().hex
 
 
+OnDuplicate = Literal["raise", "return"]
+
+
 def submit_job(
     *,
     tenant_id: str,
@@ -40,36 +54,110 @@ def submit_job(
     layout: dict[str, Any] | str,
     max_attempts: int | None = None,
     job_id: str | None = None,
+    on_duplicate: OnDuplicate = "raise",
 ) -> str:
     """Submit a job whose input PDF is already in the bucket; return its job id.
 
     Args:
         tenant_id: canonical tenant id (see :mod:`service.tenancy`).
-        token: the caller's idempotency token for this job.
+        token: the caller's idempotency token for this job (1–``Settings.idempotency_token_max_len``
+            characters); a token is taken for ``idempotency_ttl_s`` (48 h) after its submission.
         input_key: S3 key of the input PDF, under ``tenants/<tenant_id>/``.
         layout: the layout specification (dict or JSON text), validated here.
         max_attempts: attempt budget (default ``Settings.max_attempts``).
         job_id: use this id (default: a new UUID4).
+        on_duplicate: ``"raise"`` (default) raises :class:`admission.DuplicateSubmission` for a taken
+            token; ``"return"`` returns the job id that holds the token instead.
 
     Raises:
         service.tenancy.InvalidTenantId, service.tenancy.ForeignKeyRefused: bad identity or key.
         imposition.errors.InvalidLayout: the layout fails validation (names field, value, limit).
-        ValueError: an empty token or a max_attempts below 1.
-        kombu/botocore errors: the publish failed (nothing is left behind).
+        ValueError: an empty or too long token, a max_attempts below 1, a bad ``on_duplicate``.
+        admission.DuplicateSubmission, admission.RateLimited, admission.InFlightLimitReached: refused
+            (all :class:`admission.AdmissionRefused`); nothing was written or published.
+        admission.AdmissionUnavailable: Redis unreachable; fails closed, nothing published.
+        kombu/botocore/pynamodb errors: a later step failed (nothing is left behind).
     """
+    check_own_key(tenant_id, input_key)
+    spec, budget = _validated(tenant_id, token, layout, max_attempts, on_duplicate)
+    return _admit_and_enqueue(tenant_id, token, job_id or new_job_id(), spec, budget, input_key,
+                              on_duplicate=on_duplicate)
+
+
+def submit(
+    path: str | Path,
+    *,
+    tenant_id: str,
+    token: str,
+    layout: dict[str, Any] | str,
+    max_attempts: int | None = None,
+    on_duplicate: OnDuplicate = "raise",
+) -> str:
+    """Upload the local PDF ``path`` under the tenant's prefix and submit it; return the job id.
+
+    Admission runs before the upload; the input goes to ``tenants/<tenant>/jobs/<job>/input.pdf``
+    and is deleted again if a later step fails. ``on_duplicate`` as in :func:`submit_job`.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        everything :func:`submit_job` raises.
+    """
+    source = Path(path)
+    if not source.is_file():
+        raise FileNotFoundError(f"input PDF {str(source)!r} does not exist")
+    spec, budget = _validated(tenant_id, token, layout, max_attempts, on_duplicate)
+    job_id = new_job_id()
+    return _admit_and_enqueue(tenant_id, token, job_id, spec, budget, derive_input_key(tenant_id, job_id),
+                              on_duplicate=on_duplicate, upload_from=source)
+
+
+def _validated(tenant_id: str, token: str, layout: dict[str, Any] | str, max_attempts: int | None,
+               on_duplicate: str):
+    """Every check that needs no I/O; returns (layout spec, attempt budget)."""
     from imposition import parse_layout  # noqa: PLC0415 (heavy import, only when submitting)
 
-    settings = get_settings()
     validate_tenant_id(tenant_id)
-    check_own_key(tenant_id, input_key)
     if not isinstance(token, str) or not token.strip():
         raise ValueError("token: must be a non-empty string (the caller's idempotency token)")
-    budget = settings.max_attempts if max_attempts is None else int(max_attempts)
+    if on_duplicate not in ("raise", "return"):
+        raise ValueError(f"on_duplicate={on_duplicate!r}: must be 'raise' or 'return'")
+    budget = get_settings().max_attempts if max_attempts is None else int(max_attempts)
     if budget < 1:
         raise ValueError(f"max_attempts={max_attempts}: must be >= 1")
-    spec = parse_layout(layout)
-    job_id = job_id or new_job_id()
+    return parse_layout(layout), budget
 
+
+def _admit_and_enqueue(tenant_id: str, token: str, job_id: str, spec, budget: int, input_key: str, *,
+                       on_duplicate: str, upload_from: Path | None = None) -> str:
+    """Admission, then (upload →) job item → publish; on any failure after admission, undo all."""
+    try:
+        admission.admit(tenant_id, token, job_id)
+    except admission.DuplicateSubmission as dup:
+        if on_duplicate == "return":
+            log.info("token of tenant %s already submitted as job %s; returning it", tenant_id, dup.job_id)
+            return dup.job_id
+        raise
+    try:
+        if upload_from is not None:
+            storage.upload(upload_from, input_key)
+        try:
+            _create_and_publish(tenant_id, token, job_id, spec, budget, input_key)
+        except BaseException:
+            if upload_from is not None:
+                storage.delete(input_key)
+            raise
+    except BaseException:
+        try:
+            admission.abandon(tenant_id, token, job_id)
+        except admission.AdmissionUnavailable as exc:  # keep the original error; the token expires
+            log.error("job %s of tenant %s failed and its admission could not be undone: %s", job_id, tenant_id, exc)
+        raise
+    log.info("submitted job %s for tenant %s", job_id, tenant_id)
+    return job_id
+
+
+def _create_and_publish(tenant_id: str, token: str, job_id: str, spec, budget: int, input_key: str) -> None:
+    """Write the job item (``queued``), then publish its message; delete the item if the publish fails."""
     transactions.ensure_tenant(tenant_id)
     job = JobItem(
         job_id,
@@ -83,41 +171,6 @@ def submit_job(
     job.save(condition=JobItem.job_id.does_not_exist())
     try:
         publish_job(tenant_id, job_id)
-    except Exception:
-        job.delete()
-        raise
-    log.info("submitted job %s for tenant %s", job_id, tenant_id)
-    return job_id
-
-
-def submit(
-    path: str | Path,
-    *,
-    tenant_id: str,
-    token: str,
-    layout: dict[str, Any] | str,
-    max_attempts: int | None = None,
-) -> str:
-    """Upload the local PDF ``path`` under the tenant's prefix and submit it; return the job id.
-
-    The input goes to ``tenants/<tenant>/jobs/<job>/input.pdf``; it is deleted again if the
-    submission is refused or fails.
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-        everything :func:`submit_job` raises.
-    """
-    source = Path(path)
-    if not source.is_file():
-        raise FileNotFoundError(f"input PDF {str(source)!r} does not exist")
-    validate_tenant_id(tenant_id)
-    job_id = new_job_id()
-    key = derive_input_key(tenant_id, job_id)
-    storage.upload(source, key)
-    try:
-        return submit_job(
-            tenant_id=tenant_id, token=token, input_key=key, layout=layout, max_attempts=max_attempts, job_id=job_id
-        )
     except BaseException:
-        storage.delete(key)
+        job.delete()
         raise

@@ -17,19 +17,25 @@ from tasks.messages import publish_job
 log = logging.getLogger(__name__)
 
 
-def _recovered(lease: LeaseItem, requeued: bool) -> None:
-    signals.lease_recovered.send(sender=sweep, lease=lease, requeued=requeued)
-
-
 @app.task(name="imposition.sweep", acks_late=True, ignore_result=True)
 def sweep() -> dict:
-    """Reclaim expired leases, re-publish their jobs; returns counts per tenant."""
-    report = sweeper.sweep(time.time(), publish=publish_job, on_reclaimed=_recovered)
+    """Reclaim expired leases, re-publish their jobs; returns counts per tenant.
+
+    Sends :data:`tasks.signals.lease_recovered` for each reclaimed lease (``lease_recovered{tenant}``).
+    Idempotent and safe to run twice at once (see :mod:`leases.sweeper`).
+    """
+    now = time.time()
+
+    def recovered(lease: LeaseItem, requeued: bool) -> None:
+        signals.lease_recovered.send(sender=sweep, lease=lease, requeued=requeued, swept_at=now)
+
+    report = sweeper.sweep(now, publish=publish_job, on_reclaimed=recovered)
     if report.total:
         log.warning("sweeper reclaimed %s lease(s): %s", report.total, dict(report.reclaimed))
     return {
         "reclaimed": dict(report.reclaimed),
         "requeued": dict(report.requeued),
         "failed": dict(report.failed),
+        "orphans": dict(report.orphans),
         "lost_races": report.lost_races,
     }

@@ -16,15 +16,25 @@ import logging
 from botocore.exceptions import BotoCoreError, ClientError
 from celery.worker.consumer import Consumer
 
+from observability.events import EventsSideChannel
 from service import aws
 from tasks import signals
 
 log = logging.getLogger(__name__)
 
 
-def _expedite_to_dead_letter_queue(message, reason: str) -> None:
-    """Make a rejected poison message visible again at once, so SQS's redrive moves it soon."""
-    info = message.delivery_info or {}
+def expedite_to_dead_letter_queue(delivery_info: dict | None, receipt_handle: str | None, reason: str) -> None:
+    """Record a poison message (log line + :data:`tasks.signals.poison_message`) and make it
+    visible again at once, so that SQS's redrive moves it to the DLQ after ``maxReceiveCount``
+    receives instead of ``maxReceiveCount`` visibility timeouts. The caller rejects the message.
+
+    Args:
+        delivery_info: kombu's delivery info of the message (``sqs_queue``, ``sqs_message``, …).
+        receipt_handle: its SQS receipt handle (kombu's delivery tag).
+        reason: ``undecodable``, ``unknown_format``, ``unknown_task``, ``invalid_task`` or
+            ``invalid_fields``.
+    """
+    info = delivery_info or {}
     queue_url = info.get("sqs_queue")
     sqs_message = info.get("sqs_message") or {}
     queue = info.get("routing_key") or (queue_url or "").rsplit("/", 1)[-1]
@@ -32,35 +42,42 @@ def _expedite_to_dead_letter_queue(message, reason: str) -> None:
     log.error("poison message %s on queue %s (%s): left for the dead-letter queue after %s receive(s)",
               sqs_message.get("MessageId"), queue, reason,
               (sqs_message.get("Attributes") or {}).get("ApproximateReceiveCount", "?"))
-    if not queue_url or not message.delivery_tag:
+    if not queue_url or not receipt_handle:
         return
     try:
-        aws.sqs().change_message_visibility(QueueUrl=queue_url, ReceiptHandle=message.delivery_tag,
-                                            VisibilityTimeout=0)
+        aws.sqs().change_message_visibility(QueueUrl=queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=0)
     except (BotoCoreError, ClientError) as exc:
         log.warning("could not release poison message %s: %s", sqs_message.get("MessageId"), exc)
 
 
-class ServiceConsumer(Consumer):
-    """Celery's consumer with dead-letter handling of poison messages (see module docstring)."""
+def _expedite(message, reason: str) -> None:
+    expedite_to_dead_letter_queue(message.delivery_info, message.delivery_tag, reason)
+
+
+class ServiceConsumer(EventsSideChannel, Consumer):
+    """Celery's consumer with dead-letter handling of poison messages (see module docstring).
+
+    :class:`observability.events.EventsSideChannel` sends its monitoring events to the Redis side
+    channel (``Settings.events_url``) instead of SQS, for Flower.
+    """
 
     def on_decode_error(self, message, exc):
         """Reject (not ack, as Celery does) a message whose body cannot be decoded."""
         log.error("cannot decode message: %s (content type %r)", exc, message.content_type)
         message.reject_log_error(log, self.connection_errors)
-        _expedite_to_dead_letter_queue(message, "undecodable")
+        _expedite(message, "undecodable")
 
     def on_unknown_message(self, body, message):
         """A message without a task header (not a Celery message)."""
         super().on_unknown_message(body, message)
-        _expedite_to_dead_letter_queue(message, "unknown_format")
+        _expedite(message, "unknown_format")
 
     def on_unknown_task(self, body, message, exc):
         """A message naming a task this worker does not know."""
         super().on_unknown_task(body, message, exc)
-        _expedite_to_dead_letter_queue(message, "unknown_task")
+        _expedite(message, "unknown_task")
 
     def on_invalid_task(self, body, message, exc):
         """A task message with malformed fields."""
         super().on_invalid_task(body, message, exc)
-        _expedite_to_dead_letter_queue(message, "invalid_task")
+        _expedite(message, "invalid_task")

@@ -56,9 +56,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def reset_aws() -> None:
-    """Empty every moto backend (queues, tables, bucket) and provision again."""
+    """Empty every moto backend (queues, tables, bucket) and provision again; empty the admission
+    Redis database too, since its tokens and in-flight sets name jobs of the old stack."""
+    import redis
+
+    import admission
+    from admission.limits import forget_cached_limits
     from service import aws
     from service.provision import provision
+    from service.settings import get_settings
 
     assert _local_aws is not None
     for server in (_local_aws.main, _local_aws.dynamodb):
@@ -66,6 +72,11 @@ def reset_aws() -> None:
         urllib.request.urlopen(req, timeout=10).read()
     aws.reset()
     provision()
+    url = get_settings().redis_url
+    assert url == SESSION_ENV["IMPOSITION_REDIS_URL"], f"tests never flush {url}"
+    redis.Redis.from_url(url).flushdb()
+    admission.reset()
+    forget_cached_limits()
 
 
 @pytest.fixture

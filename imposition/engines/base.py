@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import EngineCancelled, EngineCrashed, ImpositionError, InputTooLarge, MemoryLimitExceeded, error_from_code
 from ..isolation import run_limited
-from ..marks import SlugInfo
+from ..job import SlugInfo
 from ..spec import LayoutSpec, parse_layout
 
 if TYPE_CHECKING:
@@ -172,6 +171,9 @@ class Engine(ABC):
     def run_child(self, job: EngineJob, mode: str) -> dict[str, Any]:
         """Run :mod:`imposition.child` in ``mode`` (``impose`` or ``inspect``) under the job's limits.
 
+        The child gets the layout already validated and resolved (:meth:`LayoutSpec.resolved`, plain
+        JSON), so it imports neither pydantic nor the settings: its start is an interpreter and pikepdf.
+
         Returns:
             The child's success result (``sheets``, ``sides``, ``pages_in``, ``blank_pages``).
 
@@ -184,20 +186,20 @@ class Engine(ABC):
             "mode": mode,
             "input": str(job.input_path),
             "output": str(job.output_path),
-            "spec": job.spec.model_dump(mode="json"),
+            "layout": job.spec.resolved().to_json(),
             "slug": asdict(job.slug) if job.slug else None,
             "max_pages": self.settings.max_pages,
             "result": str(result_path),
         }
         request_path.write_text(json.dumps(request))
         ended = run_limited(
-            [sys.executable, "-m", "imposition.child", str(request_path)],
+            [str(request_path)],
+            module="imposition.child",
             time_limit_s=job.time_limit_s,
             deadline=job.deadline,
             memory_limit_bytes=self.settings.engine_memory_limit_bytes,
             log_path=job.work_dir / f"{mode}.log",
             cancel=job.cancel,
-            env=_child_environment(),
         )
         if result_path.exists():
             result = json.loads(result_path.read_text())
@@ -214,10 +216,3 @@ class Engine(ABC):
             f"{ended.log_tail.strip()[-500:]}"
         )
 
-
-def _child_environment() -> dict[str, str]:
-    """The parent's environment, with this checkout importable (``python -m imposition.child``)."""
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    return env

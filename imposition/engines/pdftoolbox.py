@@ -33,8 +33,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pikepdf
-
 from ..errors import (
     DamagedPdf,
     EngineAborted,
@@ -142,6 +140,8 @@ class PdfToolboxEngine(Engine):
         error = error_for_exit(ended.returncode, ended.log_tail)
         if error is not None:
             raise error
+        import pikepdf  # only here: the parent never parses PDFs otherwise, and starts faster without it
+
         try:
             with pikepdf.open(job.output_path) as plates:
                 sides = len(plates.pages)

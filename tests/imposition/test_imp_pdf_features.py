@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import time
+
 import pikepdf
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -9,7 +12,7 @@ from hypothesis import strategies as st
 from pikepdf import Array, Dictionary, Name
 
 from .imposition_pdfs import A5_PT, add_page, helvetica, label_content, labelled_pdf
-from imposition import parse_layout
+from imposition import SlugInfo, parse_layout
 from imposition.errors import DamagedPdf
 from .imposition_readback import MM, Raster, big_labels, labels
 
@@ -174,6 +177,36 @@ def test_damaged_beyond_repair_is_a_typed_error(engine, tmp_path):
     with pytest.raises(DamagedPdf) as caught:
         engine.impose(broken, parse_layout({"layout": "saddle_stitch", "sheet": "A4"}), tmp_path / "out.pdf")
     assert caught.value.code == "damaged" and not caught.value.retryable
+
+
+SAME_BYTES_JOBS = [
+    ("a5_13p_odd.pdf", {"layout": "saddle_stitch", "sheet": "A4", "slug": True, "fold_marks": True}),
+    ("trim_bleed_3mm_8p.pdf", {"layout": "n_up", "sheet": "SRA3", "gutter_mm": 5, "bleed_mm": 3, "crop_marks": True}),
+    ("encrypted_owner_only_8p.pdf", {"layout": "cut_and_stack", "sheet": "A3", "duplex": "sheetwise"}),
+]
+
+
+def test_the_same_job_gives_the_same_bytes(engine, case, tmp_path):
+    """The service relies on it: a fenced-out worker that finishes late can only rewrite identical bytes.
+
+    qpdf's non-deterministic /ID mixes in the time in whole seconds, so the second runs wait for the
+    next second: only a content-derived /ID then makes the files equal.
+    """
+    def run_all(directory):
+        directory.mkdir()
+        for index, (name, layout) in enumerate(SAME_BYTES_JOBS):  # each run its own child process and hash seed
+            engine.impose(case(name), parse_layout(layout), directory / f"{index}.pdf", slug=SlugInfo("job-1", "tenant-1"))
+        return [(directory / f"{index}.pdf").read_bytes() for index in range(len(SAME_BYTES_JOBS))]
+
+    first = run_all(tmp_path / "first")
+    second_started = int(time.time())
+    while int(time.time()) == second_started:
+        time.sleep(0.01)
+    second = run_all(tmp_path / "second")
+    for (name, _), one, other in zip(SAME_BYTES_JOBS, first, second):
+        assert one == other, f"{name}: two runs of the same job wrote different bytes"
+        with pikepdf.open(io.BytesIO(one)) as plates:
+            assert len(plates.pages) > 0 and "/ID" in plates.trailer and not plates.is_encrypted
 
 
 LAYOUTS = [

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from imposition import LayoutSpec, parse_layout
 from imposition.errors import InvalidLayout
+from imposition.job import Layout
 from imposition.sheets import mm_to_pt
 from imposition.spec import CutAndStack, NUp, PerfectBound, SaddleStitch, StepAndRepeat
 
@@ -28,7 +31,10 @@ ACCEPTED = [
 def test_documented_layouts_are_accepted(document, kind):
     spec = parse_layout(document)
     assert isinstance(spec, kind) and isinstance(spec, LayoutSpec)
-    assert parse_layout(spec.model_dump_json()) == spec  # the JSON form round-trips (the child's request)
+    assert parse_layout(spec.model_dump_json()) == spec  # the JSON form round-trips
+    resolved = spec.resolved()  # what the engine's child receives, as JSON
+    assert Layout.from_json(json.loads(json.dumps(resolved.to_json()))) == resolved
+    assert resolved.kind == document["layout"] and resolved.sheet_size_pt == spec.sheet_size_pt()
 
 
 @pytest.mark.parametrize("name", ["A0", "A1", "A2", "A3", "A4", "A5", "SRA3", "SRA2", "B2", "B1", "Letter",

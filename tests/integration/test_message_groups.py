@@ -81,5 +81,6 @@ def test_sweeper_republish_carries_the_group():
     assert result["reclaimed"] == {"initech": 1}
     [msg] = receive_all(get_settings().imposition_queue, 1)
     assert msg["group"] == "tenant-initech"
-    assert msg["kwargs"] == {"tenant_id": "initech", "job_id": "job-swept"}
+    # The copy follows attempt 1 (the reclaimed one): arriving before the reclaim commits, it waits.
+    assert msg["kwargs"] == {"tenant_id": "initech", "job_id": "job-swept", "after_attempt": 1}
     assert JobItem.get("job-swept", consistent_read=True).status == "queued"

@@ -1,0 +1,111 @@
+"""One contender inside a long-lived process, its imports paid before the clock starts.
+
+    python -m bench.inprocess <what> <input.pdf> <output.pdf> <runs> [<json>]
+
+``runs`` is the least number of runs; a short job runs until a second has been measured.
+
+``what``:
+
+* ``engine``: :meth:`imposition.PikepdfEngine.impose` as a worker calls it, ``json`` the layout
+  specification. Each job still starts its limited child process (that start is in the time).
+* ``work``: the same job's work alone, :func:`imposition.child.run` in this process (open, plan, draw,
+  save), ``json`` the resolved layout (:meth:`imposition.spec.LayoutSpec.resolved`). ``engine`` minus
+  ``work`` is the child's start.
+* ``copy``: the copy floor, :func:`bench.copy_floor.copy_pages`.
+* ``rewrite``: the rewrite floor, :func:`bench.copy_floor.rewrite`.
+
+The output file is removed before each run, outside the clock. Prints one JSON object: ``wall_s`` and
+``cpu_s`` (user + system, this process and its children) per run; ``peak_rss_kib``: the largest
+resident set of the process that did the work (the engine's child for ``engine``, this process
+otherwise, its imports included); and for the in-process contenders ``job_memory_kib``: how far one
+more run raised this process's resident set above where it stood (Linux; None elsewhere).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+#: Short jobs run again until this much time is measured (at most MAX_RUNS runs): a median of
+#: millisecond runs on a shared machine needs more samples than three.
+MIN_MEASURED_S = 1.0
+MAX_RUNS = 50
+PROC_STATUS = Path("/proc/self/status")
+PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def _cpu_s() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _job(what: str, source: Path, output: Path, argument: str | None) -> tuple[Callable[[], object], int]:
+    """The timed call, and which rusage holds its peak RSS."""
+    if what == "engine":
+        from imposition import PikepdfEngine, parse_layout
+        from service.settings import get_settings
+
+        engine, spec = PikepdfEngine(get_settings()), parse_layout(argument or "")
+        return (lambda: engine.impose(source, spec, output)), resource.RUSAGE_CHILDREN
+    if what == "work":
+        import imposition.drawing  # noqa: F401 (imported before the clock, as the child imports it before work)
+        from imposition.child import run
+
+        request = {"mode": "impose", "input": str(source), "output": str(output), "layout": json.loads(argument or ""),
+                   "slug": None, "max_pages": sys.maxsize, "result": None}  # the bench limits nothing
+        return (lambda: run(request)), resource.RUSAGE_SELF
+    from bench.copy_floor import copy_pages, rewrite
+
+    floor = {"copy": copy_pages, "rewrite": rewrite}[what]
+    return (lambda: floor(source, output)), resource.RUSAGE_SELF
+
+
+def _status_kib(field: str) -> int:
+    """A memory figure of this process from /proc/self/status (``VmRSS``, ``VmHWM``), KiB."""
+    for line in PROC_STATUS.read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise LookupError(f"{field} not in {PROC_STATUS}")
+
+
+def _job_memory_kib(job: Callable[[], object]) -> int:
+    """Run ``job`` once; how far this process's resident set rose above where it stood before.
+
+    The kernel's high-water mark is reset first (``5`` to /proc/self/clear_refs, proc(5), Linux ≥ 4.0),
+    so imports and earlier runs do not hide the job's own peak.
+    """
+    PROC_CLEAR_REFS.write_text("5")
+    before_kib = _status_kib("VmRSS")
+    job()
+    return _status_kib("VmHWM") - before_kib
+
+
+def main(argv: list[str]) -> int:
+    what, source, output, runs = argv[0], Path(argv[1]), Path(argv[2]), int(argv[3])
+    job, peak_of = _job(what, source, output, argv[4] if len(argv) > 4 else None)
+    output.unlink(missing_ok=True)  # a first, untimed run: the job's memory (before any run reused the heap)
+    job_memory_kib = None
+    if peak_of == resource.RUSAGE_SELF and PROC_CLEAR_REFS.exists():
+        job_memory_kib = _job_memory_kib(job)
+    else:
+        job()
+    walls: list[float] = []
+    cpus: list[float] = []
+    while len(walls) < runs or (sum(walls) < MIN_MEASURED_S and len(walls) < MAX_RUNS):
+        output.unlink(missing_ok=True)
+        started_s, started_cpu_s = time.perf_counter(), _cpu_s()
+        job()
+        walls.append(time.perf_counter() - started_s)
+        cpus.append(_cpu_s() - started_cpu_s)
+    print(json.dumps({"wall_s": walls, "cpu_s": cpus, "peak_rss_kib": resource.getrusage(peak_of).ru_maxrss,
+                      "job_memory_kib": job_memory_kib}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,228 @@
+"""Drawing an imposition plan with pikepdf (qpdf); runs in the engine's child process.
+
+Each source page becomes one Form XObject (PDF 32000-1 §8.10) made from its own content and its own
+/Resources, so two pages that both name an image ``/Im0`` keep their own image, and a content
+stream that leaves the graphics state unbalanced cannot leak: the ``Do`` operator saves and
+restores the graphics state around a form (§8.10.1), and each placement is wrapped in ``q … Q``.
+The form's /BBox is the page's visible region (CropBox ∩ MediaBox) in its own user space, so only
+what a viewer shows can appear, positioned by its own origin; on the sheet each placement is
+clipped to its trim plus the bleed it keeps (qpdf's own page-to-form helper clips to the TrimBox,
+which would lose the bleed). /Rotate and /UserUnit are folded into the placement matrix.
+
+Annotations are flattened first (their appearance streams merged into the page content, after
+generating missing appearances of form fields), so nothing visible is lost.
+
+The plan is drawn into the source document itself, never copied into a new one: its page tree is
+emptied, its catalog keeps nothing but the page tree (no outlines, forms, labels or metadata of the
+source), and the plates become its pages. ``save`` writes only the objects the plates reach, and
+writes the content streams and images it reaches straight from the input file, still compressed.
+Copying between documents (qpdf's foreign-object copy, the dearest step of a plain page copy) never
+happens. A page's content stream becomes its form in place when only one form needs it; pages that
+share a content stream, resources and boxes share one form. Plates whose operators are the same
+byte for byte share one content stream.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pikepdf
+from pikepdf import Array, Dictionary, Name
+
+from .geometry import PageBoxes, Rect
+from .marks import REGISTRATION_COLOUR_SPACE, SLUG_FONT, marks_operators, slug_operators
+from .planning import SLUG_ORIGIN_PT, ImpositionPlan, Placement, Plate
+from .source import inherited
+
+#: Catalog entries kept when the source becomes the plate file: only the page tree.
+KEPT_CATALOG_KEYS = frozenset({"/Type", "/Pages"})
+#: Entries kept on the root of the page tree: nothing a plate could inherit (/Resources, /Rotate…).
+KEPT_PAGE_TREE_KEYS = frozenset({"/Type", "/Kids", "/Count"})
+
+# Names made once: pikepdf builds a new Name object on every ``Name.X`` lookup.
+_TYPE, _SUBTYPE, _BBOX, _RESOURCES, _GROUP = Name.Type, Name.Subtype, Name.BBox, Name.Resources, Name.Group
+_CONTENTS, _XOBJECT, _FORM = Name.Contents, Name.XObject, Name.Form
+
+
+def _number(value: float) -> str:
+    return f"{value:.4f}".rstrip("0").rstrip(".") or "0"
+
+
+def _identity(obj: pikepdf.Object | None) -> tuple | None:
+    if obj is None or not obj.is_indirect:
+        return None
+    return obj.objgen
+
+
+class _Forms:
+    """The Form XObjects of the source pages, made in the source document itself."""
+
+    def __init__(self, source: pikepdf.Pdf, boxes: list[PageBoxes]) -> None:
+        self.source = source
+        self.boxes = boxes
+        self.pages = list(source.pages)
+        self._claimed_streams: set[tuple[int, int]] = set()
+        self._bboxes: dict[tuple[float, float, float, float], Array] = {}
+
+    def forms_of(self, page_indexes: list[int]) -> dict[int, pikepdf.Object]:
+        """The Form XObject of each page in ``page_indexes`` (0-based); pages that share content,
+        resources, group and visible region share one."""
+        by_key: dict[tuple, pikepdf.Object] = {}
+        forms: dict[int, pikepdf.Object] = {}
+        for page_index in page_indexes:
+            page = self.pages[page_index].obj
+            crop = self.boxes[page_index].crop
+            contents = page.get("/Contents")
+            resources = inherited(page, "/Resources")
+            group = page["/Group"] if "/Group" in page else None  # pikepdf's get() of an absent key is slow
+            key = (
+                _identity(contents) or ("page", page_index),
+                _identity(resources) or ("page", page_index),
+                (crop.x0, crop.y0, crop.x1, crop.y1),
+                _identity(group),
+            )
+            form = by_key.get(key)
+            if form is None:
+                form = by_key[key] = self._make(contents, resources, group, key[2])
+            forms[page_index] = form
+        return forms
+
+    def _make(self, contents: pikepdf.Object | None, resources: pikepdf.Object | None,
+              group: pikepdf.Object | None, bbox: tuple[float, float, float, float]) -> pikepdf.Stream:
+        form = self._stream_for(contents)
+        form[_TYPE] = _XOBJECT
+        form[_SUBTYPE] = _FORM
+        if bbox not in self._bboxes:
+            self._bboxes[bbox] = Array(bbox)
+        form[_BBOX] = self._bboxes[bbox]  # one Python handle per distinct box; written inline in each form
+        form[_RESOURCES] = resources if resources is not None else Dictionary()
+        if group is not None:
+            form[_GROUP] = group
+        return form
+
+    def _stream_for(self, contents: pikepdf.Object | None) -> pikepdf.Stream:
+        """A stream holding the page's content that no other form uses."""
+        if isinstance(contents, pikepdf.Stream):
+            if contents.is_indirect and contents.objgen not in self._claimed_streams:
+                self._claimed_streams.add(contents.objgen)
+                return contents  # zero copy: the content stream becomes the form
+            stream = pikepdf.Stream(self.source, b"")
+            stream.write(contents.read_raw_bytes(), filter=contents.get("/Filter"),
+                         decode_parms=contents.get("/DecodeParms"))
+            return stream
+        parts = list(contents) if isinstance(contents, Array) else []
+        data = b"\n".join(part.read_bytes() for part in parts if isinstance(part, pikepdf.Stream))
+        return pikepdf.Stream(self.source, data)
+
+
+def _flatten_annotations(source: pikepdf.Pdf) -> None:
+    """Merge every visible annotation's appearance into its page's content (qpdf's flattening, 'all')."""
+    if not any("/Annots" in page.obj for page in source.pages):
+        return
+    if "/AcroForm" in source.Root:
+        source.generate_appearance_streams()
+    source.flatten_annotations(mode="all")
+
+
+def _empty(source: pikepdf.Pdf) -> None:
+    """Remove every page from ``source``, every catalog entry but the page tree, and /Info.
+
+    Pages are removed from the last: qpdf renumbers the pages after the one it removes, so removing
+    from the end costs O(1) each instead of O(pages). The page objects stay in memory (the forms
+    were made from their content) but nothing written refers to them any more.
+    """
+    pages = source.pages
+    for page in reversed(list(pages)):
+        pages.remove(page)
+    for key in [key for key in source.Root.keys() if key not in KEPT_CATALOG_KEYS]:
+        del source.Root[key]
+    tree = source.Root.Pages
+    for key in [key for key in tree.keys() if key not in KEPT_PAGE_TREE_KEYS]:
+        del tree[key]
+    if "/Info" in source.trailer:
+        del source.trailer["/Info"]
+
+
+def _placement_operators(placement: Placement, name: str) -> bytes:
+    clip: Rect = placement.clip
+    matrix = " ".join(_number(v) for v in placement.matrix)
+    return (
+        f"q {_number(clip.x0)} {_number(clip.y0)} {_number(clip.width)} {_number(clip.height)} re W n "
+        f"{matrix} cm {name} Do Q\n"
+    ).encode("ascii")
+
+
+def _form_name(index: int) -> str:
+    """The resource name of the ``index``-th placement of a plate (0-based)."""
+    return f"/P{index}"
+
+
+class _Operators:
+    """The content-stream operators of plates. A placement (same clip, matrix and name) or a set of
+    marks met on an earlier plate is not formatted again: most plates repeat the same geometry."""
+
+    def __init__(self) -> None:
+        self._placements: dict[tuple, bytes] = {}
+        self._marks: dict[tuple, bytes] = {}
+
+    def of(self, plate: Plate) -> bytes:
+        """The content of one plate: its placements, then its marks, then its slug line."""
+        parts = []
+        for index, placement in enumerate(plate.placements):
+            key = (placement.clip, placement.matrix, index)
+            operators = self._placements.get(key)
+            if operators is None:
+                operators = self._placements[key] = _placement_operators(placement, _form_name(index))
+            parts.append(operators)
+        marks = self._marks.get(plate.marks)
+        if marks is None:
+            marks = self._marks[plate.marks] = marks_operators(plate.marks)
+        parts.append(marks)
+        if plate.slug_line:
+            parts.append(slug_operators(plate.slug_line, *SLUG_ORIGIN_PT))
+        return b"".join(parts)
+
+
+def _shared_resources(pdf: pikepdf.Pdf) -> tuple[pikepdf.Object, pikepdf.Object]:
+    """The plates' /ColorSpace and /Font resource dictionaries, one indirect object each: the
+    registration colour space (/Separation /All, tint 1 = 100 % of every process ink) and the slug
+    font (Helvetica, WinAnsiEncoding)."""
+    tint = Dictionary(FunctionType=2, Domain=[0, 1], C0=[0, 0, 0, 0], C1=[1, 1, 1, 1], N=1)
+    colour_space = pdf.make_indirect(Array([Name.Separation, Name.All, Name.DeviceCMYK, tint]))
+    font = pdf.make_indirect(
+        Dictionary(Type=Name.Font, Subtype=Name.Type1, BaseFont=Name.Helvetica, Encoding=Name.WinAnsiEncoding)
+    )
+    return (pdf.make_indirect(Dictionary({REGISTRATION_COLOUR_SPACE: colour_space})),
+            pdf.make_indirect(Dictionary({SLUG_FONT: font})))
+
+
+def draw_plan(source: pikepdf.Pdf, boxes: list[PageBoxes], plan: ImpositionPlan, output_path: Path) -> None:
+    """Draw ``plan`` with the pages of ``source`` (whose boxes are ``boxes``) and save it to ``output_path``.
+
+    ``source`` becomes the plate file: it is changed in place and should be closed afterwards. The
+    output is the same bytes for the same input and plan (``deterministic_id``: the /ID is a digest
+    of the content, not of the time), so a fenced-out worker could only rewrite identical bytes.
+
+    Raises:
+        pikepdf.PdfError: the source turns out damaged while its objects are read (the child maps
+            it to DamagedPdf).
+    """
+    _flatten_annotations(source)
+    used = sorted({placement.page for plate in plan.plates for placement in plate.placements})
+    forms = _Forms(source, boxes).forms_of(used)
+    _empty(source)
+    colour_spaces, fonts = _shared_resources(source)
+    contents: dict[bytes, pikepdf.Object] = {}
+    plate_operators = _Operators()
+    for plate in plan.plates:
+        operators = plate_operators.of(plate)
+        content = contents.get(operators)
+        if content is None:
+            content = contents[operators] = source.make_stream(operators)
+        xobjects = Dictionary({_form_name(index): forms[placement.page]
+                               for index, placement in enumerate(plate.placements)})
+        # add_blank_page appends in O(1); pages.append counts every page on each call (O(n) each)
+        sheet = source.add_blank_page(page_size=(plan.width_pt, plan.height_pt)).obj
+        sheet[_RESOURCES] = Dictionary(XObject=xobjects, ColorSpace=colour_spaces, Font=fonts)
+        sheet[_CONTENTS] = content
+    source.save(output_path, deterministic_id=True, encryption=False)

@@ -1,0 +1,106 @@
+"""The plain data of one imposition that crosses into the engine's child process.
+
+:class:`Layout` is a validated :class:`~imposition.spec.LayoutSpec` resolved into the planner's terms
+(lengths in points, defaults filled in, the layout's kind as a string); :class:`SlugInfo` names the
+job and tenant. Both are frozen dataclasses that travel as JSON, and this module imports neither
+pydantic nor pikepdf, so the parent (which validates with pydantic) and the child (which plans and
+draws with pikepdf) share them without paying for the other side's imports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+#: Layout kinds (the ``layout`` field of a specification).
+SADDLE_STITCH = "saddle_stitch"
+PERFECT_BOUND = "perfect_bound"
+N_UP = "n_up"
+CUT_AND_STACK = "cut_and_stack"
+STEP_AND_REPEAT = "step_and_repeat"
+#: The folded layouts: two pages per side against the spine, creep and fold marks.
+BOOKLETS = (SADDLE_STITCH, PERFECT_BOUND)
+
+
+@dataclass(frozen=True)
+class SlugInfo:
+    """Who a plate belongs to, printed on its slug line.
+
+    Attributes:
+        job_id: the job's id.
+        tenant_id: the tenant's canonical id.
+    """
+
+    job_id: str
+    tenant_id: str
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A validated layout in the planner's terms (built by :meth:`imposition.spec.LayoutSpec.resolved`).
+
+    Lengths are PDF points; the field meanings are those of :mod:`imposition.spec`.
+
+    Attributes:
+        kind: the layout (``saddle_stitch``, ``perfect_bound``, ``n_up``, ``cut_and_stack``,
+            ``step_and_repeat``).
+        sheet_size_pt: ``(width_pt, height_pt)`` of the sheet as named, before the orientation.
+        orientation: ``auto``, ``portrait`` or ``landscape``.
+        margins_pt: ``(top, right, bottom, left)`` on the front side.
+        margin_given: ``margin_mm`` as the specification gave it (for error messages).
+        gutters_pt: ``(between columns, between rows)``; zero for the folded layouts.
+        columns, rows: the grid of one side (booklets 2 × 1; step and repeat computes its own).
+        duplex: ``simplex``, ``sheetwise``, ``work_and_turn`` or ``work_and_tumble``.
+        binding: ``left_to_right`` or ``right_to_left``.
+        blank_pages_at: where a booklet's padding blanks go (``end``, ``start``, ``before_back_cover``).
+        creep_pt: shift toward the spine per sheet (booklets).
+        signature_pages: pages per signature (perfect bound; 0 otherwise).
+        pages: the listed 1-based pages of a step-and-repeat job, or None for every page.
+        bleed_pt: bleed kept around each trim, at most.
+        crop_marks: draw crop marks.
+        crop_mark_length_pt: length of a mark.
+        crop_mark_offset_pt: gap from the trim corner to a mark (already at least ``bleed_pt``).
+        fold_marks: draw fold marks (booklets).
+        slug: print the slug line.
+        scaling: ``fit`` (shrink to the cell) or ``none`` (100 % or ``page_too_large``).
+    """
+
+    kind: str
+    sheet_size_pt: tuple[float, float]
+    orientation: str
+    margins_pt: tuple[float, float, float, float]
+    margin_given: str
+    gutters_pt: tuple[float, float]
+    columns: int
+    rows: int
+    duplex: str
+    binding: str
+    blank_pages_at: str
+    creep_pt: float
+    signature_pages: int
+    pages: tuple[int, ...] | None
+    bleed_pt: float
+    crop_marks: bool
+    crop_mark_length_pt: float
+    crop_mark_offset_pt: float
+    fold_marks: bool
+    slug: bool
+    scaling: str
+
+    @property
+    def booklet(self) -> bool:
+        """True for the folded layouts (saddle stitch, perfect bound)."""
+        return self.kind in BOOKLETS
+
+    def to_json(self) -> dict[str, Any]:
+        """The layout as a JSON object (tuples become arrays)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Layout":
+        """The layout from :meth:`to_json`'s object (arrays back to tuples).
+
+        Raises:
+            TypeError: a field is missing or unknown (the dataclass constructor's own check).
+        """
+        return cls(**{name: tuple(value) if isinstance(value, list) else value for name, value in data.items()})

@@ -1,0 +1,381 @@
+"""``imposition audit``: check, and optionally repair, the lease invariant of DESIGN §4 per tenant.
+
+What must hold at every instant (each lease transaction keeps it, all or nothing):
+
+* ``counter``      — the tenant's ``in_flight`` equals its number of live lease items;
+* ``over_cap``     — no lease was taken above the cap: a lease acquired after the cap last changed
+  must have found fewer than ``cap`` older live leases of its tenant (leases older than a lowered
+  cap may exceed it legitimately: lowering a cap kills nothing);
+* ``orphan_lease`` — every lease fences a job ``running`` under its token;
+* ``stranded_job`` — every ``running`` job has the lease its ``lease_token`` names (else nothing
+  would ever bring it back: the sweeper only looks at leases).
+
+Expired leases are not drift: they are the sweeper's work, and reported as ``expired``.
+
+The reads are not one snapshot (DynamoDB has no multi-table snapshot read), so a worker acting
+between two reads can make a state look wrong for an instant. A drift is reported only when it is
+seen in ``Settings.audit_confirm_snapshots`` snapshots in a row.
+
+**Repair** (``--repair``) is safe while workers run: every fix is one conditional transaction that
+is refused if anything it relied on changed meanwhile (then the tenant is read again):
+
+* orphan lease → delete it and give its slot back, on condition its job still does not run under
+  it (:func:`leases.sweeper.remove_orphan`);
+* stranded job → re-publish it, then put it back to ``queued`` (``failed`` when out of attempts) on
+  condition it still runs under the same token and that lease still does not exist;
+* counter → first freeze the tenant's acquires (``TenantItem.repair_until``, for at most
+  ``Settings.audit_repair_freeze_s``: the tenant's messages are deferred meanwhile), so its lease set
+  can only shrink; then set ``in_flight`` to the number of leases read, on condition ``in_flight``
+  still has the value read and every lease read still exists. With no lease able to appear, those
+  conditions mean the set read is exactly the live set when the fix commits (a release meanwhile
+  refuses it, and it is read again); the freeze is lifted in the same write;
+* over cap → nothing: leases are never taken away; the tenant is admitted again once it is below.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+
+from pynamodb.exceptions import DoesNotExist, TransactWriteError
+from pynamodb.transactions import TransactWrite
+
+from leases import sweeper
+from leases.errors import LeaseContention
+from leases.models import JobItem, JobStatus, LeaseItem, TenantItem
+from leases.transactions import (
+    CANCELLED,
+    RETRY,
+    Retryable,
+    classify,
+    new_token,
+    read_lease,
+    tx_connection,
+    with_conflict_retries,
+)
+from service.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+#: Drift kinds, in the order repairs are applied.
+DRIFT_KINDS = ("orphan_lease", "stranded_job", "counter", "over_cap")
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One broken rule: ``kind`` (see :data:`DRIFT_KINDS`), the tenant, the job if any, a sentence."""
+
+    tenant_id: str
+    kind: str
+    detail: str
+    job_id: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str | None]:
+        """Identity across snapshots (a counter drift is the same drift whatever its values)."""
+        return (self.tenant_id, self.kind, self.job_id)
+
+
+@dataclass
+class TenantAudit:
+    """One tenant's state as read, and its drifts."""
+
+    tenant_id: str
+    in_flight: int
+    cap: int
+    leases: int
+    running_jobs: int
+    expired_leases: int
+    drifts: list[Drift] = field(default_factory=list)
+
+
+@dataclass
+class AuditReport:
+    """The audit of every tenant looked at; ``repairs`` lists what ``--repair`` did."""
+
+    tenants: list[TenantAudit]
+    repairs: list[str] = field(default_factory=list)
+
+    @property
+    def drifts(self) -> list[Drift]:
+        """Every drift, tenant by tenant."""
+        return [d for t in self.tenants for d in t.drifts]
+
+    @property
+    def clean(self) -> bool:
+        """True when no tenant has drift."""
+        return not self.drifts
+
+    def describe(self) -> str:
+        """Human-readable report: one line per tenant, one indented line per drift or repair."""
+        lines = []
+        for t in self.tenants:
+            state = "ok" if not t.drifts else f"DRIFT ({len(t.drifts)})"
+            lines.append(f"{t.tenant_id:24} in_flight={t.in_flight} leases={t.leases} cap={t.cap} "
+                         f"running={t.running_jobs} expired={t.expired_leases}  {state}")
+            lines.extend(f"    {d.kind}: {d.detail}" for d in t.drifts)
+        lines.extend(f"  repaired: {r}" for r in self.repairs)
+        return "\n".join(lines) if lines else "no tenants"
+
+    def to_json(self) -> str:
+        """The report as JSON (``tenants``, ``repairs``, ``clean``)."""
+        return json.dumps({"tenants": [asdict(t) for t in self.tenants], "repairs": self.repairs,
+                           "clean": self.clean}, indent=2, sort_keys=True)
+
+
+@dataclass
+class _Snapshot:
+    tenants: dict[str, TenantItem]
+    leases: dict[str, list[LeaseItem]]
+    jobs_of_leases: dict[str, JobItem | None]
+    stranded: dict[str, list[JobItem]]
+    running: dict[str, int]
+
+
+def _read_jobs(job_ids: Iterable[str]) -> dict[str, JobItem | None]:
+    ids = list(dict.fromkeys(job_ids))
+    found = {job.job_id: job for job in JobItem.batch_get(ids, consistent_read=True)} if ids else {}
+    return {job_id: found.get(job_id) for job_id in ids}
+
+
+def _tenant_and_leases(tenant_id: str) -> tuple[TenantItem | None, list[LeaseItem]]:
+    """The tenant item and its leases, read between two reads of the tenant item that agree.
+
+    Every lease transaction changes ``in_flight``, so equal readings on both sides make a lease
+    transaction between them unlikely (not impossible: two that cancel out). Up to
+    ``Settings.audit_stable_read_tries`` tries; the last is used if none was stable.
+    """
+
+    def tenant() -> TenantItem | None:
+        try:
+            return TenantItem.get(tenant_id, consistent_read=True)
+        except DoesNotExist:
+            return None
+
+    def in_flight(item: TenantItem | None) -> int | None:
+        return None if item is None or item.in_flight is None else int(item.in_flight)
+
+    before = tenant()
+    for _ in range(get_settings().audit_stable_read_tries):
+        leases = list(LeaseItem.scan(LeaseItem.tenant_id == tenant_id, consistent_read=True))
+        after = tenant()
+        if in_flight(before) == in_flight(after):
+            break
+        before = after
+    return after, leases
+
+
+def _snapshot(tenant_ids: list[str] | None) -> _Snapshot:
+    if tenant_ids is None:
+        wanted = {t.tenant_id for t in TenantItem.scan(attributes_to_get=["tenant_id"])}
+        wanted |= {lease.tenant_id for lease in LeaseItem.scan(attributes_to_get=["tenant_id"])}
+    else:
+        wanted = set(tenant_ids)
+    tenants: dict[str, TenantItem] = {}
+    leases: dict[str, list[LeaseItem]] = {}
+    for tenant_id in sorted(wanted):
+        item, held = _tenant_and_leases(tenant_id)
+        if item is not None:
+            tenants[tenant_id] = item
+        if held:
+            leases[tenant_id] = held
+    jobs_of_leases = _read_jobs(lease.job_id for held in leases.values() for lease in held)
+    stranded: dict[str, list[JobItem]] = defaultdict(list)
+    running: dict[str, int] = {}
+    for tenant_id in set(tenants) | set(leases):
+        candidates = list(JobItem.by_tenant.query(tenant_id, filter_condition=JobItem.status == JobStatus.RUNNING.value))
+        running[tenant_id] = len(candidates)
+        held_tokens = {lease.job_id: lease.token for lease in leases.get(tenant_id, [])}
+        suspects = [job.job_id for job in candidates if held_tokens.get(job.job_id) != job.lease_token]
+        for job_id, job in _read_jobs(suspects).items():  # the index lags: confirm each with a consistent read
+            if job is None or job.status != JobStatus.RUNNING.value:
+                continue
+            lease = read_lease(job_id)
+            if lease is None or lease.token != job.lease_token:
+                stranded[tenant_id].append(job)
+    return _Snapshot(tenants, leases, jobs_of_leases, stranded, running)
+
+
+def _over_cap(leases: list[LeaseItem], cap: int, cap_changed_at: float) -> list[LeaseItem]:
+    """Leases acquired (after the last cap change) while ``cap`` or more older leases were live."""
+    ordered = sorted(leases, key=lambda lease: float(lease.acquired_at))
+    return [lease for rank, lease in enumerate(ordered) if rank >= cap and float(lease.acquired_at) > cap_changed_at]
+
+
+def _judge(snap: _Snapshot, now: float) -> list[TenantAudit]:
+    default_cap = get_settings().default_cap
+    out = []
+    for tenant_id in sorted(set(snap.tenants) | set(snap.leases)):
+        item = snap.tenants.get(tenant_id)
+        leases = snap.leases.get(tenant_id, [])
+        in_flight = int(item.in_flight or 0) if item is not None else 0
+        cap = item.effective_cap(default_cap) if item is not None else default_cap
+        audit_ = TenantAudit(tenant_id, in_flight, cap, len(leases), snap.running.get(tenant_id, 0),
+                             sum(1 for lease in leases if float(lease.expires_at) < now))
+        for lease in leases:
+            job = snap.jobs_of_leases.get(lease.job_id)
+            if not sweeper.runs_under(job, lease):
+                state = "missing" if job is None else f"{job.status} under token {str(job.lease_token)[:8]}"
+                audit_.drifts.append(Drift(tenant_id, "orphan_lease",
+                                           f"lease of job {lease.job_id} (token {lease.token[:8]}) fences nothing: job {state}",
+                                           lease.job_id))
+        for job in snap.stranded.get(tenant_id, []):
+            audit_.drifts.append(Drift(tenant_id, "stranded_job",
+                                       f"job {job.job_id} is running under token {str(job.lease_token)[:8]} "
+                                       "but has no such lease", job.job_id))
+        if in_flight != len(leases):
+            audit_.drifts.append(Drift(tenant_id, "counter", f"in_flight={in_flight} but {len(leases)} live lease(s)"))
+        changed_at = float(item.cap_changed_at or 0) if item is not None else 0.0
+        for lease in _over_cap(leases, cap, changed_at):
+            audit_.drifts.append(Drift(tenant_id, "over_cap",
+                                       f"lease of job {lease.job_id} was taken with {cap} or more older leases "
+                                       f"live (cap {cap})", lease.job_id))
+        out.append(audit_)
+    return out
+
+
+def audit(tenant_ids: Iterable[str] | None = None, *, now: float | None = None) -> AuditReport:
+    """Audit ``tenant_ids`` (default: every tenant with an item or a lease); read-only.
+
+    A drift is kept only if it shows in ``Settings.audit_confirm_snapshots`` snapshots in a row.
+
+    Returns:
+        An :class:`AuditReport`; ``report.clean`` is False on drift.
+    """
+    wanted = sorted(set(tenant_ids)) if tenant_ids is not None else None
+    confirmed: set | None = None
+    tenants: list[TenantAudit] = []
+    for _ in range(get_settings().audit_confirm_snapshots):
+        tenants = _judge(_snapshot(wanted), time.time() if now is None else now)
+        keys = {d.key for t in tenants for d in t.drifts}
+        confirmed = keys if confirmed is None else confirmed & keys
+        if not confirmed:
+            break
+    for t in tenants:
+        t.drifts = [d for d in t.drifts if d.key in (confirmed or set())]
+    return AuditReport(tenants)
+
+
+# --- repair -------------------------------------------------------------------------------------
+
+
+def _repair_counter(tenant_id: str) -> str | None:
+    """Freeze the tenant's acquires, set ``in_flight`` to its live lease count, lift the freeze.
+
+    Returns a note of the fix, or None if the counter was right after all.
+    """
+    freeze_s = get_settings().audit_repair_freeze_s
+    TenantItem(tenant_id).update(actions=[TenantItem.repair_until.set(time.time() + freeze_s)])
+
+    def attempt() -> str | None:
+        item, leases = _tenant_and_leases(tenant_id)
+        observed = int(item.in_flight) if item is not None and item.in_flight is not None else None
+        unchanged = TenantItem.in_flight.does_not_exist() if observed is None else TenantItem.in_flight == observed
+        try:
+            with TransactWrite(connection=tx_connection(), client_request_token=new_token()) as tx:
+                for lease in leases:
+                    tx.condition_check(LeaseItem, lease.job_id, condition=LeaseItem.token == lease.token)
+                tx.update(TenantItem(tenant_id),
+                          actions=[TenantItem.in_flight.set(len(leases)), TenantItem.repair_until.remove(),
+                                   TenantItem.updated_at.set(time.time())],
+                          condition=unchanged)
+        except TransactWriteError as exc:
+            kind, codes = classify(exc)
+            if kind in (RETRY, CANCELLED):  # a lease was released meanwhile: read again
+                raise Retryable(codes) from exc
+            raise
+        return None if observed == len(leases) else f"{tenant_id}: in_flight {observed} → {len(leases)}"
+
+    try:
+        return with_conflict_retries(attempt, what=f"repair in_flight of tenant {tenant_id}")
+    finally:  # lifted by the fix itself; this covers a fix that never committed
+        TenantItem(tenant_id).update(actions=[TenantItem.repair_until.remove()])
+
+
+def _repair_stranded(job: JobItem, publish: Callable[[str, str], None]) -> str | None:
+    """Put a running job that has no lease back to ``queued`` (re-published) or ``failed``."""
+    token = job.lease_token
+    requeue = int(job.attempts or 0) < int(job.max_attempts)
+    reason = f"stranded: running under token {str(token)[:8]} with no lease (imposition audit --repair)"
+    if requeue:  # first: an early copy is deferred until this commits, a spare one dropped
+        publish(job.tenant_id, job.job_id, after_attempt=int(job.attempts or 0))
+        actions = [JobItem.status.set(JobStatus.QUEUED.value)]
+    else:
+        actions = [JobItem.status.set(JobStatus.FAILED.value), JobItem.finished_at.set(time.time())]
+    actions += [JobItem.lease_token.remove(), JobItem.error.set(reason), JobItem.error_code.set("stranded")]
+
+    def attempt() -> bool:
+        try:
+            with TransactWrite(connection=tx_connection(), client_request_token=new_token()) as tx:
+                tx.condition_check(LeaseItem, job.job_id,
+                                   condition=LeaseItem.job_id.does_not_exist() | (LeaseItem.token != token))
+                tx.update(JobItem(job.job_id), actions=actions,
+                          condition=(JobItem.status == JobStatus.RUNNING.value) & (JobItem.lease_token == token))
+        except TransactWriteError as exc:
+            kind, codes = classify(exc)
+            if kind == RETRY:
+                raise Retryable(codes) from exc
+            if kind == CANCELLED:
+                return False
+            raise
+        return True
+
+    if not with_conflict_retries(attempt, what=f"repair stranded job {job.job_id}"):
+        return None
+    return f"{job.tenant_id}: job {job.job_id} {'re-queued' if requeue else 'failed'} (was stranded)"
+
+
+def repair(tenant_ids: Iterable[str] | None = None, *, publish: Callable[[str, str], None]) -> AuditReport:
+    """Audit, fix what can be fixed safely (module docstring), and audit again.
+
+    Every fix is conditional on the state it read, so under heavy traffic a fix may be refused
+    repeatedly; it is then tried again in the next round, and left in the report after
+    ``Settings.audit_repair_rounds`` rounds. Safety never depends on how busy the tenant is.
+
+    Args:
+        tenant_ids: tenants to look at (default: all).
+        publish: ``publish(tenant_id, job_id, after_attempt=n)`` re-publishes a job
+            (``tasks.messages.publish_job``).
+
+    Returns:
+        The audit after the repairs, with ``repairs`` listing each fix made. Drift that remains
+        (``over_cap``, or a state that kept changing) stays in the report.
+    """
+    wanted = list(tenant_ids) if tenant_ids is not None else None
+    done: list[str] = []
+    report = audit(wanted)
+    for _ in range(get_settings().audit_repair_rounds):
+        fixable = [d for d in report.drifts if d.kind != "over_cap"]
+        if not fixable:
+            break
+        for drift in sorted(fixable, key=lambda d: DRIFT_KINDS.index(d.kind)):
+            try:
+                note = _repair_one(drift, publish)
+            except LeaseContention as exc:  # kept changing under us: next round
+                log.info("audit repair of %s deferred: %s", drift.kind, exc)
+                continue
+            if note:
+                log.warning("audit repair: %s", note)
+                done.append(note)
+        report = audit(wanted)
+    report.repairs = done
+    return report
+
+
+def _repair_one(drift: Drift, publish: Callable[[str, str], None]) -> str | None:
+    """Apply the fix of one drift (module docstring); a note of what was done, or None."""
+    if drift.kind == "orphan_lease":
+        lease = read_lease(drift.job_id)
+        if lease is not None and sweeper.remove_orphan(lease, expired_before=None):
+            return f"{drift.tenant_id}: removed orphan lease of job {drift.job_id}"
+    elif drift.kind == "stranded_job":
+        job = _read_jobs([drift.job_id]).get(drift.job_id)
+        if job is not None and job.status == JobStatus.RUNNING.value:
+            return _repair_stranded(job, publish)
+    elif drift.kind == "counter":
+        return _repair_counter(drift.tenant_id)
+    return None

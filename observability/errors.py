@@ -1,0 +1,15 @@
+"""Errors of the observability package (tree in :mod:`observability`)."""
+
+from __future__ import annotations
+
+
+class ObservabilityError(Exception):
+    """Root of the observability package's errors."""
+
+
+class MetricsSetupError(ObservabilityError):
+    """A worker node's metrics endpoint cannot be set up; the message names the setting and value."""
+
+
+class ReportWindowError(ObservabilityError, ValueError):
+    """A capacity-report window or slot count that cannot be reported on (names the value and limit)."""

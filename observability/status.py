@@ -1,0 +1,183 @@
+"""``imposition status``: the fairness controls on one screen, read straight from the stores.
+
+It reads DynamoDB (tenants, leases, jobs), SQS (queue attributes), CloudWatch (age of the oldest
+message, where it exists) and the recent-event counts in Redis; it needs no worker, no Prometheus
+and no Flower. Over the last ``Settings.status_window_s`` seconds (1 h by default):
+
+per tenant   cap (its override or the default), in flight (leases held now), waiting (its jobs
+             submitted in the window that are ``queued`` now), cap defers and lease recoveries,
+             p50/p95 queue wait of its jobs submitted in the window (started ones: start −
+             submit; waiting ones: so far), the oldest waiting job, failures;
+per queue    visible, in flight, delayed, oldest age (CloudWatch; "n/a" without data), the
+             depth of its dead-letter queue;
+cluster      slots busy (live leases) of ``capacity_nodes × slots_per_node``.
+
+What it adds to Flower: Flower shows Celery tasks as events arrive (and forgets them when it
+restarts); this shows the fairness state itself (caps, leases, deferrals, recoveries, waits) and
+the queues, which Flower cannot inspect on SQS.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+
+import click
+
+from leases.models import JobStatus, LeaseItem, TenantItem
+from observability import recent
+from observability.history import jobs_submitted, percentile, wait_s
+from observability.queues import QueueDepth, read_queues
+from service.settings import get_settings
+
+
+@dataclass(frozen=True)
+class TenantStatus:
+    """One tenant's line (waits in seconds, None when there is nothing to measure)."""
+
+    tenant_id: str
+    cap: int
+    in_flight: int
+    waiting: int
+    cap_defers: int
+    lease_recoveries: int
+    wait_p50_s: float | None
+    wait_p95_s: float | None
+    oldest_waiting_s: float | None
+    failed: int
+    submitted: int
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    """One work queue and its dead-letter queue's depth."""
+
+    queue: str
+    visible: int
+    in_flight: int
+    delayed: int
+    oldest_age_s: float | None
+    dead_letter_queue: str
+    dead_letters: int
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """Slots busy (live lease items) out of the licensed total."""
+
+    slots_busy: int
+    slots_total: int
+
+    @property
+    def utilisation(self) -> float:
+        """``slots_busy / slots_total`` (0–1, above 1 only if a cap or the node count is wrong)."""
+        return self.slots_busy / self.slots_total if self.slots_total else 0.0
+
+
+@dataclass(frozen=True)
+class Status:
+    """Everything ``imposition status`` shows, taken at ``taken_at`` (epoch s) over ``window_s``."""
+
+    taken_at: float
+    window_s: int
+    tenants: list[TenantStatus] = field(default_factory=list)
+    queues: list[QueueStatus] = field(default_factory=list)
+    cluster: ClusterStatus = ClusterStatus(0, 0)
+
+    def as_dict(self) -> dict:
+        """JSON-ready form (``--json``)."""
+        out = asdict(self)
+        out["cluster"]["utilisation"] = self.cluster.utilisation
+        return out
+
+
+def tenant_status(item: TenantItem, *, now: float, window_s: int, default_cap: int) -> TenantStatus:
+    """One tenant's status from its item, its jobs submitted in the window, and the recent counts."""
+    jobs = list(jobs_submitted(item.tenant_id, now - window_s, now + 1))
+    waits = [w for w in (wait_s(j, now) for j in jobs) if w is not None]
+    queued = [j for j in jobs if j.status == JobStatus.QUEUED.value]
+    return TenantStatus(
+        tenant_id=item.tenant_id,
+        cap=item.effective_cap(default_cap),
+        in_flight=int(item.in_flight or 0),
+        waiting=len(queued),
+        cap_defers=recent.window_count("cap_defer", item.tenant_id, window_s=window_s, now=now),
+        lease_recoveries=recent.window_count("lease_recovered", item.tenant_id, window_s=window_s, now=now),
+        wait_p50_s=percentile(waits, 0.50),
+        wait_p95_s=percentile(waits, 0.95),
+        oldest_waiting_s=max((now - float(j.submitted_at) for j in queued), default=None),
+        failed=sum(1 for j in jobs if j.status == JobStatus.FAILED.value),
+        submitted=len(jobs),
+    )
+
+
+def queue_status(depths: dict[str, QueueDepth]) -> list[QueueStatus]:
+    """Each work queue with its dead-letter queue's depth (visible + in flight + delayed)."""
+    s = get_settings()
+    out = []
+    for queue in s.work_queues:
+        d, dlq = depths[queue], depths[s.dead_letter_queue(queue)]
+        out.append(QueueStatus(queue, d.visible, d.in_flight, d.delayed, d.oldest_age_s, dlq.queue,
+                               dlq.visible + dlq.in_flight + dlq.delayed))
+    return out
+
+
+def collect(now: float | None = None) -> Status:
+    """Read every store once and build the :class:`Status`.
+
+    Raises:
+        botocore.exceptions.ClientError, pynamodb.exceptions.PynamoDBException: AWS refused a read
+            (missing queue or table: run ``imposition provision``).
+        redis.RedisError: the events Redis (recent counts) did not answer.
+    """
+    s = get_settings()
+    t = time.time() if now is None else now
+    tenants = sorted(TenantItem.scan(), key=lambda i: i.tenant_id)
+    leases = sum(1 for _ in LeaseItem.scan(attributes_to_get=["job_id"]))
+    return Status(
+        taken_at=t,
+        window_s=s.status_window_s,
+        tenants=[tenant_status(i, now=t, window_s=s.status_window_s, default_cap=s.default_cap) for i in tenants],
+        queues=queue_status(read_queues()),
+        cluster=ClusterStatus(leases, s.capacity_nodes * s.slots_per_node),
+    )
+
+
+def _s(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}s"
+
+
+def render(status: Status) -> str:
+    """The one-screen text form."""
+    minutes = status.window_s / 60
+    lines = [f"tenants (jobs submitted, defers and recoveries in the last {minutes:g} min)"]
+    head = (f"  {'tenant':14} {'cap':>4} {'in flight':>9} {'waiting':>8} {'cap defers':>10} {'recovered':>9} "
+            f"{'wait p50':>9} {'wait p95':>9} {'oldest wait':>11} {'failed':>6} {'submitted':>9}")
+    lines.append(head)
+    for t in status.tenants:
+        lines.append(f"  {t.tenant_id:14} {t.cap:>4} {t.in_flight:>9} {t.waiting:>8} {t.cap_defers:>10} "
+                     f"{t.lease_recoveries:>9} {_s(t.wait_p50_s):>9} {_s(t.wait_p95_s):>9} "
+                     f"{_s(t.oldest_waiting_s):>11} {t.failed:>6} {t.submitted:>9}")
+    if not status.tenants:
+        lines.append("  (no tenants yet)")
+    lines.append("")
+    lines.append("queues")
+    lines.append(f"  {'queue':16} {'visible':>8} {'in flight':>9} {'delayed':>8} {'oldest age':>10} {'DLQ depth':>9}")
+    for q in status.queues:
+        age = "n/a" if q.oldest_age_s is None else f"{q.oldest_age_s:.0f}s"
+        lines.append(f"  {q.queue:16} {q.visible:>8} {q.in_flight:>9} {q.delayed:>8} {age:>10} {q.dead_letters:>9}")
+    if any(q.oldest_age_s is None for q in status.queues):
+        lines.append("  (oldest age: CloudWatch AWS/SQS ApproximateAgeOfOldestMessage; n/a = no datapoint)")
+    c = status.cluster
+    lines.append("")
+    lines.append(f"cluster: {c.slots_busy} of {c.slots_total} slots busy ({c.utilisation:.0%})")
+    return "\n".join(lines)
+
+
+@click.command("status")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document instead of the screen.")
+def status_command(as_json: bool) -> None:
+    """Per tenant, per queue and cluster state of the fairness controls (no worker needed)."""
+    status = collect()
+    click.echo(json.dumps(status.as_dict(), indent=2, sort_keys=True) if as_json else render(status))

@@ -1,0 +1,60 @@
+"""The clocks of DESIGN §4 against what really runs: the provisioned queues and Celery's transport."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from service import aws
+from service.clocks import ClockError, Clocks, get_clocks
+from service.settings import SQS_MAX_DELAY_S, SQS_MAX_VISIBILITY_TIMEOUT_S, Settings, get_settings
+
+
+def _queue_attributes(name: str) -> dict[str, str]:
+    return aws.sqs().get_queue_attributes(QueueUrl=aws.queue_url(name), AttributeNames=["All"])["Attributes"]
+
+
+def test_the_provisioned_queues_and_celery_agree_with_the_clocks():
+    import celeryconfig
+
+    settings, clocks = get_settings(), get_clocks()
+    transport_visibility_s = celeryconfig.broker_transport_options["visibility_timeout"]
+    for queue in settings.work_queues:
+        attributes = _queue_attributes(queue)
+        visibility_s = int(attributes["VisibilityTimeout"])
+        # The provisioned value is the one SQS applies (kombu sets its own only on queues it creates).
+        assert visibility_s == clocks.visibility_timeout_s == transport_visibility_s
+        assert visibility_s >= clocks.lease_ttl_s + clocks.sweep_interval_s + clocks.visibility_margin_s
+        assert visibility_s <= SQS_MAX_VISIBILITY_TIMEOUT_S
+        redrive = json.loads(attributes["RedrivePolicy"])
+        assert int(redrive["maxReceiveCount"]) == settings.max_receive_count == 5
+        dlq_arn = _queue_attributes(settings.dead_letter_queue(queue))["QueueArn"]
+        assert redrive["deadLetterTargetArn"] == dlq_arn
+    assert clocks.heartbeat_interval_s <= clocks.lease_ttl_s / 3
+    assert clocks.lease_lost_after_s == clocks.lease_ttl_s / 2
+    assert 0 <= clocks.defer_delay_s <= SQS_MAX_DELAY_S
+    assert celeryconfig.broker_transport_options["predefined_queues"].keys() == set(settings.work_queues)
+
+
+def test_production_defaults_keep_the_rules():
+    defaults = {name: field.default for name, field in Settings.model_fields.items()}
+    assert (defaults["lease_ttl_s"], defaults["heartbeat_interval_s"], defaults["sweep_interval_s"],
+            defaults["defer_delay_s"]) == (600, 60, 60, 30)
+    clocks = Clocks(defaults["lease_ttl_s"], defaults["heartbeat_interval_s"], defaults["sweep_interval_s"],
+                    defaults["defer_delay_s"], defaults["visibility_margin_s"]).check()
+    assert clocks.visibility_timeout_s == 720
+    assert clocks.lease_lost_after_s == 300
+
+
+@pytest.mark.parametrize(
+    "clocks, limit",
+    [
+        (Clocks(600, 201, 60, 30, 60), "lease_ttl_s/3"),
+        (Clocks(600, 60, 60, 901, 60), "0..900"),
+        (Clocks(43_000, 60, 200, 30, 60), "43200"),
+    ],
+)
+def test_clocks_that_break_a_rule_are_refused(clocks, limit):
+    with pytest.raises(ClockError, match=limit.replace(".", r"\.")):
+        clocks.check()

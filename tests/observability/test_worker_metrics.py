@@ -1,0 +1,169 @@
+"""Metrics end to end: real workers (prefork children in multiprocess mode), their HTTP endpoints, beat.
+
+One stack for the module: an imposition worker (``-c 2``) and a maintenance worker, each with its
+own metrics port, and beat (sweeper every 2 s, queue sampler every 1 s). Every assertion reads a
+scrape of a node's endpoint, exactly what Prometheus (or ``curl``) sees.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+import uuid
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from imposition import parse_layout
+from leases import transactions
+from leases.models import JobItem
+from leases.tenants import set_cap
+from observability import recent
+from service import aws
+from service.settings import get_settings
+from service.tenancy import MAINTENANCE_GROUP, input_key
+from tasks import storage
+from tasks.messages import publish_job
+from tasks.submission import submit
+from tests.conftest import reset_aws
+from tests.observability.support import CASES, N_UP, final_job, free_port
+from tests.support.processes import start_beat, start_worker, wait_for
+
+TENANT_METRICS = ("cap_defer_total", "lease_contention_defer_total", "lease_recovered_total", "lease_lost_total",
+                  "jobs_total", "job_attempts_total", "job_retries_total", "queue_wait_seconds_count",
+                  "first_receive_wait_seconds_count", "job_duration_seconds_count", "leases_held")
+
+
+class Node:
+    """A worker node's metrics endpoint."""
+
+    def __init__(self, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}/metrics"
+
+    def text(self) -> str:
+        return urllib.request.urlopen(self.url, timeout=10).read().decode()
+
+    def samples(self) -> dict[tuple[str, frozenset], float]:
+        return {(s.name, frozenset(s.labels.items())): s.value
+                for family in text_string_to_metric_families(self.text()) for s in family.samples}
+
+    def value(self, name: str, **labels: str) -> float | None:
+        return self.samples().get((name, frozenset(labels.items())))
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    reset_aws()
+    tmp = tmp_path_factory.mktemp("metrics")
+    imposer_port, maintenance_port = free_port(), free_port()
+    common = {"IMPOSITION_METRICS_DIR": str(tmp / "multiproc"), "IMPOSITION_SAMPLE_INTERVAL_S": "1"}
+    imposer = start_worker(tmp, concurrency=2, env={**common, "IMPOSITION_METRICS_PORT": str(imposer_port)})
+    maintenance = start_worker(tmp, queue=get_settings().maintenance_queue, concurrency=1, name="maintenance",
+                               env={**common, "IMPOSITION_METRICS_PORT": str(maintenance_port)})
+    beat = start_beat(tmp, env=common)
+    yield Node(imposer_port), Node(maintenance_port)
+    for proc in (beat, maintenance, imposer):
+        proc.stop()
+
+
+@pytest.fixture
+def tenant() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+def test_a_job_moves_the_job_metrics_and_the_slot_comes_back(stack, tenant):
+    imposer, _ = stack
+    job = final_job(submit(CASES / "a5_8p.pdf", tenant_id=tenant, token="ok", layout=N_UP))
+    assert job.status == "succeeded", job.error
+    wait_for(lambda: imposer.value("jobs_total", tenant=tenant, outcome="succeeded") == 1, 10,
+             what="the success on the endpoint")
+    assert imposer.value("job_attempts_total", tenant=tenant) == job.attempts
+    assert imposer.value("queue_wait_seconds_count", tenant=tenant) == 1
+    assert imposer.value("job_duration_seconds_count", tenant=tenant) == job.attempts
+    assert imposer.value("leases_held", tenant=tenant) == 0
+    assert imposer.value("slots_busy") == 0
+    assert imposer.value("slots_total") == 2
+    listed = {name for (name, labels) in imposer.samples() if ("tenant", tenant) in labels}
+    assert set(TENANT_METRICS) <= listed, set(TENANT_METRICS) - listed
+
+
+def test_cap_defers_count_exactly_the_deferrals_recorded_on_the_jobs(stack, tenant):
+    imposer, _ = stack
+    set_cap(tenant, 0)  # every acquire hits the cap until it is lifted
+    ids = [submit(CASES / "a5_8p.pdf", tenant_id=tenant, token=f"pair-{i}", layout=N_UP) for i in range(2)]
+    wait_for(lambda: imposer.value("cap_defer_total", tenant=tenant), 30, what="a cap deferral")
+    set_cap(tenant, None)
+    jobs = [final_job(i) for i in ids]
+    recorded = sum(int(j.defer_count) for j in jobs)
+    assert recorded >= 1
+    assert imposer.value("cap_defer_total", tenant=tenant) == recorded
+    assert recent.window_count("cap_defer", tenant, window_s=3600) == recorded
+
+
+def test_bad_input_counts_a_failed_job_and_no_retry(stack, tenant):
+    imposer, _ = stack
+    job = final_job(submit(CASES / "not_a_pdf.pdf", tenant_id=tenant, token="bad", layout=N_UP))
+    assert job.status == "failed"
+    wait_for(lambda: imposer.value("jobs_total", tenant=tenant, outcome="failed") == 1, 10, what="the failure")
+    assert imposer.value("job_retries_total", tenant=tenant) == 0
+    assert imposer.value("leases_held", tenant=tenant) == 0
+
+
+def test_a_duplicate_delivery_counts_as_dropped(stack, tenant):
+    imposer, _ = stack
+    job = final_job(submit(CASES / "a5_8p.pdf", tenant_id=tenant, token="once", layout=N_UP))
+    publish_job(tenant, job.job_id)  # a second copy of a finished job's message
+    wait_for(lambda: imposer.value("jobs_total", tenant=tenant, outcome="duplicate_dropped") == 1, 30,
+             what="the duplicate to be dropped")
+    assert imposer.value("jobs_total", tenant=tenant, outcome="succeeded") == 1
+
+
+def test_a_dead_workers_lease_is_recovered_and_counted_by_the_maintenance_node(stack, tenant):
+    imposer, maintenance = stack
+    job_id = uuid.uuid4().hex
+    key = input_key(tenant, job_id)
+    storage.upload(CASES / "a5_8p.pdf", key)
+    transactions.ensure_tenant(tenant)
+    JobItem(job_id, tenant_id=tenant, token="crash", max_attempts=3, input_key=key, submitted_at=time.time(),
+            layout=parse_layout(N_UP).model_dump(mode="json")).save()
+    # A worker took the job and died: its lease expired long ago and nobody renews it.
+    transactions.acquire(job_id, tenant, "imposer@gone/1", now=time.time() - 10 * get_settings().lease_ttl_s)
+    job = final_job(job_id)  # the sweeper reclaims and re-publishes; the live worker runs it
+    assert (job.status, job.attempts) == ("succeeded", 2)
+    wait_for(lambda: maintenance.value("lease_recovered_total", tenant=tenant) == 1, 10, what="the recovery")
+    assert imposer.value("lease_recovered_total", tenant=tenant) == 0  # listed on every node that saw the tenant
+    assert recent.window_count("lease_recovered", tenant, window_s=3600) == 1
+
+
+def test_a_poison_message_is_counted_and_the_sampler_shows_it_in_the_dead_letter_queue(stack):
+    imposer, maintenance = stack
+    queue = get_settings().imposition_queue
+    dlq = get_settings().dead_letter_queue(queue)
+    aws.sqs().send_message(QueueUrl=aws.queue_url(queue), MessageBody=json.dumps({"not": "a celery message"}),
+                           MessageGroupId=MAINTENANCE_GROUP)
+
+    def poisoned() -> float:
+        return sum(v for (name, labels), v in imposer.samples().items()
+                   if name == "poison_messages_total" and ("queue", queue) in labels)
+
+    wait_for(lambda: poisoned() >= 1, 30, what="the poison message to be counted")
+    wait_for(lambda: maintenance.value("sqs_messages", queue=dlq, state="visible") == 1, 60,
+             what="the sampler to see the message in the dead-letter queue")
+
+
+def test_the_sampler_reports_every_queue_and_cloudwatchs_age_where_it_has_one(stack):
+    _, maintenance = stack
+    s = get_settings()
+    # Standing in for AWS, which publishes this metric itself; moto's CloudWatch publishes none.
+    aws.client("cloudwatch").put_metric_data(Namespace="AWS/SQS", MetricData=[{
+        "MetricName": "ApproximateAgeOfOldestMessage", "Dimensions": [{"Name": "QueueName", "Value": "imposition"}],
+        "Value": 42.0, "Unit": "Seconds"}])
+    wait_for(lambda: maintenance.value("sqs_oldest_message_age_seconds", queue="imposition") == 42.0, 30,
+             what="the sampler to read CloudWatch's age")
+    samples = maintenance.samples()
+    queues = [name for q in s.work_queues for name in (q, s.dead_letter_queue(q))]
+    for queue in queues:
+        for state in ("visible", "in_flight", "delayed"):
+            assert ("sqs_messages", frozenset({("queue", queue), ("state", state)})) in samples
+    assert ("sqs_oldest_message_age_seconds", frozenset({("queue", s.maintenance_queue)})) not in samples

@@ -1,0 +1,126 @@
+"""A small real cluster for fault tests: imposer nodes, a maintenance worker and beat, all running
+the fault-injection app (:mod:`tests.support.fault_app`), plus helpers to submit and inspect jobs."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from leases.audit import audit
+from leases.eventlog import cap_violations, read_events
+from leases.models import JobItem, LeaseItem, TenantItem
+from service import aws
+from service.settings import get_settings
+from service.tenancy import input_key, job_prefix
+from tasks import storage
+from tasks.submission import submit_job
+from tests.support.processes import CeleryProcess, start_beat, start_worker, wait_for
+
+FAULT_APP = "tests.support.fault_app"
+CASES = Path(__file__).resolve().parents[1] / "data" / "cases"
+SADDLE_A4 = {"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape"}
+
+
+class Cluster:
+    """``nodes`` imposer nodes (``-c concurrency`` each, node names imposer1…), a maintenance worker
+    and beat, sharing ``fault_dir`` (markers) and ``event_dir`` (the lease-event log).
+
+    Args:
+        tmp: a directory of its own (logs, markers, events).
+        env: extra environment of every process (e.g. shorter clocks).
+    """
+
+    def __init__(self, tmp: Path, *, nodes: int = 2, concurrency: int = 4, env: dict[str, str] | None = None) -> None:
+        self.tmp = tmp
+        self.fault_dir = tmp / "faults"
+        self.event_dir = tmp / "events"
+        self.fault_dir.mkdir(parents=True, exist_ok=True)
+        self.env = {"FAULT_DIR": str(self.fault_dir), "LEASE_EVENT_LOG_DIR": str(self.event_dir), **(env or {})}
+        self.nodes: dict[str, CeleryProcess] = {}
+        #: Tenant → the highest cap it had, for tenants whose cap a test lowered.
+        self.highest_caps: dict[str, int] = {}
+        self.others: list[CeleryProcess] = []
+        self._concurrency = concurrency
+        try:
+            for n in range(1, nodes + 1):
+                self.start_node(f"imposer{n}")
+            self.others.append(start_worker(tmp, queue=get_settings().maintenance_queue, concurrency=1,
+                                            name="maintenance", env=self.env, app=FAULT_APP))
+            self.others.append(start_beat(tmp, env=self.env))
+        except BaseException:
+            self.stop()
+            raise
+
+    def start_node(self, name: str) -> CeleryProcess:
+        """Start (or restart) imposer node ``name``."""
+        self.nodes[name] = start_worker(self.tmp, concurrency=self._concurrency, name=name, env=self.env,
+                                        app=FAULT_APP)
+        return self.nodes[name]
+
+    def stop(self) -> None:
+        """Stop every process (a stopped one is continued first)."""
+        for proc in [*self.nodes.values(), *self.others]:
+            proc.stop()
+
+    # -- jobs ------------------------------------------------------------------------------------
+
+    def mark(self, name: str, content: str = "") -> Path:
+        """Write fault marker ``name`` (see :mod:`tests.support.fault_app`)."""
+        path = self.fault_dir / name
+        path.write_text(content)
+        return path
+
+    def submit(self, tenant_id: str, *, sample: str = "a5_8p.pdf", layout: dict | None = None,
+               faults: dict[str, str] | None = None, max_attempts: int | None = None) -> str:
+        """Upload ``sample``, write the job's fault markers, submit; returns the job id."""
+        job_id = uuid.uuid4().hex
+        for fault, content in (faults or {}).items():
+            self.mark(f"{job_id}.{fault}", content)
+        key = input_key(tenant_id, job_id)
+        storage.upload(CASES / sample, key)
+        return submit_job(tenant_id=tenant_id, token=f"tok-{job_id}", input_key=key, layout=layout or SADDLE_A4,
+                          max_attempts=max_attempts, job_id=job_id)
+
+    @staticmethod
+    def final(job_id: str, timeout_s: float = 90) -> JobItem:
+        """Wait until the job is ``succeeded`` or ``failed``; return it."""
+        def done():
+            job = JobItem.get(job_id, consistent_read=True)
+            return job if job.status in ("succeeded", "failed") else None
+        return wait_for(done, timeout_s, interval_s=0.25, what=f"job {job_id} to finish")
+
+    def events(self) -> list[dict]:
+        """The lease-event log of every process so far."""
+        return read_events(self.event_dir)
+
+    def events_of_tenant(self, tenant_id: str, kind: str) -> list[dict]:
+        """The tenant's lease events of one kind, oldest first."""
+        return [e for e in self.events() if e.get("tenant") == tenant_id and e["event"] == kind]
+
+    def events_of(self, job_id: str, kind: str | None = None) -> list[dict]:
+        """The job's lease events (of one kind, if given)."""
+        return [e for e in self.events() if e.get("job") == job_id and (kind is None or e["event"] == kind)]
+
+    @staticmethod
+    def job_objects(tenant_id: str, job_id: str) -> list[str]:
+        """Keys of every S3 object under the job's prefix."""
+        listing = aws.s3().list_objects_v2(Bucket=get_settings().bucket, Prefix=job_prefix(tenant_id, job_id))
+        return sorted(o["Key"] for o in listing.get("Contents", []))
+
+    @staticmethod
+    def no_leases_left() -> bool:
+        """True once no lease item exists."""
+        return not list(LeaseItem.scan(consistent_read=True))
+
+    def check_invariants(self) -> None:
+        """Audit clean; no tenant above its cap in the lease-event log.
+
+        Caps come from the tenants table, or from :attr:`highest_caps` for a tenant whose cap a
+        test lowered (its earlier leases were held under the higher cap).
+        """
+        report = audit()
+        assert report.clean, "audit found drift:\n" + report.describe()
+        caps = {t.tenant_id: int(t.cap) for t in TenantItem.scan() if t.cap is not None}
+        caps.update(self.highest_caps)
+        violations = cap_violations(self.events(), caps, get_settings().default_cap)
+        assert violations == [], f"lease-event log: more leases than the cap at once: {violations}"
