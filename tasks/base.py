@@ -299,6 +299,21 @@ class FairTask(Task):
         signals.lease_lost.send(sender=self, lease=lease, detail=detail)
         return {"outcome": "lease_lost", "job_id": lease.job_id, "tenant_id": lease.tenant_id}
 
+    def _release(self, lease: transactions.Lease, outcome: str, reason: str, release) -> dict | None:
+        """Run the fenced ``release()`` for ``outcome`` (``retrying``/``failed``) and report it.
+
+        Returns None once released and :data:`signals.job_finished` sent, or the ``lease_lost``
+        result if the release was refused (the lease is someone else's: nothing was written).
+        """
+        signals.lease_releasing.send(sender=self, lease=lease, outcome=outcome)
+        try:
+            release()
+        except LeaseLost as lost:
+            return self._on_lease_lost(lease, str(lost))
+        job = transactions.read_job(lease.job_id)  # in-place retries: the status is committed already
+        signals.job_finished.send(sender=self, job=job, outcome=outcome, error=reason)
+        return None
+
     def _on_job_error(self, job: JobItem, lease: transactions.Lease, heartbeat, exc: Exception) -> dict:
         """Record a failed attempt: retry it as a new message, or fail the job. Fenced throughout."""
         if heartbeat.lost.is_set() or isinstance(exc, LeaseLost):
@@ -313,22 +328,15 @@ class FairTask(Task):
                         job.job_id, attempts, job.max_attempts, reason, delay_s)
             retry = self.retry(kwargs={**self.request.kwargs, "after_attempt": attempts}, countdown=delay_s,
                                exc=exc, throw=False)  # published before the release: it follows this attempt
-            signals.lease_releasing.send(sender=self, lease=lease, outcome="retrying")
-            try:
-                transactions.release_for_retry(lease, error=reason, error_code=code)
-            except LeaseLost as lost:
-                return self._on_lease_lost(lease, str(lost))
-            job = transactions.read_job(job.job_id)  # in-place retries: the status is committed already
-            signals.job_finished.send(sender=self, job=job, outcome="retrying", error=reason)
+            lost = self._release(lease, "retrying", reason,
+                                 lambda: transactions.release_for_retry(lease, error=reason, error_code=code))
+            if lost is not None:
+                return lost
             raise retry
         if retryable:
             reason = f"out of attempts ({attempts}/{job.max_attempts}): {reason}"
         log.warning("job %s failed (%s): %s", job.job_id, code, reason)
-        signals.lease_releasing.send(sender=self, lease=lease, outcome="failed")
-        try:
-            transactions.fail_job(lease, error=reason, error_code=code)
-        except LeaseLost as lost:
-            return self._on_lease_lost(lease, str(lost))
-        job = transactions.read_job(job.job_id)  # in-place retries: the status is committed already
-        signals.job_finished.send(sender=self, job=job, outcome="failed", error=reason)
+        lost = self._release(lease, "failed", reason, lambda: transactions.fail_job(lease, error=reason, error_code=code))
+        if lost is not None:
+            return lost
         raise JobFailed(job.job_id, code, reason) from exc
