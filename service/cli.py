@@ -1,12 +1,15 @@
 """``imposition``: the operator's and integrator's command line.
 
 Commands: ``provision``, ``submit``, ``impose`` (the engine alone), ``job show``, ``tenant show``,
-``tenant set-cap``, ``tenant set-limits`` (admission), ``tenant set-webhook`` (webhooks), ``status`` and
-``capacity-report`` (observability); other packages register theirs with :func:`register`.
+``tenant set-cap``, ``tenant set-limits`` (admission), ``tenant set-webhook`` (webhooks), ``audit``
+(leases), ``status`` and ``capacity-report`` (observability). Commands owned by other packages are
+named in :data:`LAZY_COMMANDS` and imported only when run (click's "lazily loading subcommands"
+pattern), so ``imposition impose`` does not import the service stack.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -14,7 +17,39 @@ from pathlib import Path
 import click
 
 
-@click.group()
+class LazyGroup(click.Group):
+    """A click group whose extra subcommands are ``"module:attribute"`` paths, imported when used."""
+
+    def __init__(self, *args, lazy_subcommands: dict[str, str] | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_subcommands = lazy_subcommands or {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_subcommands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy_subcommands:
+            module, attribute = self.lazy_subcommands[cmd_name].split(":")
+            return getattr(importlib.import_module(module), attribute)
+        return super().get_command(ctx, cmd_name)
+
+
+#: Subcommands defined by other packages: group name → {command name → "module:attribute"}.
+LAZY_COMMANDS = {
+    "imposition": {
+        "impose": "imposition.cli:impose_command",
+        "audit": "leases.cli:audit_command",
+        "status": "observability.status:status_command",
+        "capacity-report": "observability.capacity:capacity_report_command",
+    },
+    "tenant": {
+        "set-limits": "admission.cli:set_limits_command",
+        "set-webhook": "webhooks.cli:set_webhook_command",
+    },
+}
+
+
+@click.group(cls=LazyGroup, lazy_subcommands=LAZY_COMMANDS["imposition"])
 def main() -> None:
     """Fair, multi-tenant PDF imposition service."""
 
@@ -86,7 +121,7 @@ def job_show(job_id: str) -> None:
     click.echo(json.dumps(item.to_simple_dict(), indent=2, sort_keys=True, default=str))
 
 
-@main.group()
+@main.group(cls=LazyGroup, lazy_subcommands=LAZY_COMMANDS["tenant"])
 def tenant() -> None:
     """Tenant tiers and state."""
 
@@ -119,32 +154,6 @@ def tenant_set_cap(tenant_id: str, cap: int | None, use_default: bool) -> None:
 
     click.echo(json.dumps(describe_tenant(tenant_id), indent=2, sort_keys=True))
 
-
-def register(command: click.Command) -> None:
-    """Add a command defined elsewhere (e.g. ``imposition.cli.impose_command``) to the group."""
-    main.add_command(command)
-
-
-def _register_commands() -> None:
-    from imposition.cli import impose_command
-
-    register(impose_command)
-    from admission.cli import set_limits_command  # tenant set-limits (admission overrides)
-    from webhooks.cli import set_webhook_command  # tenant set-webhook
-
-    tenant.add_command(set_limits_command)
-    tenant.add_command(set_webhook_command)
-    from observability.capacity import capacity_report_command  # capacity-report (second licence)
-    from observability.status import status_command  # status (one screen)
-
-    register(status_command)
-    register(capacity_report_command)
-    from leases.cli import audit_command  # audit (lease invariant, --repair)
-
-    register(audit_command)
-
-
-_register_commands()
 
 if __name__ == "__main__":
     main()
