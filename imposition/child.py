@@ -11,9 +11,18 @@ The request (written by :meth:`imposition.engines.base.Engine.run_child`) is a J
      "max_pages": int, "result": path}
 
 ``inspect`` opens the PDF and plans the job (every typed input error, no output); ``impose`` also
-draws the plan with pikepdf and saves it to ``output``. The result file receives either
+draws the plan with pikepdf and saves it to ``output``. ``max_cells_per_sheet`` and
+``max_cells_per_job`` (optional; absent: no limit, as in the benchmark) bound the cells of one side
+and of the whole job. The result file receives either
 ``{"ok": true, "sheets": n, "sides": n, "pages_in": n, "blank_pages": n}`` or
 ``{"ok": false, "code": ..., "message": ...}``. Exit status 0 when a result was written.
+
+Telling a damaged input from a bug of ours: the input's structure is checked where it is read
+(:mod:`imposition.source`, :mod:`imposition.drawing` raise DamagedPdf naming the page and entry), and
+the errors qpdf raises about the document it holds (:data:`INPUT_ERRORS`) are the input's fault too,
+reported as ``damaged`` (never retried). Any other exception is a bug: it is not caught here, so the
+child ends with its traceback in its log (which the parent writes to the worker's log) and no result,
+and the parent reports ``engine_crashed`` (retryable) without the traceback.
 
 The child starts once per job, so it imports only what it uses: pikepdf and the plain-data modules
 (job, geometry, planning, drawing). The layout arrives already validated and resolved by the parent;
@@ -32,7 +41,13 @@ import pikepdf
 from .errors import DamagedPdf, ImpositionError, MemoryLimitExceeded
 from .job import Layout, SlugInfo
 from .planning import plan_imposition
-from .source import open_source, page_boxes
+from .source import open_source, page_boxes, qpdf_message
+
+#: What qpdf raises about a document it cannot make sense of: its PDF errors (PdfError and
+#: DataDecodingError), its runtime errors (QpdfRuntimeError, e.g. "/Count is wrong after flattening
+#: pages tree") and reference cycles. pikepdf's other errors (ForeignObjectError, DeletedObjectError,
+#: JobUsageError) come from using pikepdf wrongly: bugs of ours, left to crash.
+INPUT_ERRORS = (pikepdf.PdfError, pikepdf.QpdfRuntimeError, pikepdf.ReferenceCycleError)
 
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
@@ -41,7 +56,8 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     slug = SlugInfo(**request["slug"]) if request.get("slug") else None
     with open_source(Path(request["input"]), max_pages=int(request["max_pages"])) as pdf:
         boxes = page_boxes(pdf)
-        plan = plan_imposition(layout, boxes, slug=slug)
+        plan = plan_imposition(layout, boxes, slug=slug, max_cells_per_sheet=request.get("max_cells_per_sheet"),
+                               max_cells_per_job=request.get("max_cells_per_job"))
         if request["mode"] == "impose":
             from .drawing import draw_plan  # only the impose mode needs the drawing code
 
@@ -59,13 +75,14 @@ def main(argv: list[str]) -> int:
     except MemoryError:
         error: ImpositionError = MemoryLimitExceeded("the engine ran out of its memory budget (engine_memory_limit_bytes)")
         result = {"ok": False, "code": error.code, "message": error.message}
-    except pikepdf.PdfError as exc:  # found while reading objects lazily, after opening
+    except INPUT_ERRORS as exc:  # found while reading objects lazily, after opening
+        message = qpdf_message(exc, Path(request["input"]))
         if "bad_alloc" in str(exc):  # qpdf reports an allocation beyond RLIMIT_AS as a read error
             error = MemoryLimitExceeded(
-                f"the engine ran out of its memory budget (engine_memory_limit_bytes) reading the input: {exc}"
+                f"the engine ran out of its memory budget (engine_memory_limit_bytes) reading the input: {message}"
             )
         else:
-            error = DamagedPdf(f"damaged beyond repair: {exc}")
+            error = DamagedPdf(f"damaged beyond repair: {message}")
         result = {"ok": False, "code": error.code, "message": error.message}
     Path(request["result"]).write_text(json.dumps(result))
     return 0

@@ -29,6 +29,7 @@ from pathlib import Path
 import pikepdf
 from pikepdf import Array, Dictionary, Name
 
+from .errors import DamagedPdf, shown
 from .geometry import PageBoxes, Rect
 from .marks import REGISTRATION_COLOUR_SPACE, SLUG_FONT, marks_operators, slug_operators
 from .planning import SLUG_ORIGIN_PT, ImpositionPlan, Placement, Plate
@@ -39,6 +40,9 @@ KEPT_CATALOG_KEYS = frozenset({"/Type", "/Pages"})
 #: Entries kept on the root of the page tree: nothing a plate could inherit (/Resources, /Rotate…).
 KEPT_PAGE_TREE_KEYS = frozenset({"/Type", "/Kids", "/Count"})
 
+#: What a page's /Contents may be (PDF 32000-1 Table 30).
+_CONTENTS_KINDS = (pikepdf.Stream, Array)
+
 # Names made once: pikepdf builds a new Name object on every ``Name.X`` lookup.
 _TYPE, _SUBTYPE, _BBOX, _RESOURCES, _GROUP = Name.Type, Name.Subtype, Name.BBox, Name.Resources, Name.Group
 _CONTENTS, _XOBJECT, _FORM = Name.Contents, Name.XObject, Name.Form
@@ -48,10 +52,25 @@ def _number(value: float) -> str:
     return f"{value:.4f}".rstrip("0").rstrip(".") or "0"
 
 
-def _identity(obj: pikepdf.Object | None) -> tuple | None:
-    if obj is None or not obj.is_indirect:
+def _identity(obj: object) -> tuple | None:
+    """The object number and generation of an indirect object, else None (a direct object, or a
+    number pikepdf hands over as a Python value)."""
+    if not isinstance(obj, pikepdf.Object) or not obj.is_indirect:
         return None
     return obj.objgen
+
+
+def _page_entry(page: pikepdf.Dictionary, key: str, kinds: tuple[type, ...], page_index: int,
+                what: str) -> pikepdf.Object | None:
+    """``page[key]`` (None when absent or null), checked to be one of ``kinds``.
+
+    Raises:
+        DamagedPdf: the entry is of another type (``/Contents 7``), naming the 1-based page.
+    """
+    value = page[key] if key in page else None  # pikepdf's get() of an absent key is slow
+    if value is None or isinstance(value, kinds):
+        return value
+    raise DamagedPdf(f"page {page_index + 1}: {key} is {shown(value)}, not {what}")
 
 
 class _Forms:
@@ -72,9 +91,12 @@ class _Forms:
         for page_index in page_indexes:
             page = self.pages[page_index].obj
             crop = self.boxes[page_index].crop
-            contents = page.get("/Contents")
+            contents = _page_entry(page, "/Contents", _CONTENTS_KINDS, page_index,
+                                   "a content stream or an array of them")
             resources = inherited(page, "/Resources")
-            group = page["/Group"] if "/Group" in page else None  # pikepdf's get() of an absent key is slow
+            if resources is not None and not isinstance(resources, Dictionary):
+                raise DamagedPdf(f"page {page_index + 1}: /Resources is {shown(resources)}, not a dictionary")
+            group = _page_entry(page, "/Group", (Dictionary,), page_index, "a group attributes dictionary")
             key = (
                 _identity(contents) or ("page", page_index),
                 _identity(resources) or ("page", page_index),
@@ -204,8 +226,9 @@ def draw_plan(source: pikepdf.Pdf, boxes: list[PageBoxes], plan: ImpositionPlan,
     of the content, not of the time), so a fenced-out worker could only rewrite identical bytes.
 
     Raises:
-        pikepdf.PdfError: the source turns out damaged while its objects are read (the child maps
-            it to DamagedPdf).
+        DamagedPdf: a page's /Contents, /Resources or /Group is of the wrong type.
+        pikepdf.PdfError, pikepdf.QpdfRuntimeError: the source turns out damaged while its objects
+            are read or its page tree is emptied (the child maps them to DamagedPdf).
     """
     _flatten_annotations(source)
     used = sorted({placement.page for plate in plan.plates for placement in plate.placements})

@@ -13,6 +13,7 @@ The tree::
     ├── LimitExceeded                     (the job breaks a limit of the service)
     │   ├── InputTooLarge                 input_too_large no
     │   ├── TooManyPages                  too_many_pages  no
+    │   ├── TooManyCells                  too_many_cells  no
     │   ├── TimeLimitExceeded             time_limit      no
     │   └── MemoryLimitExceeded           memory_limit    no
     ├── EngineCancelled                   cancelled       no   (the caller asked the engine to stop)
@@ -25,13 +26,18 @@ The tree::
 
 ``retryable`` and ``code`` are class attributes, so a caller can decide without an instance
 (``issubclass(err, ...)`` or ``err.retryable``). Bad input and limits are never retried: running the
-same file again gives the same answer. Each message names the field or file, the value and the limit.
+same file again gives the same answer. Each message names the field or file, the value and the limit;
+a value a tenant wrote is echoed through :func:`shown`, never whole, and no message carries a Python
+traceback or a path of the worker's (those go to the worker's log).
 
 Errors cross the child-process boundary as their ``code`` and message (:func:`error_from_code`), so the
 child never needs to pickle an exception.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
 
 
 class ImpositionError(Exception):
@@ -114,6 +120,14 @@ class TooManyPages(LimitExceeded):
     code = "too_many_pages"
 
 
+class TooManyCells(LimitExceeded):
+    """A sheet side would hold more cells than ``settings.max_cells_per_sheet`` (step and repeat of a
+    tiny page), or the job more than ``settings.max_cells_per_job``; refused before the cells are laid
+    out."""
+
+    code = "too_many_cells"
+
+
 class TimeLimitExceeded(LimitExceeded):
     """The engine ran past its wall-clock limit and was killed (with its whole process group)."""
 
@@ -173,6 +187,38 @@ class EngineConfigurationError(EngineFailure):
     """The engine is configured wrongly: executable missing, process plan or parameters rejected."""
 
     code = "engine_config"
+
+
+#: Longest echo of a value in an error message (characters, ellipsis included).
+ECHO_LIMIT_CHARS = 80
+
+
+def shown(value: object, limit_chars: int = ECHO_LIMIT_CHARS) -> str:
+    """``repr(value)`` for an error message, cut to ``limit_chars`` characters with a trailing ``…``.
+
+    A value a tenant sent can be megabytes long; its message must not be. A value ``repr`` refuses
+    (an integer past CPython's 4300-digit limit, a structure nested too deep) is named by its type.
+    """
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        text = f"<{type(value).__name__} too large to show>"
+    return clipped(text, limit_chars)
+
+
+def clipped(text: str, limit_chars: int = ECHO_LIMIT_CHARS) -> str:
+    """``text`` cut to ``limit_chars`` characters, the last one an ellipsis when anything was cut."""
+    return text if len(text) <= limit_chars else text[: limit_chars - 1] + "…"
+
+
+def without_paths(text: str, paths: Iterable[Path]) -> str:
+    """``text`` with each of ``paths`` written as its bare name (qpdf and pdfToolbox name the files
+    they read and write by their full path, a path of the worker's that a tenant should not see). Only
+    paths with a directory part are replaced."""
+    named = {str(path) for path in paths}
+    for path in sorted((path for path in named if "/" in path), key=len, reverse=True):  # children first
+        text = text.replace(path, Path(path).name)
+    return text
 
 
 def _all_error_classes(root: type[ImpositionError] = ImpositionError) -> list[type[ImpositionError]]:

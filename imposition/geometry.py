@@ -18,8 +18,7 @@ from dataclasses import dataclass
 
 from pikepdf import Matrix
 
-#: Two lengths closer than this (pt) are equal: absorbs the rounding of boxes written with 4 decimals.
-EPSILON_PT = 0.05
+from .sheets import EPSILON_PT
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .sheets import EPSILON_PT, pt_to_mm
+
 #: Layout kinds (the ``layout`` field of a specification).
 SADDLE_STITCH = "saddle_stitch"
 PERFECT_BOUND = "perfect_bound"
@@ -91,6 +93,43 @@ class Layout:
     def booklet(self) -> bool:
         """True for the folded layouts (saddle stitch, perfect bound)."""
         return self.kind in BOOKLETS
+
+    def sheet_sizes_pt(self) -> list[tuple[float, float]]:
+        """The sheet ``(width_pt, height_pt)`` in each orientation the layout allows, portrait first
+        (``auto``: portrait and landscape)."""
+        short, long_ = sorted(self.sheet_size_pt)
+        portrait, landscape = (short, long_), (long_, short)
+        return {"portrait": [portrait], "landscape": [landscape]}.get(self.orientation, [portrait, landscape])
+
+    def room_problem(self, width_pt: float, height_pt: float) -> str | None:
+        """Why this layout cannot fit a ``width_pt`` × ``height_pt`` sheet whatever the pages, or None.
+
+        Only what depends on no PDF is checked: the margins must leave room, and the gutters of the
+        given grid (one cell for step and repeat) must leave room for cells on one side's region (the
+        sheet less the margins; half of it for work and turn or work and tumble).
+
+        Returns:
+            A message naming the fields, their values and the sheet size (mm), or None when it fits.
+        """
+        sheet = f"the {pt_to_mm(width_pt):.0f} × {pt_to_mm(height_pt):.0f} mm sheet"
+        top, right, bottom, left = self.margins_pt
+        usable_w, usable_h = width_pt - left - right, height_pt - top - bottom
+        if usable_w <= EPSILON_PT or usable_h <= EPSILON_PT:
+            return f"margin_mm={self.margin_given}: leaves no room on {sheet}"
+        region_w = usable_w / 2 if self.duplex == "work_and_turn" else usable_w
+        region_h = usable_h / 2 if self.duplex == "work_and_tumble" else usable_h
+        columns, rows = (1, 1) if self.kind == STEP_AND_REPEAT else (self.columns, self.rows)
+        for count, name, gutter_pt, room_pt, across in (
+            (columns, "columns", self.gutters_pt[0], region_w, "width"),
+            (rows, "rows", self.gutters_pt[1], region_h, "height"),
+        ):
+            if room_pt - (count - 1) * gutter_pt <= 0:
+                return (
+                    f"{name}={count} with {pt_to_mm(gutter_pt):g} mm gutters between them (gutter_mm or "
+                    f"{name[:-1]}_gutter_mm) leave no room for cells in the {pt_to_mm(room_pt):.1f} mm "
+                    f"usable {across} of a side on {sheet}"
+                )
+        return None
 
     def to_json(self) -> dict[str, Any]:
         """The layout as a JSON object (tuples become arrays)."""

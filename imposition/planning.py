@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from pikepdf import Matrix
 
-from .errors import InvalidLayout, PageTooLarge
+from .errors import ImpositionError, InvalidLayout, PageTooLarge, TooManyCells, shown
 from .geometry import EPSILON_PT, PageBoxes, Rect, available_bleed, displayed_size, fit_scale, placement_matrix
 from .job import PERFECT_BOUND, STEP_AND_REPEAT, Layout, SlugInfo
 from .marks import Mark, crop_marks, fold_marks, slug_text
@@ -107,20 +107,12 @@ class _Frame:
         return Rect.from_size(x0, y0, self.cell_width_pt, self.cell_height_pt)
 
 
-def _orientations(layout: Layout) -> list[tuple[float, float]]:
-    short, long_ = sorted(layout.sheet_size_pt)
-    portrait, landscape = (short, long_), (long_, short)
-    return {"portrait": [portrait], "landscape": [landscape]}.get(layout.orientation, [portrait, landscape])
-
-
 def _regions(layout: Layout, width: float, height: float) -> tuple[Rect, Rect]:
+    problem = layout.room_problem(width, height)
+    if problem is not None:
+        raise InvalidLayout(problem)
     top, right, bottom, left = layout.margins_pt
     usable = Rect(left, bottom, width - right, height - top)
-    if usable.width <= EPSILON_PT or usable.height <= EPSILON_PT:
-        raise InvalidLayout(
-            f"margin_mm={layout.margin_given}: leaves no room on the "
-            f"{pt_to_mm(width):.0f} × {pt_to_mm(height):.0f} mm sheet"
-        )
     duplex = layout.duplex
     if duplex == "work_and_turn":
         middle = (usable.x0 + usable.x1) / 2
@@ -131,24 +123,57 @@ def _regions(layout: Layout, width: float, height: float) -> tuple[Rect, Rect]:
     return usable, Rect(width - usable.x1, usable.y0, width - usable.x0, usable.y1)
 
 
+def _grid(
+    layout: Layout, region: Rect, page_size: tuple[float, float], sheet_size: tuple[float, float],
+    max_cells_per_sheet: int | None,
+) -> tuple[int, int]:
+    """``(columns, rows)`` of one side: the layout's own, or for step and repeat as many copies of a
+    ``page_size`` page as fit ``region`` at 100 % (at least one with ``scaling: fit``).
+
+    Raises:
+        TooManyCells: more than ``max_cells_per_sheet`` cells (None: no limit but a finite count),
+            found before any cell is laid out.
+    """
+    if layout.kind != STEP_AND_REPEAT:
+        columns, rows = layout.columns, layout.rows
+    else:
+        gutters = layout.gutters_pt
+        columns_fit = (region.width + gutters[0] + EPSILON_PT) / (page_size[0] + gutters[0])
+        rows_fit = (region.height + gutters[1] + EPSILON_PT) / (page_size[1] + gutters[1])
+        columns = math.floor(columns_fit) if math.isfinite(columns_fit) else None
+        rows = math.floor(rows_fit) if math.isfinite(rows_fit) else None
+        if columns is not None and rows is not None:
+            if columns * rows == 0 and layout.scaling == "fit":
+                columns = rows = 1
+            columns, rows = max(columns, 1), max(rows, 1)
+    if columns is None or rows is None or (max_cells_per_sheet is not None and columns * rows > max_cells_per_sheet):
+        cells = "too many to count" if columns is None or rows is None else f"{columns} × {rows} = {columns * rows}"
+        raise TooManyCells(
+            f"{layout.kind}: {cells} cells on one side of the {pt_to_mm(sheet_size[0]):.0f} × "
+            f"{pt_to_mm(sheet_size[1]):.0f} mm sheet (the largest page is {pt_to_mm(page_size[0]):.3g} × "
+            f"{pt_to_mm(page_size[1]):.3g} mm) is more than max_cells_per_sheet={max_cells_per_sheet}"
+        )
+    return columns, rows
+
+
 def _frame(
-    layout: Layout, sheet_size: tuple[float, float], page_sizes: Sequence[tuple[float, float]]
+    layout: Layout, sheet_size: tuple[float, float], page_sizes: Sequence[tuple[float, float]],
+    max_cells_per_sheet: int | None,
 ) -> _Frame:
-    """Cell geometry for one sheet orientation; raises PageTooLarge if a page cannot be placed."""
+    """Cell geometry for one sheet orientation.
+
+    Raises:
+        InvalidLayout: the margins or gutters leave no room on this sheet.
+        TooManyCells: a side would hold more than ``max_cells_per_sheet`` cells.
+        PageTooLarge: with ``scaling: none``, a page does not fit its cell.
+    """
     width, height = sheet_size
     regions = _regions(layout, width, height)
     region = regions[0]
     gutters = layout.gutters_pt
     max_w = max(size[0] for size in page_sizes)
     max_h = max(size[1] for size in page_sizes)
-    if layout.kind == STEP_AND_REPEAT:
-        columns = math.floor((region.width + gutters[0] + EPSILON_PT) / (max_w + gutters[0]))
-        rows = math.floor((region.height + gutters[1] + EPSILON_PT) / (max_h + gutters[1]))
-        if columns * rows == 0 and layout.scaling == "fit":
-            columns = rows = 1
-        columns, rows = max(columns, 1), max(rows, 1)
-    else:
-        columns, rows = layout.columns, layout.rows
+    columns, rows = _grid(layout, region, (max_w, max_h), sheet_size, max_cells_per_sheet)
     share_w = (region.width - (columns - 1) * gutters[0]) / columns
     share_h = (region.height - (rows - 1) * gutters[1]) / rows
     if share_w <= 0 or share_h <= 0:
@@ -176,21 +201,25 @@ def _score(layout: Layout, frame: _Frame, page_sizes: Sequence[tuple[float, floa
     return copies, smallest
 
 
-def _choose_frame(layout: Layout, page_sizes: Sequence[tuple[float, float]]) -> _Frame:
+def _choose_frame(
+    layout: Layout, page_sizes: Sequence[tuple[float, float]], max_cells_per_sheet: int | None
+) -> _Frame:
+    """The best frame of the orientations the layout allows; an orientation that cannot hold the
+    pages is skipped, and the first one's error is raised when none can."""
     best: tuple[tuple[float, float], _Frame] | None = None
-    too_large: PageTooLarge | None = None
-    for sheet_size in _orientations(layout):
+    first_error: ImpositionError | None = None
+    for sheet_size in layout.sheet_sizes_pt():
         try:
-            frame = _frame(layout, sheet_size, page_sizes)
-        except PageTooLarge as exc:
-            too_large = too_large or exc
+            frame = _frame(layout, sheet_size, page_sizes, max_cells_per_sheet)
+        except (InvalidLayout, PageTooLarge, TooManyCells) as exc:
+            first_error = first_error or exc
             continue
         score = _score(layout, frame, page_sizes)
         if best is None or score > best[0]:
             best = (score, frame)
     if best is None:
-        assert too_large is not None
-        raise too_large
+        assert first_error is not None
+        raise first_error
     return best[1]
 
 
@@ -325,7 +354,8 @@ def _sides(
 
 
 def plan_imposition(
-    layout: Layout | LayoutSpec, pages: Sequence[PageBoxes], *, slug: SlugInfo | None = None
+    layout: Layout | LayoutSpec, pages: Sequence[PageBoxes], *, slug: SlugInfo | None = None,
+    max_cells_per_sheet: int | None = None, max_cells_per_job: int | None = None,
 ) -> ImpositionPlan:
     """Plan the imposition of a document.
 
@@ -333,14 +363,22 @@ def plan_imposition(
         layout: the layout (a :class:`~imposition.spec.LayoutSpec` is resolved first).
         pages: the boxes of every source page, in document order (at least one).
         slug: job and tenant for the slug line (printed when ``layout.slug`` is true).
+        max_cells_per_sheet: most cells one side may hold (``settings.max_cells_per_sheet``); None
+            for no limit.
+        max_cells_per_job: most cells all sides together may hold (``settings.max_cells_per_job``;
+            only step and repeat multiplies pages); None for no limit.
 
     Returns:
         The plan: sheet size, plates in output order (front, back, front, back… for sheetwise duplex;
         one plate per sheet for simplex, work and turn and work and tumble).
 
     Raises:
-        InvalidLayout: margins or gutters leave no room, or ``pages`` names a page the document lacks.
+        InvalidLayout: margins or gutters leave no room in any allowed orientation, or ``pages`` names a
+            page the document lacks.
         PageTooLarge: with ``scaling: none``, a page does not fit its cell in any allowed orientation.
+        TooManyCells: a side would hold more than ``max_cells_per_sheet`` cells in every allowed
+            orientation (step and repeat of a tiny page), or the job more than ``max_cells_per_job``;
+            found before the cells are laid out.
     """
     if not isinstance(layout, Layout):
         layout = layout.resolved()
@@ -348,9 +386,16 @@ def plan_imposition(
     if layout.kind == STEP_AND_REPEAT and layout.pages:
         for index, number in enumerate(layout.pages):
             if number > len(pages):
-                raise InvalidLayout(f"pages[{index}]={number}: the document has only {len(pages)} pages")
+                raise InvalidLayout(f"pages[{index}]={shown(number)}: the document has only {len(pages)} pages")
         considered = sorted({number - 1 for number in layout.pages})
-    frame = _choose_frame(layout, [displayed_size(pages[i]) for i in considered])
+    frame = _choose_frame(layout, [displayed_size(pages[i]) for i in considered], max_cells_per_sheet)
+    if layout.kind == STEP_AND_REPEAT and max_cells_per_job is not None:
+        sides = len(layout.pages) if layout.pages else len(pages)
+        if sides * frame.columns * frame.rows > max_cells_per_job:
+            raise TooManyCells(
+                f"step_and_repeat: {sides} sides of {frame.columns} × {frame.rows} copies make "
+                f"{sides * frame.columns * frame.rows} cells, more than max_cells_per_job={max_cells_per_job}"
+            )
     order: PageOrder = page_order(layout, len(pages), grid=(frame.columns, frame.rows))
     section_sheets = layout.signature_pages // 4 if layout.kind == PERFECT_BOUND else len(order.sheets)
     plates = []

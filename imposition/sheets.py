@@ -1,4 +1,4 @@
-"""Press-sheet presets and unit conversion.
+"""Press-sheet presets, unit conversion and the tolerance of lengths.
 
 Sizes are stored portrait (width ≤ height) in millimetres, as the standards give them; the layout's
 ``orientation`` turns them. Sources: ISO 216 (A series, B series), ISO 217 (SRA series), ANSI/ASME
@@ -11,6 +11,8 @@ from __future__ import annotations
 PT_PER_MM = 72.0 / 25.4
 #: Millimetres per inch.
 MM_PER_INCH = 25.4
+#: Two lengths closer than this (pt) are equal: absorbs the rounding of boxes written with 4 decimals.
+EPSILON_PT = 0.05
 
 #: Sheet presets: name (case-insensitive) → (width_mm, height_mm), portrait.
 SHEET_PRESETS_MM: dict[str, tuple[float, float]] = {

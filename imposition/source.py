@@ -5,11 +5,12 @@ Runs inside the engine's child process (:mod:`imposition.child`): hostile input 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pikepdf
 
-from .errors import DamagedPdf, NoPages, NotAPdf, PasswordRequired, TooManyPages
+from .errors import DamagedPdf, NoPages, NotAPdf, PasswordRequired, TooManyPages, clipped, without_paths
 from .geometry import PageBoxes, Rect, normalise_rotate
 
 #: A PDF header may start anywhere in the first 1024 bytes (PDF 32000-1 §7.5.2 and Annex H.3 note 13).
@@ -18,6 +19,42 @@ PDF_HEADER_WINDOW_BYTES = 1024
 DEFAULT_MEDIA_BOX = (0.0, 0.0, 612.0, 792.0)
 #: The page tree is walked at most this deep when looking up an inherited attribute (guards a cycle).
 MAX_PAGE_TREE_DEPTH = 64
+#: Longest part of a qpdf message quoted in an error (characters): qpdf repeats what it could not
+#: parse, which may be a 400-digit number.
+QPDF_MESSAGE_LIMIT_CHARS = 300
+
+
+def qpdf_message(exc: BaseException | str, path: Path) -> str:
+    """What qpdf said about ``path``, for an error message: the file named by its bare name, cut to
+    ``QPDF_MESSAGE_LIMIT_CHARS``."""
+    return clipped(without_paths(str(exc), [path]), QPDF_MESSAGE_LIMIT_CHARS)
+
+
+#: Words of qpdf's warnings (QPDF_pages.cc) that say it left a page out of the page tree it built:
+#: an object it could not parse (a number too long for it, a structure nested too deep) is null, and
+#: a null kid is dropped. The document then has fewer pages than its author made: damaged.
+DROPPED_PAGE_SIGNS = ("Pages tree includes non-dictionary object", "invalid kid at index", "ignoring page")
+
+
+def _page_tree_damage(pdf: pikepdf.Pdf, page_count: int, path: Path) -> str | None:
+    """Why the page tree qpdf read from ``pdf`` is not the one its author wrote, or None.
+
+    Damaged: qpdf warned that it dropped a page (:data:`DROPPED_PAGE_SIGNS`), or found no page and
+    warned of anything, or the root's /Count is not the number of pages (qpdf itself refuses to
+    change such a tree: "/Count is wrong after flattening pages tree").
+    """
+    warnings = pdf.get_warnings()
+    dropped = [warning for warning in warnings if any(sign in warning for sign in DROPPED_PAGE_SIGNS)]
+    if dropped or (page_count == 0 and warnings):
+        if not dropped:
+            return f"qpdf found no page it could read: {qpdf_message(warnings[0], path)}"
+        at = warnings.index(dropped[0])  # qpdf warns of the object it could not parse just before
+        cause = f"; the warning before it: {qpdf_message(warnings[at - 1], path)}" if at else ""
+        return f"qpdf left a page out ({qpdf_message(dropped[0], path)}){cause}"
+    count = pdf.Root.Pages.get("/Count")
+    if isinstance(count, int) and not isinstance(count, bool) and count != page_count:
+        return f"its root's /Count is {count} but it holds {page_count} pages"
+    return None
 
 
 def open_source(path: Path, *, max_pages: int) -> pikepdf.Pdf:
@@ -32,7 +69,8 @@ def open_source(path: Path, *, max_pages: int) -> pikepdf.Pdf:
     Raises:
         NotAPdf: no ``%PDF-`` header in the first 1024 bytes.
         PasswordRequired: a user password is needed.
-        DamagedPdf: qpdf cannot open or reconstruct the file.
+        DamagedPdf: qpdf cannot open or reconstruct the file, or left pages out of its page tree (it
+            could not parse them), or the tree's /Count is wrong.
         NoPages: the page tree is empty.
         TooManyPages: more than ``max_pages`` pages.
     """
@@ -45,12 +83,18 @@ def open_source(path: Path, *, max_pages: int) -> pikepdf.Pdf:
     except pikepdf.PasswordError:
         raise PasswordRequired(f"{path.name}: encrypted with a user password; a password is needed to open it") from None
     except pikepdf.PdfError as exc:
-        raise DamagedPdf(f"{path.name}: damaged beyond repair (qpdf could not reconstruct it: {exc})") from None
+        raise DamagedPdf(
+            f"{path.name}: damaged beyond repair (qpdf could not reconstruct it: {qpdf_message(exc, path)})"
+        ) from None
     try:
         page_count = len(pdf.pages)
-    except pikepdf.PdfError as exc:
+        damage = _page_tree_damage(pdf, page_count, path)
+    except (pikepdf.PdfError, pikepdf.QpdfRuntimeError) as exc:
         pdf.close()
-        raise DamagedPdf(f"{path.name}: damaged page tree ({exc})") from None
+        raise DamagedPdf(f"{path.name}: damaged page tree ({qpdf_message(exc, path)})") from None
+    if damage is not None:
+        pdf.close()
+        raise DamagedPdf(f"{path.name}: damaged page tree: {damage}")
     if page_count == 0:
         pdf.close()
         raise NoPages(f"{path.name}: the PDF has no pages")
@@ -90,6 +134,8 @@ def _box(value: pikepdf.Object | None, page_number: int, name: str) -> Rect | No
         raise DamagedPdf(f"page {page_number}: {name} is not an array of numbers") from None
     if len(numbers) != 4:
         raise DamagedPdf(f"page {page_number}: {name} has {len(numbers)} numbers, not 4")
+    if not all(math.isfinite(number) for number in numbers):
+        raise DamagedPdf(f"page {page_number}: {name} holds a number too large for a length")
     return Rect.from_box(numbers)
 
 
@@ -125,10 +171,15 @@ def _page_boxes(entries: tuple, page_number: int) -> PageBoxes:
     try:
         rotate = normalise_rotate(float(rotate_value or 0))
         user_unit = float(user_unit_value if user_unit_value is not None else 1.0)
-    except (TypeError, ValueError):
-        raise DamagedPdf(f"page {page_number}: /Rotate or /UserUnit is not a number") from None
+    except (TypeError, ValueError, OverflowError):
+        raise DamagedPdf(f"page {page_number}: /Rotate or /UserUnit is not a number a page can have") from None
     if not user_unit > 0:
         raise DamagedPdf(f"page {page_number}: /UserUnit={user_unit:g} must be positive")
+    if not all(0 < length * user_unit < math.inf for length in (trim.width, trim.height)):
+        raise DamagedPdf(
+            f"page {page_number}: its trim ({trim.width:g} × {trim.height:g}) times /UserUnit={user_unit:g} "
+            f"is not a positive finite size"
+        )
     return PageBoxes(crop=crop, trim=trim, bleed=bleed, rotate_degrees_cw=rotate, user_unit=user_unit)
 
 

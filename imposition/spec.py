@@ -10,10 +10,14 @@ One model per layout, told apart by the ``layout`` field::
     {"layout": "perfect_bound", "sheet": "SRA3", "signature_pages": 16}
 
 Units are in the field names (``_mm`` millimetres, ``_pt`` PDF points). Page numbers are 1-based, as
-a print shop counts them. Unknown fields are rejected, so a typo never passes silently.
+a print shop counts them. Unknown fields are rejected, so a typo never passes silently. Types are
+strict, as a specification's should be: ``"columns": "2"`` or ``true``, ``"crop_marks": "yes"``, a key
+given twice in the JSON text are all refused (a length in millimetres may be written as an integer).
+A layout whose margins or gutters leave no room on its sheet in every orientation it allows is refused
+here, before any PDF is read.
 
 :func:`parse_layout` is the only entry point; it raises :class:`~imposition.errors.InvalidLayout`
-naming each bad field, its value and the limit it breaks.
+naming each bad field, its value (cut short: :func:`~imposition.errors.shown`) and the limit it breaks.
 """
 
 from __future__ import annotations
@@ -24,13 +28,23 @@ from typing import Annotated, Any, Literal, Union
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
-from .errors import InvalidLayout
+from .errors import InvalidLayout, clipped, shown
 from .job import Layout
 from .sheets import mm_to_pt, preset_names, preset_size_mm
 
 #: PDF page size limits in default user space units (PDF 32000-1 Annex C.2): 3 to 14 400.
 MIN_SHEET_PT = 3.0
 MAX_SHEET_PT = 14_400.0
+#: Highest page number a layout may name: a page is an indirect object, and a PDF holds at most
+#: 8 388 607 of them (PDF 32000-1 Annex C.2, Table C.1).
+MAX_PAGE_NUMBER = 8_388_607
+#: Deepest nesting of objects and arrays a layout may have. A layout needs 2 (``sheet``,
+#: ``margin_mm``, ``pages``); deeper input is refused before validation, which would recurse into it.
+MAX_LAYOUT_NESTING = 4
+#: At most this many problems are listed in one InvalidLayout message (the rest are counted).
+MAX_PROBLEMS_SHOWN = 10
+#: Longest description of one problem in an InvalidLayout message (characters).
+PROBLEM_LIMIT_CHARS = 300
 
 Orientation = Literal["auto", "portrait", "landscape"]
 #: How the two sides of a sheet are printed: ``sheetwise`` (a plate per side), ``work_and_turn``
@@ -43,7 +57,7 @@ BlankPagesAt = Literal["end", "start", "before_back_cover"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class CustomSheet(_Strict):
@@ -114,7 +128,7 @@ class LayoutSpec(_Strict):
     @classmethod
     def _known_sheet(cls, value: str | CustomSheet) -> str | CustomSheet:
         if isinstance(value, str) and preset_size_mm(value) is None:
-            raise ValueError(f"unknown sheet preset {value!r}; presets: {', '.join(preset_names())}")
+            raise ValueError(f"unknown sheet preset; presets: {', '.join(preset_names())}")
         if isinstance(value, CustomSheet):
             for side_pt in value.size_pt():
                 if not MIN_SHEET_PT <= side_pt <= MAX_SHEET_PT:
@@ -123,6 +137,14 @@ class LayoutSpec(_Strict):
                         f"{MIN_SHEET_PT:g}..{MAX_SHEET_PT:g} pt (PDF 32000-1 Annex C.2)"
                     )
         return value
+
+    @model_validator(mode="after")
+    def _room_on_the_sheet(self) -> "LayoutSpec":
+        layout = self.resolved()
+        problems = [layout.room_problem(*size) for size in layout.sheet_sizes_pt()]
+        if all(problems):  # under ``auto`` both orientations were tried: the first, portrait, is named
+            raise ValueError(problems[0] + (", nor turned landscape" if len(problems) > 1 else ""))
+        return self
 
     def sheet_size_pt(self) -> tuple[float, float]:
         """The sheet ``(width_pt, height_pt)`` as named (portrait for presets), before orientation."""
@@ -245,7 +267,9 @@ class StepAndRepeat(_Grid):
     """
 
     layout: Literal["step_and_repeat"]
-    pages: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, min_length=1, max_length=10_000)
+    pages: list[Annotated[int, Field(ge=1, le=MAX_PAGE_NUMBER)]] | None = Field(
+        default=None, min_length=1, max_length=10_000
+    )
 
 
 AnyLayout = Annotated[
@@ -258,15 +282,50 @@ LAYOUTS = ("saddle_stitch", "perfect_bound", "n_up", "cut_and_stack", "step_and_
 
 
 def _describe(error: Any) -> str:
-    loc = [str(part) for part in error["loc"]]
+    """One pydantic error as ``field=value: rule``, the value cut short (pydantic's own message of an
+    unknown layout repeats the value whole, so that one is written here)."""
+    loc = [clipped(str(part)) for part in error["loc"]]  # an unknown field's name is the tenant's text
     if loc and loc[0] in LAYOUTS:  # the discriminator tag pydantic puts first
         loc = loc[1:]
-    field = ".".join(loc) or "layout"
     if error["type"] == "union_tag_invalid":
-        field = "layout"
+        return f"layout={shown(error['ctx']['tag'])}: unknown layout; layouts: {', '.join(LAYOUTS)}"
+    rule = str(error["ctx"]["error"]) if error["type"] == "value_error" else error["msg"]  # our own checks
+    if not loc and error["type"] == "value_error":  # a check of the whole layout (room on the sheet)
+        return clipped(rule, PROBLEM_LIMIT_CHARS)
     value = error.get("input")
-    shown = "" if isinstance(value, dict) else f"={value!r}"
-    return f"{field}{shown}: {error['msg']}"
+    value_part = "" if isinstance(value, dict) else f"={shown(value)}"
+    return clipped(f"{'.'.join(loc) or 'layout'}{value_part}: {rule}", PROBLEM_LIMIT_CHARS)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's members as a dict (``json.loads``' ``object_pairs_hook``).
+
+    Raises:
+        ValueError: a key appears twice (RFC 8259 §4: names SHOULD be unique; a specification that
+            says two things at once is refused, not resolved by taking the last).
+    """
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {shown(key)} appears more than once in one object")
+            seen.add(key)
+    return obj
+
+
+def _nesting_problem(obj: Any) -> str | None:
+    """Why ``obj`` nests deeper than :data:`MAX_LAYOUT_NESTING`, or None; walked without recursion."""
+    pending = [(obj, 1)]
+    while pending:
+        value, depth = pending.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else None
+        if children is None:
+            continue
+        if depth > MAX_LAYOUT_NESTING:
+            return f"layout nests objects and arrays more than {MAX_LAYOUT_NESTING} deep"
+        pending.extend((child, depth + 1) for child in children if isinstance(child, (dict, list, tuple)))
+    return None
 
 
 def parse_layout(obj: dict[str, Any] | str | bytes) -> LayoutSpec:
@@ -280,18 +339,28 @@ def parse_layout(obj: dict[str, Any] | str | bytes) -> LayoutSpec:
         :class:`CutAndStack` or :class:`StepAndRepeat` (all :class:`LayoutSpec`).
 
     Raises:
-        InvalidLayout: malformed JSON, an unknown layout or field, or a value outside its limits; the
-            message names every bad field, its value and the rule it breaks.
+        InvalidLayout: malformed JSON (a key given twice included), nesting deeper than
+            :data:`MAX_LAYOUT_NESTING`, an unknown layout or field, a value of the wrong type or outside
+            its limits, or margins and gutters that leave no room on the sheet; the message names the
+            bad fields (up to :data:`MAX_PROBLEMS_SHOWN`), their values cut short and the rules they break.
     """
     if isinstance(obj, (str, bytes)):
         try:
-            obj = json.loads(obj)
+            obj = json.loads(obj, object_pairs_hook=_unique_keys)
         except ValueError as exc:
-            raise InvalidLayout(f"layout is not valid JSON: {exc}") from None
+            raise InvalidLayout(f"layout is not valid JSON: {clipped(str(exc), PROBLEM_LIMIT_CHARS)}") from None
+        except RecursionError:  # the decoder recurses once per level of nesting
+            raise InvalidLayout(f"layout nests objects and arrays more than {MAX_LAYOUT_NESTING} deep") from None
     if not isinstance(obj, dict):
         raise InvalidLayout(f"layout must be a JSON object, got {type(obj).__name__}")
+    nesting = _nesting_problem(obj)
+    if nesting is not None:
+        raise InvalidLayout(nesting)
     try:
         return _ADAPTER.validate_python(obj)
     except pydantic.ValidationError as exc:
-        problems = "; ".join(_describe(error) for error in exc.errors(include_url=False))
-        raise InvalidLayout(f"invalid layout: {problems}") from None
+        errors = exc.errors(include_url=False)
+        problems = [_describe(error) for error in errors[:MAX_PROBLEMS_SHOWN]]
+        if len(errors) > MAX_PROBLEMS_SHOWN:
+            problems.append(f"and {len(errors) - MAX_PROBLEMS_SHOWN} more problems")
+        raise InvalidLayout(f"invalid layout: {'; '.join(problems)}") from None

@@ -6,6 +6,8 @@
     ├── CapReached          the tenant holds as many leases as its cap allows: defer the job
     ├── JobNotQueued        the job is running elsewhere or finished: a duplicate, ack and drop
     │                       (unless the message follows the attempt still running: defer it)
+    ├── TenantMismatch      the job belongs to another tenant than the one the caller named: a
+    │                       forged or corrupt message, never run (poison: dead-letter queue)
     ├── LeaseContention     conflicts or throttling outlasted the bounded retries: defer the job
     └── LeaseLost           the fencing token is gone (reclaimed by the sweeper): commit nothing
 
@@ -53,6 +55,22 @@ class JobNotQueued(LeaseError):
         self.job_id = job_id
         self.status = status
         self.attempts = attempts
+
+
+class TenantMismatch(LeaseError):
+    """The job item's ``tenant_id`` is not the tenant the acquire was asked for (nothing written).
+
+    The acquire's cap check counts the tenant the caller names, so a message naming the wrong
+    tenant would run the job under that tenant's cap; it is refused instead.
+    """
+
+    def __init__(self, job_id: str, tenant_id: str, job_tenant_id: str, **kw) -> None:
+        super().__init__(
+            f"job {job_id!r} belongs to tenant {job_tenant_id!r}, not to tenant_id={tenant_id!r}", **kw
+        )
+        self.job_id = job_id
+        self.tenant_id = tenant_id
+        self.job_tenant_id = job_tenant_id
 
 
 class LeaseContention(LeaseError):

@@ -13,22 +13,25 @@ from pynamodb.exceptions import DoesNotExist
 from leases.models import LeaseItem, TenantItem
 from leases.transactions import ensure_tenant
 from service.settings import get_settings
-from service.tenancy import validate_tenant_id
+from service.tenancy import shown_value, validate_tenant_id
 
 
 def set_cap(tenant_id: str, cap: int | None) -> None:
     """Set ``tenant_id``'s cap override (``None`` removes it: back to ``Settings.default_cap``).
 
     Lowering the cap below the current ``in_flight`` kills nothing: running jobs finish, and the
-    tenant acquires no new lease until ``in_flight`` is below the new cap.
+    tenant acquires no new lease until ``in_flight`` is below the new cap. A cap of 0 pauses the
+    tenant: its jobs stay queued (deferred again and again) until the cap is raised.
 
     Raises:
         service.tenancy.InvalidTenantId: not a canonical tenant id.
-        ValueError: ``cap`` is negative.
+        ValueError: ``cap`` is not an integer from 0 to ``Settings.max_cap`` (the bound keeps it far
+            inside DynamoDB's 38-digit numbers).
     """
     validate_tenant_id(tenant_id)
-    if cap is not None and cap < 0:
-        raise ValueError(f"cap={cap}: must be >= 0")
+    max_cap = get_settings().max_cap
+    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or not 0 <= cap <= max_cap):
+        raise ValueError(f"cap={shown_value(cap)}: must be an integer from 0 to max_cap={max_cap}")
     ensure_tenant(tenant_id)
     action = TenantItem.cap.remove() if cap is None else TenantItem.cap.set(cap)
     t = time.time()

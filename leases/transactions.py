@@ -64,7 +64,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost
+from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost, TenantMismatch
 from leases.models import JobItem, JobStatus, LeaseItem, TenantItem
 from service.settings import get_settings
 
@@ -243,14 +243,17 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, now: float | None = Non
        applies to the next acquire without restarting anything; and not frozen by a counter repair
        (``repair_until`` absent or past);
     2. lease: put on condition no lease for this job exists; holds worker, token, ``expires_at``;
-    3. job: ``queued → running`` on condition the status is ``queued``; ``attempts += 1``; records
-       ``started_at``, the lease token and the worker; sets ``first_received_at`` if absent.
+    3. job: ``queued → running`` on condition the status is ``queued`` and the job belongs to
+       ``tenant_id``; ``attempts += 1``; records ``started_at``, the lease token and the worker;
+       sets ``first_received_at`` if absent.
 
     Conflicts and throttling are retried with jittered backoff (bounded). After an ambiguous
     failure the lease item is read back: if it carries this call's token the acquire applied and
     the lease is returned; if not, nothing was written and the transaction is tried again.
 
     Raises:
+        TenantMismatch: the job exists but belongs to another tenant (checked first: such a caller
+            must never run the job, whatever its status).
         JobNotQueued: the job is not ``queued`` or already has a lease (checked before the cap: a
             duplicate is dropped, not deferred).
         CapReached: the tenant is at its cap.
@@ -296,7 +299,7 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, now: float | None = Non
                         JobItem.lease_token.set(token),
                         JobItem.worker.set(worker),
                     ],
-                    condition=JobItem.status == JobStatus.QUEUED.value,
+                    condition=(JobItem.status == JobStatus.QUEUED.value) & (JobItem.tenant_id == tenant_id),
                     return_values=_ALL_OLD,
                 )
         except TransactWriteError as exc:
@@ -315,8 +318,11 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, now: float | None = Non
                     old = LeaseItem.from_raw_data(reasons[_ACQ_LEASE].raw_item or {"job_id": {"S": job_id}})
                     if old.token == token:  # an earlier, ambiguous attempt of this call applied
                         return _lease_of(old)
+                old_job = (reasons[_ACQ_JOB].raw_item or {}) if reasons[_ACQ_JOB] else {}
+                job_tenant = old_job.get("tenant_id", {}).get("S")
+                if job_tenant is not None and job_tenant != tenant_id:
+                    raise TenantMismatch(job_id, tenant_id, job_tenant, reason_codes=codes) from exc
                 if codes[_ACQ_JOB] == CONDITION_FAILED or codes[_ACQ_LEASE] == CONDITION_FAILED:
-                    old_job = (reasons[_ACQ_JOB].raw_item or {}) if reasons[_ACQ_JOB] else {}
                     if not old_job and codes[_ACQ_JOB] != CONDITION_FAILED:  # job queued, lease orphaned
                         old_job = {"status": {"S": JobStatus.QUEUED.value}}
                     status = old_job.get("status", {}).get("S")

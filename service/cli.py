@@ -5,6 +5,11 @@ Commands: ``provision``, ``submit``, ``impose`` (the engine alone), ``job show``
 (leases), ``status`` and ``capacity-report`` (observability). Commands owned by other packages are
 named in :data:`LAZY_COMMANDS` and imported only when run (click's "lazily loading subcommands"
 pattern), so ``imposition impose`` does not import the service stack.
+
+Exit status of every command: 0 ok; 1 the command's own failure (no such job, drift left by
+``audit``); 2 a usage error (click's: a bad option, a malformed tenant or job id, a cap out of
+range, a refused submission); 3 a service the command needs is unreachable (AWS endpoint, Redis,
+missing AWS credentials), reported in one line by :class:`ServiceGroup`, never as a traceback.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import sys
 from pathlib import Path
 
 import click
+
+from service.tenancy import TenancyError, validate_job_id, validate_tenant_id
 
 
 class LazyGroup(click.Group):
@@ -34,6 +41,78 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
 
+class IdentifierParam(click.ParamType):
+    """An identifier that ``validate`` (a :mod:`service.tenancy` validator) accepts; else a usage
+    error (exit 2) naming the parameter, the value and the rule."""
+
+    def __init__(self, name: str, validate) -> None:
+        self.name = name
+        self.validate = validate
+
+    def convert(self, value, param, ctx):
+        try:
+            return self.validate(value)
+        except TenancyError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+TENANT_ID = IdentifierParam("tenant_id", validate_tenant_id)
+JOB_ID = IdentifierParam("job_id", validate_job_id)
+
+
+class ServiceUnavailable(click.ClickException):
+    """A service a command needs could not be reached: one line on stderr, exit status 3."""
+
+    exit_code = 3
+
+
+def unreachable_service(exc: BaseException) -> str | None:
+    """One line saying which service could not be reached and what to check, if ``exc`` or an
+    error it wraps (``__cause__``, PynamoDB's ``cause``, ``__context__``) is a connection failure,
+    a timeout or missing AWS credentials; else None (the error is something else: let it show)."""
+    from botocore.exceptions import ConnectionError as AwsConnectionError  # noqa: PLC0415 (error path only)
+    from botocore.exceptions import HTTPClientError, NoCredentialsError, PartialCredentialsError  # noqa: PLC0415
+    from redis.exceptions import ConnectionError as RedisConnectionError, TimeoutError as RedisTimeout  # noqa: PLC0415
+
+    from service.settings import get_settings  # noqa: PLC0415
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (NoCredentialsError, PartialCredentialsError)):
+            return (f"AWS credentials missing or incomplete ({current}): set AWS_ACCESS_KEY_ID and "
+                    "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE")
+        if isinstance(current, (AwsConnectionError, HTTPClientError)):
+            endpoint = current.kwargs.get("endpoint_url") or get_settings().aws_endpoint_url or "AWS"
+            return (f"cannot reach the AWS endpoint {endpoint} ({type(current).__name__}): is the stack "
+                    "running (`make run`)? check AWS_ENDPOINT_URL and the network, then retry")
+        if isinstance(current, (RedisConnectionError, RedisTimeout)):
+            return (f"cannot reach Redis ({current}): is Redis running? check IMPOSITION_REDIS_URL and "
+                    "IMPOSITION_EVENTS_URL, then retry")
+        current = current.__cause__ or getattr(current, "cause", None) or current.__context__
+    return None
+
+
+class ServiceGroup(LazyGroup):
+    """The top-level group: every command under it (lazy ones included) reports an unreachable
+    service as :class:`ServiceUnavailable` (exit 3) and a malformed identifier
+    (:class:`service.tenancy.TenancyError`) as a usage error (exit 2), instead of a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except TenancyError as exc:
+            raise click.UsageError(str(exc)) from exc
+        except click.ClickException:
+            raise
+        except Exception as exc:
+            problem = unreachable_service(exc)
+            if problem is None:
+                raise
+            raise ServiceUnavailable(problem) from exc
+
+
 #: Subcommands defined by other packages: group name → {command name → "module:attribute"}.
 LAZY_COMMANDS = {
     "imposition": {
@@ -49,7 +128,7 @@ LAZY_COMMANDS = {
 }
 
 
-@click.group(cls=LazyGroup, lazy_subcommands=LAZY_COMMANDS["imposition"])
+@click.group(cls=ServiceGroup, lazy_subcommands=LAZY_COMMANDS["imposition"])
 def main() -> None:
     """Fair, multi-tenant PDF imposition service."""
 
@@ -66,11 +145,12 @@ def provision() -> None:
 
 
 @main.command()
-@click.option("--tenant", "tenant_id", required=True, help="Canonical tenant id.")
+@click.option("--tenant", "tenant_id", required=True, type=TENANT_ID, help="Canonical tenant id.")
 @click.option("--token", required=True, help="Idempotency token of this job (your own, unique per job).")
 @click.option("--layout", "layout_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Layout specification (JSON file).")
-@click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="Attempt budget (default from settings).")
+@click.option("--max-attempts", type=click.IntRange(min=1), default=None,
+              help="Attempt budget, up to Settings.max_attempts_limit (default: Settings.max_attempts).")
 @click.option("--on-duplicate", type=click.Choice(["raise", "return"]), default="raise", show_default=True,
               help="A token already submitted: refuse (exit 2), or print the job id that holds it.")
 @click.argument("input_pdf", type=click.Path(exists=True, dir_okay=False, path_type=Path))
@@ -78,20 +158,21 @@ def submit(tenant_id: str, token: str, layout_path: Path, max_attempts: int | No
            input_pdf: Path) -> None:
     """Upload INPUT_PDF under the tenant's prefix, submit it, and print the job id.
 
-    Exit status 2: refused (tenancy, layout, admission: duplicate, rate limit, in-flight cap);
-    3: admission unavailable (Redis unreachable; nothing was published).
+    Exit status 2: refused (tenancy, layout, input over max_input_bytes, admission: duplicate, rate
+    limit, in-flight cap); 3: admission unavailable (Redis unreachable; nothing was published).
     """
     from admission import AdmissionRefused, AdmissionUnavailable
+    from imposition import ImpositionError
     from tasks.submission import submit as do_submit
 
     try:
-        layout = json.loads(layout_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"{layout_path}: not JSON ({exc})", param_hint="--layout") from exc
+        layout = layout_path.read_text()  # JSON text: parse_layout reads and validates it
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"{layout_path}: cannot read ({exc})", param_hint="--layout") from exc
     try:
         job_id = do_submit(input_pdf, tenant_id=tenant_id, token=token, layout=layout, max_attempts=max_attempts,
                            on_duplicate=on_duplicate)
-    except (ValueError, LookupError, AdmissionRefused) as exc:  # typed refusals: tenancy, layout, admission
+    except (ValueError, LookupError, AdmissionRefused, ImpositionError) as exc:  # typed refusals
         click.echo(f"refused: {type(exc).__name__}: {exc}", err=True)
         sys.exit(2)
     except AdmissionUnavailable as exc:
@@ -106,7 +187,7 @@ def job() -> None:
 
 
 @job.command("show")
-@click.argument("job_id")
+@click.argument("job_id", type=JOB_ID)
 def job_show(job_id: str) -> None:
     """Print a job item as JSON."""
     from pynamodb.exceptions import DoesNotExist
@@ -127,7 +208,7 @@ def tenant() -> None:
 
 
 @tenant.command("show")
-@click.argument("tenant_id")
+@click.argument("tenant_id", type=TENANT_ID)
 def tenant_show(tenant_id: str) -> None:
     """Print a tenant's cap (and whether it is an override), in-flight count and live leases."""
     from leases.tenants import describe_tenant
@@ -136,12 +217,13 @@ def tenant_show(tenant_id: str) -> None:
 
 
 @tenant.command("set-cap")
-@click.argument("tenant_id")
+@click.argument("tenant_id", type=TENANT_ID)
 @click.argument("cap", required=False, type=click.IntRange(min=0))
 @click.option("--default", "use_default", is_flag=True, help="Remove the override (back to the default cap).")
 def tenant_set_cap(tenant_id: str, cap: int | None, use_default: bool) -> None:
     """Set TENANT_ID's cap (tier override); applies to the next lease, no restart needed.
 
+    CAP is 0 to Settings.max_cap (1000 by default); 0 pauses the tenant until its cap is raised.
     Lowering a cap below the tenant's current in-flight count stops nothing that runs; the tenant
     is admitted again once its in-flight count drops below the new cap.
     """
@@ -149,7 +231,10 @@ def tenant_set_cap(tenant_id: str, cap: int | None, use_default: bool) -> None:
 
     if (cap is None) == (not use_default):
         raise click.UsageError("give either CAP or --default")
-    set_cap(tenant_id, None if use_default else cap)
+    try:
+        set_cap(tenant_id, None if use_default else cap)
+    except ValueError as exc:  # the tenant id is valid already: the cap is out of range
+        raise click.BadParameter(str(exc), param_hint="CAP") from exc
     from leases.tenants import describe_tenant
 
     click.echo(json.dumps(describe_tenant(tenant_id), indent=2, sort_keys=True))

@@ -156,7 +156,8 @@ class Demo:
         RUN_DIR.mkdir(exist_ok=True)
         self.say("• starting the local AWS endpoint (moto server: SQS, S3, DynamoDB) …")
         self.local_aws = LocalAws(log_path=RUN_DIR / "moto.log").start()
-        env = dict(self.local_aws.env)
+        # The demo's webhook receiver listens on 127.0.0.1, which the SSRF guard refuses by default.
+        env = {**self.local_aws.env, "IMPOSITION_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"}
         os.environ.update(env)
         from service.settings import get_settings
 

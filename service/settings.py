@@ -77,6 +77,11 @@ class Settings(BaseSettings):
     # --- fairness: slots and caps (DESIGN §2) ------------------------------------------------------
     slots_per_node: int = Field(default=8, ge=1, description="Licensed press-tool slots per node.")
     default_cap: int = Field(default=4, ge=1, description="Leases one tenant may hold at once.")
+    max_cap: int = Field(
+        default=1000, ge=1,
+        description="Largest cap override `imposition tenant set-cap` accepts (a bound far above any node's "
+        "slots; DynamoDB numbers hold at most 38 digits). A cap of 0 pauses a tenant until it is raised.",
+    )
 
     # --- clocks (DESIGN §4; derived ones in service.clocks) ---------------------------------------
     lease_ttl_s: float = Field(default=600.0, gt=0)
@@ -105,6 +110,9 @@ class Settings(BaseSettings):
 
     # --- retries (DESIGN §3) -------------------------------------------------------------------------
     max_attempts: int = Field(default=3, ge=1)
+    max_attempts_limit: int = Field(
+        default=10, ge=1, description="Largest attempt budget a submission may ask for (max_attempts=...)."
+    )
     retry_backoff_base_s: int = Field(default=30, ge=0, le=SQS_MAX_DELAY_S)
     retry_backoff_max_s: int = Field(default=SQS_MAX_DELAY_S, ge=0, le=SQS_MAX_DELAY_S)
 
@@ -133,9 +141,10 @@ class Settings(BaseSettings):
     webhook_read_timeout_s: float = Field(default=10.0, gt=0)
     webhook_attempt_budget_s: float = Field(
         default=30.0, gt=0, description="Time one delivery message spends retrying POSTs (tenacity) before "
-        "it hands the wait to SQS. Keep it plus both timeouts well below the visibility timeout (720 s by "
-        "default), or SQS may hand the same message to a second worker mid-round (a duplicate the tenant "
-        "drops by event id)."
+        "it hands the wait to SQS. Keep the round's hard time limit (it plus both timeouts, the round "
+        "overhead and the grace; webhooks.delivery.round_time_limits) well below the visibility timeout "
+        "(720 s by default), or SQS may hand the same message to a second worker mid-round (a duplicate "
+        "the tenant drops by event id)."
     )
     webhook_backoff_initial_s: float = Field(default=0.5, gt=0, description="tenacity exponential backoff start")
     webhook_backoff_max_s: float = Field(default=8.0, gt=0, description="tenacity backoff cap")
@@ -149,6 +158,18 @@ class Settings(BaseSettings):
     webhook_tolerance_s: int = Field(
         default=300, gt=0, description="Verifier: largest accepted |now - signature timestamp| (Stripe's default)."
     )
+    webhook_round_overhead_s: float = Field(
+        default=10.0, gt=0, description="Time one delivery round may spend outside its POSTs (reading the job "
+        "and the endpoint); part of the round's Celery soft time limit (webhooks.delivery.round_time_limits)."
+    )
+    webhook_hard_limit_grace_s: float = Field(
+        default=30.0, gt=0, description="After the soft time limit, time a round has to record itself as failed "
+        "and publish the next round before Celery kills the pool child (hard time limit)."
+    )
+    webhook_allow_private_addresses: bool = Field(
+        default=False, description="Allow webhook URLs whose host is or resolves to a loopback, private, "
+        "link-local or other non-public address (local runs and tests only: otherwise an SSRF hole)."
+    )
 
     # --- engine (DESIGN §6) --------------------------------------------------------------------------
     engine: Literal["pikepdf", "pdftoolbox"] = "pikepdf"
@@ -156,6 +177,16 @@ class Settings(BaseSettings):
     engine_memory_limit_bytes: int = Field(default=2 * 1024**3, gt=0)
     max_input_bytes: int = Field(default=512 * 1024**2, gt=0)
     max_pages: int = Field(default=10_000, ge=1)
+    max_cells_per_sheet: int = Field(
+        default=10_000, ge=1,
+        description="Most cells (page copies) one side of a sheet may hold; step and repeat of a tiny page "
+        "fails as too_many_cells before any is laid out.",
+    )
+    max_cells_per_job: int = Field(
+        default=1_000_000, ge=1,
+        description="Most cells all sides of one job may hold (step and repeat multiplies pages by copies): "
+        "about 5 s and 300 MiB of the engine's budget; more fails as too_many_cells before any is laid out.",
+    )
     pdftoolbox_path: str = "pdfToolbox"
     pdftoolbox_process_plan: str = ""
     pdftoolbox_variables: dict[str, str] = Field(default_factory=dict)
@@ -238,6 +269,17 @@ class Settings(BaseSettings):
                 f"webhook_give_up_after_s={self.webhook_give_up_after_s:g} (a job must not stop counting "
                 "as in flight while its webhook is still being delivered)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _defaults_within_limits(self) -> "Settings":
+        """Reject a default that its own limit would refuse (attempt budget, cap)."""
+        if self.max_attempts > self.max_attempts_limit:
+            raise ValueError(
+                f"max_attempts={self.max_attempts} must be <= max_attempts_limit={self.max_attempts_limit}"
+            )
+        if self.default_cap > self.max_cap:
+            raise ValueError(f"default_cap={self.default_cap} must be <= max_cap={self.max_cap}")
         return self
 
     @model_validator(mode="after")

@@ -6,8 +6,19 @@ punctuation (SQS API reference, SendMessage); we allow the stricter set ``[A-Za-
 with an alphanumeric, so the id is also safe as an S3 key segment and in a log line, and at most
 ``128 - len("tenant-") = 121`` characters.
 
+A job id is ``[A-Za-z0-9_-]``, 1–64 characters (:func:`validate_job_id`): it becomes an S3 key
+segment, the Celery task id and a DynamoDB key, so it may hold no ``/``, ``.`` or space. The
+service's own ids are UUID4 hex (32 characters).
+
 Keys are derived by the service, never taken from the tenant: a submission naming a key outside its
 own prefix is refused with :class:`ForeignKeyRefused`.
+
+Errors::
+
+    TenancyError (ValueError)
+    ├── InvalidTenantId     not a canonical tenant id
+    ├── InvalidJobId        not a canonical job id
+    └── ForeignKeyRefused   an S3 key outside the tenant's own prefix
 """
 
 from __future__ import annotations
@@ -23,6 +34,11 @@ MAINTENANCE_GROUP = "maintenance"
 SQS_MAX_MESSAGE_GROUP_ID_LEN = 128
 TENANT_ID_MAX_LEN = SQS_MAX_MESSAGE_GROUP_ID_LEN - len(MESSAGE_GROUP_PREFIX)
 _TENANT_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{TENANT_ID_MAX_LEN - 1}}}")
+#: Longest job id: room for a UUID in any common spelling, far below every key limit it reaches.
+JOB_ID_MAX_LEN = 64
+_JOB_ID = re.compile(rf"[A-Za-z0-9_-]{{1,{JOB_ID_MAX_LEN}}}")
+#: Longest rendering of a refused value in an error message (a refused id may be megabytes long).
+ECHO_MAX_CHARS = 80
 
 
 class TenancyError(ValueError):
@@ -33,8 +49,18 @@ class InvalidTenantId(TenancyError):
     """The tenant id is empty, too long, or uses a character outside ``[A-Za-z0-9._-]``."""
 
 
+class InvalidJobId(TenancyError):
+    """The job id is empty, too long, or uses a character outside ``[A-Za-z0-9_-]``."""
+
+
 class ForeignKeyRefused(TenancyError):
     """A submission named an S3 key outside its own tenant's prefix."""
+
+
+def shown_value(value: object, limit: int = ECHO_MAX_CHARS) -> str:
+    """``repr(value)``, cut to ``limit`` characters: an error message never echoes a huge value."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def validate_tenant_id(tenant_id: object) -> str:
@@ -46,10 +72,21 @@ def validate_tenant_id(tenant_id: object) -> str:
     """
     if not isinstance(tenant_id, str) or not _TENANT_ID.fullmatch(tenant_id):
         raise InvalidTenantId(
-            f"tenant_id={tenant_id!r}: must be 1–{TENANT_ID_MAX_LEN} characters from [A-Za-z0-9._-], "
+            f"tenant_id={shown_value(tenant_id)}: must be 1–{TENANT_ID_MAX_LEN} characters from [A-Za-z0-9._-], "
             "starting with a letter or digit"
         )
     return tenant_id
+
+
+def validate_job_id(job_id: object) -> str:
+    """Return ``job_id`` if it is canonical.
+
+    Raises:
+        InvalidJobId: it is not a string of 1–64 characters from ``[A-Za-z0-9_-]``.
+    """
+    if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
+        raise InvalidJobId(f"job_id={shown_value(job_id)}: must be 1–{JOB_ID_MAX_LEN} characters from [A-Za-z0-9_-]")
+    return job_id
 
 
 def message_group_id(tenant_id: str) -> str:
@@ -63,8 +100,12 @@ def tenant_prefix(tenant_id: str) -> str:
 
 
 def job_prefix(tenant_id: str, job_id: str) -> str:
-    """S3 prefix of one job: ``tenants/<tenant>/jobs/<job>/``."""
-    return f"{tenant_prefix(tenant_id)}jobs/{job_id}/"
+    """S3 prefix of one job: ``tenants/<tenant>/jobs/<job>/``.
+
+    Raises:
+        InvalidTenantId, InvalidJobId: either id is not canonical.
+    """
+    return f"{tenant_prefix(tenant_id)}jobs/{validate_job_id(job_id)}/"
 
 
 def input_key(tenant_id: str, job_id: str) -> str:

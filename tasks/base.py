@@ -3,7 +3,9 @@
 Lifecycle of one delivery (the message carries ``tenant_id``, ``job_id`` and, for a copy published
 ahead of a re-queue, ``after_attempt``)::
 
-    acquire ─┬─ JobNotQueued ──────────────► ack and drop (a duplicate or a finished job), or
+    acquire ─┬─ TenantMismatch ────────────► reject as poison (dead-letter queue): the message
+             │                                names another tenant than the job's, never run it
+             ├─ JobNotQueued ──────────────► ack and drop (a duplicate or a finished job), or
              │                                defer if the attempt it follows still holds the job
              ├─ CapReached / LeaseContention ► defer: a copy with SQS DelaySeconds, then ack
              ├─ any other error ────────────► reject: SQS keeps the message (redelivered after the
@@ -49,7 +51,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from botocore.exceptions import BotoCoreError, ClientError
 from celery import Task
@@ -58,11 +60,11 @@ from kombu.exceptions import KombuError
 from pynamodb.exceptions import PynamoDBException
 
 from leases import transactions
-from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost
+from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost, TenantMismatch
 from leases.models import JobItem, JobStatus
 from service.clocks import Clocks, get_clocks
 from service.settings import SQS_MAX_DELAY_S, get_settings
-from service.tenancy import message_group_id
+from service.tenancy import message_group_id, validate_job_id
 from tasks import signals
 
 log = logging.getLogger(__name__)
@@ -187,7 +189,7 @@ class FairTask(Task):
 
     # -- the lifecycle ---------------------------------------------------------------------------
 
-    def __call__(self, *args: Any, **kwargs: Any) -> dict:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> dict:
         """Run one delivery of a job under a lease (see module docstring).
 
         The message's kwargs are ``tenant_id``, ``job_id`` and ``after_attempt`` (the attempt this
@@ -198,8 +200,9 @@ class FairTask(Task):
 
         Raises:
             celery.exceptions.Retry: deferred (cap hit, contention) or retried after a failure.
-            celery.exceptions.Reject: the message is malformed (sent on to the dead-letter queue),
-                or no lease could be taken for a reason other than the cap (SQS redelivers it).
+            celery.exceptions.Reject: the message is malformed or names another tenant than the
+                job's (sent on to the dead-letter queue), or no lease could be taken for a reason
+                other than the cap (SQS redelivers it).
             JobFailed: the job ended ``failed`` (recorded before raising).
         """
         request = self.request
@@ -207,6 +210,8 @@ class FairTask(Task):
         worker = self.worker_name()
         try:
             lease = transactions.acquire(job_id, tenant_id, worker)
+        except TenantMismatch as exc:
+            self._reject_as_poison(str(exc))
         except JobNotQueued as exc:
             if not is_duplicate(exc, after_attempt):
                 self._defer(job_id, tenant_id, exc)
@@ -258,26 +263,34 @@ class FairTask(Task):
         A message whose fields are missing or malformed can never run: it is rejected and sent on
         to the dead-letter queue (:func:`tasks.worker.expedite_to_dead_letter_queue`), not acked.
         """
-        from tasks.worker import expedite_to_dead_letter_queue  # noqa: PLC0415 (worker-side module)
-
         tenant_id, job_id, after_attempt = kwargs.get("tenant_id"), kwargs.get("job_id"), kwargs.get("after_attempt", 0)
         problems = []
-        try:
-            message_group_id(tenant_id)
-        except ValueError as exc:
-            problems.append(str(exc))
-        if not isinstance(job_id, str) or not job_id:
-            problems.append(f"job_id={job_id!r}: must be a non-empty string")
+        for check, value in ((message_group_id, tenant_id), (validate_job_id, job_id)):
+            try:
+                check(value)
+            except ValueError as exc:
+                problems.append(str(exc))
         if not isinstance(after_attempt, int) or isinstance(after_attempt, bool) or after_attempt < 0:
             problems.append(f"after_attempt={after_attempt!r}: must be an integer >= 0")
         if args:
             problems.append(f"positional arguments {args!r}: the message carries keyword arguments only")
         if problems:
-            properties = self.request.properties or {}
-            expedite_to_dead_letter_queue(properties.get("delivery_info"), properties.get("delivery_tag"),
-                                          "invalid_fields")
-            raise Reject("; ".join(problems), requeue=False)
+            self._reject_as_poison("; ".join(problems))
         return tenant_id, job_id, after_attempt
+
+    def _reject_as_poison(self, problem: str) -> NoReturn:
+        """Reject this delivery towards the dead-letter queue as ``invalid_fields``; never returns.
+
+        Raises:
+            celery.exceptions.Reject: always (not requeued; its visibility is reset so that SQS's
+                redrive moves it after ``maxReceiveCount`` quick receives).
+        """
+        from tasks.worker import expedite_to_dead_letter_queue  # noqa: PLC0415 (worker-side module)
+
+        log.error("refusing message of task %s (id %s): %s", self.name, self.request.id, problem)
+        properties = self.request.properties or {}
+        expedite_to_dead_letter_queue(properties.get("delivery_info"), properties.get("delivery_tag"), "invalid_fields")
+        raise Reject(problem, requeue=False)
 
     def _defer(self, job_id: str, tenant_id: str, exc: Exception) -> None:
         """Publish the deferred copy, then count it (best effort); raises Retry (ack) or Reject."""

@@ -56,7 +56,7 @@ class ImposeTask(FairTask):
         settings = get_settings()
         spec = parse_layout(job.layout)
         key = plate_key(job.tenant_id, job.job_id)
-        with tempfile.TemporaryDirectory(prefix=f"job-{job.job_id}-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="imposition-job-") as tmp:  # no path is built from an id
             source, plate = Path(tmp, "input.pdf"), Path(tmp, "plate.pdf")
             storage.download(job.input_key, source)
             report = get_engine(settings).impose(

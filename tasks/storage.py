@@ -2,7 +2,16 @@
 
 Transient failures (throttling, 5xx, connection drops) are retried with tenacity, after botocore's
 own retries (DESIGN §3: transient errors are retried in place). A missing object is not transient:
-it raises :class:`InputMissing`, which fails the job at once.
+it raises :class:`InputMissing`, which fails the job at once. An input larger than
+``Settings.max_input_bytes`` is refused from its ``HeadObject`` size, before a byte of it reaches the
+worker's disk, with the engine's :class:`imposition.errors.InputTooLarge` (never retried); the
+engine checks the downloaded file's size again.
+
+Errors::
+
+    StorageError            S3 kept failing after the in-place retries (retryable)
+    └── InputMissing        the input object does not exist (not retryable)
+    imposition.errors.InputTooLarge   (the engine's tree) the input is over max_input_bytes
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ from pathlib import Path
 from botocore.exceptions import BotoCoreError, ClientError
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from imposition.errors import InputTooLarge
 from service import aws
 from service.settings import get_settings
 
@@ -48,13 +58,20 @@ _in_place = retry(
 
 @_in_place
 def _download(key: str, path: Path) -> None:
-    aws.s3().download_file(get_settings().bucket, key, str(path))
+    settings = get_settings()
+    size_bytes = aws.s3().head_object(Bucket=settings.bucket, Key=key)["ContentLength"]
+    if size_bytes > settings.max_input_bytes:
+        raise InputTooLarge(f"input_key={key!r}: {size_bytes} bytes is more than "
+                            f"max_input_bytes={settings.max_input_bytes}")
+    aws.s3().download_file(settings.bucket, key, str(path))
 
 
 def download(key: str, path: Path) -> None:
-    """Download object ``key`` of the service bucket to ``path``.
+    """Download object ``key`` of the service bucket to ``path``, once its size is known to fit.
 
     Raises:
+        imposition.errors.InputTooLarge: the object is larger than ``Settings.max_input_bytes``
+            (its ``HeadObject`` size); nothing was downloaded.
         InputMissing: no such object.
         StorageError: S3 kept failing after the in-place retries.
     """

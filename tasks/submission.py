@@ -28,10 +28,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import admission
+from imposition.errors import InputTooLarge
 from leases import transactions
 from leases.models import JobItem
 from service.settings import get_settings
-from service.tenancy import check_own_key, input_key as derive_input_key, validate_tenant_id
+from service.tenancy import (
+    check_own_key,
+    input_key as derive_input_key,
+    shown_value,
+    validate_job_id,
+    validate_tenant_id,
+)
 from tasks import storage
 from tasks.messages import publish_job
 
@@ -64,24 +71,26 @@ def submit_job(
             characters); a token is taken for ``idempotency_ttl_s`` (48 h) after its submission.
         input_key: S3 key of the input PDF, under ``tenants/<tenant_id>/``.
         layout: the layout specification (dict or JSON text), validated here.
-        max_attempts: attempt budget (default ``Settings.max_attempts``).
-        job_id: use this id (default: a new UUID4).
+        max_attempts: attempt budget, 1–``Settings.max_attempts_limit`` (default ``Settings.max_attempts``).
+        job_id: use this id (default: a new UUID4); 1–64 characters from ``[A-Za-z0-9_-]``.
         on_duplicate: ``"raise"`` (default) raises :class:`admission.DuplicateSubmission` for a taken
             token; ``"return"`` returns the job id that holds the token instead.
 
     Raises:
-        service.tenancy.InvalidTenantId, service.tenancy.ForeignKeyRefused: bad identity or key.
+        service.tenancy.InvalidTenantId, service.tenancy.InvalidJobId,
+            service.tenancy.ForeignKeyRefused: bad identity or key.
         imposition.errors.InvalidLayout: the layout fails validation (names field, value, limit).
-        ValueError: an empty or too long token, a max_attempts below 1, a bad ``on_duplicate``.
+        ValueError: an empty, too long or not UTF-8-encodable token, a max_attempts that is not an
+            integer from 1 to ``Settings.max_attempts_limit``, a bad ``on_duplicate``.
         admission.DuplicateSubmission, admission.RateLimited, admission.InFlightLimitReached: refused
             (all :class:`admission.AdmissionRefused`); nothing was written or published.
         admission.AdmissionUnavailable: Redis unreachable; fails closed, nothing published.
         kombu/botocore/pynamodb errors: a later step failed (nothing is left behind).
     """
     check_own_key(tenant_id, input_key)
+    job_id = new_job_id() if job_id is None else validate_job_id(job_id)
     spec, budget = _validated(tenant_id, token, layout, max_attempts, on_duplicate)
-    return _admit_and_enqueue(tenant_id, token, job_id or new_job_id(), spec, budget, input_key,
-                              on_duplicate=on_duplicate)
+    return _admit_and_enqueue(tenant_id, token, job_id, spec, budget, input_key, on_duplicate=on_duplicate)
 
 
 def submit(
@@ -100,11 +109,16 @@ def submit(
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
+        imposition.errors.InputTooLarge: the file is larger than ``Settings.max_input_bytes``
+            (nothing uploaded: a worker would refuse it).
         everything :func:`submit_job` raises.
     """
     source = Path(path)
     if not source.is_file():
         raise FileNotFoundError(f"input PDF {str(source)!r} does not exist")
+    size_bytes, limit_bytes = source.stat().st_size, get_settings().max_input_bytes
+    if size_bytes > limit_bytes:
+        raise InputTooLarge(f"input PDF {str(source)!r}: {size_bytes} bytes is more than max_input_bytes={limit_bytes}")
     spec, budget = _validated(tenant_id, token, layout, max_attempts, on_duplicate)
     job_id = new_job_id()
     return _admit_and_enqueue(tenant_id, token, job_id, spec, budget, derive_input_key(tenant_id, job_id),
@@ -119,11 +133,18 @@ def _validated(tenant_id: str, token: str, layout: dict[str, Any] | str, max_att
     validate_tenant_id(tenant_id)
     if not isinstance(token, str) or not token.strip():
         raise ValueError("token: must be a non-empty string (the caller's idempotency token)")
+    try:
+        token.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"token: not encodable as UTF-8 at character {exc.start} "
+                         "(a lone surrogate); use a valid Unicode string") from exc
     if on_duplicate not in ("raise", "return"):
         raise ValueError(f"on_duplicate={on_duplicate!r}: must be 'raise' or 'return'")
-    budget = get_settings().max_attempts if max_attempts is None else int(max_attempts)
-    if budget < 1:
-        raise ValueError(f"max_attempts={max_attempts}: must be >= 1")
+    settings = get_settings()
+    budget = settings.max_attempts if max_attempts is None else max_attempts
+    if not isinstance(budget, int) or isinstance(budget, bool) or not 1 <= budget <= settings.max_attempts_limit:
+        raise ValueError(f"max_attempts={shown_value(max_attempts)}: must be an integer from 1 to "
+                         f"max_attempts_limit={settings.max_attempts_limit}")
     return parse_layout(layout), budget
 
 

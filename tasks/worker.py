@@ -7,6 +7,14 @@ comes back only after the visibility timeout, so it would take ``maxReceiveCount
 timeout to reach the DLQ. Here every poison message is rejected, its visibility set to 0 so SQS
 offers it again at once, and after ``maxReceiveCount`` receives SQS moves it to the DLQ. Each
 receive is logged and sent as the :data:`tasks.signals.poison_message` signal (a metric counts it).
+
+A task message whose body is not Celery protocol 2's ``[args, kwargs, embed]`` (``null``, an
+object, a two-element list, args that are not a list, kwargs that are not an object) is refused as
+``invalid_task`` before Celery builds its request: Celery unpacks the body outside its own
+invalid-task handling, and the TypeError/ValueError it raised stopped the whole worker node
+("Unrecoverable error"), again on every redelivery. A message that still makes Celery's request
+building raise TypeError/ValueError/KeyError (a malformed header) is refused the same way, its
+traceback logged.
 """
 
 from __future__ import annotations
@@ -14,7 +22,10 @@ from __future__ import annotations
 import logging
 
 from botocore.exceptions import BotoCoreError, ClientError
+from celery.exceptions import InvalidTaskError
 from celery.worker.consumer import Consumer
+from kombu.exceptions import ContentDisallowed, DecodeError
+from vine import promise
 
 from observability.events import EventsSideChannel
 from service import aws
@@ -54,12 +65,69 @@ def _expedite(message, reason: str) -> None:
     expedite_to_dead_letter_queue(message.delivery_info, message.delivery_tag, reason)
 
 
+def task_body_problem(message) -> str | None:
+    """What is wrong with the body of a task message, or None if it is well formed.
+
+    Checks the message as Celery will read it: a protocol 2 message (a ``task`` header) carries
+    ``[args, kwargs, embed]`` with args a list, kwargs an object and embed an object or null; a
+    body that is an object holding ``args`` is Celery's hybrid form of protocol 1 (``args`` a
+    list, ``kwargs`` an object if present). Messages without a ``task`` header are Celery's own
+    to judge (protocol 1, not a task message).
+
+    Raises:
+        kombu.exceptions.DecodeError, kombu.exceptions.ContentDisallowed: the body cannot be
+            decoded (Celery's decode-error and invalid-task handling apply).
+    """
+    headers = message.headers
+    if not isinstance(headers, dict) or "task" not in headers:
+        return None
+    body = message.payload
+    if isinstance(body, dict) and "args" in body:
+        args, kwargs, embed = body["args"], body.get("kwargs", {}), None
+    elif isinstance(body, (list, tuple)) and len(body) == 3:
+        args, kwargs, embed = body
+    else:
+        return f"body {type(body).__name__} is not [args, kwargs, embed] (Celery protocol 2)"
+    if not isinstance(args, (list, tuple)):
+        return f"args is {type(args).__name__}, not a list"
+    if not isinstance(kwargs, dict):
+        return f"kwargs is {type(kwargs).__name__}, not an object"
+    if embed is not None and not isinstance(embed, dict):
+        return f"embed is {type(embed).__name__}, not an object"
+    return None
+
+
 class ServiceConsumer(EventsSideChannel, Consumer):
     """Celery's consumer with dead-letter handling of poison messages (see module docstring).
 
     :class:`observability.events.EventsSideChannel` sends its monitoring events to the Redis side
     channel (``Settings.events_url``) instead of SQS, for Flower.
     """
+
+    def create_task_handler(self, promise=promise):
+        """Celery's task-message handler, behind a check of the body's shape (module docstring).
+
+        A malformed body goes to :meth:`on_invalid_task` (``invalid_task``) without reaching Celery;
+        a TypeError/ValueError/KeyError from Celery's own request building is logged with its
+        traceback and handled the same way, so one message can never stop the node.
+        """
+        handle = super().create_task_handler(promise)
+
+        def on_task_received(message):
+            try:
+                problem = task_body_problem(message)
+            except (DecodeError, ContentDisallowed):
+                problem = None  # Celery's own decode-error and invalid-task handling take it
+            if problem is not None:
+                return self.on_invalid_task(None, message, InvalidTaskError(problem))
+            try:
+                return handle(message)
+            except (TypeError, ValueError, KeyError) as exc:
+                log.exception("task message %s could not be read by Celery; refusing it",
+                              (message.headers or {}).get("id") if isinstance(message.headers, dict) else None)
+                return self.on_invalid_task(None, message, InvalidTaskError(f"{type(exc).__name__}: {exc}"))
+
+        return on_task_received
 
     def on_decode_error(self, message, exc):
         """Reject (not ack, as Celery does) a message whose body cannot be decoded."""

@@ -31,6 +31,7 @@ SESSION_ENV = {
     "IMPOSITION_REDIS_URL": "redis://127.0.0.1:6379/13",
     "IMPOSITION_EVENTS_URL": "redis://127.0.0.1:6379/12",
     "IMPOSITION_ENGINE_TIME_LIMIT_S": "60",
+    "IMPOSITION_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",  # webhook receivers of the tests listen on 127.0.0.1
 }
 
 _local_aws = None

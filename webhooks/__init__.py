@@ -2,7 +2,8 @@
 
 Service side: :mod:`webhooks.tasks` (the ``imposition.deliver_webhook`` task on the
 ``notifications`` queue, triggered by :data:`tasks.signals.job_finished`), :mod:`webhooks.delivery`
-(one round of signed POSTs with tenacity), :mod:`webhooks.endpoints` (URL and secret per tenant).
+(one round of signed POSTs with tenacity), :mod:`webhooks.endpoints` (URL and secret per tenant),
+:mod:`webhooks.destinations` (the SSRF guard: public addresses only).
 Tenant side: :func:`verify_webhook` and :func:`admission.confirm`; :mod:`webhooks.receiver` is a demo
 receiver process (``python -m webhooks.receiver --port 0``).
 
@@ -14,7 +15,7 @@ Public API::
     MemoryReplayStore(), RedisReplayStore(client)
     SIGNATURE_HEADER = "Imposition-Signature", EVENT_ID_HEADER = "Imposition-Event-Id"
     errors: WebhookError > WebhookVerificationError > MalformedSignature | InvalidSignature |
-            StaleTimestamp | ReplayedEvent;  WebhookError > WebhookConfigError
+            StaleTimestamp | ReplayedEvent;  WebhookError > WebhookConfigError > UnsafeWebhookDestination
 
 This package's ``__init__`` imports no Celery or AWS code, so a tenant can use the verifier alone.
 """
@@ -26,6 +27,7 @@ from webhooks.errors import (
     MalformedSignature,
     ReplayedEvent,
     StaleTimestamp,
+    UnsafeWebhookDestination,
     WebhookConfigError,
     WebhookError,
     WebhookVerificationError,
@@ -51,6 +53,7 @@ __all__ = [
     "ReplayStore",
     "ReplayedEvent",
     "StaleTimestamp",
+    "UnsafeWebhookDestination",
     "WebhookConfigError",
     "WebhookError",
     "WebhookVerificationError",

@@ -8,11 +8,20 @@ A round (one run of the ``imposition.deliver_webhook`` task, see :mod:`webhooks.
                                             Settings.webhook_attempt_budget_s ─► round failed
 
 Any non-2xx answer or connection error counts as a failed attempt (the tenant may fix its
-endpoint or secret meanwhile). A failed round is handed back to the task, which lets SQS hold the
-wait before the next round. Every round is recorded on the job item: ``webhook_status``,
-``webhook_attempts`` (HTTP attempts, all rounds), ``webhook_error`` (the last one),
-``webhook_delivered_at``. Logs name the job, the tenant and the URL without its query; never the
-secret, never the signature.
+endpoint or secret meanwhile). A destination refused by the SSRF guard (:mod:`webhooks.destinations`:
+the host now resolves to a non-public address) ends the round at once, as a failed round. A failed
+round is handed back to the task, which lets SQS hold the wait before the next round. Every round
+is recorded on the job item: ``webhook_status``, ``webhook_attempts`` (HTTP attempts, all rounds),
+``webhook_error`` (the last one), ``webhook_delivered_at``. Logs name the job, the tenant and the
+URL without its query; never the secret, never the signature.
+
+**Time limits.** requests' timeouts bound the connect and *each* socket read, not a response: an
+endpoint that sends its answer one byte per second never trips them, and tenacity checks its budget
+only between attempts. A round is therefore bounded by the task's Celery time limits, derived by
+:func:`round_time_limits`: at the soft limit Celery raises ``SoftTimeLimitExceeded`` inside the round
+wherever it blocks (a trickled read included); the round counts as failed and is re-published like
+any failed round. The hard limit (soft + grace) kills a child that ignored the soft one; the task's
+message is then requeued, not acked (see :mod:`webhooks.tasks`).
 
 A tenant with no webhook endpoint has nobody to confirm its jobs: the round confirms on its behalf
 (:func:`admission.confirm`) and records ``no_endpoint``.
@@ -27,18 +36,21 @@ import time
 from dataclasses import dataclass
 
 import requests
+from celery.exceptions import SoftTimeLimitExceeded
 from pynamodb.exceptions import DoesNotExist, UpdateError
 from tenacity import (
     RetryError,
     Retrying,
     retry_if_exception_type,
-    stop_after_delay,
+    stop_before_delay,
     wait_exponential_jitter,
 )
 
 from leases.models import JobItem
-from service.settings import get_settings
+from service.settings import Settings, get_settings
+from webhooks.destinations import guarded_session
 from webhooks.endpoints import WebhookEndpoint, endpoint_for, loggable_url
+from webhooks.errors import UnsafeWebhookDestination
 from webhooks.events import encode, event_id, job_event
 from webhooks.signing import signed_headers
 
@@ -71,9 +83,34 @@ class RoundReport:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class RoundTimeLimits:
+    """Celery time limits of one delivery round (the ``imposition.deliver_webhook`` task), seconds.
+
+    Attributes:
+        soft_s: ``webhook_attempt_budget_s + webhook_connect_timeout_s + webhook_read_timeout_s +
+            webhook_round_overhead_s``: the last POST starts within the budget (tenacity's
+            ``stop_before_delay``) and may then take both timeouts, the rest of the round (reading
+            the job and the endpoint) takes the overhead. Past it, the round fails.
+        hard_s: ``soft_s + webhook_hard_limit_grace_s``: time to record the failed round and publish
+            the next one before Celery kills the child.
+    """
+
+    soft_s: float
+    hard_s: float
+
+
+def round_time_limits(settings: Settings | None = None) -> RoundTimeLimits:
+    """The time limits of a delivery round under ``settings`` (default: the process settings)."""
+    s = settings or get_settings()
+    soft_s = (s.webhook_attempt_budget_s + s.webhook_connect_timeout_s + s.webhook_read_timeout_s
+              + s.webhook_round_overhead_s)
+    return RoundTimeLimits(soft_s=soft_s, hard_s=soft_s + s.webhook_hard_limit_grace_s)
+
+
 @functools.lru_cache(maxsize=None)
 def _session(pid: int) -> requests.Session:
-    return requests.Session()
+    return guarded_session()
 
 
 def post_once(endpoint: WebhookEndpoint, body: bytes, evt_id: str) -> int:
@@ -81,6 +118,7 @@ def post_once(endpoint: WebhookEndpoint, body: bytes, evt_id: str) -> int:
 
     Raises:
         AttemptFailed: a connection error, a timeout, a redirect or any non-2xx status.
+        UnsafeWebhookDestination: the host is or resolves to a non-public address (not retried).
     """
     settings = get_settings()
     try:
@@ -97,10 +135,14 @@ def post_once(endpoint: WebhookEndpoint, body: bytes, evt_id: str) -> int:
 
 
 def post_with_retries(endpoint: WebhookEndpoint, body: bytes, evt_id: str) -> RoundReport:
-    """POST until one attempt succeeds or ``Settings.webhook_attempt_budget_s`` is spent."""
+    """POST until one attempt succeeds, or no attempt can start within ``Settings.webhook_attempt_budget_s``.
+
+    A refused destination, or the round's soft time limit (:func:`round_time_limits`) reached during
+    an attempt or a backoff, ends the round at once as ``failed``.
+    """
     settings = get_settings()
     retrying = Retrying(
-        stop=stop_after_delay(settings.webhook_attempt_budget_s),
+        stop=stop_before_delay(settings.webhook_attempt_budget_s),
         wait=wait_exponential_jitter(multiplier=settings.webhook_backoff_initial_s, max=settings.webhook_backoff_max_s,
                                      jitter=settings.webhook_backoff_initial_s),
         retry=retry_if_exception_type(AttemptFailed),
@@ -110,6 +152,12 @@ def post_with_retries(endpoint: WebhookEndpoint, body: bytes, evt_id: str) -> Ro
     except RetryError as exc:
         last = exc.last_attempt
         return RoundReport("failed", last.attempt_number, str(last.exception()))
+    except UnsafeWebhookDestination as exc:
+        return RoundReport("failed", retrying.statistics.get("attempt_number", 1), str(exc))
+    except SoftTimeLimitExceeded:
+        return RoundReport("failed", retrying.statistics.get("attempt_number", 1),
+                           f"round time limit of {round_time_limits().soft_s:g} s reached while posting to "
+                           f"{loggable_url(endpoint.url)} (the endpoint answered too slowly)")
     return RoundReport(DELIVERED, retrying.statistics.get("attempt_number", 1))
 
 

@@ -5,6 +5,10 @@ environment variable, so it never appears on a command line or in shell history)
 the delivery task (to sign) and the demo receiver (to verify), and never printed or logged:
 :class:`WebhookEndpoint` hides it from ``repr``, ``imposition tenant show`` does not print it, and
 the SDK's debug logs of the tenants item are withheld (:mod:`webhooks.redaction`).
+
+A URL is accepted only if its host is and resolves to public addresses (the SSRF guard of
+:mod:`webhooks.destinations`, which checks again at every connection of a delivery), unless
+``Settings.webhook_allow_private_addresses`` is set.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pynamodb.exceptions import DoesNotExist
 from leases.models import TenantItem
 from service.tenancy import validate_tenant_id
 from webhooks import redaction
+from webhooks.destinations import check_destination
 from webhooks.errors import WebhookConfigError
 
 redaction.install()  # this module reads and writes secrets through the SDK
@@ -37,7 +42,7 @@ class WebhookEndpoint:
 
 
 def check_url(url: str) -> str:
-    """Return ``url`` if it is an absolute ``http``/``https`` URL with a host.
+    """Return ``url`` if it is an absolute ``http``/``https`` URL with a host and a valid port (if any).
 
     Raises:
         WebhookConfigError: it is not.
@@ -45,6 +50,10 @@ def check_url(url: str) -> str:
     parts = urlsplit(url or "")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise WebhookConfigError(f"webhook_url={url!r}: must be an absolute http(s) URL with a host")
+    try:
+        parts.port  # noqa: B018 - urlsplit checks the port only when it is read
+    except ValueError as exc:
+        raise WebhookConfigError(f"webhook_url={url!r}: {exc}") from None
     return url
 
 
@@ -72,7 +81,10 @@ def set_webhook(tenant_id: str, url: str | None, secret: str | None) -> None:
 
     Raises:
         service.tenancy.InvalidTenantId: not a canonical tenant id.
-        WebhookConfigError: a bad URL, or a secret shorter than ``MIN_SECRET_LEN`` characters.
+        WebhookConfigError: a bad URL, a host that does not resolve, or a secret shorter than
+            ``MIN_SECRET_LEN`` characters.
+        UnsafeWebhookDestination: the URL's host is or resolves to a non-public address
+            (:mod:`webhooks.destinations`; allowed by ``Settings.webhook_allow_private_addresses``).
     """
     from leases.transactions import ensure_tenant  # noqa: PLC0415 (keeps this module light to import)
 
@@ -80,7 +92,7 @@ def set_webhook(tenant_id: str, url: str | None, secret: str | None) -> None:
     if url is None:
         actions = [TenantItem.webhook_url.remove(), TenantItem.webhook_secret.remove()]
     else:
-        check_url(url)
+        check_destination(check_url(url))
         if not secret or len(secret) < MIN_SECRET_LEN:
             raise WebhookConfigError(f"webhook secret: must be at least {MIN_SECRET_LEN} characters")
         actions = [TenantItem.webhook_url.set(url), TenantItem.webhook_secret.set(secret)]

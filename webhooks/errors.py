@@ -7,6 +7,7 @@
     │   ├── StaleTimestamp           |now - t| exceeds the tolerance (old capture or skewed clock)
     │   └── ReplayedEvent            the same event id and timestamp were accepted before
     └── WebhookConfigError           a webhook URL or secret that cannot be used (names the field)
+        └── UnsafeWebhookDestination the URL's host is or resolves to a non-public address (SSRF guard)
 
 No message of this package ever contains a secret.
 """
@@ -51,3 +52,9 @@ class ReplayedEvent(WebhookVerificationError):
 
 class WebhookConfigError(WebhookError, ValueError):
     """A webhook URL or secret that cannot be used."""
+
+
+class UnsafeWebhookDestination(WebhookConfigError):
+    """A webhook URL whose host is, or resolves to, a loopback, private, link-local, multicast,
+    unspecified, reserved or otherwise non-public address (refused unless
+    ``Settings.webhook_allow_private_addresses``; see :mod:`webhooks.destinations`)."""

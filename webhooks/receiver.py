@@ -7,7 +7,8 @@ first line of stdout), then serves:
     verifies the request with :func:`webhooks.signing.verify_webhook` under the tenant's secret
     (read from the tenants table) and, if it verifies, confirms the job with
     :func:`admission.confirm` (lowering the tenant's in-flight count) and answers 200. A request
-    that fails verification gets 400 and confirms nothing; an unknown tenant gets 404.
+    that fails verification gets 400 and confirms nothing, whatever its headers and body hold
+    (a malformed ``Content-Length`` too); an unknown tenant gets 404.
 ``GET /confirmations``
     JSON ``{"tenants": {tenant: {"accepted", "confirmed", "rejected", "jobs": {job_id: accepted}}},
     "accepted", "confirmed", "rejected"}``: events accepted (verified), confirmations that lowered an
@@ -100,7 +101,11 @@ def make_server(host: str = "127.0.0.1", port: int = 0, *, tolerance_s: float | 
 
         def do_POST(self) -> None:  # noqa: N802
             tenant_id = self.path[len(HOOK_PATH):] if self.path.startswith(HOOK_PATH) else ""
-            length = int(self.headers.get("Content-Length") or 0)
+            declared = self.headers.get_all("Content-Length") or ["0"]
+            if len(declared) > 1 or not declared[0].strip().isdigit() or not declared[0].isascii():
+                self._answer(HTTPStatus.BAD_REQUEST, {"error": "Content-Length: one non-negative integer needed"})
+                return
+            length = int(declared[0])
             if length > MAX_BODY_BYTES:
                 self._answer(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": f"body over {MAX_BODY_BYTES} bytes"})
                 return

@@ -39,6 +39,8 @@ EVENT_ID_HEADER = "Imposition-Event-Id"
 SCHEME = "v1"
 #: Stripe's default tolerance between the signature timestamp and the receiver's clock, seconds.
 DEFAULT_TOLERANCE_S = 300
+#: Longest accepted ``t=`` value, digits (unix seconds have 10 until the year 2286).
+MAX_TIMESTAMP_DIGITS = 12
 
 
 def compute_signature(secret: str, timestamp_s: int, body: bytes) -> str:
@@ -109,29 +111,70 @@ class RedisReplayStore:
 _process_store = MemoryReplayStore()
 
 
+def _text(value: object) -> str | None:
+    """``value`` as ASCII text (str, or bytes as some frameworks give them), or None if it is not."""
+    if isinstance(value, bytes):
+        value = value.decode("ascii", errors="replace")
+    return value if isinstance(value, str) and value.isascii() else None
+
+
 def _header(headers: Mapping[str, str], name: str) -> str | None:
+    """The value of header ``name`` (names compared case-insensitively), or None if it is absent.
+
+    Raises:
+        MalformedSignature: ``headers`` has no ``items()``, the header appears more than once, or its
+            value is not one ASCII string (a list, non-ASCII text).
+    """
     lowered = name.lower()
-    for key, value in headers.items():
-        if key.lower() == lowered:
-            return value
-    return None
+    try:
+        values = [value for key, value in headers.items() if (_text(key) or "").lower() == lowered]
+    except (AttributeError, TypeError, ValueError):
+        raise MalformedSignature(f"headers: need a mapping of names to values, got {type(headers).__name__}") from None
+    if len(values) > 1:
+        raise MalformedSignature(f"header {name} appears {len(values)} times; send it once")
+    if not values:
+        return None
+    value = _text(values[0])
+    if value is None:
+        raise MalformedSignature(f"header {name}: must be one ASCII string, got {type(values[0]).__name__}"
+                                 f"{' with non-ASCII characters' if isinstance(values[0], (str, bytes)) else ''}")
+    return value
+
+
+def _raw_body(body: object) -> bytes:
+    """The bytes of ``body`` (bytes-like, or text as UTF-8).
+
+    Raises:
+        MalformedSignature: neither bytes nor text, or text that has no UTF-8 form (a lone surrogate).
+    """
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body)
+    if isinstance(body, str):
+        try:
+            return body.encode()
+        except UnicodeEncodeError:
+            raise MalformedSignature("body: text with no UTF-8 form (a lone surrogate); pass the raw bytes") from None
+    raise MalformedSignature(f"body: must be the raw request bytes, got {type(body).__name__}")
 
 
 def parse_signature_header(value: str) -> tuple[int, list[str]]:
     """``"t=…,v1=…[,v1=…]"`` → (timestamp, [v1 signatures]); unknown schemes are ignored.
 
     Raises:
-        MalformedSignature: no ``t`` or no ``v1`` entry, or a non-integer ``t``.
+        MalformedSignature: no ``t`` or no ``v1`` entry, a ``t`` that is not 1 to
+            :data:`MAX_TIMESTAMP_DIGITS` ASCII digits, or non-ASCII text.
     """
+    if not value.isascii():
+        raise MalformedSignature(f"{SIGNATURE_HEADER}: must be ASCII")
     timestamp: int | None = None
     signatures: list[str] = []
     for part in value.split(","):
         name, _, item = part.strip().partition("=")
         if name == "t":
-            try:
-                timestamp = int(item)
-            except ValueError:
-                raise MalformedSignature(f"{SIGNATURE_HEADER}: t={item!r} is not an integer") from None
+            if not (item.isdigit() and len(item) <= MAX_TIMESTAMP_DIGITS):
+                raise MalformedSignature(f"{SIGNATURE_HEADER}: t={item[:MAX_TIMESTAMP_DIGITS + 1]!r} is not "
+                                         f"a unix time of at most {MAX_TIMESTAMP_DIGITS} digits")
+            timestamp = int(item)
         elif name == SCHEME and item:
             signatures.append(item)
     if timestamp is None or not signatures:
@@ -167,16 +210,18 @@ def verify_webhook(
 
     Raises:
         MalformedSignature, InvalidSignature, StaleTimestamp, ReplayedEvent (all
-        :class:`webhooks.errors.WebhookVerificationError`).
+        :class:`webhooks.errors.WebhookVerificationError`, whatever the headers and the body hold:
+        a header sent twice or as a list, non-ASCII header text, a body that is neither bytes nor
+        UTF-8-encodable text are all ``MalformedSignature``).
     """
-    raw = body.encode() if isinstance(body, str) else bytes(body)
+    raw = _raw_body(body)
     signature = _header(headers, SIGNATURE_HEADER)
     event_id = _header(headers, EVENT_ID_HEADER)
     if not signature or not event_id:
         raise MalformedSignature(f"headers {SIGNATURE_HEADER} and {EVENT_ID_HEADER} are required")
     timestamp, candidates = parse_signature_header(signature)
     expected = compute_signature(secret, timestamp, raw)
-    if not any(hmac.compare_digest(expected, candidate) for candidate in candidates):
+    if not any(hmac.compare_digest(expected.encode(), candidate.encode()) for candidate in candidates):
         raise InvalidSignature("no v1 signature matches the body under this secret")
     now = time.time() if now_s is None else now_s
     age_s = now - timestamp
@@ -184,7 +229,7 @@ def verify_webhook(
         raise StaleTimestamp(age_s, tolerance_s)
     try:
         event = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise MalformedSignature("body is not JSON") from None
     if not isinstance(event, dict) or event.get("id") != event_id:
         raise MalformedSignature(f"{EVENT_ID_HEADER} does not match the body's id")

@@ -17,6 +17,17 @@ the others' deliveries on that queue either. Timeline of one event::
       record gave_up (the job stays in its tenant's in-flight count until the tenant confirms it
       or the entry reaches Settings.admission_in_flight_expiry_s; see :mod:`admission.control`)
 
+Each round runs under Celery time limits derived from the settings
+(:func:`webhooks.delivery.round_time_limits`), so an endpoint that answers one byte per second holds
+a notifications slot for the soft limit at most, never longer: the soft limit fails the round, which
+is recorded and re-published like any failed round. The hard limit (soft + grace) kills a child
+that did not get that far; the message is then requeued (``acks_on_timeout=False``: SQS shows it
+again after ``sqs_wait_time_s``), and an exception that escapes the task leaves it in the queue too
+(``acks_on_failure=False``: back after the visibility timeout), so no event is lost; a message that
+keeps failing that way reaches the ``notifications`` dead-letter queue after ``max_receive_count``
+receives. Keep the hard limit below the queues' visibility timeout, or SQS hands a running round's
+message to a second worker (a duplicate POST).
+
 Delivery is at least once: a message delivered twice by SQS may POST the event twice (same event
 id); the tenant drops the second by its id.
 """
@@ -62,12 +73,19 @@ def publish_delivery(tenant_id: str, job_id: str, *, round_number: int = 1, firs
         queue=get_settings().notifications_queue,
         MessageGroupId=message_group_id(tenant_id),
         DelaySeconds=delay_s,
+        # no limits in the message: the worker applies the ones its own settings derive (ROUND_TIME_LIMITS)
+        time_limit=None, soft_time_limit=None,
         retry=True,
         retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2},
     )
 
 
-@app.task(name=TASK_NAME, acks_late=True, ignore_result=True)
+#: This process's time limits of a round (the worker's settings, read once at import).
+ROUND_TIME_LIMITS = delivery.round_time_limits()
+
+
+@app.task(name=TASK_NAME, acks_late=True, ignore_result=True, acks_on_failure=False, acks_on_timeout=False,
+          soft_time_limit=ROUND_TIME_LIMITS.soft_s, time_limit=ROUND_TIME_LIMITS.hard_s)
 def deliver_webhook(*, job_id: str, tenant_id: str, round_number: int = 1,
                     first_round_at: float | None = None) -> dict:
     """Run one delivery round; if it failed, schedule the next through SQS or give up.
@@ -78,8 +96,10 @@ def deliver_webhook(*, job_id: str, tenant_id: str, round_number: int = 1,
     started = time.time() if first_round_at is None else float(first_round_at)
     try:
         report = delivery.deliver_round(job_id, tenant_id)
-    except Exception as exc:  # noqa: BLE001 - e.g. DynamoDB unreachable: a failed round, not a lost event
-        log.warning("webhook of job %s (tenant %s): round %s could not run: %s", job_id, tenant_id, round_number, exc)
+    except Exception as exc:  # noqa: BLE001 - DynamoDB unreachable, or the soft time limit outside the POSTs:
+        # a failed round, not a lost event
+        log.warning("webhook of job %s (tenant %s): round %s could not run: %s: %s",
+                    job_id, tenant_id, round_number, type(exc).__name__, exc)
         report = delivery.RoundReport("failed", 0, f"round could not run: {type(exc).__name__}")
     if report.status != "failed":
         return {"job_id": job_id, "status": report.status, "round": round_number}

@@ -179,7 +179,9 @@ class Engine(ABC):
 
         Raises:
             ImpositionError: the typed error the child reported; TimeLimitExceeded or EngineCancelled
-                from the wait; MemoryLimitExceeded or EngineCrashed when it died without a result.
+                from the wait; MemoryLimitExceeded or EngineCrashed when it died without a result
+                (its message never carries the child's log, which may hold a traceback and paths:
+                that goes to this module's logger).
         """
         request_path, result_path = job.work_dir / f"{mode}.request.json", job.work_dir / f"{mode}.result.json"
         request = {
@@ -189,6 +191,8 @@ class Engine(ABC):
             "layout": job.spec.resolved().to_json(),
             "slug": asdict(job.slug) if job.slug else None,
             "max_pages": self.settings.max_pages,
+            "max_cells_per_sheet": self.settings.max_cells_per_sheet,
+            "max_cells_per_job": self.settings.max_cells_per_job,
             "result": str(result_path),
         }
         request_path.write_text(json.dumps(request))
@@ -211,8 +215,10 @@ class Engine(ABC):
                 f"the engine ran out of its memory budget "
                 f"(engine_memory_limit_bytes={self.settings.engine_memory_limit_bytes})"
             )
+        log.error("the engine's child process for %s ended with status %s and no result; the end of its log:\n%s",
+                  job.input_path.name, ended.returncode, ended.log_tail)
         raise EngineCrashed(
-            f"the engine's child process ended with status {ended.returncode} and no result: "
-            f"{ended.log_tail.strip()[-500:]}"
+            f"the engine's child process ended with status {ended.returncode} and no result "
+            f"(an internal error; its log is in the worker's log)"
         )
 

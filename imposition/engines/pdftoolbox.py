@@ -42,6 +42,7 @@ from ..errors import (
     LicenceUnavailable,
     OutputNotSaved,
     PasswordRequired,
+    without_paths,
 )
 from ..isolation import run_limited
 from ..spec import LayoutSpec
@@ -137,7 +138,9 @@ class PdfToolboxEngine(Engine):
             log_path=job.work_dir / "pdftoolbox.log",
             cancel=job.cancel,
         )
-        error = error_for_exit(ended.returncode, ended.log_tail)
+        # pdfToolbox names the files by their full paths, the worker's: the tenant sees bare names
+        worker_paths = (job.input_path, job.output_path, job.work_dir, Path(self.settings.pdftoolbox_process_plan))
+        error = error_for_exit(ended.returncode, without_paths(ended.log_tail, worker_paths))
         if error is not None:
             raise error
         import pikepdf  # only here: the parent never parses PDFs otherwise, and starts faster without it
@@ -146,7 +149,9 @@ class PdfToolboxEngine(Engine):
             with pikepdf.open(job.output_path) as plates:
                 sides = len(plates.pages)
         except (OSError, pikepdf.PdfError) as exc:
-            raise EngineCrashed(f"pdfToolbox reported success but wrote no readable output: {exc}") from None
+            raise EngineCrashed(
+                f"pdfToolbox reported success but wrote no readable output: {without_paths(str(exc), worker_paths)}"
+            ) from None
         duplex = getattr(job.spec, "duplex", "simplex")
         sheets = (sides + 1) // 2 if duplex == "sheetwise" else sides
         return Placed(sheets, sides, inspected["pages_in"], inspected["blank_pages"])

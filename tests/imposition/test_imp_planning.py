@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from imposition import parse_layout
-from imposition.errors import InvalidLayout, PageTooLarge
+from imposition.errors import InvalidLayout, PageTooLarge, TooManyCells
 from imposition.geometry import PageBoxes, Rect, available_bleed, displayed_size, fit_scale, normalise_rotate
 from imposition.planning import plan_imposition
 from imposition.sheets import mm_to_pt
@@ -50,8 +52,30 @@ def test_scaling_none_rejects_a_page_larger_than_its_cell():
 
 
 def test_margins_that_leave_no_room_are_an_invalid_layout():
+    """parse_layout refuses such a layout; the planner still checks a Layout it is handed as it is."""
     with pytest.raises(InvalidLayout, match="margin_mm=150"):
-        plan_imposition(parse_layout({"layout": "n_up", "sheet": "A4", "margin_mm": 150}), [a5()])
+        parse_layout({"layout": "n_up", "sheet": "A4", "margin_mm": 150})
+    landscape_only = parse_layout({"layout": "n_up", "sheet": "A5", "margin_mm": {"left_mm": 150}}).resolved()
+    with pytest.raises(InvalidLayout, match="left_mm=150.0.*leaves no room on the 148 × 210 mm sheet"):
+        plan_imposition(replace(landscape_only, orientation="portrait"), [a5()])
+
+
+def test_auto_orientation_skips_an_orientation_without_room():
+    plan = plan_imposition(parse_layout({"layout": "n_up", "sheet": "A5", "margin_mm": {"left_mm": 150}}), [a5()])
+    assert plan.width_pt > plan.height_pt
+
+
+def test_cells_per_sheet_and_per_job_are_bounded_before_any_is_laid_out():
+    tiny = a5(trim=Rect(0, 0, 0.06, 0.06))
+    repeat = parse_layout({"layout": "step_and_repeat", "sheet": "A4"})
+    with pytest.raises(TooManyCells, match=r"\d+ × \d+ = \d+ cells on one side .* max_cells_per_sheet=10000"):
+        plan_imposition(repeat, [tiny], max_cells_per_sheet=10_000)
+    card = a5(trim=Rect(0, 0, mm_to_pt(20), mm_to_pt(20)))  # 10 × 14 = 140 copies on a portrait A4
+    assert len(plan_imposition(repeat, [card] * 7, max_cells_per_sheet=140, max_cells_per_job=980).plates) == 7
+    with pytest.raises(TooManyCells, match="8 sides of 10 × 14 copies make 1120 cells, more than max_cells_per_job=980"):
+        plan_imposition(repeat, [card] * 8, max_cells_per_sheet=140, max_cells_per_job=980)
+    with pytest.raises(TooManyCells, match="max_cells_per_sheet=139"):
+        plan_imposition(repeat, [card], max_cells_per_sheet=139)
 
 
 def test_step_and_repeat_rejects_a_page_the_document_lacks():

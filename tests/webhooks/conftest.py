@@ -60,16 +60,32 @@ def notifier(tmp_path_factory):
 
 
 @pytest.fixture
-def short_delivery_clocks(monkeypatch):
-    """This process delivers with the notifier's short clocks (settings re-read), restored after."""
+def settings_env(monkeypatch):
+    """A function ``**{ENV_NAME: value}`` → None: this process re-reads its settings with those set;
+    the session's settings come back after the test."""
     from service.settings import get_settings
 
-    for name, value in NOTIFIER_ENV.items():
-        monkeypatch.setenv(name, value)
-    get_settings.cache_clear()
-    yield
+    def set_env(**env: str) -> None:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        get_settings.cache_clear()
+
+    yield set_env
     monkeypatch.undo()
     get_settings.cache_clear()
+
+
+@pytest.fixture
+def short_delivery_clocks(settings_env):
+    """This process delivers with the notifier's short clocks (settings re-read), restored after."""
+    settings_env(**NOTIFIER_ENV)
+
+
+@pytest.fixture
+def private_addresses(settings_env):
+    """A function ``allowed: bool`` → None setting this process's ``webhook_allow_private_addresses``
+    (the session allows them: its receivers listen on 127.0.0.1)."""
+    return lambda allowed: settings_env(IMPOSITION_WEBHOOK_ALLOW_PRIVATE_ADDRESSES=str(allowed).lower())
 
 
 @pytest.fixture

@@ -90,12 +90,17 @@ def _post(url: str, body: bytes, headers: dict) -> int:
         return exc.code
 
 
-def test_the_receiver_rejects_forgeries_and_replays(redis_db, new_tenant, webhook_secret, start_receiver):
+def _receiver_and_admitted_job(start_receiver, tenant: str, secret: str):
+    """A receiver with ``tenant``'s webhook pointed at it, and an admitted finished job of ``tenant``:
+    (receiver, tenant, job id, the job's event body)."""
     receiver = start_receiver()
-    tenant = new_tenant()
-    set_webhook(tenant, receiver.url(tenant), webhook_secret)
+    set_webhook(tenant, receiver.url(tenant), secret)
     job_id = _admitted_finished_job(tenant)
-    body = encode(job_event(job_item(job_id)))
+    return receiver, tenant, job_id, encode(job_event(job_item(job_id)))
+
+
+def test_the_receiver_rejects_forgeries_and_replays(redis_db, new_tenant, webhook_secret, start_receiver):
+    receiver, tenant, job_id, body = _receiver_and_admitted_job(start_receiver, new_tenant(), webhook_secret)
     forged = signed_headers(body, "not-the-secret-" + "f" * 32, event_id(job_id))
     assert _post(receiver.url(tenant), body, forged) == 400
     stale = signed_headers(body, webhook_secret, event_id(job_id), timestamp_s=int(time.time()) - 3600)
@@ -111,6 +116,43 @@ def test_the_receiver_rejects_forgeries_and_replays(redis_db, new_tenant, webhoo
     other = new_tenant()
     set_webhook(other, receiver.url(other), "other-secret-" + "9" * 32)
     assert _post(receiver.url(other), body, signed_headers(body, webhook_secret, event_id(job_id))) == 400
+
+
+def _raw_post(port: int, path: str, headers: list[tuple[str, bytes]], body: bytes) -> int:
+    """POST with exactly these header lines (repeats and non-ASCII bytes kept); the answer's status."""
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.putrequest("POST", path, skip_accept_encoding=True)
+        for name, value in headers:
+            connection.putheader(name, value)
+        connection.endheaders(body)
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+def test_the_receiver_answers_400_to_odd_headers(redis_db, new_tenant, webhook_secret, start_receiver):
+    receiver, tenant, job_id, body = _receiver_and_admitted_job(start_receiver, new_tenant(), webhook_secret)
+    good = [(k, v.encode()) for k, v in signed_headers(body, webhook_secret, event_id(job_id)).items()]
+    length = [("Content-Length", str(len(body)).encode())]
+    path = f"/hooks/{tenant}"
+    odd = {
+        "non-ASCII v1": [*good[:1], ("Imposition-Signature", f"t={int(time.time())},v1=\xe9".encode("latin-1")),
+                         *good[2:], *length],
+        "signature twice": [*good, good[1], *length],
+        "non-ASCII event id": [*good[:2], ("Imposition-Event-Id", b"evt_\xe9"), *length],
+        "Content-Length not a number": [*good, ("Content-Length", b"abc")],
+        "Content-Length negative": [*good, ("Content-Length", b"-1")],
+        "Content-Length twice": [*good, *length, *length],
+    }
+    answers = {case: _raw_post(receiver.port, path, headers, body) for case, headers in odd.items()}
+    assert answers == dict.fromkeys(odd, 400)
+    assert _raw_post(receiver.port, path, [*good, *length], body) == 200  # still serving; the genuine one passes
+    counts = receiver.tenant_counts(tenant)
+    assert (counts["accepted"], counts["rejected"]) == (1, 3)  # the Content-Length cases never reach verification
+    assert admission.in_flight(tenant) == 0
 
 
 def test_the_secret_is_never_logged_nor_sent(redis_db, new_tenant, webhook_secret, start_receiver, caplog, notifier,
@@ -132,7 +174,23 @@ def test_the_secret_is_never_logged_nor_sent(redis_db, new_tenant, webhook_secre
     assert webhook_secret not in repr(endpoint_for(tenant))
 
 
-@pytest.mark.parametrize("url", ["ftp://example.com/x", "/relative", "http://"])
+def test_round_time_limits_are_derived_from_the_settings():
+    """Soft = attempt budget + connect + read timeouts + round overhead; hard = soft + grace. The task
+    carries this process's limits, and a limit reached never acks the message (no event lost).
+    tests/adversarial/test_adv_webhook_trickle.py shows a worker applying its own limits."""
+    from service.settings import Settings
+    from webhooks.delivery import RoundTimeLimits, round_time_limits
+    from webhooks.tasks import deliver_webhook
+
+    settings = Settings(webhook_attempt_budget_s=7, webhook_connect_timeout_s=2, webhook_read_timeout_s=3,
+                        webhook_round_overhead_s=4, webhook_hard_limit_grace_s=5)
+    assert round_time_limits(settings) == RoundTimeLimits(soft_s=16, hard_s=21)
+    limits = round_time_limits()
+    assert (deliver_webhook.soft_time_limit, deliver_webhook.time_limit) == (limits.soft_s, limits.hard_s)
+    assert deliver_webhook.acks_late and not deliver_webhook.acks_on_failure and not deliver_webhook.acks_on_timeout
+
+
+@pytest.mark.parametrize("url", ["ftp://example.com/x", "/relative", "http://", "http://example.com:99999/x"])
 def test_bad_webhook_urls_are_refused(url, new_tenant, webhook_secret):
     from webhooks.errors import WebhookConfigError
 

@@ -138,3 +138,47 @@ def test_one_matching_signature_of_several_is_enough():
     t = int(time.time())
     header = f"t={t},v1={compute_signature('old-secret-' + 'o' * 32, t, BODY)},v1={compute_signature(SECRET, t, BODY)}"
     assert _verify({SIGNATURE_HEADER: header, EVENT_ID_HEADER: "evt_job1"}) == EVENT
+
+
+def _twice(name: str, value: str):
+    """Headers as http.server parses them (an ``email.message.Message``), with ``name`` sent twice."""
+    from email.message import Message
+
+    message = Message()
+    for key, item in signed_headers(BODY, SECRET, "evt_job1").items():
+        message[key] = item
+    message[name] = value
+    return message
+
+
+def _good() -> dict:
+    return signed_headers(BODY, SECRET, "evt_job1")
+
+
+ODD_REQUESTS = {
+    "non-ASCII v1": lambda: ({**_good(), SIGNATURE_HEADER: f"t={int(time.time())},v1=é"}, BODY),
+    "non-ASCII digits in t": lambda: ({**_good(), SIGNATURE_HEADER: "t=\u0661\u0667\u0660\u0660,v1=ab"}, BODY),
+    "a 5000-digit t": lambda: ({**_good(), SIGNATURE_HEADER: "t=" + "9" * 5000 + ",v1=ab"}, BODY),
+    "list-valued signature": lambda: ({**_good(), SIGNATURE_HEADER: [_good()[SIGNATURE_HEADER]]}, BODY),
+    "list-valued event id": lambda: ({**_good(), EVENT_ID_HEADER: ["evt_job1"]}, BODY),
+    "signature sent twice": lambda: (_twice(SIGNATURE_HEADER, _good()[SIGNATURE_HEADER]), BODY),
+    "non-ASCII bytes header": lambda: ({**_good(), EVENT_ID_HEADER: "evt_\xe9".encode("latin-1")}, BODY),
+    "headers not a mapping": lambda: (None, BODY),
+    "None body": lambda: (_good(), None),
+    "int body": lambda: (_good(), 10**12),  # bytes(10**12) would have allocated a terabyte
+    "lone-surrogate body": lambda: (_good(), '{"id": "evt_job1", "x": "\ud800"}'),
+    "list body": lambda: (_good(), [BODY]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ODD_REQUESTS))
+def test_odd_headers_and_bodies_raise_malformed_signature_and_nothing_else(case):
+    headers, body = ODD_REQUESTS[case]()
+    with pytest.raises(MalformedSignature):
+        _verify(headers, body=body)
+
+
+def test_bytes_headers_and_bytes_like_bodies_verify():
+    """Frameworks that hand over raw header bytes (ASGI) or a memoryview body are served too."""
+    raw = {k.encode(): v.encode() for k, v in signed_headers(BODY, SECRET, "evt_job1").items()}
+    assert _verify(raw, body=memoryview(BODY)) == EVENT
