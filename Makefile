@@ -15,16 +15,18 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 ## The main job on the embedded stack (moto server for SQS, DynamoDB and S3, plus local Redis).
+## KEEP=1 leaves the stack up afterwards for the command line and Flower, until Ctrl-C.
 run: $(STAMP)
-	$(BIN)/python -m service.demo
+	$(BIN)/python -m service.demo $(if $(KEEP),--keep)
 
 ## The test suite (real moto servers, real Redis, real celery worker processes).
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
 ## The engine benchmark (not in `make test`): our engine against pdfimpose and a plain pikepdf page
-## copy, as external commands and in-process; tables in out/bench/ and bench/RESULTS.md (a few minutes
-## on 2 cores). BENCH_QUICK=1 runs only the small inputs (and leaves bench/RESULTS.md alone).
+## copy, as external commands and in-process; tables printed and written to out/bench/ (a few minutes
+## on 2 cores). BENCH_QUICK=1 runs only the small inputs; BENCH_UPDATE_DOC=1 also refreshes the
+## tables in bench/RESULTS.md.
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python -m bench

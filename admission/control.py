@@ -27,10 +27,10 @@ holds one unit of that tenant's cap for at most that long.
 
 Keys (one Redis, not a cluster; the tenant id contains no ``:``)::
 
-    imposition:admission:<tenant>:token:<sha256(token)>   job id, TTL idempotency TTL
-    imposition:admission:<tenant>:rate                    sorted set job id → admitted at (µs)
-    imposition:admission:<tenant>:in_flight               sorted set job id → admitted at (µs)
-    imposition:admission:job:<job id>                     tenant id, TTL in-flight expiry
+    <namespace>:admission:<tenant>:token:<sha256(token)>   job id, TTL idempotency TTL
+    <namespace>:admission:<tenant>:rate                    sorted set job id → admitted at (µs)
+    <namespace>:admission:<tenant>:in_flight               sorted set job id → admitted at (µs)
+    <namespace>:admission:job:<job id>                     tenant id, TTL in-flight expiry
 
 Time is Redis's own clock (``TIME``), so submitters on different hosts agree; tests pass ``now_s``.
 """
@@ -58,7 +58,9 @@ from service.settings import get_settings
 from service.tenancy import validate_tenant_id
 
 #: Namespace of every admission key.
-KEY_PREFIX = "imposition:admission"
+def key_prefix() -> str:
+    """``<Settings.redis_key_namespace>:admission``: the first segments of every admission key."""
+    return f"{get_settings().redis_key_namespace}:admission"
 #: The rate limit counts admissions per minute (the unit of ``rate_limit_per_min``).
 RATE_WINDOW_US = 60 * 1_000_000
 _US_PER_S = 1_000_000
@@ -125,22 +127,22 @@ return removed
 
 def token_key(tenant_id: str, token: str) -> str:
     """Redis key of ``tenant_id``'s idempotency ``token`` (hashed: tokens are the caller's text)."""
-    return f"{KEY_PREFIX}:{tenant_id}:token:{hashlib.sha256(token.encode()).hexdigest()}"
+    return f"{key_prefix()}:{tenant_id}:token:{hashlib.sha256(token.encode()).hexdigest()}"
 
 
 def rate_key(tenant_id: str) -> str:
     """Redis key of ``tenant_id``'s rate-limit log."""
-    return f"{KEY_PREFIX}:{tenant_id}:rate"
+    return f"{key_prefix()}:{tenant_id}:rate"
 
 
 def in_flight_key(tenant_id: str) -> str:
     """Redis key of ``tenant_id``'s set of unconfirmed jobs."""
-    return f"{KEY_PREFIX}:{tenant_id}:in_flight"
+    return f"{key_prefix()}:{tenant_id}:in_flight"
 
 
 def job_key(job_id: str) -> str:
     """Redis key mapping an admitted job to its tenant."""
-    return f"{KEY_PREFIX}:job:{job_id}"
+    return f"{key_prefix()}:job:{job_id}"
 
 
 def _now_us(now_s: float | None) -> str:

@@ -17,9 +17,9 @@ take turns run by run; outputs are removed before each run, outside the clock), 
 
 Then memory against pages (3: peak RSS of each process; for the in-process contenders also the job's
 own memory, the rise of the resident set during one run) and each goal of the engine issue checked
-row by row (4). Results go to ``out/bench/results.md`` and ``results.json``; a full run also
-refreshes the tables in ``bench/RESULTS.md`` (between its ``bench:tables`` markers).
-``BENCH_QUICK=1`` runs only 8 and 64 pages.
+row by row (4). Results go to ``out/bench/results.md`` and ``results.json``; with
+``BENCH_UPDATE_DOC=1`` a full run also refreshes the tables in the committed ``bench/RESULTS.md``
+(between its ``bench:tables`` markers). ``BENCH_QUICK=1`` runs only 8 and 64 pages.
 """
 
 from __future__ import annotations
@@ -312,7 +312,7 @@ def main() -> None:
     (WORK / "results.json").write_text(json.dumps(
         {pages: {kind: {name: asdict(value) for name, value in group.items()} for kind, group in measured.items()}
          for pages, measured in results.items()}, indent=2))
-    if not QUICK:
+    if not QUICK and os.environ.get("BENCH_UPDATE_DOC") == "1":
         _refresh_results_doc(tables)
     print()
     print(tables)

@@ -52,9 +52,15 @@ def impose_command(
     except ImpositionError as exc:
         raise click.ClickException(f"{exc.code}: {exc}") from None
     click.echo(
-        f"{output}: {report.sides} sides on {report.sheets} sheets from {report.pages_in} pages "
+        f"{output}: {_count(report.sides, 'side')} on {_count(report.sheets, 'sheet')} from "
+        f"{_count(report.pages_in, 'page')} "
         f"({report.blank_pages} blank) in {report.duration_s:.2f} s with {report.engine}"
     )
+
+
+def _count(n: int, noun: str) -> str:
+    """``"1 sheet"``, ``"2 sheets"``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ Prometheus counters live in the workers' memory (and their multiprocess files); 
 screen counts over the last hour, cap defers and lease recoveries, are also counted here, in time
 buckets of ``Settings.recent_bucket_s`` seconds::
 
-    imposition:recent:<event>:<tenant>:<bucket start, epoch s>   INCR, EXPIRE window + bucket
+    <namespace>:recent:<event>:<tenant>:<bucket start, epoch s>   INCR, EXPIRE window + bucket
 
 in the events side-channel Redis (``Settings.events_url``: a monitoring store, never the admission
 database). A sum over a window reads the window's buckets with one ``MGET`` per tenant. Writes are
@@ -27,7 +27,9 @@ log = logging.getLogger(__name__)
 
 #: Events counted here.
 EVENTS = ("cap_defer", "lease_recovered")
-KEY_PREFIX = "imposition:recent"
+def key_prefix() -> str:
+    """``<Settings.redis_key_namespace>:recent``: the first segments of every count's key."""
+    return f"{get_settings().redis_key_namespace}:recent"
 
 
 @functools.lru_cache(maxsize=None)
@@ -43,7 +45,7 @@ def client() -> redis.Redis | None:
 
 
 def _key(event: str, tenant_id: str, bucket_start: int) -> str:
-    return f"{KEY_PREFIX}:{event}:{tenant_id}:{bucket_start}"
+    return f"{key_prefix()}:{event}:{tenant_id}:{bucket_start}"
 
 
 def _bucket_start(t: float, bucket_s: int) -> int:
@@ -101,5 +103,5 @@ def clear() -> int:
     r = client()
     if r is None:
         return 0
-    keys = list(r.scan_iter(match=f"{KEY_PREFIX}:*", count=1000))
+    keys = list(r.scan_iter(match=f"{key_prefix()}:*", count=1000))
     return r.delete(*keys) if keys else 0

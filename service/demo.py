@@ -156,32 +156,54 @@ class Demo:
         RUN_DIR.mkdir(exist_ok=True)
         self.say("• starting the local AWS endpoint (moto server: SQS, S3, DynamoDB) …")
         self.local_aws = LocalAws(log_path=RUN_DIR / "moto.log").start()
-        # The demo's webhook receiver listens on 127.0.0.1, which the SSRF guard refuses by default.
-        env = {**self.local_aws.env, "IMPOSITION_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"}
+        env = {
+            **self.local_aws.env,
+            # The demo's webhook receiver listens on 127.0.0.1, which the SSRF guard refuses by default.
+            "IMPOSITION_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",
+            # This run's own Redis keys (admission, recent counts): runs sharing a Redis never meet;
+            # stop() deletes them.
+            "IMPOSITION_REDIS_KEY_NAMESPACE": f"imposition-demo-{self.run_id}",
+            # The metrics endpoints of the local stack answer on loopback only.
+            "IMPOSITION_METRICS_ADDRESS": "127.0.0.1",
+        }
         os.environ.update(env)
         from service.settings import get_settings
 
         get_settings.cache_clear()
         settings = get_settings()
-        self._check_redis(settings.redis_url)
+        for name, url in (("IMPOSITION_REDIS_URL", settings.redis_url), ("IMPOSITION_EVENTS_URL", settings.events_url)):
+            self._check_redis(name, url)
         self.say(f"  SQS/S3 at {env['AWS_ENDPOINT_URL']}, DynamoDB at {env['AWS_ENDPOINT_URL_DYNAMODB']}")
         from service.provision import provision
 
         report = provision()
-        from observability import recent
-
-        recent.clear()  # the stack is new: so are the last hour's cap defers and recoveries in `imposition status`
         self.say(f"• provisioned queues {', '.join(report.queues)}; tables {', '.join(report.tables)}; "
                  f"bucket {', '.join(report.bucket)}")
         return env
 
-    def _check_redis(self, url: str) -> None:
+    def _check_redis(self, name: str, url: str) -> None:
         import redis
 
         try:
             redis.Redis.from_url(url, socket_connect_timeout=2).ping()
         except redis.RedisError as exc:
-            raise click.ClickException(f"Redis at {url} does not answer ({exc}); start it, or set IMPOSITION_REDIS_URL")
+            raise click.ClickException(f"Redis at {url} does not answer ({exc}); start it, or set {name}")
+
+    def _forget_redis_keys(self) -> None:
+        """Delete this run's Redis keys (its namespace) from the admission and the events database."""
+        import redis
+
+        from service.settings import get_settings
+
+        s = get_settings()
+        for url in {s.redis_url, s.events_url}:
+            try:
+                r = redis.Redis.from_url(url, socket_connect_timeout=2)
+                keys = list(r.scan_iter(match=f"{s.redis_key_namespace}:*", count=1000))
+                if keys:
+                    r.delete(*keys)
+            except redis.RedisError as exc:
+                self.say(f"  (could not delete this run's keys from {url}: {exc})")
 
     def start(self, name: str, cmd: list[str], ready: str | None, env: dict[str, str]) -> ManagedProcess:
         proc = ManagedProcess(cmd, RUN_DIR / f"{name}.log", env=env, ready_marker=ready, ready_timeout_s=90)
@@ -206,7 +228,8 @@ class Demo:
         self.start("worker-notifications", worker_command(s.notifications_queue, 2, "notifier"), WORKER_READY, env)
         self.start("beat", beat_command(RUN_DIR / "beat-schedule"), BEAT_READY, env)
         port = _free_port()
-        self.start("flower", flower_command(port), None, env)
+        # Flower binds 127.0.0.1 here, so its HTTP API may answer without authentication (Flower 2.x).
+        self.start("flower", flower_command(port), None, {**env, "FLOWER_UNAUTHENTICATED_API": "true"})
         # Submit only once every slot has its AWS clients: a fair start for every tenant.
         wait_for(lambda: imposer.log().count(SLOT_WARM) >= s.slots_per_node, 60, what="warm slots")
         (RUN_DIR / "env").write_text("".join(f"export {k}={v}\n" for k, v in env.items()))
@@ -375,11 +398,20 @@ class Demo:
         for line in (*report.condition_lines(), report.verdict):
             self.say(f"  {line}")
 
+    def keep_running(self) -> None:
+        """Leave the stack up for the command line and Flower until Ctrl-C (``make run KEEP=1``)."""
+        self.say(f"\n• the stack stays up: in another terminal `. {(RUN_DIR / 'env').relative_to(REPO)}` and use "
+                 "`.venv/bin/imposition` (status, job show, tenant show, audit, submit …); Ctrl-C stops it")
+        while True:
+            time.sleep(3600)
+
     def stop(self) -> None:
         for proc in reversed(self.processes):
             proc.stop()
         if self.local_aws is not None:
+            self._forget_redis_keys()
             self.local_aws.stop()
+        (RUN_DIR / "env").unlink(missing_ok=True)  # its endpoints are gone
         self.say("• stopped every process this run started")
 
 
@@ -391,19 +423,24 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _raise_keyboard_interrupt(signum, frame):  # SIGTERM → the same clean stop as Ctrl-C
+def _raise_keyboard_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
 @click.command()
 @click.option("--timeout", "timeout_s", default=420.0, show_default=True, help="Seconds to wait for the jobs.")
-def main(timeout_s: float) -> None:
+@click.option("--keep", is_flag=True, help="Keep the stack running after the workload, until Ctrl-C.")
+def main(timeout_s: float, keep: bool) -> None:
     """Run the demo workload on the embedded stack (see module docstring)."""
+    # Ctrl-C and SIGTERM: the same clean stop (set explicitly: a shell may start us with SIGINT ignored).
+    signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     demo = Demo()
     status = 1
     try:
         status = demo.run(timeout_s)
+        if keep:
+            demo.keep_running()
     except KeyboardInterrupt:
         click.echo("\n• interrupted")
     finally:

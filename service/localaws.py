@@ -25,8 +25,25 @@ from pathlib import Path
 from typing import IO
 
 
-def serve(host: str, port: int, single_threaded: bool) -> None:
-    """Serve moto's backends on ``host:port`` (port 0 picks a free one) until killed."""
+def _exit_with_parent(parent_pid: int, interval_s: float = 1.0) -> None:
+    """End this server when the process that started it is gone (even if it was SIGKILLed and could
+    not stop us): a local endpoint must never outlive its run."""
+    import threading
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval_s)
+            try:
+                os.kill(parent_pid, 0)
+            except ProcessLookupError:
+                os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def serve(host: str, port: int, single_threaded: bool, parent_pid: int | None = None) -> None:
+    """Serve moto's backends on ``host:port`` (port 0 picks a free one) until killed, or until
+    ``parent_pid`` exits."""
     from moto.moto_server.werkzeug_app import (
         DomainDispatcherApplication,
         MotoRequestHandler,
@@ -37,6 +54,8 @@ def serve(host: str, port: int, single_threaded: bool) -> None:
     app = DomainDispatcherApplication(create_backend_app)
     server = make_server(host, port, app, threaded=not single_threaded, request_handler=MotoRequestHandler)
     print(f"listening on {server.server_port}", flush=True)
+    if parent_pid:
+        _exit_with_parent(parent_pid)
     server.serve_forever()
 
 
@@ -44,7 +63,7 @@ class MotoProcess:
     """One moto server in a child process; ``url`` is set once it answers."""
 
     def __init__(self, *, single_threaded: bool, log: IO[bytes] | None = None) -> None:
-        cmd = [sys.executable, "-m", "service.localaws", "--port", "0"]
+        cmd = [sys.executable, "-m", "service.localaws", "--port", "0", "--parent-pid", str(os.getpid())]
         if single_threaded:
             cmd.append("--single-threaded")
         self.proc = subprocess.Popen(
@@ -140,8 +159,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--single-threaded", action="store_true")
+    parser.add_argument("--parent-pid", type=int, default=None, help="Exit when this process is gone.")
     args = parser.parse_args(argv)
-    serve(args.host, args.port, args.single_threaded)
+    serve(args.host, args.port, args.single_threaded, args.parent_pid)
 
 
 if __name__ == "__main__":

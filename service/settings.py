@@ -73,6 +73,11 @@ class Settings(BaseSettings):
     # --- Redis (admission control, monitoring-event side channel) ---------------------------------
     redis_url: str = "redis://127.0.0.1:6379/0"
     events_url: str = "redis://127.0.0.1:6379/1"
+    redis_key_namespace: str = Field(
+        default="imposition", pattern=r"^[A-Za-z0-9._-]{1,64}$",
+        description="First segment of every Redis key the service writes (admission, recent-event counts); "
+                    "`make run` gives each run its own, so runs sharing a Redis never see each other's state.",
+    )
 
     # --- fairness: slots and caps (DESIGN §2) ------------------------------------------------------
     slots_per_node: int = Field(default=8, ge=1, description="Licensed press-tool slots per node.")
