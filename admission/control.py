@@ -57,10 +57,12 @@ from admission.limits import TenantLimits, limits_for
 from service.settings import get_settings
 from service.tenancy import validate_tenant_id
 
-#: Namespace of every admission key.
+
 def key_prefix() -> str:
     """``<Settings.redis_key_namespace>:admission``: the first segments of every admission key."""
     return f"{get_settings().redis_key_namespace}:admission"
+
+
 #: The rate limit counts admissions per minute (the unit of ``rate_limit_per_min``).
 RATE_WINDOW_US = 60 * 1_000_000
 _US_PER_S = 1_000_000

@@ -2,8 +2,11 @@
 
     imposition impose input.pdf --layout layout.json -o plate.pdf [--engine pikepdf|pdftoolbox]
 
-Prints one line: the plate file, sides, sheets, pages in, blanks, time and engine. Exit status 1 with
-``<code>: <message>`` on a typed error. Also runs as ``python -m imposition.cli``.
+Prints one line: the plate file, sides, sheets, pages in, blanks, time and engine. Exit status 2 for
+a bad request (an unreadable layout file, a layout that breaks the specification: the message names
+the field, the value and the limit), as ``imposition submit`` refuses it; exit status 1 with
+``<code>: <message>`` when the job itself fails with a typed error (a bad PDF, a page that does not
+fit, a limit). Also runs as ``python -m imposition.cli``.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from pathlib import Path
 import click
 
 from .engines import get_engine
-from .errors import ImpositionError
+from .errors import ImpositionError, InvalidLayout
 from .job import SlugInfo
 from .spec import parse_layout
 
@@ -44,11 +47,13 @@ def impose_command(
         text = layout if layout.lstrip().startswith("{") else Path(layout).read_text()
     except OSError as exc:
         raise click.BadParameter(f"cannot read layout file: {exc}", param_hint="--layout") from None
+    try:
+        spec = parse_layout(text)
+    except InvalidLayout as exc:
+        raise click.BadParameter(f"{exc.code}: {exc}", param_hint="--layout") from None
     slug = SlugInfo(job_id or "-", tenant_id or "-") if job_id or tenant_id else None
     try:
-        report = get_engine(settings).impose(
-            input_pdf, parse_layout(text), output, slug=slug, time_limit_s=time_limit_s
-        )
+        report = get_engine(settings).impose(input_pdf, spec, output, slug=slug, time_limit_s=time_limit_s)
     except ImpositionError as exc:
         raise click.ClickException(f"{exc.code}: {exc}") from None
     click.echo(

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 #: Events counted here.
 EVENTS = ("cap_defer", "lease_recovered")
+
+
 def key_prefix() -> str:
     """``<Settings.redis_key_namespace>:recent``: the first segments of every count's key."""
     return f"{get_settings().redis_key_namespace}:recent"
@@ -93,15 +95,3 @@ def window_count(event: str, tenant_id: str, *, window_s: float, now: float | No
     keys = [_key(event, tenant_id, b) for b in range(first, last + 1, bucket_s)]
     return sum(int(v) for v in r.mget(keys) if v is not None)
 
-
-def clear() -> int:
-    """Delete every recent-event count (a fresh local stack, as ``make run`` starts); returns how many keys.
-
-    Raises:
-        redis.RedisError: Redis did not answer.
-    """
-    r = client()
-    if r is None:
-        return 0
-    keys = list(r.scan_iter(match=f"{key_prefix()}:*", count=1000))
-    return r.delete(*keys) if keys else 0

@@ -39,6 +39,7 @@ from service.stack import (
     WORKER_READY,
     ManagedProcess,
     beat_command,
+    stop_all,
     wait_for,
     worker_command,
 )
@@ -139,7 +140,8 @@ def percentile(values: list[float], q: float) -> float:
 class Demo:
     """The whole ``make run`` session; :meth:`run` returns the exit status."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep: bool = False) -> None:
+        self.keep = keep  # the stack stays up after the workload (``make run KEEP=1``)
         self.processes: list[ManagedProcess] = []
         self.local_aws = None
         self.run_id = uuid.uuid4().hex[:8]
@@ -193,17 +195,14 @@ class Demo:
         """Delete this run's Redis keys (its namespace) from the admission and the events database."""
         import redis
 
+        from service import redis_namespace
         from service.settings import get_settings
 
         s = get_settings()
-        for url in {s.redis_url, s.events_url}:
-            try:
-                r = redis.Redis.from_url(url, socket_connect_timeout=2)
-                keys = list(r.scan_iter(match=f"{s.redis_key_namespace}:*", count=1000))
-                if keys:
-                    r.delete(*keys)
-            except redis.RedisError as exc:
-                self.say(f"  (could not delete this run's keys from {url}: {exc})")
+        try:
+            redis_namespace.forget(s.redis_key_namespace, (s.redis_url, s.events_url))
+        except redis.RedisError as exc:
+            self.say(f"  (could not delete this run's Redis keys: {exc})")
 
     def start(self, name: str, cmd: list[str], ready: str | None, env: dict[str, str]) -> ManagedProcess:
         proc = ManagedProcess(cmd, RUN_DIR / f"{name}.log", env=env, ready_marker=ready, ready_timeout_s=90)
@@ -383,7 +382,7 @@ class Demo:
         for p in problems:
             self.say(f"  PROBLEM: {p}")
         self.capacity_report()
-        self.say(f"• Flower was at {flower_url}; process logs are in {RUN_DIR.relative_to(REPO)}/")
+        self.say(f"• Flower {'is' if self.keep else 'was'} at {flower_url}; process logs are in {RUN_DIR.relative_to(REPO)}/")
         self.say(f"• finished in {time.monotonic() - t0:.0f} s")
         return 1 if problems or len(items) != len(jobs) else 0
 
@@ -406,8 +405,9 @@ class Demo:
             time.sleep(3600)
 
     def stop(self) -> None:
-        for proc in reversed(self.processes):
-            proc.stop()
+        if any(proc.proc.poll() is None for proc in self.processes):
+            self.say("• stopping: workers finish the tasks they are running (warm shutdown, at most 20 s) …")
+        stop_all(list(reversed(self.processes)))
         if self.local_aws is not None:
             self._forget_redis_keys()
             self.local_aws.stop()
@@ -435,7 +435,7 @@ def main(timeout_s: float, keep: bool) -> None:
     # Ctrl-C and SIGTERM: the same clean stop (set explicitly: a shell may start us with SIGINT ignored).
     signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-    demo = Demo()
+    demo = Demo(keep=keep)
     status = 1
     try:
         status = demo.run(timeout_s)

@@ -84,15 +84,24 @@ class ManagedProcess:
         """Send ``sig`` to the main process only."""
         os.kill(self.proc.pid, sig)
 
-    def stop(self, timeout_s: float = 20.0) -> None:
-        """SIGTERM (a warm shutdown for celery), then SIGKILL of the whole process group."""
+    def terminate(self) -> None:
+        """Ask the process to stop (SIGTERM: a warm shutdown for celery, which finishes its current
+        tasks) without waiting; :meth:`stop` then waits and kills what is left."""
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGCONT)  # a stopped process cannot handle SIGTERM
                 self.proc.send_signal(signal.SIGTERM)
-                self.proc.wait(timeout_s)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
+            except ProcessLookupError:
                 pass
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """SIGTERM (a warm shutdown for celery), up to ``timeout_s`` seconds for the process to exit,
+        then SIGKILL of the whole process group."""
+        self.terminate()
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
         try:  # whatever is left of the group: a lingering main process, orphaned pool children
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -100,6 +109,17 @@ class ManagedProcess:
         self.proc.wait()
         if not self._log.closed:
             self._log.close()
+
+
+def stop_all(processes: Sequence[ManagedProcess], timeout_s: float = 20.0) -> None:
+    """Stop ``processes`` together: SIGTERM to all at once, then each gets what is left of one shared
+    ``timeout_s`` (seconds) before its process group is killed; so N warm shutdowns take as long as
+    the slowest, not their sum."""
+    deadline = time.monotonic() + timeout_s
+    for proc in processes:
+        proc.terminate()
+    for proc in processes:
+        proc.stop(max(0.0, deadline - time.monotonic()))
 
 
 def celery_command(*args: str, app: str = "tasks") -> list[str]:

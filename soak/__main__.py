@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         "IMPOSITION_SQS_POLLING_INTERVAL_S": "0.2",
         "IMPOSITION_REDIS_URL": "redis://127.0.0.1:6379/10",
         "IMPOSITION_EVENTS_URL": "redis://127.0.0.1:6379/9",
+        # this soak's own Redis keys, deleted at the end (service.redis_namespace)
+        "IMPOSITION_REDIS_KEY_NAMESPACE": f"imposition-soak-{uuid.uuid4().hex[:12]}",
         "IMPOSITION_RATE_LIMIT_PER_MIN": "1000000",
         "IMPOSITION_ADMISSION_IN_FLIGHT_CAP": "1000000",
         "IMPOSITION_ENGINE_TIME_LIMIT_S": "60",

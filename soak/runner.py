@@ -13,14 +13,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psutil
-import redis
 
 from leases.audit import audit
 from leases.eventlog import cap_violations, max_concurrent, read_events, unterminated
 from leases.models import JobItem, LeaseItem
-from service import aws
+from service import aws, redis_namespace
 from service.settings import get_settings
-from service.stack import BEAT_READY, REPO, WORKER_READY, ManagedProcess, beat_command, wait_for, worker_command
+from service.stack import (
+    BEAT_READY,
+    REPO,
+    WORKER_READY,
+    ManagedProcess,
+    beat_command,
+    stop_all,
+    wait_for,
+    worker_command,
+)
 from service.tenancy import input_key
 from tasks import storage
 from tasks.submission import submit_job
@@ -129,8 +137,6 @@ class Soak:
         """Start the celery processes (the AWS endpoint is up and provisioned already)."""
         self.event_dir.mkdir(parents=True, exist_ok=True)
         settings = get_settings()
-        for url in (settings.redis_url, settings.events_url):
-            redis.Redis.from_url(url).flushdb()
         for n in range(1, self.args.nodes + 1):
             name = f"imposer{n}"
             self.processes[name] = ManagedProcess(
@@ -143,8 +149,9 @@ class Soak:
                                                 self.out / "beat.log", ready_marker=BEAT_READY)
 
     def _stop_stack(self) -> None:
-        for proc in self.processes.values():
-            proc.stop()
+        stop_all(list(self.processes.values()))
+        s = get_settings()
+        redis_namespace.forget(s.redis_key_namespace, (s.redis_url, s.events_url))
 
     # -- workload ----------------------------------------------------------------------------------
 

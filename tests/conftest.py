@@ -8,14 +8,18 @@ real AWS: the AWS credentials are fake.
 Clocks are shortened for the session (lease TTL 9 s, heartbeat 1 s, sweep 2 s, defer 1 s) so that
 crash recovery happens within seconds; their relations are the production ones.
 
-Redis: database 13 for admission control and 12 for monitoring events, flushed by the tests that
-use them (never database 0, which ``make run`` uses).
+Redis: database 13 for admission control and 12 for monitoring events (never database 0, which
+``make run`` uses). Every key the session writes lies under its own namespace,
+``imposition-test-<random>`` (``IMPOSITION_REDIS_KEY_NAMESPACE``), and the tests delete only that
+namespace, never a whole database: two test runs on one machine (a developer's and CI's) share the
+Redis without meeting.
 """
 
 from __future__ import annotations
 
 import os
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
@@ -32,7 +36,10 @@ SESSION_ENV = {
     "IMPOSITION_EVENTS_URL": "redis://127.0.0.1:6379/12",
     "IMPOSITION_ENGINE_TIME_LIMIT_S": "60",
     "IMPOSITION_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",  # webhook receivers of the tests listen on 127.0.0.1
+    "IMPOSITION_REDIS_KEY_NAMESPACE": f"imposition-test-{uuid.uuid4().hex[:12]}",
 }
+#: This session's Redis namespace: the only keys the tests ever delete.
+REDIS_NAMESPACE = SESSION_ENV["IMPOSITION_REDIS_KEY_NAMESPACE"]
 
 _local_aws = None
 
@@ -57,10 +64,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def reset_aws() -> None:
-    """Empty every moto backend (queues, tables, bucket) and provision again; empty the admission
-    Redis database too, since its tokens and in-flight sets name jobs of the old stack."""
-    import redis
-
+    """Empty every moto backend (queues, tables, bucket) and provision again; delete this session's
+    admission keys too, since its tokens and in-flight sets name jobs of the old stack."""
     import admission
     from admission.limits import forget_cached_limits
     from service import aws
@@ -74,10 +79,19 @@ def reset_aws() -> None:
     aws.reset()
     provision()
     url = get_settings().redis_url
-    assert url == SESSION_ENV["IMPOSITION_REDIS_URL"], f"tests never flush {url}"
-    redis.Redis.from_url(url).flushdb()
+    assert url == SESSION_ENV["IMPOSITION_REDIS_URL"], f"tests only ever clean {SESSION_ENV['IMPOSITION_REDIS_URL']}, not {url}"
+    forget_redis_keys(url)
     admission.reset()
     forget_cached_limits()
+
+
+def forget_redis_keys(url: str) -> int:
+    """Delete every key of this session's namespace from the Redis at ``url``; returns how many."""
+    from service import redis_namespace
+    from service.settings import get_settings
+
+    assert get_settings().redis_key_namespace == REDIS_NAMESPACE, "a test changed the Redis namespace"
+    return redis_namespace.forget(REDIS_NAMESPACE, [url])
 
 
 @pytest.fixture

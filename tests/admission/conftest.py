@@ -1,4 +1,4 @@
-"""Fixtures of the admission tests: the session's admission Redis database (13), flushed per test."""
+"""Fixtures of the admission tests: the session's admission Redis database (13), its namespace emptied per test."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import uuid
 import pytest
 import redis
 
+from tests.conftest import forget_redis_keys
 from tests.admission.helpers import SAMPLE_PDF, free_port, input_key_of
 
 
 @pytest.fixture
 def redis_db():
-    """A client of ``IMPOSITION_REDIS_URL`` (database 13 in tests), flushed before and after the test."""
+    """A client of ``IMPOSITION_REDIS_URL`` (database 13 in tests); the session's namespace
+    (``tests.conftest.REDIS_NAMESPACE``) is emptied before and after the test."""
     import admission
     from admission.limits import forget_cached_limits
     from service.settings import get_settings
@@ -20,11 +22,11 @@ def redis_db():
     url = get_settings().redis_url
     assert url.endswith("/13"), f"admission tests use database 13, not {url}"
     client = redis.Redis.from_url(url, decode_responses=True)
-    client.flushdb()
+    forget_redis_keys(url)
     admission.reset()
     forget_cached_limits()
     yield client
-    client.flushdb()
+    forget_redis_keys(url)
     client.close()
 
 

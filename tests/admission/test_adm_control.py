@@ -21,6 +21,7 @@ from admission import (
 from admission.control import in_flight_key, job_key, rate_key, token_key
 from service.settings import get_settings
 from tests.admission.helpers import free_port, race_duplicates
+from tests.conftest import REDIS_NAMESPACE
 
 T0 = 1_800_000_000.0  # an arbitrary fixed "now", epoch seconds
 
@@ -161,7 +162,7 @@ def test_abandon_frees_the_token_and_both_counts(redis_db, new_tenant):
     admission.admit(tenant, "tok", "job-1")
     assert admission.abandon(tenant, "tok", "job-1") is True
     assert admission.abandon(tenant, "tok", "job-1") is False
-    assert redis_db.keys("*") == []
+    assert redis_db.keys(f"{REDIS_NAMESPACE}:*") == []
     assert admission.admit(tenant, "tok", "job-2") == 1
     # abandoning another job id never frees a token that now names job-2
     admission.abandon(tenant, "tok", "job-1")

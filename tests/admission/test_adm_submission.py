@@ -15,6 +15,7 @@ from service.settings import get_settings
 from service.tenancy import ForeignKeyRefused
 from tasks.submission import submit, submit_job
 from tests.admission.helpers import LAYOUT, SAMPLE_PDF, input_key_of, jobs_of, queue_messages, race_duplicates
+from tests.conftest import REDIS_NAMESPACE
 
 
 def _queue() -> str:
@@ -90,7 +91,7 @@ def test_another_tenants_key_is_refused_before_admission(redis_db, uploaded, new
         submit_job(tenant_id=intruder, token="tok", input_key=key, layout=LAYOUT)
     with pytest.raises(ForeignKeyRefused):
         submit_job(tenant_id=intruder, token="tok", input_key=f"tenants/{intruder}/../{owner}/x.pdf", layout=LAYOUT)
-    assert redis_db.keys("*") == []
+    assert redis_db.keys(f"{REDIS_NAMESPACE}:*") == []
     assert queue_messages(_queue()) == 0
 
 

@@ -27,6 +27,16 @@ def test_impose_reports_a_typed_error_and_exits_1(case, tmp_path):
     assert result.exit_code == 1 and "password_required" in result.output
 
 
+def test_impose_refuses_a_bad_layout_as_a_usage_error_exit_2(case, tmp_path):
+    pdf = str(case("a5_8p.pdf"))
+    bad = CliRunner().invoke(impose_command, [pdf, "--layout", '{"layout": "n_up", "sheet": "SRA3", "columns": 200}',
+                                              "-o", str(tmp_path / "p.pdf")])
+    assert bad.exit_code == 2 and "invalid_layout" in bad.output and "columns" in bad.output and "50" in bad.output
+    missing = CliRunner().invoke(impose_command, [pdf, "--layout", str(tmp_path / "none.json"), "-o", str(tmp_path / "p.pdf")])
+    assert missing.exit_code == 2 and "cannot read layout file" in missing.output
+    assert not (tmp_path / "p.pdf").exists()
+
+
 def test_impose_with_the_pdftoolbox_engine(case, tmp_path, stand_in_settings, monkeypatch):
     from service.settings import get_settings
 

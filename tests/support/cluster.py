@@ -11,6 +11,7 @@ from leases.eventlog import cap_violations, read_events
 from leases.models import JobItem, LeaseItem, TenantItem
 from service import aws
 from service.settings import get_settings
+from service.stack import stop_all
 from service.tenancy import input_key, job_prefix
 from tasks import storage
 from tasks.submission import submit_job
@@ -59,8 +60,7 @@ class Cluster:
 
     def stop(self) -> None:
         """Stop every process (a stopped one is continued first)."""
-        for proc in [*self.nodes.values(), *self.others]:
-            proc.stop()
+        stop_all([*self.nodes.values(), *self.others])
 
     # -- jobs ------------------------------------------------------------------------------------
 

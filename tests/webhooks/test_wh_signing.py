@@ -103,17 +103,18 @@ def test_replays_are_caught_across_processes_with_the_redis_store():
     from service.settings import get_settings
 
     client = redis.Redis.from_url(get_settings().redis_url)
-    client.delete(*client.keys("imposition:webhook-replay:*") or ["-"])
+    prefix = f"{get_settings().redis_key_namespace}:webhook-replay"  # this session's keys only
+    client.delete(*client.keys(f"{prefix}:*") or ["-"])
     try:
-        first, second = RedisReplayStore(client), RedisReplayStore(client)  # two receivers, one Redis
+        first, second = RedisReplayStore(client, prefix), RedisReplayStore(client, prefix)  # two receivers, one Redis
         headers = signed_headers(BODY, SECRET, "evt_job1")
         assert _verify(headers, store=first)
         with pytest.raises(ReplayedEvent):
             _verify(headers, store=second)
-        ttl_ms = client.pttl(client.keys("imposition:webhook-replay:*")[0])
+        ttl_ms = client.pttl(client.keys(f"{prefix}:*")[0])
         assert 0 < ttl_ms <= 302_000
     finally:
-        client.delete(*client.keys("imposition:webhook-replay:*") or ["-"])
+        client.delete(*client.keys(f"{prefix}:*") or ["-"])
         client.close()
 
 
