@@ -14,7 +14,7 @@ from service.cli import main as cli
 from service.settings import get_settings
 from service.tenancy import ForeignKeyRefused
 from tasks.submission import submit, submit_job
-from tests.admission.helpers import LAYOUT, SAMPLE_PDF, input_key_of, jobs_of, queue_messages, race_duplicates
+from tests.admission.helpers import LAYOUT, SAMPLE_PDF, jobs_of, queue_messages, race_duplicates
 from tests.conftest import REDIS_NAMESPACE
 
 
@@ -124,4 +124,3 @@ def test_cli_submit_reports_refusals_and_returns_duplicates(redis_db, fresh_aws,
     assert limits.exit_code == 0 and json.loads(limits.output)["rate_limit_per_min"] == 1
     limited = runner.invoke(cli, [*args[:4], "cli-2", *args[5:]])
     assert limited.exit_code == 2 and "RateLimited" in limited.output and "retry after" in limited.output
-    assert input_key_of(tenant)  # the helper names keys under the tenant's own prefix

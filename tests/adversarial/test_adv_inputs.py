@@ -13,6 +13,7 @@ import time
 import uuid
 
 import pytest
+import redis
 from click.testing import CliRunner
 
 #: Nesting deep enough to exhaust the JSON decoder's recursion (CPython's limit is 1000 frames).
@@ -50,11 +51,20 @@ def test_layout_that_cannot_fit_any_sheet_is_refused_at_submission(fresh_aws):
     from tasks.submission import submit_job
     from tests.admission.helpers import SAMPLE_PDF
 
+    from service.settings import get_settings
+    from tests.admission.helpers import jobs_of, queue_messages
+    from tests.conftest import REDIS_NAMESPACE
+
     tenant, job_id = f"adv-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
     storage.upload(SAMPLE_PDF, input_key(tenant, job_id))
-    with pytest.raises(InvalidLayout):
+    queued_before = queue_messages(get_settings().imposition_queue)
+    with pytest.raises(InvalidLayout, match="gutter"):
         submit_job(tenant_id=tenant, token=job_id, input_key=input_key(tenant, job_id),
                    layout={"layout": "n_up", "sheet": "A5", "columns": 2, "gutter_mm": 200})
+    assert queue_messages(get_settings().imposition_queue) == queued_before  # nothing published
+    assert jobs_of(tenant) == []  # no job item
+    with redis.Redis.from_url(get_settings().redis_url) as r:  # admission never ran: no token, no count
+        assert list(r.scan_iter(match=f"{REDIS_NAMESPACE}:admission:{tenant}:*")) == []
 
 
 @pytest.mark.parametrize("job_id", ["../../other-tenant/jobs/x", "a/b", "x" * 2000, " "])
@@ -174,13 +184,26 @@ def test_an_input_over_max_input_bytes_is_refused_before_any_transfer(fresh_aws,
     key = input_key(tenant, uuid.uuid4().hex)
     storage.upload(SAMPLE_PDF, key)
     target = tmp_path / "input.pdf"
-    with pytest.raises(InputTooLarge, match="max_input_bytes=1000") as caught:
-        storage.download(key, target)
-    assert (caught.value.code, caught.value.retryable) == ("input_too_large", False)
-    assert not target.exists()
+    operations: list[str] = []  # every S3 call this process makes while refusing
 
-    with pytest.raises(InputTooLarge, match="max_input_bytes=1000"):
-        submit(SAMPLE_PDF, tenant_id=tenant, token=uuid.uuid4().hex, layout={"layout": "saddle_stitch", "sheet": "A4"})
+    def record(event_name: str, **_: object) -> None:
+        operations.append(event_name.rsplit(".", 1)[-1])
+
+    aws.s3().meta.events.register("before-call.s3", record, unique_id="adv-count-s3")
+    try:
+        with pytest.raises(InputTooLarge, match="max_input_bytes=1000") as caught:
+            storage.download(key, target)
+        assert (caught.value.code, caught.value.retryable) == ("input_too_large", False)
+        assert not target.exists()
+        assert operations == ["HeadObject"], operations  # the size alone: no GetObject
+
+        operations.clear()
+        with pytest.raises(InputTooLarge, match="max_input_bytes=1000"):
+            submit(SAMPLE_PDF, tenant_id=tenant, token=uuid.uuid4().hex,
+                   layout={"layout": "saddle_stitch", "sheet": "A4"})
+        assert not {"PutObject", "CreateMultipartUpload"} & set(operations), operations  # nothing uploaded
+    finally:
+        aws.s3().meta.events.unregister("before-call.s3", unique_id="adv-count-s3")
     listing = aws.s3().list_objects_v2(Bucket=get_settings().bucket, Prefix=tenant_prefix(tenant))
     assert [o["Key"] for o in listing.get("Contents", [])] == [key]  # only the one this test put there
     assert jobs_of(tenant) == []

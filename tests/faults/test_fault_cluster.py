@@ -264,10 +264,18 @@ def test_case_15_a_tier_of_six_reaches_six_never_seven_and_a_lowered_cap_applies
     events = [e for e in cluster.events() if e.get("tenant") == tenant]
     assert max_concurrent(events)[tenant].leases == 6
     intervals = held_intervals(events)
+    # The six leases held when the cap fell were committed before `lowered_at`; a worker logs its
+    # acquire right after the commit, so 2 s of margin tells them apart even on a loaded machine.
+    # No new lease can be taken until five of those six (3 s jobs) have ended, and the last six jobs
+    # run two at a time for about 9 s after the change: those are the leases checked here.
+    margin_s = 2.0
+    checked = 0
     for iv in intervals:
-        if iv.start_at > lowered_at + 0.5:  # acquired after the change reached DynamoDB
+        if iv.start_at > lowered_at + margin_s:  # acquired under cap 2
             live = [o for o in intervals if o.start_at <= iv.start_at and (o.end_at or 1e18) > iv.start_at]
             assert len(live) <= 2, f"{len(live)} leases live when one was taken under cap 2"
+            checked += 1
+    assert checked >= 3, f"only {checked} leases were taken under the lowered cap: the live change was not exercised"
 
 
 # --- retries, bad input, poison messages ------------------------------------------------------------
@@ -282,6 +290,7 @@ def test_a_failing_job_is_retried_with_backoff_then_failed(cluster):
     releases = cluster.events_of(job_id, "releasing")
     assert [e["outcome"] for e in releases] == ["retrying", "retrying", "failed"]
     starts = [e["t"] for e in cluster.events_of(job_id, "acquired")]
+    assert len(starts) == 3, starts  # one lease per attempt
     base = get_settings().retry_backoff_base_s
     for n, (released, restarted) in enumerate(zip(releases, starts[1:]), start=1):
         assert restarted - released["t"] >= base * 2 ** (n - 1) * 0.9  # SQS held the retry copy

@@ -166,7 +166,11 @@ def test_case_5_rotated_pages_shown_as_a_viewer_shows_them(engine, case, tmp_pat
     assert_sizes(output, A3, 2)
     source_width = {page[0].text: width_along_text(page[0]) for page in big_labels(case("rotate90_even_8p.pdf"))}
     cell_w, cell_h = A3[0] * MM / 2, A3[1] * MM / 2
-    for sheet, side in enumerate(labels(output)):
+    sides = labels(output)
+    for sheet, side in enumerate(sides):  # every page's two labels, four pages a sheet, in order
+        pages = range(4 * sheet + 1, 4 * sheet + 5)
+        assert sorted(l.text for l in side) == sorted([f"P{n}" for n in pages] + [f"bottom-left {n}" for n in pages])
+    for sheet, side in enumerate(sides):
         for label in side:
             number = int(label.text.split()[-1].lstrip("P"))
             row, column = divmod((number - 1) % 4, 2)

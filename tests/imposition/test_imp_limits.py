@@ -15,6 +15,7 @@ from .imposition_pdfs import add_page, labelled_pdf
 from imposition import parse_layout
 from imposition.engines import PdfToolboxEngine, PikepdfEngine
 from imposition.errors import EngineCancelled, InputTooLarge, MemoryLimitExceeded, TimeLimitExceeded, TooManyPages
+from service.stack import wait_for
 
 BOOKLET = {"layout": "saddle_stitch", "sheet": "A4"}
 
@@ -106,12 +107,13 @@ def test_cancel_kills_the_running_engine(engine, long_job, tmp_path, children_be
     assert_clean(tmp_path / "plate.pdf", children_before)
 
 
-def test_cancel_set_before_the_start_runs_nothing(any_engine, case, tmp_path):
+def test_cancel_set_before_the_start_runs_nothing(any_engine, case, tmp_path, children_before):
     cancel = threading.Event()
     cancel.set()
-    with pytest.raises(EngineCancelled):
+    with pytest.raises(EngineCancelled, match="before it started"):  # not "started, then killed"
         any_engine.impose(case("a5_8p.pdf"), parse_layout(BOOKLET), tmp_path / "out" / "plate.pdf", cancel=cancel)
-    assert not (tmp_path / "out" / "plate.pdf").exists()
+    assert not (tmp_path / "out").exists()  # not even the output directory was made
+    assert [c for c in psutil.Process().children(recursive=True) if c.pid not in children_before] == []
 
 
 @pytest.mark.parametrize("stop", ["time_limit", "cancel"])
@@ -120,14 +122,25 @@ def test_the_whole_pdftoolbox_process_group_dies(stand_in_settings, case, tmp_pa
     variables = {"standin_sleep_s": "30", "standin_grandchild_pid_file": str(pid_file)}
     engine = PdfToolboxEngine(stand_in_settings.model_copy(update={"pdftoolbox_variables": variables}))
     cancel = threading.Event()
-    threading.Timer(1.5, cancel.set).start() if stop == "cancel" else None
+
+    def cancel_once_the_grandchild_runs() -> None:  # not a fixed delay: start-up is slow on a loaded machine
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 60, what="the stand-in's child")
+        cancel.set()
+
+    if stop == "cancel":
+        threading.Thread(target=cancel_once_the_grandchild_runs, daemon=True).start()
     expected = TimeLimitExceeded if stop == "time_limit" else EngineCancelled
     with pytest.raises(expected):
+        # the stand-in sleeps 30 s; 6 s leaves it ample time to start its child before the limit
         engine.impose(case("a5_8p.pdf"), parse_layout(BOOKLET), tmp_path / "out" / "plate.pdf",
-                      cancel=cancel, time_limit_s=1.5 if stop == "time_limit" else 20)
+                      cancel=cancel, time_limit_s=6 if stop == "time_limit" else 60)
     grandchild = int(pid_file.read_text())
-    deadline = time.monotonic() + 2
-    while psutil.pid_exists(grandchild) and psutil.Process(grandchild).status() != psutil.STATUS_ZOMBIE:
-        assert time.monotonic() < deadline, "the stand-in's child survived"
-        time.sleep(0.05)
+
+    def gone() -> bool:
+        try:
+            return psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    wait_for(gone, 5, what="the stand-in's child to die with its process group")
     assert_clean(tmp_path / "out" / "plate.pdf", children_before)

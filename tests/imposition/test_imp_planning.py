@@ -87,6 +87,7 @@ def test_creep_moves_inner_sheets_toward_the_spine():
     spec = parse_layout({"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape", "creep_mm": 0.5})
     plan = plan_imposition(spec, [a5()] * 12)  # 3 sheets
     fronts = [plate for plate in plan.plates if plate.side == "front"]
+    assert len(fronts) == 3
     for steps, plate in enumerate(fronts):
         left, right = sorted(plate.placements, key=lambda p: p.trim.x0)
         assert left.matrix[4] - left.trim.x0 == pytest.approx(steps * mm_to_pt(0.5))

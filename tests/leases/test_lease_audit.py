@@ -77,13 +77,18 @@ def test_repair_fixes_counter_orphan_and_stranded_job_while_leases_move(tenant_i
     busy = [make_job(tenant_id) for _ in range(4)]
     stop = threading.Event()
     errors: list[BaseException] = []
+    cycles: list[tuple[float, float]] = []  # (acquired, released) of each completed lease, monotonic s
+    first_cycle = threading.Event()
 
     def churn(job_id: str) -> None:  # a busy worker's pace: acquire, run a moment, release, again
         while not stop.wait(0.05):
             try:
                 lease = transactions.acquire(job_id, tenant_id, "churn")
+                acquired = time.monotonic()
                 time.sleep(0.1)
                 transactions.release_for_retry(lease, error="churn", error_code="test")
+                cycles.append((acquired, time.monotonic()))
+                first_cycle.set()
             except (CapReached, LeaseContention):
                 continue
             except BaseException as exc:  # noqa: BLE001
@@ -95,12 +100,18 @@ def test_repair_fixes_counter_orphan_and_stranded_job_while_leases_move(tenant_i
         t.start()
     published: list[str] = []
     try:
+        assert first_cycle.wait(30), "the churn never completed a lease"
+        repair_start = time.monotonic()
         report = audit.repair([tenant_id], publish=lambda t, j, **_: published.append(j))
+        repair_end = time.monotonic()
     finally:
         stop.set()
         for t in threads:
             t.join()
     assert not errors, errors
+    # the leases did move while the repair ran: some lease was held or released during it
+    assert any(acquired < repair_end and released > repair_start for acquired, released in cycles), \
+        (repair_start, repair_end, cycles[-8:])
     assert report.clean, report.describe()
     assert len(report.repairs) == 3, report.repairs
     assert published == [stranded]

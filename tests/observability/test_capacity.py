@@ -106,10 +106,34 @@ def test_a_job_still_waiting_counts_only_once_its_wait_is_long():
     assert (r.jobs, r.long_waits) == (1, 1)
 
 
+def _colour_pixels(path, half: str) -> dict[str, int]:
+    """Pixels of the matplotlib colours the chart uses, in the top or bottom half of the PNG."""
+    from PIL import Image
+
+    colours = {"red": (0xD6, 0x27, 0x28), "blue": (0x1F, 0x77, 0xB4), "green": (0x2C, 0xA0, 0x2C)}
+    with Image.open(path) as image:
+        rgb = image.convert("RGB")
+        w, h = rgb.size
+        box = (0, 0, w, h // 2) if half == "top" else (0, h // 2, w, h)
+        histogram = rgb.crop(box).getcolors(maxcolors=w * h)  # [(count, (r, g, b)), …]
+    counts = dict.fromkeys(colours, 0)
+    for n, (r, g, b) in histogram:
+        for name, (cr, cg, cb) in colours.items():
+            if abs(r - cr) + abs(g - cg) + abs(b - cb) < 12:
+                counts[name] += n
+    return counts
+
+
 def test_png_shows_both_series(tmp_path):
-    path = write_png(report(history(busy_days=6, busy_utilisation=0.81, long_waits=21)), tmp_path / "r.png")
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    """Top: utilisation bars, red over the 80 % line, blue under; bottom: long-wait share bars, red
+    over the 20 % line, green under."""
+    hot = write_png(report(history(busy_days=6, busy_utilisation=0.81, long_waits=21)), tmp_path / "hot.png")
+    assert hot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    top, bottom = _colour_pixels(hot, "top"), _colour_pixels(hot, "bottom")
+    assert top["red"] > 500 and top["blue"] > 500, top  # 6 busy days over the line, the rest under
+    assert bottom["red"] + bottom["green"] > 500, bottom  # the daily share of long waits is drawn
+    quiet = write_png(report(history(busy_days=0, busy_utilisation=0.81, long_waits=0)), tmp_path / "quiet.png")
+    assert _colour_pixels(quiet, "top")["red"] < 50  # no day over the line: no red bar
 
 
 def test_command_reads_the_job_items_and_writes_the_png(fresh_aws, tmp_path):
