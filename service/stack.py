@@ -2,21 +2,53 @@
 
 :class:`ManagedProcess` runs one command in its own session (process group) with its output in a
 log file, waits for a "ready" line, and stops it with SIGTERM, then SIGKILL of the whole group,
-so a celery worker's prefork children never outlive it. The ``*_command`` functions spell the
-command lines of DESIGN §7.
+so a celery worker's prefork children never outlive it. On Linux the process is also asked to end
+(SIGTERM, through ``prctl(PR_SET_PDEATHSIG)``) when the process that started it dies, even by
+SIGKILL, so a killed ``make run`` or test run leaves no worker polling a vanished endpoint. The
+``*_command`` functions spell the command lines of DESIGN §7.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+
+#: ``prctl(2)`` option: the signal the calling process gets when its parent *thread* ends.
+_PR_SET_PDEATHSIG = 1
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child receive SIGTERM when this process dies, or None where
+    that cannot be promised: not Linux, or not the main thread (the kernel signals when the *thread*
+    that forked ends, which for a worker thread may be long before this process ends).
+
+    The libc function is resolved here, in the parent, so the child runs only the call itself between
+    fork and exec. If this process died in that window (the child is already orphaned), the child
+    ends itself rather than run unwatched.
+    """
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
 
 
 def wait_for(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.2, what: str = "condition"):
@@ -59,6 +91,7 @@ class ManagedProcess:
         self.proc = subprocess.Popen(
             self.cmd, cwd=REPO, env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=_parent_death_signal(),
         )
         if ready_marker:
             try:
