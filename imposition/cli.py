@@ -45,7 +45,7 @@ def impose_command(
         settings = settings.model_copy(update={"engine": engine})
     try:
         text = layout if layout.lstrip().startswith("{") else Path(layout).read_text()
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise click.BadParameter(f"cannot read layout file: {exc}", param_hint="--layout") from None
     try:
         spec = parse_layout(text)
@@ -56,6 +56,10 @@ def impose_command(
         report = get_engine(settings).impose(input_pdf, spec, output, slug=slug, time_limit_s=time_limit_s)
     except ImpositionError as exc:
         raise click.ClickException(f"{exc.code}: {exc}") from None
+    except OSError as exc:  # the output cannot be written (or the input vanished meanwhile)
+        writing = str(exc.filename or "").endswith(".partial") or str(exc.filename or "") == str(output)
+        what = f"cannot write the plate file {output}" if writing else f"cannot read {exc.filename}"
+        raise click.ClickException(f"{what}: {exc.strerror or exc}") from None
     click.echo(
         f"{output}: {_count(report.sides, 'side')} on {_count(report.sheets, 'sheet')} from "
         f"{_count(report.pages_in, 'page')} "

@@ -94,10 +94,36 @@ def unreachable_service(exc: BaseException) -> str | None:
     return None
 
 
+def settings_problem(exc: BaseException) -> str | None:
+    """One line per invalid setting (``IMPOSITION_<FIELD>=<value>: <what is wrong> (<the field's
+    description>)``) if ``exc`` is the validation error of :class:`service.settings.Settings`."""
+    from pydantic import ValidationError
+
+    from service.settings import Settings
+
+    if not isinstance(exc, ValidationError) or exc.title != Settings.__name__:
+        return None
+    prefix = Settings.model_config.get("env_prefix", "")
+    lines = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else "?"
+        info = Settings.model_fields.get(field)
+        hint = f" ({info.description})" if info is not None and info.description else ""
+        lines.append(f"{prefix}{field.upper()}={error.get('input')!r}: {error['msg']}{hint}")
+    return "invalid configuration: " + "; ".join(lines)
+
+
+class ConfigurationError(click.ClickException):
+    """A setting read from the environment is invalid: one line naming the variable, exit status 2."""
+
+    exit_code = 2
+
+
 class ServiceGroup(LazyGroup):
     """The top-level group: every command under it (lazy ones included) reports an unreachable
-    service as :class:`ServiceUnavailable` (exit 3) and a malformed identifier
-    (:class:`service.tenancy.TenancyError`) as a usage error (exit 2), instead of a traceback."""
+    service as :class:`ServiceUnavailable` (exit 3), and a malformed identifier
+    (:class:`service.tenancy.TenancyError`) or an invalid setting (:class:`ConfigurationError`) as
+    exit 2, instead of a traceback."""
 
     def invoke(self, ctx: click.Context):
         try:
@@ -106,6 +132,11 @@ class ServiceGroup(LazyGroup):
             raise click.UsageError(str(exc)) from exc
         except click.ClickException:
             raise
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            problem = settings_problem(exc)
+            if problem is None:
+                raise
+            raise ConfigurationError(problem) from exc
         except Exception as exc:
             problem = unreachable_service(exc)
             if problem is None:

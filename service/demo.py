@@ -145,7 +145,10 @@ class Demo:
         self.processes: list[ManagedProcess] = []
         self.local_aws = None
         self.run_id = uuid.uuid4().hex[:8]
+        self.namespace = f"imposition-demo-{self.run_id}"  # this run's Redis keys (deleted at stop)
+        self.redis_urls: tuple[str, ...] = ()  # where they may be, once the settings are read
         self.receiver = None
+        self.flower: ManagedProcess | None = None
 
     # -- set-up --------------------------------------------------------------------------------
 
@@ -157,22 +160,26 @@ class Demo:
 
         RUN_DIR.mkdir(exist_ok=True)
         self.say("• starting the local AWS endpoint (moto server: SQS, S3, DynamoDB) …")
-        self.local_aws = LocalAws(log_path=RUN_DIR / "moto.log").start()
+        self.local_aws = LocalAws(log_path=RUN_DIR / "moto.log")
+        self.local_aws.start()
         env = {
             **self.local_aws.env,
             # The demo's webhook receiver listens on 127.0.0.1, which the SSRF guard refuses by default.
             "IMPOSITION_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",
             # This run's own Redis keys (admission, recent counts): runs sharing a Redis never meet;
             # stop() deletes them.
-            "IMPOSITION_REDIS_KEY_NAMESPACE": f"imposition-demo-{self.run_id}",
-            # The metrics endpoints of the local stack answer on loopback only.
+            "IMPOSITION_REDIS_KEY_NAMESPACE": self.namespace,
+            # The metrics endpoints of the local stack answer on loopback only, and their
+            # multiprocess files are this checkout's own (two runs never share a node's files).
             "IMPOSITION_METRICS_ADDRESS": "127.0.0.1",
+            "IMPOSITION_METRICS_DIR": str(RUN_DIR / "metrics"),
         }
         os.environ.update(env)
         from service.settings import get_settings
 
         get_settings.cache_clear()
         settings = get_settings()
+        self.redis_urls = (settings.redis_url, settings.events_url)
         for name, url in (("IMPOSITION_REDIS_URL", settings.redis_url), ("IMPOSITION_EVENTS_URL", settings.events_url)):
             self._check_redis(name, url)
         self.say(f"  SQS/S3 at {env['AWS_ENDPOINT_URL']}, DynamoDB at {env['AWS_ENDPOINT_URL_DYNAMODB']}")
@@ -196,11 +203,11 @@ class Demo:
         import redis
 
         from service import redis_namespace
-        from service.settings import get_settings
 
-        s = get_settings()
+        if not self.redis_urls:
+            return  # stopped before the settings were read: no key was written
         try:
-            redis_namespace.forget(s.redis_key_namespace, (s.redis_url, s.events_url))
+            redis_namespace.forget(self.namespace, self.redis_urls)
         except redis.RedisError as exc:
             self.say(f"  (could not delete this run's Redis keys: {exc})")
 
@@ -228,7 +235,7 @@ class Demo:
         self.start("beat", beat_command(RUN_DIR / "beat-schedule"), BEAT_READY, env)
         port = _free_port()
         # Flower binds 127.0.0.1 here, so its HTTP API may answer without authentication (Flower 2.x).
-        self.start("flower", flower_command(port), None, {**env, "FLOWER_UNAUTHENTICATED_API": "true"})
+        self.flower = self.start("flower", flower_command(port), None, {**env, "FLOWER_UNAUTHENTICATED_API": "true"})
         # Submit only once every slot has its AWS clients: a fair start for every tenant.
         wait_for(lambda: imposer.log().count(SLOT_WARM) >= s.slots_per_node, 60, what="warm slots")
         (RUN_DIR / "env").write_text("".join(f"export {k}={v}\n" for k, v in env.items()))
@@ -405,13 +412,28 @@ class Demo:
             time.sleep(3600)
 
     def stop(self) -> None:
-        if any(proc.proc.poll() is None for proc in self.processes):
-            self.say("• stopping: workers finish the tasks they are running (warm shutdown, at most 20 s) …")
-        stop_all(list(reversed(self.processes)))
-        if self.local_aws is not None:
-            self._forget_redis_keys()
-            self.local_aws.stop()
-        (RUN_DIR / "env").unlink(missing_ok=True)  # its endpoints are gone
+        """Stop every process, the local endpoint last, and delete this run's Redis keys and env file.
+
+        Further Ctrl-C and SIGTERM are ignored meanwhile (the stop is bounded: at most 20 s a stage),
+        so a second Ctrl-C cannot skip the clean-up. Workers and beat stop first, while the webhook
+        receiver still answers their last deliveries; then Flower and the receiver.
+        """
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        try:
+            if any(proc.proc.poll() is None for proc in self.processes):
+                self.say("• stopping: workers finish the tasks they are running (warm shutdown, at most 20 s; "
+                         "Ctrl-C is ignored until done) …")
+            last = [p for p in (self.flower, self.receiver.process if self.receiver else None) if p is not None]
+            stop_all([p for p in reversed(self.processes) if p not in last])
+            stop_all(last)
+        finally:
+            try:
+                self._forget_redis_keys()
+            finally:
+                if self.local_aws is not None:
+                    self.local_aws.stop()
+                (RUN_DIR / "env").unlink(missing_ok=True)  # its endpoints are gone
         self.say("• stopped every process this run started")
 
 

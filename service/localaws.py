@@ -74,13 +74,16 @@ class MotoProcess:
             cwd=Path(__file__).resolve().parent.parent,
         )
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().decode()
-        if not line.startswith("listening on "):
+        try:
+            line = self.proc.stdout.readline().decode()
+            if not line.startswith("listening on "):
+                raise RuntimeError(f"moto server did not start (said {line!r})")
+            self.port = int(line.split()[-1])
+            self.url = f"http://127.0.0.1:{self.port}"
+            self._wait_ready()
+        except BaseException:  # not started, or Ctrl-C while it starts: it must not run on
             self.stop()
-            raise RuntimeError(f"moto server did not start (said {line!r})")
-        self.port = int(line.split()[-1])
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._wait_ready()
+            raise
 
     def _wait_ready(self, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -123,8 +126,12 @@ class LocalAws:
         """Start both servers; returns self."""
         if self.log_path is not None:
             self._log = open(self.log_path, "ab")
-        self.main = MotoProcess(single_threaded=False, log=self._log)
-        self.dynamodb = MotoProcess(single_threaded=True, log=self._log)
+        try:
+            self.main = MotoProcess(single_threaded=False, log=self._log)
+            self.dynamodb = MotoProcess(single_threaded=True, log=self._log)
+        except BaseException:  # a server that did not start, or Ctrl-C meanwhile: stop what did
+            self.stop()
+            raise
         return self
 
     @property

@@ -23,11 +23,12 @@ def forget(namespace: str, urls: Iterable[str], *, connect_timeout_s: float = 2.
     Uses ``SCAN`` (never ``KEYS``), so a large database is not blocked.
 
     Raises:
-        ValueError: ``namespace`` is empty or holds a glob character (it would match other runs' keys).
+        ValueError: ``namespace`` is empty or holds ``:`` or a glob character (it would match other
+            runs' keys, or part of another namespace).
         redis.RedisError: a Redis did not answer.
     """
-    if not namespace or any(c in namespace for c in "*?[]\\"):
-        raise ValueError(f"redis_key_namespace {namespace!r}: must be non-empty, without glob characters")
+    if not namespace or any(c in namespace for c in "*?[]\\:"):
+        raise ValueError(f"redis_key_namespace {namespace!r}: must be non-empty, without ':' or glob characters")
     deleted = 0
     for url in dict.fromkeys(urls):
         with redis.Redis.from_url(url, socket_connect_timeout=connect_timeout_s) as client:

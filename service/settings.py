@@ -75,8 +75,9 @@ class Settings(BaseSettings):
     events_url: str = "redis://127.0.0.1:6379/1"
     redis_key_namespace: str = Field(
         default="imposition", pattern=r"^[A-Za-z0-9._-]{1,64}$",
-        description="First segment of every Redis key the service writes (admission, recent-event counts); "
-                    "`make run` gives each run its own, so runs sharing a Redis never see each other's state.",
+        description="1–64 characters from A–Z a–z 0–9 . _ -: the first segment of every Redis key the service "
+                    "writes (admission, recent-event counts); `make run`, `make test` and `make soak` give each "
+                    "run its own, so runs sharing a Redis never see each other's state.",
     )
 
     # --- fairness: slots and caps (DESIGN §2) ------------------------------------------------------

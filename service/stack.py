@@ -79,7 +79,8 @@ class ManagedProcess:
 
     Raises:
         RuntimeError: the process exited before it was ready.
-        TimeoutError: it did not get ready in time (it is stopped first).
+        TimeoutError: it did not get ready in time (it is stopped first; so it is on any exception,
+            KeyboardInterrupt included, raised while it starts).
     """
 
     def __init__(self, cmd: Sequence[str], log_path: Path, *, env: dict[str, str] | None = None,
@@ -97,7 +98,7 @@ class ManagedProcess:
             try:
                 wait_for(lambda: ready_marker in self.log() or self.proc.poll() is not None, ready_timeout_s,
                          what=f"{' '.join(self.cmd[:6])} to be ready")
-            except TimeoutError:
+            except BaseException:  # a timeout, or Ctrl-C while it starts: nobody holds it yet to stop it
                 self.stop()
                 raise
             if self.proc.poll() is not None:

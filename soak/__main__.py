@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         "IMPOSITION_RATE_LIMIT_PER_MIN": "1000000",
         "IMPOSITION_ADMISSION_IN_FLIGHT_CAP": "1000000",
         "IMPOSITION_ENGINE_TIME_LIMIT_S": "60",
+        "IMPOSITION_METRICS_DIR": str(args.out / "metrics"),  # this soak's own multiprocess files
         "SOAK_EVENT_LOG_DIR": str(args.out / "events"),
         "SOAK_HOLD_MAX_S": str(args.hold),
     })

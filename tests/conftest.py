@@ -51,6 +51,8 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.update(SESSION_ENV)
     log_dir = Path(config.rootpath, ".pytest_cache")
     log_dir.mkdir(exist_ok=True)
+    # the workers' prometheus multiprocess files: this checkout's own, never another run's
+    os.environ.setdefault("IMPOSITION_METRICS_DIR", str(log_dir / "metrics"))
     _local_aws = LocalAws(log_path=log_dir / "moto.log").start()
     os.environ.update(_local_aws.env)
     from service.provision import provision
@@ -59,8 +61,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if _local_aws is not None:
-        _local_aws.stop()
+    """Stop the local AWS endpoint; delete this session's Redis keys from both databases."""
+    from service import redis_namespace
+
+    try:
+        redis_namespace.forget(REDIS_NAMESPACE, [SESSION_ENV["IMPOSITION_REDIS_URL"], SESSION_ENV["IMPOSITION_EVENTS_URL"]])
+    finally:
+        if _local_aws is not None:
+            _local_aws.stop()
 
 
 def reset_aws() -> None:

@@ -144,6 +144,8 @@ class Engine(ABC):
             raise EngineCancelled("the engine was cancelled before it started")
         output_path.parent.mkdir(parents=True, exist_ok=True)
         partial = output_path.with_name(f".{output_path.name}.{uuid.uuid4().hex}.partial")
+        partial.touch()  # an unwritable output directory is an OSError here, not a crash in the child
+        partial.unlink()
         try:
             with tempfile.TemporaryDirectory(prefix="imposition-") as work_dir:
                 job = EngineJob(input_path, spec, partial, Path(work_dir), slug, cancel, started + limit_s, limit_s)

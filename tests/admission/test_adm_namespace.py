@@ -39,7 +39,7 @@ def test_forget_deletes_its_namespace_and_nothing_else(redis_db):
         redis_db.delete(f"{other}:admission:t:rate", f"{prefix_alike}:admission:t:rate")
 
 
-@pytest.mark.parametrize("namespace", ["", "*", "imposition*", "a?b", "a[b]"])
+@pytest.mark.parametrize("namespace", ["", "*", "imposition*", "a?b", "a[b]", "imposition:admission"])
 def test_forget_refuses_a_namespace_that_would_match_other_runs(namespace):
     with pytest.raises(ValueError, match="redis_key_namespace"):
         redis_namespace.forget(namespace, [get_settings().redis_url])
@@ -48,3 +48,24 @@ def test_forget_refuses_a_namespace_that_would_match_other_runs(namespace):
 def test_forget_reports_an_unreachable_redis():
     with pytest.raises(redis.ConnectionError):
         redis_namespace.forget(REDIS_NAMESPACE, ["redis://127.0.0.1:1/0"], connect_timeout_s=0.5)
+
+
+@pytest.mark.parametrize("value", ["a:b", "*", "", "x" * 65])
+def test_an_invalid_namespace_is_one_line_naming_the_variable_exit_2(value, monkeypatch):
+    from click.testing import CliRunner
+
+    from service.cli import main as cli
+    from service.stack import REPO
+
+    monkeypatch.setenv("IMPOSITION_REDIS_KEY_NAMESPACE", value)
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(cli, ["impose", str(REPO / "samples/a5_8p.pdf"),
+                                          "--layout", str(REPO / "samples/layouts/n_up_2x2_sra3.json"),
+                                          "-o", "/nonexistent/never-written.pdf"])
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+    assert result.exit_code == 2, result.output
+    assert "IMPOSITION_REDIS_KEY_NAMESPACE" in result.output and "1–64 characters" in result.output
+    assert "Traceback" not in result.output
