@@ -8,7 +8,8 @@ What must hold at every instant (each lease transaction keeps it, all or nothing
   cap may exceed it legitimately: lowering a cap kills nothing);
 * ``orphan_lease`` — every lease fences a job ``running`` under its token;
 * ``stranded_job`` — every ``running`` job has the lease its ``lease_token`` names (else nothing
-  would ever bring it back: the sweeper only looks at leases).
+  would ever bring it back: the sweeper only looks at leases);
+* ``job_counters`` — the tenant's ``queued`` and ``waiting`` equal its jobs in those statuses.
 
 Expired leases are not drift: they are the sweeper's work, and reported as ``expired``.
 
@@ -29,7 +30,12 @@ is refused if anything it relied on changed meanwhile (then the tenant is read a
   still has the value read and every lease read still exists. With no lease able to appear, those
   conditions mean the set read is exactly the live set when the fix commits (a release meanwhile
   refuses it, and it is read again); the freeze is lifted in the same write;
+* job counters → set ``queued`` and ``waiting`` to the jobs counted, on condition both counters
+  still have the values read next to the count (every status move changes one of them);
 * over cap → nothing: leases are never taken away; the tenant is admitted again once it is below.
+
+Every repair that frees a slot or changes a counter is followed by a wake of the tenant's waiting
+jobs (:func:`leases.waiting.wake`).
 """
 
 from __future__ import annotations
@@ -41,10 +47,10 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
-from pynamodb.exceptions import DoesNotExist, TransactWriteError
+from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
-from leases import sweeper
+from leases import sweeper, waiting
 from leases.errors import LeaseContention
 from leases.models import JobItem, JobStatus, LeaseItem, TenantItem
 from leases.transactions import (
@@ -54,6 +60,7 @@ from leases.transactions import (
     classify,
     new_token,
     read_lease,
+    requeue_actions,
     tx_connection,
     with_conflict_retries,
 )
@@ -62,7 +69,7 @@ from service.settings import get_settings
 log = logging.getLogger(__name__)
 
 #: Drift kinds, in the order repairs are applied.
-DRIFT_KINDS = ("orphan_lease", "stranded_job", "counter", "over_cap")
+DRIFT_KINDS = ("orphan_lease", "stranded_job", "counter", "job_counters", "over_cap")
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,10 @@ class TenantAudit:
     leases: int
     running_jobs: int
     expired_leases: int
+    queued: int = 0
+    waiting: int = 0
+    queued_jobs: int = 0
+    waiting_jobs: int = 0
     drifts: list[Drift] = field(default_factory=list)
 
 
@@ -116,7 +127,8 @@ class AuditReport:
         for t in self.tenants:
             state = "ok" if not t.drifts else f"DRIFT ({len(t.drifts)})"
             lines.append(f"{t.tenant_id:24} in_flight={t.in_flight} leases={t.leases} cap={t.cap} "
-                         f"running={t.running_jobs} expired={t.expired_leases}  {state}")
+                         f"running={t.running_jobs} queued={t.queued_jobs} waiting={t.waiting_jobs} "
+                         f"expired={t.expired_leases}  {state}")
             lines.extend(f"    {d.kind}: {d.detail}" for d in t.drifts)
         lines.extend(f"  repaired: {r}" for r in self.repairs)
         return "\n".join(lines) if lines else "no tenants"
@@ -134,6 +146,8 @@ class _Snapshot:
     jobs_of_leases: dict[str, JobItem | None]
     stranded: dict[str, list[JobItem]]
     running: dict[str, int]
+    #: tenant → (queued jobs, waiting jobs) counted, and (queued, waiting) counters read around it.
+    counted: dict[str, tuple[int, int, int | None, int | None]] = field(default_factory=dict)
 
 
 def _read_jobs(job_ids: Iterable[str]) -> dict[str, JobItem | None]:
@@ -197,7 +211,34 @@ def _snapshot(tenant_ids: list[str] | None) -> _Snapshot:
             lease = read_lease(job_id)
             if lease is None or lease.token != job.lease_token:
                 stranded[tenant_id].append(job)
-    return _Snapshot(tenants, leases, jobs_of_leases, stranded, running)
+    counted = {tenant_id: _count_jobs(tenant_id) for tenant_id in set(tenants) | set(leases)}
+    return _Snapshot(tenants, leases, jobs_of_leases, stranded, running, counted)
+
+
+def _count_jobs(tenant_id: str) -> tuple[int, int, int | None, int | None]:
+    """``(queued jobs, waiting jobs, queued counter, waiting counter)``, counted through the sparse
+    indexes (confirmed by consistent reads) between two reads of the counters that agree."""
+
+    def counters() -> tuple[int | None, int | None]:
+        try:
+            item = TenantItem.get(tenant_id, consistent_read=True, attributes_to_get=["queued", "waiting"])
+        except DoesNotExist:
+            return None, None
+        return (None if item.queued is None else int(item.queued),
+                None if item.waiting is None else int(item.waiting))
+
+    before = counters()
+    for _ in range(get_settings().audit_stable_read_tries):
+        ids = {status: [job.job_id for job in index.query(tenant_id, attributes_to_get=["job_id"])]
+               for status, index in ((JobStatus.QUEUED, JobItem.by_queued), (JobStatus.WAITING, JobItem.by_waiting))}
+        found = _read_jobs(ids[JobStatus.QUEUED] + ids[JobStatus.WAITING])
+        queued = sum(1 for j in found.values() if j is not None and j.status == JobStatus.QUEUED.value)
+        waiting_ = sum(1 for j in found.values() if j is not None and j.status == JobStatus.WAITING.value)
+        after = counters()
+        if before == after:
+            break
+        before = after
+    return queued, waiting_, after[0], after[1]
 
 
 def _over_cap(leases: list[LeaseItem], cap: int, cap_changed_at: float) -> list[LeaseItem]:
@@ -229,6 +270,13 @@ def _judge(snap: _Snapshot, now: float) -> list[TenantAudit]:
                                        "but has no such lease", job.job_id))
         if in_flight != len(leases):
             audit_.drifts.append(Drift(tenant_id, "counter", f"in_flight={in_flight} but {len(leases)} live lease(s)"))
+        queued_jobs, waiting_jobs, queued, waiting_ = snap.counted.get(tenant_id, (0, 0, None, None))
+        audit_.queued, audit_.waiting = int(queued or 0), int(waiting_ or 0)
+        audit_.queued_jobs, audit_.waiting_jobs = queued_jobs, waiting_jobs
+        if (audit_.queued, audit_.waiting) != (queued_jobs, waiting_jobs):
+            audit_.drifts.append(Drift(tenant_id, "job_counters",
+                                       f"queued={audit_.queued} waiting={audit_.waiting} but {queued_jobs} queued "
+                                       f"and {waiting_jobs} waiting job(s)"))
         changed_at = float(item.cap_changed_at or 0) if item is not None else 0.0
         for lease in _over_cap(leases, cap, changed_at):
             audit_.drifts.append(Drift(tenant_id, "over_cap",
@@ -303,10 +351,11 @@ def _repair_stranded(job: JobItem, publish: Callable[[str, str], None]) -> str |
     reason = f"stranded: running under token {str(token)[:8]} with no lease (imposition audit --repair)"
     if requeue:  # first: an early copy is deferred until this commits, a spare one dropped
         publish(job.tenant_id, job.job_id, after_attempt=int(job.attempts or 0))
-        actions = [JobItem.status.set(JobStatus.QUEUED.value)]
+        actions = requeue_actions(job.tenant_id, time.time())
     else:
-        actions = [JobItem.status.set(JobStatus.FAILED.value), JobItem.finished_at.set(time.time())]
-    actions += [JobItem.lease_token.remove(), JobItem.error.set(reason), JobItem.error_code.set("stranded")]
+        actions = [JobItem.status.set(JobStatus.FAILED.value), JobItem.finished_at.set(time.time()),
+                   JobItem.lease_token.remove()]
+    actions += [JobItem.error.set(reason), JobItem.error_code.set("stranded")]
 
     def attempt() -> bool:
         try:
@@ -315,6 +364,8 @@ def _repair_stranded(job: JobItem, publish: Callable[[str, str], None]) -> str |
                                    condition=LeaseItem.job_id.does_not_exist() | (LeaseItem.token != token))
                 tx.update(JobItem(job.job_id), actions=actions,
                           condition=(JobItem.status == JobStatus.RUNNING.value) & (JobItem.lease_token == token))
+                if requeue:
+                    tx.update(TenantItem(job.tenant_id), actions=TenantItem.counted(TenantItem.queued, 1))
         except TransactWriteError as exc:
             kind, codes = classify(exc)
             if kind == RETRY:
@@ -366,8 +417,43 @@ def repair(tenant_ids: Iterable[str] | None = None, *, publish: Callable[[str, s
     return report
 
 
+def _repair_job_counters(tenant_id: str) -> str | None:
+    """Set the tenant's ``queued`` and ``waiting`` to its jobs in those statuses (module docstring)."""
+
+    def unchanged(attr, value):
+        return attr.does_not_exist() if value is None else attr == value
+
+    def attempt() -> str | None:
+        queued_jobs, waiting_jobs, queued, waiting_ = _count_jobs(tenant_id)
+        try:
+            TenantItem(tenant_id).update(
+                actions=[TenantItem.queued.set(queued_jobs), TenantItem.waiting.set(waiting_jobs),
+                         TenantItem.updated_at.set(time.time())],
+                condition=unchanged(TenantItem.queued, queued) & unchanged(TenantItem.waiting, waiting_))
+        except UpdateError as exc:
+            kind, codes = classify(exc)
+            if kind in (RETRY, CANCELLED):  # a job moved meanwhile: count again
+                raise Retryable(codes) from exc
+            raise
+        if (queued, waiting_) == (queued_jobs, waiting_jobs):
+            return None
+        return f"{tenant_id}: queued {queued} → {queued_jobs}, waiting {waiting_} → {waiting_jobs}"
+
+    return with_conflict_retries(attempt, what=f"repair job counters of tenant {tenant_id}")
+
+
 def _repair_one(drift: Drift, publish: Callable[[str, str], None]) -> str | None:
-    """Apply the fix of one drift (module docstring); a note of what was done, or None."""
+    """Apply the fix of one drift (module docstring), then wake the tenant's waiting jobs; a note of
+    what was done, or None."""
+    note = _repair_drift(drift, publish)
+    if note:
+        waiting.wake(drift.tenant_id, publish=publish, reason="repair")
+    return note
+
+
+def _repair_drift(drift: Drift, publish: Callable[[str, str], None]) -> str | None:
+    if drift.kind == "job_counters":
+        return _repair_job_counters(drift.tenant_id)
     if drift.kind == "orphan_lease":
         lease = read_lease(drift.job_id)
         if lease is not None and sweeper.remove_orphan(lease, expired_before=None):

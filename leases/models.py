@@ -9,10 +9,13 @@
     ``expiry_partition``, sort ``expires_at``) lets the sweeper query expired leases without a scan.
     The table holds at most (nodes × slots) items, so one partition value is enough.
 ``JobItem`` (table ``jobs``)
-    one per job: status (``queued → running → succeeded | failed``, back to ``queued`` on a retry or
-    a reclaim), attempts and budget, layout, S3 keys, timestamps (epoch seconds, float), defer
-    count, error. The index :class:`JobsByTenantIndex` (partition ``tenant_id``, sort
-    ``submitted_at``) serves per-tenant reports.
+    one per job: status (``queued → running → succeeded | failed``, ``queued ⇄ waiting`` while its
+    tenant is at its cap, back to ``queued`` on a retry or a reclaim), attempts and budget, layout,
+    S3 keys, timestamps (epoch seconds, float), defer count, error. The index
+    :class:`JobsByTenantIndex` (partition ``tenant_id``, sort ``submitted_at``) serves per-tenant
+    reports; two sparse indexes hold only the jobs of one status, per tenant, oldest submission
+    first: :class:`WaitingJobsIndex` (``waiting``: the hand-off's FIFO) and
+    :class:`QueuedJobsIndex` (``queued``: the sweeper's lost-message check).
 
 Times are UNIX epoch seconds (float) everywhere, named ``*_at``.
 
@@ -44,6 +47,8 @@ class JobStatus(StrEnum):
     """Lifecycle of a job item."""
 
     QUEUED = "queued"
+    #: Parked: the tenant was at its cap; brought back by a hand-off (or the sweeper), no message.
+    WAITING = "waiting"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -59,6 +64,22 @@ class _Meta:
     billing_mode = "PAY_PER_REQUEST"
 
 
+#: The one partition value of the tenants' pending-work index.
+PENDING_PARTITION = "pending"
+
+
+class PendingTenantsIndex(GlobalSecondaryIndex["TenantItem"]):
+    """Tenants that may have queued or waiting jobs (sparse: ``pending_partition`` is set by every
+    transaction that queues or parks a job, and removed by the sweeper once both counters are 0)."""
+
+    class Meta:
+        index_name = "by-pending"
+        projection = AllProjection()
+
+    pending_partition = UnicodeAttribute(hash_key=True)
+    tenant_id = UnicodeAttribute(range_key=True)
+
+
 class TenantItem(Model):
     """A tenant's fairness state and configuration."""
 
@@ -67,6 +88,12 @@ class TenantItem(Model):
 
     tenant_id = UnicodeAttribute(hash_key=True)
     in_flight = NumberAttribute(default=0)
+    #: Jobs of this tenant in status ``queued`` (a message exists or is due) and ``waiting``
+    #: (parked, no message); kept exact by the same transactions that change a job's status.
+    queued = NumberAttribute(null=True)
+    waiting = NumberAttribute(null=True)
+    pending_partition = UnicodeAttribute(null=True)
+    by_pending = PendingTenantsIndex()
     #: Tier override of ``Settings.default_cap``; absent means the default.
     cap = NumberAttribute(null=True)
     rate_limit_per_min = NumberAttribute(null=True)
@@ -82,6 +109,14 @@ class TenantItem(Model):
     #: While set and in the future (epoch s), no lease of this tenant is acquired: ``imposition
     #: audit --repair`` is recounting ``in_flight`` (the lease set may then only shrink).
     repair_until = NumberAttribute(null=True)
+
+    @classmethod
+    def counted(cls, counter: "NumberAttribute", delta: int) -> list:
+        """Update actions: ``counter += delta`` and, for a job queued or parked, the pending mark."""
+        actions = [counter.add(delta)]
+        if delta > 0:
+            actions.append(cls.pending_partition.set(PENDING_PARTITION))
+        return actions
 
     def effective_cap(self, default_cap: int) -> int:
         """The cap this tenant's lease transactions enforce (override or default)."""
@@ -128,6 +163,30 @@ class JobsByTenantIndex(GlobalSecondaryIndex["JobItem"]):
     submitted_at = NumberAttribute(range_key=True)
 
 
+class WaitingJobsIndex(GlobalSecondaryIndex["JobItem"]):
+    """Parked jobs of one tenant, oldest submission first (sparse: only ``waiting`` jobs have
+    ``waiting_tenant``)."""
+
+    class Meta:
+        index_name = "by-waiting"
+        projection = AllProjection()
+
+    waiting_tenant = UnicodeAttribute(hash_key=True)
+    submitted_at = NumberAttribute(range_key=True)
+
+
+class QueuedJobsIndex(GlobalSecondaryIndex["JobItem"]):
+    """Queued jobs of one tenant, oldest submission first (sparse: only ``queued`` jobs have
+    ``queued_tenant``)."""
+
+    class Meta:
+        index_name = "by-queued"
+        projection = AllProjection()
+
+    queued_tenant = UnicodeAttribute(hash_key=True)
+    submitted_at = NumberAttribute(range_key=True)
+
+
 class JobItem(Model):
     """One imposition job and its whole history."""
 
@@ -148,6 +207,18 @@ class JobItem(Model):
     started_at = NumberAttribute(null=True)
     finished_at = NumberAttribute(null=True)
     defer_count = NumberAttribute(default=0)
+    #: Set to ``tenant_id`` exactly while the job is ``waiting`` / ``queued`` (the sparse indexes).
+    waiting_tenant = UnicodeAttribute(null=True)
+    queued_tenant = UnicodeAttribute(null=True)
+    #: When the job was last parked, and last woken by a hand-off (epoch s).
+    parked_at = NumberAttribute(null=True)
+    woken_at = NumberAttribute(null=True)
+    #: Who last woke it: ``release`` (a hand-off), ``door``, ``sweeper`` (the safety net), ``cap_change``,
+    #: ``repair`` (``imposition audit --repair``).
+    woken_by = UnicodeAttribute(null=True)
+    #: While ``queued``: when its latest message becomes visible in SQS (publish time + delay, epoch s).
+    #: A queued job still not started ``lost_message_grace_s`` after it is re-published by the sweeper.
+    due_at = NumberAttribute(null=True)
     #: Fencing token of the lease the job runs under now (absent while queued).
     lease_token = UnicodeAttribute(null=True)
     #: Id of the transaction that last ended a lease on this job (release, commit, fail, reclaim): a
@@ -165,6 +236,8 @@ class JobItem(Model):
     webhook_error = UnicodeAttribute(null=True)
     webhook_delivered_at = NumberAttribute(null=True)
     by_tenant = JobsByTenantIndex()
+    by_waiting = WaitingJobsIndex()
+    by_queued = QueuedJobsIndex()
 
     @property
     def job_status(self) -> JobStatus:

@@ -10,6 +10,9 @@ For each lease whose ``expires_at`` is in the past (found through the expiry ind
    of attempts). The attempt the dead holder started stays counted: a job that kills its worker
    ``max_attempts`` times ends ``failed``.
 
+Then :func:`bring_back`, the hand-off's safety net: wake the waiting jobs of every tenant with room,
+re-publish queued jobs whose message is long overdue.
+
 Two sweepers at once are safe: both may publish, but only one reclaim transaction succeeds (the
 other finds the lease gone and counts nothing); the spare message finds the job not ``queued``, or
 runs it as its next attempt, never alongside another run. A renewal that lands between the query
@@ -28,23 +31,12 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from pynamodb.exceptions import DoesNotExist, TransactWriteError
-from pynamodb.transactions import TransactWrite
+from pynamodb.exceptions import DoesNotExist, UpdateError
 
-from leases.models import LEASE_EXPIRY_PARTITION, JobItem, JobStatus, LeaseItem, TenantItem
-from leases.transactions import (
-    AMBIGUOUS,
-    CONDITION_FAILED,
-    ERROR,
-    RETRY,
-    Retryable,
-    classify,
-    new_token,
-    read_lease,
-    released_by,
-    tx_connection,
-    with_conflict_retries,
-)
+from leases import waiting
+from leases.models import LEASE_EXPIRY_PARTITION, PENDING_PARTITION, JobItem, JobStatus, LeaseItem, TenantItem
+from leases.transactions import NamedTransaction, fenced_release, requeue_actions
+from service.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +50,9 @@ class SweepReport:
     failed: Counter = field(default_factory=Counter)
     orphans: Counter = field(default_factory=Counter)
     lost_races: int = 0
+    #: Waiting jobs woken by the safety net (a lost hand-off), queued jobs re-published (lost message).
+    woken: Counter = field(default_factory=Counter)
+    republished: Counter = field(default_factory=Counter)
 
     @property
     def total(self) -> int:
@@ -70,48 +65,6 @@ def expired_leases(now: float) -> Iterator[LeaseItem]:
     return LeaseItem.by_expiry.query(LEASE_EXPIRY_PARTITION, LeaseItem.expires_at < now)
 
 
-def _fenced_delete(lease: LeaseItem, build_job_item: Callable[[TransactWrite, str], None], *,
-                   expired_before: float | None, what: str) -> bool:
-    """Delete ``lease`` and give its slot back in one transaction with one job item; True if done.
-
-    The lease delete is conditional on its token (and on ``expires_at < expired_before`` when
-    given). Each attempt writes its own id into the job's ``release_id`` (through
-    ``build_job_item(tx, release_id)``), so an ambiguous attempt is resolved by reading it back.
-    """
-    release_ids: list[str] = []
-
-    def attempt() -> bool:
-        release_id = new_token()
-        release_ids.append(release_id)
-        condition = LeaseItem.token == lease.token
-        if expired_before is not None:
-            condition = condition & (LeaseItem.expires_at < expired_before)
-        try:
-            with TransactWrite(connection=tx_connection(), client_request_token=release_id) as tx:
-                tx.delete(LeaseItem(lease.job_id), condition=condition)
-                tx.update(TenantItem(lease.tenant_id), actions=[TenantItem.in_flight.add(-1)])
-                build_job_item(tx, release_id)
-        except TransactWriteError as exc:
-            kind, codes = classify(exc)
-            if kind == RETRY:
-                raise Retryable(codes) from exc
-            if kind == ERROR:
-                raise
-            if kind == AMBIGUOUS:
-                if released_by(lease.job_id, release_ids):
-                    return True
-                held = read_lease(lease.job_id)
-                if held is not None and held.token == lease.token:
-                    raise Retryable(codes) from exc
-                return False
-            if CONDITION_FAILED in codes:  # gone, renewed, or taken by an earlier ambiguous try of ours
-                return len(release_ids) > 1 and released_by(lease.job_id, release_ids[:-1])
-            raise
-        return True
-
-    return with_conflict_retries(attempt, what=what)
-
-
 def reclaim(lease: LeaseItem, *, now: float, requeue: bool, reason: str) -> bool:
     """Reclaim one expired lease in one transaction; True if this call did it.
 
@@ -122,21 +75,21 @@ def reclaim(lease: LeaseItem, *, now: float, requeue: bool, reason: str) -> bool
         leases.errors.LeaseContention: conflicts outlasted the bounded retries.
     """
     if requeue:
-        job_actions = [JobItem.status.set(JobStatus.QUEUED.value), JobItem.lease_token.remove(),
-                       JobItem.error.set(reason), JobItem.error_code.set("lease_expired")]
+        job_actions = [*requeue_actions(lease.tenant_id, now), JobItem.error.set(reason),
+                       JobItem.error_code.set("lease_expired")]
     else:
         job_actions = [JobItem.status.set(JobStatus.FAILED.value), JobItem.lease_token.remove(),
                        JobItem.finished_at.set(now), JobItem.error.set(reason),
                        JobItem.error_code.set("lease_expired")]
 
-    def job_item(tx: TransactWrite, release_id: str) -> None:
-        tx.update(
-            JobItem(lease.job_id),
-            actions=[*job_actions, JobItem.release_id.set(release_id)],
-            condition=(JobItem.lease_token == lease.token) & (JobItem.status == JobStatus.RUNNING.value),
-        )
+    def job_item(tx: NamedTransaction, release_id: str) -> None:
+        tx.add("update", "job", JobItem(lease.job_id),
+               actions=[*job_actions, JobItem.release_id.set(release_id)],
+               condition=(JobItem.lease_token == lease.token) & (JobItem.status == JobStatus.RUNNING.value))
 
-    return _fenced_delete(lease, job_item, expired_before=now, what=f"reclaim lease of job {lease.job_id}")
+    return fenced_release(lease.job_id, lease.tenant_id, lease.token, job_item,
+                          tenant_actions=TenantItem.counted(TenantItem.queued, 1) if requeue else (),
+                          expired_before=now, what=f"reclaim lease of job {lease.job_id}")
 
 
 def remove_orphan(lease: LeaseItem, *, expired_before: float | None) -> bool:
@@ -157,10 +110,10 @@ def remove_orphan(lease: LeaseItem, *, expired_before: float | None) -> bool:
         | (JobItem.status != JobStatus.RUNNING.value)
     )
 
-    def job_item(tx: TransactWrite, release_id: str) -> None:
-        tx.condition_check(JobItem, lease.job_id, condition=not_running_under_it)
+    def job_item(tx: NamedTransaction, release_id: str) -> None:
+        tx.add("condition_check", "job", JobItem, lease.job_id, condition=not_running_under_it)
 
-    return _fenced_delete(lease, job_item, expired_before=expired_before,
+    return fenced_release(lease.job_id, lease.tenant_id, lease.token, job_item, expired_before=expired_before,
                           what=f"remove orphan lease of job {lease.job_id}")
 
 
@@ -174,6 +127,8 @@ def sweep(
     *,
     publish: Callable[[str, str], None],
     on_reclaimed: Callable[[LeaseItem, bool], None] | None = None,
+    on_woken: Callable[[JobItem], None] | None = None,
+    on_republished: Callable[[JobItem], None] | None = None,
 ) -> SweepReport:
     """Reclaim every lease expired at ``now`` (epoch seconds).
 
@@ -182,6 +137,8 @@ def sweep(
         publish: ``publish(tenant_id, job_id, after_attempt=n)`` re-publishes a job's message (with
             its group id), marked as following attempt ``n`` (the one whose lease is reclaimed).
         on_reclaimed: called as ``on_reclaimed(lease, requeued)`` after each reclaim this sweep did.
+        on_woken, on_republished: called with the job after each wake / re-publish of
+            :func:`bring_back`, which runs after the reclaims.
 
     Returns:
         A :class:`SweepReport`.
@@ -220,4 +177,51 @@ def sweep(
         log.warning("reclaimed lease of job %s (tenant %s): %s", lease.job_id, lease.tenant_id, reason)
         if on_reclaimed is not None:
             on_reclaimed(lease, requeue)
+    bring_back(now, publish=publish, report=report, on_woken=on_woken, on_republished=on_republished)
     return report
+
+
+def _unmark_pending(tenant_id: str) -> None:
+    """Drop a tenant from the pending index, on condition it still has no queued or waiting job."""
+    idle = ((TenantItem.queued.does_not_exist() | (TenantItem.queued <= 0))
+            & (TenantItem.waiting.does_not_exist() | (TenantItem.waiting <= 0)))
+    try:
+        TenantItem(tenant_id).update(actions=[TenantItem.pending_partition.remove()], condition=idle)
+    except UpdateError:  # a job was queued or parked meanwhile: it stays
+        pass
+
+
+def bring_back(now: float, *, publish: Callable[..., None], report: SweepReport,
+               on_woken: Callable[[JobItem], None] | None = None,
+               on_republished: Callable[[JobItem], None] | None = None) -> None:
+    """The safety net of the hand-off (DESIGN §3), for every tenant with waiting or queued jobs.
+
+    * waiting jobs of a tenant with room are woken (:func:`leases.waiting.wake`): a releaser that
+      died between its release and its wake, a cap raised while jobs waited, the index's lag;
+    * queued jobs whose message was due more than ``Settings.lost_message_grace_s`` ago and that
+      never started are re-published (a wake whose publish was lost, a purged or restarted queue):
+      a spare copy is dropped by the conditional acquire.
+
+    A tenant whose step fails is logged and left for the next sweep; the others go on.
+    """
+    grace_s = get_settings().lost_message_grace_s
+    for tenant in TenantItem.by_pending.query(PENDING_PARTITION):
+        try:
+            if int(tenant.waiting or 0) <= 0 and int(tenant.queued or 0) <= 0:
+                _unmark_pending(tenant.tenant_id)
+                continue
+            if int(tenant.waiting or 0) > 0:
+                woken = waiting.wake(tenant.tenant_id, publish=publish, reason="sweeper", now=now,
+                                     on_woken=on_woken)
+                report.woken[tenant.tenant_id] += len(woken)
+            if int(tenant.queued or 0) > 0:
+                for job in waiting.stale_queued(tenant.tenant_id, now=now, grace_s=grace_s):
+                    publish(job.tenant_id, job.job_id, after_attempt=int(job.attempts or 0))
+                    waiting.mark_republished(job.job_id, now=now)
+                    report.republished[tenant.tenant_id] += 1
+                    log.warning("re-published job %s (tenant %s): queued since its message was due at %.0f "
+                                "and never started", job.job_id, job.tenant_id, float(job.due_at))
+                    if on_republished is not None:
+                        on_republished(job)
+        except Exception:  # noqa: BLE001 - one tenant's failure must not stop the net for the others
+            log.exception("sweeper: bringing back the jobs of tenant %s failed; next sweep", tenant.tenant_id)

@@ -26,13 +26,14 @@ How a failed write is read (:func:`classify`):
   DynamoDB (AWS API reference, TransactWriteItems: "ClientRequestToken … makes the call
   idempotent" for 10 minutes).
 
-A release writes the id of its attempt into the job (``JobItem.release_id``): a writer whose
-release timed out, or whose retry found the lease gone, reads the job back and knows whether one of
-its own attempts applied, so it never reports "lease lost" for a commit that happened.
+Every end of a lease goes through :func:`fenced_release`, which writes the id of its attempt into
+the job (``JobItem.release_id``): a writer whose release timed out, or was refused, reads the job
+back and knows whether one of its own attempts applied, so it never reports "lease lost" for a
+commit that happened. Cancellation reasons are read by item name (:class:`NamedTransaction`).
 
-PynamoDB sends a transaction's items grouped by kind (condition checks, deletes, puts, updates, in
-that order, see ``pynamodb.connection.base.Connection.transact_write_items``), and DynamoDB returns one
-cancellation reason per item in request order; the ``_ACQ_*`` indexes below follow that order.
+Besides ``in_flight``, the tenant item counts its ``queued`` and ``waiting`` jobs; every
+transaction that moves a job between statuses moves the counters with it (parking and waking:
+:mod:`leases.waiting`).
 """
 
 from __future__ import annotations
@@ -183,6 +184,51 @@ def new_token() -> str:
     return secrets.token_hex(16)
 
 
+class NamedTransaction:
+    """A PynamoDB ``TransactWrite`` whose items carry names, so cancellation reasons are read by
+    name instead of by position.
+
+    PynamoDB sends condition checks, deletes, puts and updates in that order whatever order they
+    were added in (``pynamodb.connection.base.Connection.transact_write_items``), and DynamoDB
+    answers one cancellation reason per item in request order; :meth:`reasons` undoes that.
+    """
+
+    _KINDS = ("condition_check", "delete", "save", "update")
+
+    def __init__(self, client_request_token: str) -> None:
+        self.tx = TransactWrite(connection=tx_connection(), client_request_token=client_request_token)
+        self._names: dict[str, list[str]] = {kind: [] for kind in self._KINDS}
+
+    def __enter__(self) -> "NamedTransaction":
+        self.tx.__enter__()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.tx.__exit__(*exc_info)
+
+    def add(self, kind: str, name: str, *args, **kwargs) -> None:
+        """Add one item: ``kind`` is a ``TransactWrite`` method name; ``name`` labels its reason."""
+        self._names[kind].append(name)
+        getattr(self.tx, kind)(*args, **kwargs)
+
+    def reasons(self, exc: TransactWriteError) -> dict[str, object]:
+        """``{item name: CancellationReason or None}`` of a cancelled commit of this transaction."""
+        order = [name for kind in self._KINDS for name in self._names[kind]]
+        return dict(zip(order, exc.cancellation_reasons or ()))
+
+
+def reason_code(reasons: dict[str, object], name: str) -> str | None:
+    """The cancellation code of item ``name`` (``None`` when the item had no problem)."""
+    reason = reasons.get(name)
+    code = getattr(reason, "code", None)
+    return None if code in (None, "None") else code
+
+
+def old_item(reasons: dict[str, object], name: str) -> dict:
+    """The raw item DynamoDB returned for a failed condition of ``name`` (``ALL_OLD``), or ``{}``."""
+    return getattr(reasons.get(name), "raw_item", None) or {}
+
+
 def read_lease(job_id: str) -> LeaseItem | None:
     """The lease item of ``job_id`` (strongly consistent read), or None."""
     try:
@@ -226,10 +272,37 @@ def released_by(job_id: str, release_ids: Iterable[str]) -> bool:
     return job.release_id is not None and job.release_id in set(release_ids)
 
 
+# --- the cap as DynamoDB conditions -------------------------------------------------------------
+
+
+def cap_has_room(default_cap: int):
+    """Condition on a tenant item: ``in_flight < cap`` (the tier override ``cap`` when the item has
+    one, else ``default_cap``); an item with neither counter nor override has room."""
+    no_override = TenantItem.cap.does_not_exist()
+    below_cap = (no_override & (TenantItem.in_flight < default_cap)) | (
+        TenantItem.cap.exists() & (TenantItem.in_flight < TenantItem.cap)
+    )
+    return (TenantItem.in_flight.does_not_exist() & no_override) | below_cap
+
+
+def not_frozen(now: float):
+    """Condition on a tenant item: no counter repair freezes its acquires at ``now``."""
+    return TenantItem.repair_until.does_not_exist() | (TenantItem.repair_until < now)
+
+
+def room_of(tenant: TenantItem | None, default_cap: int) -> int:
+    """Slots a tenant may still fill with jobs that are not queued yet: cap − in_flight − queued."""
+    if tenant is None:
+        return default_cap
+    return tenant.effective_cap(default_cap) - int(tenant.in_flight or 0) - int(tenant.queued or 0)
+
+
+def _number(raw: dict, name: str) -> int | None:
+    return int(raw[name]["N"]) if name in raw else None
+
+
 # --- acquire ------------------------------------------------------------------------------------
 
-# acquire sends: puts [lease], updates [tenant, job]
-_ACQ_LEASE, _ACQ_TENANT, _ACQ_JOB = 0, 1, 2
 _ALL_OLD = "ALL_OLD"
 
 
@@ -238,14 +311,13 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, now: float | None = Non
 
     Items, all or nothing:
 
-    1. tenant: ``in_flight += 1`` on condition ``in_flight < cap`` (the tier override ``cap`` when the
-       item has one, else ``Settings.default_cap``), read in the same transaction, so a tier change
-       applies to the next acquire without restarting anything; and not frozen by a counter repair
-       (``repair_until`` absent or past);
+    1. tenant: ``in_flight += 1`` on condition :func:`cap_has_room` (the override is read in the
+       same transaction, so a tier change applies to the next acquire without restarting anything)
+       and :func:`not_frozen`; ``queued −= 1``;
     2. lease: put on condition no lease for this job exists; holds worker, token, ``expires_at``;
     3. job: ``queued → running`` on condition the status is ``queued`` and the job belongs to
        ``tenant_id``; ``attempts += 1``; records ``started_at``, the lease token and the worker;
-       sets ``first_received_at`` if absent.
+       sets ``first_received_at`` if absent; leaves the queued index.
 
     Conflicts and throttling are retried with jittered backoff (bounded). After an ambiguous
     failure the lease item is read back: if it carries this call's token the acquire applied and
@@ -255,7 +327,7 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, now: float | None = Non
         TenantMismatch: the job exists but belongs to another tenant (checked first: such a caller
             must never run the job, whatever its status).
         JobNotQueued: the job is not ``queued`` or already has a lease (checked before the cap: a
-            duplicate is dropped, not deferred).
+            duplicate is dropped, not parked).
         CapReached: the tenant is at its cap.
         LeaseContention: conflicts/throttling/unapplied ambiguous attempts outlasted the retries.
         pynamodb.exceptions.PynamoDBException: anything else, including an ambiguous failure whose
@@ -275,33 +347,25 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, now: float | None = Non
             heartbeat_at=t,
             expires_at=t + s.lease_ttl_s,
         )
-        no_override = TenantItem.cap.does_not_exist()
-        below_cap = (no_override & (TenantItem.in_flight < s.default_cap)) | (
-            TenantItem.cap.exists() & (TenantItem.in_flight < TenantItem.cap)
-        )
-        not_frozen = TenantItem.repair_until.does_not_exist() | (TenantItem.repair_until < t)
         try:
-            with TransactWrite(connection=tx_connection(), client_request_token=new_token()) as tx:
-                tx.save(lease, condition=LeaseItem.job_id.does_not_exist(), return_values=_ALL_OLD)
-                tx.update(
-                    TenantItem(tenant_id),
-                    actions=[TenantItem.in_flight.set((TenantItem.in_flight | 0) + 1)],
-                    condition=((TenantItem.in_flight.does_not_exist() & no_override) | below_cap) & not_frozen,
-                    return_values=_ALL_OLD,
-                )
-                tx.update(
-                    JobItem(job_id),
-                    actions=[
-                        JobItem.status.set(JobStatus.RUNNING.value),
-                        JobItem.attempts.set((JobItem.attempts | 0) + 1),
-                        JobItem.started_at.set(t),
-                        JobItem.first_received_at.set(JobItem.first_received_at | t),
-                        JobItem.lease_token.set(token),
-                        JobItem.worker.set(worker),
-                    ],
-                    condition=(JobItem.status == JobStatus.QUEUED.value) & (JobItem.tenant_id == tenant_id),
-                    return_values=_ALL_OLD,
-                )
+            with NamedTransaction(new_token()) as tx:
+                tx.add("save", "lease", lease, condition=LeaseItem.job_id.does_not_exist(), return_values=_ALL_OLD)
+                tx.add("update", "tenant", TenantItem(tenant_id),
+                       actions=[TenantItem.in_flight.set((TenantItem.in_flight | 0) + 1), TenantItem.queued.add(-1)],
+                       condition=cap_has_room(s.default_cap) & not_frozen(t), return_values=_ALL_OLD)
+                tx.add("update", "job", JobItem(job_id),
+                       actions=[
+                           JobItem.status.set(JobStatus.RUNNING.value),
+                           JobItem.attempts.set((JobItem.attempts | 0) + 1),
+                           JobItem.started_at.set(t),
+                           JobItem.first_received_at.set(JobItem.first_received_at | t),
+                           JobItem.lease_token.set(token),
+                           JobItem.worker.set(worker),
+                           JobItem.queued_tenant.remove(),
+                           JobItem.due_at.remove(),
+                       ],
+                       condition=(JobItem.status == JobStatus.QUEUED.value) & (JobItem.tenant_id == tenant_id),
+                       return_values=_ALL_OLD)
         except TransactWriteError as exc:
             kind, codes = classify(exc)
             if kind == RETRY:
@@ -312,28 +376,29 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, now: float | None = Non
                     log.info("acquire of job %s: ambiguous failure (%s), but it applied", job_id, codes[0])
                     return _lease_of(held)
                 raise Retryable(codes) from exc
-            if kind == CANCELLED and len(codes) == 3:
-                reasons = exc.cancellation_reasons
-                if codes[_ACQ_LEASE] == CONDITION_FAILED and reasons[_ACQ_LEASE] is not None:
-                    old = LeaseItem.from_raw_data(reasons[_ACQ_LEASE].raw_item or {"job_id": {"S": job_id}})
+            if kind == CANCELLED and exc.cancellation_reasons:
+                reasons = tx.reasons(exc)
+                lease_failed = reason_code(reasons, "lease") == CONDITION_FAILED
+                job_failed = reason_code(reasons, "job") == CONDITION_FAILED
+                if lease_failed:
+                    old = LeaseItem.from_raw_data(old_item(reasons, "lease") or {"job_id": {"S": job_id}})
                     if old.token == token:  # an earlier, ambiguous attempt of this call applied
                         return _lease_of(old)
-                old_job = (reasons[_ACQ_JOB].raw_item or {}) if reasons[_ACQ_JOB] else {}
+                old_job = old_item(reasons, "job")
                 job_tenant = old_job.get("tenant_id", {}).get("S")
                 if job_tenant is not None and job_tenant != tenant_id:
                     raise TenantMismatch(job_id, tenant_id, job_tenant, reason_codes=codes) from exc
-                if codes[_ACQ_JOB] == CONDITION_FAILED or codes[_ACQ_LEASE] == CONDITION_FAILED:
-                    if not old_job and codes[_ACQ_JOB] != CONDITION_FAILED:  # job queued, lease orphaned
+                if job_failed or lease_failed:
+                    if not old_job and not job_failed:  # job queued, lease orphaned
                         old_job = {"status": {"S": JobStatus.QUEUED.value}}
                     status = old_job.get("status", {}).get("S")
-                    attempts = int(old_job["attempts"]["N"]) if "attempts" in old_job else None
-                    raise JobNotQueued(job_id, status, attempts, reason_codes=codes) from exc
-                if codes[_ACQ_TENANT] == CONDITION_FAILED:
-                    old = (reasons[_ACQ_TENANT].raw_item or {}) if reasons[_ACQ_TENANT] else {}
-                    in_flight = int(old["in_flight"]["N"]) if "in_flight" in old else None
-                    cap = int(old["cap"]["N"]) if "cap" in old else s.default_cap
+                    raise JobNotQueued(job_id, status, _number(old_job, "attempts"), reason_codes=codes) from exc
+                if reason_code(reasons, "tenant") == CONDITION_FAILED:
+                    old = old_item(reasons, "tenant")
+                    cap = _number(old, "cap")
                     frozen = float(old["repair_until"]["N"]) if "repair_until" in old else None
-                    raise CapReached(tenant_id, in_flight, cap, repair_until=frozen if frozen and frozen >= t else None,
+                    raise CapReached(tenant_id, _number(old, "in_flight"), s.default_cap if cap is None else cap,
+                                     repair_until=frozen if frozen and frozen >= t else None,
                                      reason_codes=codes) from exc
             raise
         return Lease(job_id, tenant_id, worker, token, t, t + s.lease_ttl_s)
@@ -390,46 +455,89 @@ def still_held(lease: Lease) -> bool:
     return held is not None and held.token == lease.token
 
 
-# --- release ------------------------------------------------------------------------------------
+# --- release: the one fenced write that ends a lease ---------------------------------------------
 
 
-def _release(lease: Lease, job_actions: list, *, what: str) -> None:
-    """Delete the lease, decrement the tenant and write the job, fenced by the lease token.
+def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[NamedTransaction, str], None], *,
+                   tenant_actions: Iterable = (), expired_before: float | None = None, what: str) -> bool:
+    """End the lease of ``job_id`` in one transaction: delete it, ``in_flight − 1``, write the job.
 
-    Every attempt writes its own id into ``JobItem.release_id``; when an attempt is ambiguous, or a
-    later attempt finds the lease gone, the job is read back to learn whether one of ours applied.
+    The one protocol every end of a lease goes through (holder's commit, retry and failure; the
+    sweeper's reclaim and orphan removal). The lease delete is conditional on ``token`` (and on
+    ``expires_at < expired_before`` when given); ``job_item(tx, release_id)`` adds the job's item
+    (an update that should write ``release_id`` into ``JobItem.release_id``, or a condition check);
+    ``tenant_actions`` are further updates of the tenant item (the ``queued`` counter of a re-queue).
+
+    Reading a failure: conflicts and throttling are retried (bounded, jittered). After an ambiguous
+    failure, and after *any* refused one, the job is read back: if it carries the ``release_id`` of
+    one of this call's attempts, the release applied (botocore may resend an attempt that already
+    applied after a read timeout, and the resend is refused because the lease is gone). Otherwise an
+    ambiguous attempt whose lease is still held is tried again, and anything else means the lease
+    is not ours any more.
+
+    Returns:
+        True if one of this call's attempts applied, False if the lease was gone, carried another
+        token, or (with ``expired_before``) was renewed.
+
+    Raises:
+        LeaseContention: conflicts outlasted the bounded retries (the lease stays).
+        pynamodb.exceptions.PynamoDBException: an error that says nothing about the lease.
     """
     release_ids: list[str] = []
 
-    def attempt() -> None:
+    def attempt() -> bool:
         release_id = new_token()
         release_ids.append(release_id)
+        condition = LeaseItem.token == token
+        if expired_before is not None:
+            condition = condition & (LeaseItem.expires_at < expired_before)
         try:
-            with TransactWrite(connection=tx_connection(), client_request_token=release_id) as tx:
-                tx.delete(LeaseItem(lease.job_id), condition=LeaseItem.token == lease.token)
-                tx.update(TenantItem(lease.tenant_id), actions=[TenantItem.in_flight.add(-1)])
-                tx.update(
-                    JobItem(lease.job_id),
-                    actions=[*job_actions, JobItem.release_id.set(release_id)],
-                    condition=(JobItem.lease_token == lease.token)
-                    & (JobItem.status == JobStatus.RUNNING.value),
-                )
+            with NamedTransaction(release_id) as tx:
+                tx.add("delete", "lease", LeaseItem(job_id), condition=condition)
+                tx.add("update", "tenant", TenantItem(tenant_id),
+                       actions=[TenantItem.in_flight.add(-1), *tenant_actions])
+                job_item(tx, release_id)
         except TransactWriteError as exc:
             kind, codes = classify(exc)
             if kind == RETRY:
                 raise Retryable(codes) from exc
             if kind == ERROR or (kind == CANCELLED and CONDITION_FAILED not in codes):
                 raise
-            # An ambiguous try may have applied; a cancelled one did not, but an earlier one may have.
-            candidates = release_ids if kind == AMBIGUOUS else release_ids[:-1]
-            if candidates and released_by(lease.job_id, candidates):
-                log.info("%s of job %s: failed (%s), but a try of it applied", what, lease.job_id, codes[0])
-                return
-            if kind == AMBIGUOUS and still_held(lease):
-                raise Retryable(codes) from exc
-            raise LeaseLost(lease.job_id, lease.token, f"({what} refused)", reason_codes=codes) from exc
+            if released_by(job_id, release_ids):
+                log.info("%s of job %s: failed (%s), but a try of it applied", what, job_id, codes[0])
+                return True
+            if kind == AMBIGUOUS:
+                held = read_lease(job_id)
+                if held is not None and held.token == token:
+                    raise Retryable(codes) from exc
+            return False
+        return True
 
-    with_conflict_retries(attempt, what=what)
+    return with_conflict_retries(attempt, what=what)
+
+
+def _release(lease: Lease, job_actions: list, *, what: str, requeue: bool = False) -> None:
+    """The holder's release: :func:`fenced_release` on a job that runs under ``lease``.
+
+    Raises:
+        LeaseLost: the lease was not ours any more (nothing was written).
+        LeaseContention: as :func:`fenced_release`.
+    """
+
+    def job_item(tx: NamedTransaction, release_id: str) -> None:
+        tx.add("update", "job", JobItem(lease.job_id),
+               actions=[*job_actions, JobItem.release_id.set(release_id)],
+               condition=(JobItem.lease_token == lease.token) & (JobItem.status == JobStatus.RUNNING.value))
+
+    if not fenced_release(lease.job_id, lease.tenant_id, lease.token, job_item,
+                          tenant_actions=TenantItem.counted(TenantItem.queued, 1) if requeue else (), what=what):
+        raise LeaseLost(lease.job_id, lease.token, f"({what} refused)")
+
+
+def requeue_actions(tenant_id: str, due_at: float) -> list:
+    """Job actions of a move to ``queued`` whose message becomes visible at ``due_at`` (epoch s)."""
+    return [JobItem.status.set(JobStatus.QUEUED.value), JobItem.queued_tenant.set(tenant_id),
+            JobItem.due_at.set(due_at), JobItem.lease_token.remove()]
 
 
 def commit_success(
@@ -458,21 +566,20 @@ def commit_success(
     )
 
 
-def release_for_retry(lease: Lease, *, error: str, error_code: str) -> None:
-    """Put the job back to ``queued`` (a retry message is already published) and free the slot.
+def release_for_retry(lease: Lease, *, error: str, error_code: str, delay_s: float = 0,
+                      now: float | None = None) -> None:
+    """Put the job back to ``queued`` (a retry message, visible in ``delay_s``, is already
+    published) and free the slot.
 
     Raises:
         LeaseLost, LeaseContention: as :func:`commit_success`.
     """
+    t = time.time() if now is None else now
     _release(
         lease,
-        [
-            JobItem.status.set(JobStatus.QUEUED.value),
-            JobItem.lease_token.remove(),
-            JobItem.error.set(error),
-            JobItem.error_code.set(error_code),
-        ],
+        [*requeue_actions(lease.tenant_id, t + delay_s), JobItem.error.set(error), JobItem.error_code.set(error_code)],
         what="release for retry",
+        requeue=True,
     )
 
 
@@ -499,8 +606,9 @@ def fail_job(lease: Lease, *, error: str, error_code: str, now: float | None = N
 # --- outside a lease ----------------------------------------------------------------------------
 
 
-def record_defer(job_id: str, *, now: float | None = None) -> bool:
-    """Count one cap deferral on a queued job and stamp its first receive (best effort).
+def record_defer(job_id: str, *, delay_s: float = 0, now: float | None = None) -> bool:
+    """Count one deferral on a queued job, stamp its first receive and when its copy is due (best
+    effort; ``delay_s`` is the copy's SQS delay).
 
     Does nothing if the job is not queued any more. Never raises: the count is a statistic, and
     a failure here must not cost the deferral itself. Returns True if the count was written.
@@ -511,6 +619,7 @@ def record_defer(job_id: str, *, now: float | None = None) -> bool:
             actions=[
                 JobItem.defer_count.set((JobItem.defer_count | 0) + 1),
                 JobItem.first_received_at.set(JobItem.first_received_at | t),
+                JobItem.due_at.set(t + delay_s),
             ],
             condition=JobItem.status == JobStatus.QUEUED.value,
         )

@@ -26,6 +26,13 @@ metric                                          moved by
                                                 raised past both (so no exit path leaves a slot counted)
 ``slots_total``                                 set by :mod:`observability.exporter` on a node consuming the
                                                 imposition queue (its pool concurrency)
+``handoffs_total{tenant,reason}``               ``job_woken``: a parked job woken (``release``/``door``/``sweeper``/
+                                                ``cap_change``)
+``handoff_latency_seconds{tenant}``             ``lease_acquired`` of a woken job: ``started_at − woken_at`` (its
+                                                tenant's release → its start)
+``jobs_republished_total{reason}``              ``job_republished``: a queued job whose message was overdue
+``jobs_waiting{tenant}``                        the beat task ``imposition.sample_queues``: the tenant item's
+                                                ``waiting`` counter (parked jobs)
 ``poison_messages_total{queue,reason}``         ``poison_message``
 ``sqs_messages{queue,state}``,                  the beat task ``imposition.sample_queues``
 ``sqs_oldest_message_age_seconds{queue}``
@@ -104,6 +111,16 @@ class ServiceMetrics:
                                 multiprocess_mode="livesum", registry=r)
         self.slots_total = Gauge("slots_total", "Slots of this node (its pool concurrency).",
                                  multiprocess_mode="max", registry=r)
+        self.handoffs = Counter("handoffs", "Parked jobs woken and published (a hand-off of a freed slot).",
+                                ("tenant", "reason"), registry=r)
+        self.handoff_latency = Histogram(
+            "handoff_latency_seconds", "Woken job: its tenant's release (the wake) to its start.", t,
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120), registry=r,
+        )
+        self.jobs_republished = Counter("jobs_republished", "Queued jobs the sweeper re-published (message overdue).",
+                                        ("reason",), registry=r)
+        self.jobs_waiting = Gauge("jobs_waiting", "Parked jobs of a tenant (its waiting counter).", t,
+                                  multiprocess_mode="mostrecent", registry=r)
         self.poison_messages = Counter(
             "poison_messages", "Messages that could not be run, left for the dead-letter queue.",
             ("queue", "reason"), registry=r,
@@ -183,6 +200,8 @@ def on_lease_acquired(sender=None, lease=None, job=None, **_: object) -> None:
     m.see_tenant(tenant)
     m.job_attempts.labels(tenant).inc()
     _hold(lease.job_id, tenant)
+    if job is not None and job.woken_at is not None and job.started_at is not None:
+        m.handoff_latency.labels(tenant).observe(max(0.0, float(job.started_at) - float(job.woken_at)))
     if job is None or int(job.attempts or 0) > 1 or job.submitted_at is None:
         return  # a later attempt's start − submit also holds earlier runs and retry backoff
     submitted = float(job.submitted_at)
@@ -235,6 +254,20 @@ def on_job_deferred(sender=None, tenant_id=None, reason=None, **_: object) -> No
         _record_recent("cap_defer", tenant_id)
     else:
         m.lease_contention_defer.labels(tenant_id).inc()
+
+
+@signals.job_woken.connect
+def on_job_woken(sender=None, job=None, reason=None, **_: object) -> None:
+    """A parked job was woken and published."""
+    m = get_metrics()
+    m.see_tenant(job.tenant_id)
+    m.handoffs.labels(job.tenant_id, reason or "release").inc()
+
+
+@signals.job_republished.connect
+def on_job_republished(sender=None, job=None, **_: object) -> None:
+    """The sweeper re-published a queued job whose message was overdue."""
+    get_metrics().jobs_republished.labels("lost_message").inc()
 
 
 @signals.lease_recovered.connect

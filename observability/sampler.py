@@ -6,13 +6,15 @@ the ``maintenance`` queue; the maintenance worker reads every work queue and dea
 * ``sqs_oldest_message_age_seconds{queue}`` from CloudWatch, NaN when CloudWatch has no datapoint
   (a gauge series cannot be withdrawn from prometheus-client's multiprocess files once written;
   NaN says "unknown now" instead of repeating a stale value). A queue CloudWatch never reported
-  on has no series at all.
+  on has no series at all;
+* ``jobs_waiting{tenant}`` from each tenant item's ``waiting`` counter (parked jobs).
 """
 
 from __future__ import annotations
 
 import math
 
+from leases.models import TenantItem
 from observability.metrics import get_metrics
 from observability.queues import SQS_STATES, QueueDepth, read_queues
 from tasks.celery_app import app
@@ -39,4 +41,7 @@ def sample_queues() -> dict:
     """Sample every work queue and DLQ; returns ``{queue: {visible, in_flight, delayed, oldest_age_s}}``."""
     depths = read_queues()
     record_sample(depths)
+    m = get_metrics()
+    for tenant in TenantItem.scan(attributes_to_get=["tenant_id", "waiting"]):
+        m.jobs_waiting.labels(tenant.tenant_id).set(int(tenant.waiting or 0))
     return {name: depth.as_dict() for name, depth in depths.items()}

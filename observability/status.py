@@ -4,8 +4,9 @@ It reads DynamoDB (tenants, leases, jobs), SQS (queue attributes), CloudWatch (a
 message, where it exists) and the recent-event counts in Redis; it needs no worker, no Prometheus
 and no Flower. Over the last ``Settings.status_window_s`` seconds (1 h by default):
 
-per tenant   cap (its override or the default), in flight (leases held now), waiting (its jobs
-             submitted in the window that are ``queued`` now), cap defers and lease recoveries,
+per tenant   cap (its override or the default), in flight (leases held now), queued (published,
+             not started) and waiting (parked until a slot of its tenant frees: the hand-off), all
+             three from one read of the tenant item; cap defers (parks) and lease recoveries,
              p50/p95 queue wait of its jobs submitted in the window (started ones: start −
              submit; waiting ones: so far), the oldest waiting job, failures;
 per queue    visible, in flight, delayed, oldest age (CloudWatch; "n/a" without data), the
@@ -39,6 +40,7 @@ class TenantStatus:
     tenant_id: str
     cap: int
     in_flight: int
+    queued: int
     waiting: int
     cap_defers: int
     lease_recoveries: int
@@ -96,12 +98,13 @@ def tenant_status(item: TenantItem, *, now: float, window_s: int, default_cap: i
     """One tenant's status from its item, its jobs submitted in the window, and the recent counts."""
     jobs = list(jobs_submitted(item.tenant_id, now - window_s, now + 1))
     waits = [w for w in (wait_s(j, now) for j in jobs) if w is not None]
-    queued = [j for j in jobs if j.status == JobStatus.QUEUED.value]
+    queued = [j for j in jobs if j.status in (JobStatus.QUEUED.value, JobStatus.WAITING.value)]
     return TenantStatus(
         tenant_id=item.tenant_id,
         cap=item.effective_cap(default_cap),
         in_flight=int(item.in_flight or 0),
-        waiting=len(queued),
+        queued=int(item.queued or 0),
+        waiting=int(item.waiting or 0),
         cap_defers=recent.window_count("cap_defer", item.tenant_id, window_s=window_s, now=now),
         lease_recoveries=recent.window_count("lease_recovered", item.tenant_id, window_s=window_s, now=now),
         wait_p50_s=percentile(waits, 0.50),
@@ -152,11 +155,11 @@ def render(status: Status) -> str:
     """The one-screen text form."""
     minutes = status.window_s / 60
     lines = [f"tenants (jobs submitted, defers and recoveries in the last {minutes:g} min)"]
-    head = (f"  {'tenant':14} {'cap':>4} {'in flight':>9} {'waiting':>8} {'cap defers':>10} {'recovered':>9} "
+    head = (f"  {'tenant':14} {'cap':>4} {'in flight':>9} {'queued':>7} {'waiting':>8} {'cap defers':>10} {'recovered':>9} "
             f"{'wait p50':>9} {'wait p95':>9} {'oldest wait':>11} {'failed':>6} {'submitted':>9}")
     lines.append(head)
     for t in status.tenants:
-        lines.append(f"  {t.tenant_id:14} {t.cap:>4} {t.in_flight:>9} {t.waiting:>8} {t.cap_defers:>10} "
+        lines.append(f"  {t.tenant_id:14} {t.cap:>4} {t.in_flight:>9} {t.queued:>7} {t.waiting:>8} {t.cap_defers:>10} "
                      f"{t.lease_recoveries:>9} {_s(t.wait_p50_s):>9} {_s(t.wait_p95_s):>9} "
                      f"{_s(t.oldest_waiting_s):>11} {t.failed:>6} {t.submitted:>9}")
     if not status.tenants:

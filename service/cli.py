@@ -256,9 +256,13 @@ def tenant_set_cap(tenant_id: str, cap: int | None, use_default: bool) -> None:
 
     CAP is 0 to Settings.max_cap (1000 by default); 0 pauses the tenant until its cap is raised.
     Lowering a cap below the tenant's current in-flight count stops nothing that runs; the tenant
-    is admitted again once its in-flight count drops below the new cap.
+    is admitted again once its in-flight count drops below the new cap. Raising it wakes as many
+    of the tenant's waiting jobs as the new room allows, at once.
     """
+    from leases import waiting
     from leases.tenants import set_cap
+    from tasks import signals
+    from tasks.messages import publish_job
 
     if (cap is None) == (not use_default):
         raise click.UsageError("give either CAP or --default")
@@ -266,6 +270,10 @@ def tenant_set_cap(tenant_id: str, cap: int | None, use_default: bool) -> None:
         set_cap(tenant_id, None if use_default else cap)
     except ValueError as exc:  # the tenant id is valid already: the cap is out of range
         raise click.BadParameter(str(exc), param_hint="CAP") from exc
+    woken = waiting.wake(tenant_id, publish=publish_job, reason="cap_change",
+                         on_woken=lambda job: signals.job_woken.send(sender=None, job=job, reason="cap_change"))
+    if woken:
+        click.echo(f"woke {len(woken)} waiting job(s) of {tenant_id}", err=True)
     from leases.tenants import describe_tenant
 
     click.echo(json.dumps(describe_tenant(tenant_id), indent=2, sort_keys=True))

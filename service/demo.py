@@ -292,7 +292,8 @@ class Demo:
             for t in tenants:
                 c = by_tenant[t]
                 total = sum(c.values())
-                parts.append(f"{t} {c['succeeded'] + c['failed']}/{total} ({sampler.now.get(t, 0)} leases)")
+                wait = f", {c['waiting']} waiting" if c["waiting"] else ""
+                parts.append(f"{t} {c['succeeded'] + c['failed']}/{total} ({sampler.now.get(t, 0)} leases{wait})")
             defers = sum(int(i.defer_count or 0) for i in items)
             self.say(f"  {elapsed:5.0f}s  " + " | ".join(parts) + f" | cap defers {defers}")
             if done == len(submitted):

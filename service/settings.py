@@ -93,7 +93,28 @@ class Settings(BaseSettings):
     lease_ttl_s: float = Field(default=600.0, gt=0)
     heartbeat_interval_s: float = Field(default=60.0, gt=0)
     sweep_interval_s: float = Field(default=60.0, gt=0)
-    defer_delay_s: int = Field(default=30, ge=0, le=SQS_MAX_DELAY_S)
+    defer_delay_s: int = Field(
+        default=30, ge=0, le=SQS_MAX_DELAY_S,
+        description="SQS DelaySeconds of a cap-hit copy under waiting_policy=timer (the baseline), and of the "
+        "rare deferrals outside the cap (lease contention, a copy that arrived before its re-queue).",
+    )
+    waiting_policy: Literal["handoff", "timer"] = Field(
+        default="handoff",
+        description="What a cap hit does: 'handoff' parks the job (status waiting, no message) until a release "
+        "of its tenant wakes it (DESIGN §3); 'timer' publishes a copy delayed by defer_delay_s (the "
+        "source design's baseline, kept for make bench-sched).",
+    )
+    lost_message_grace_s: float = Field(
+        default=30.0, gt=0,
+        description="A queued job whose message became visible this long ago and that has not started is "
+        "re-published by the sweeper (a lost wake or publish; a duplicate is dropped by the conditional "
+        "acquire). Must be >= sqs_wait_time_s: a visible message is received within one long poll by a "
+        "free worker.",
+    )
+    handoff_scan_limit: int = Field(
+        default=8, ge=1, le=100,
+        description="Waiting jobs read per index page when a release looks for the tenant's oldest one.",
+    )
     visibility_margin_s: float = Field(default=60.0, ge=0)
 
     # --- lease transactions: bounded retries of conflicts and throttling ------------------------------
@@ -263,6 +284,11 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"heartbeat_interval_s={self.heartbeat_interval_s} must be <= lease_ttl_s / 3 "
                 f"= {self.lease_ttl_s / 3:g} (DESIGN §4: a lease survives two missed heartbeats)"
+            )
+        if self.lost_message_grace_s < self.sqs_wait_time_s:
+            raise ValueError(
+                f"lost_message_grace_s={self.lost_message_grace_s:g} must be >= sqs_wait_time_s="
+                f"{self.sqs_wait_time_s} (a visible message may wait one long poll before it is received)"
             )
         if self.retry_backoff_base_s > self.retry_backoff_max_s:
             raise ValueError(

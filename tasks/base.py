@@ -7,7 +7,10 @@ ahead of a re-queue, ``after_attempt``)::
              │                                names another tenant than the job's, never run it
              ├─ JobNotQueued ──────────────► ack and drop (a duplicate or a finished job), or
              │                                defer if the attempt it follows still holds the job
-             ├─ CapReached / LeaseContention ► defer: a copy with SQS DelaySeconds, then ack
+             ├─ CapReached ────────────────► park: the job becomes ``waiting`` (no message),
+             │                                then ack; a release of its tenant wakes it
+             │                                (``waiting_policy = "timer"``: a delayed copy)
+             ├─ LeaseContention ───────────► defer: a copy with SQS DelaySeconds, then ack
              ├─ any other error ────────────► reject: SQS keeps the message (redelivered after the
              │                                visibility timeout; a crash loop ends in the DLQ)
              └─ Lease ─► heartbeat ─► run() ─┬─ ok ────────────► commit_success (fenced)
@@ -16,6 +19,8 @@ ahead of a re-queue, ``after_attempt``)::
                                              │                   release_for_retry (fenced);
                                              │                   out of attempts: fail_job
                                              └─ lease lost ────► commit nothing
+             every release is followed by the hand-off: wake the tenant's oldest waiting job
+             (:func:`leases.waiting.wake`; the sweeper is the safety net)
 
 Deferrals and retries go through :meth:`FairTask.retry`, which turns Celery's ``countdown`` into
 SQS ``DelaySeconds`` (the broker holds the wait, not the worker: a plain Celery countdown on SQS
@@ -59,13 +64,14 @@ from celery.exceptions import Reject, Retry
 from kombu.exceptions import KombuError
 from pynamodb.exceptions import PynamoDBException
 
-from leases import transactions
+from leases import transactions, waiting
 from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost, TenantMismatch
 from leases.models import JobItem, JobStatus
 from service.clocks import Clocks, get_clocks
 from service.settings import SQS_MAX_DELAY_S, get_settings
 from service.tenancy import message_group_id, validate_job_id
 from tasks import signals
+from tasks.messages import publish_job
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +111,8 @@ def is_duplicate(exc: JobNotQueued, after_attempt: int) -> bool:
     attempt the message follows). Otherwise the job may still come back to ``queued`` (a retry or
     reclaim in flight, an orphaned lease the sweeper will remove) and the message must not be lost.
     """
-    if exc.status is None or JobStatus(exc.status).is_final:
-        return True
+    if exc.status is None or JobStatus(exc.status).is_final or exc.status == JobStatus.WAITING.value:
+        return True  # a waiting job is brought back by its wake, with a message of its own
     return exc.status == JobStatus.RUNNING.value and exc.attempts is not None and exc.attempts > after_attempt
 
 
@@ -218,7 +224,11 @@ class FairTask(Task):
             log.info("dropping duplicate delivery of job %s (status %s)", job_id, exc.status)
             signals.job_dropped.send(sender=self, job_id=job_id, tenant_id=tenant_id, status=exc.status)
             return {"outcome": "duplicate_dropped", "job_id": job_id, "tenant_id": tenant_id}
-        except (CapReached, LeaseContention) as exc:
+        except CapReached as exc:
+            lease = self._park_or_acquire(job_id, tenant_id, worker, exc)
+            if lease is None:
+                return {"outcome": "parked", "job_id": job_id, "tenant_id": tenant_id}
+        except LeaseContention as exc:
             self._defer(job_id, tenant_id, exc)
         except _INFRASTRUCTURE_ERRORS as exc:
             # No lease is known to be held (an ambiguous acquire that did apply is the sweeper's),
@@ -253,6 +263,8 @@ class FairTask(Task):
             )
         except LeaseLost as exc:
             return self._on_lease_lost(lease, str(exc))
+        signals.lease_released.send(sender=self, lease=lease, outcome="succeeded")
+        self._hand_off(tenant_id)
         job = transactions.read_job(job.job_id)  # in-place retries: the status is committed already
         signals.job_finished.send(sender=self, job=job, outcome="succeeded", error=None)
         return {"outcome": "succeeded", "job_id": job_id, "tenant_id": tenant_id}
@@ -292,6 +304,47 @@ class FairTask(Task):
         expedite_to_dead_letter_queue(properties.get("delivery_info"), properties.get("delivery_tag"), "invalid_fields")
         raise Reject(problem, requeue=False)
 
+    def _park_or_acquire(self, job_id: str, tenant_id: str, worker: str,
+                         exc: CapReached) -> transactions.Lease | None:
+        """The tenant is at its cap: park the job (None: ack the message), or, if a slot freed
+        meanwhile, acquire after all (the lease). Under ``waiting_policy = "timer"``: defer.
+
+        Raises:
+            celery.exceptions.Retry / Reject: deferred (timer policy, or parking kept losing to
+                acquires) / the park could not be written (SQS keeps the message).
+        """
+        if get_settings().waiting_policy == "timer":
+            self._defer(job_id, tenant_id, exc)
+        for _ in range(get_settings().lease_conflict_attempts):
+            try:
+                if waiting.park(job_id, tenant_id):
+                    log.info("parked job %s of %s: %s", job_id, tenant_id, exc)
+                    signals.job_deferred.send(sender=self, job_id=job_id, tenant_id=tenant_id, reason="cap",
+                                              delay_s=None)
+                    return None
+                return transactions.acquire(job_id, tenant_id, worker)
+            except CapReached as again:
+                exc = again
+            except JobNotQueued as gone:  # a duplicate delivery parked or ran it meanwhile
+                log.info("dropping duplicate delivery of job %s (status %s)", job_id, gone.status)
+                signals.job_dropped.send(sender=self, job_id=job_id, tenant_id=tenant_id, status=gone.status)
+                return None
+            except LeaseContention as contention:
+                self._defer(job_id, tenant_id, contention)
+            except _INFRASTRUCTURE_ERRORS as infra:
+                log.error("could not park job %s (%s); leaving the message to SQS", job_id, infra)
+                raise Reject(infra, requeue=False) from infra
+        self._defer(job_id, tenant_id, exc)
+
+    def _hand_off(self, tenant_id: str) -> None:
+        """After a release: wake the tenant's oldest waiting jobs while it has room; never raises
+        (a wake that fails is the sweeper's)."""
+        try:
+            waiting.wake(tenant_id, publish=publish_job,
+                         on_woken=lambda job: signals.job_woken.send(sender=self, job=job, reason="release"))
+        except Exception as exc:  # noqa: BLE001 - the job's own outcome is committed; the sweeper wakes
+            log.warning("hand-off for tenant %s failed (the sweeper will wake its jobs): %s", tenant_id, exc)
+
     def _defer(self, job_id: str, tenant_id: str, exc: Exception) -> None:
         """Publish the deferred copy, then count it (best effort); raises Retry (ack) or Reject."""
         reason = {CapReached: "cap", JobNotQueued: "release_pending"}.get(type(exc), "contention")
@@ -302,7 +355,7 @@ class FairTask(Task):
             log.error("could not publish the deferred copy of job %s (%s); leaving the message to SQS",
                       job_id, publish_exc)
             raise Reject(publish_exc, requeue=False) from publish_exc
-        transactions.record_defer(job_id)
+        transactions.record_defer(job_id, delay_s=delay_s)
         log.info("deferring job %s of %s by %s s: %s", job_id, tenant_id, delay_s, exc)
         signals.job_deferred.send(sender=self, job_id=job_id, tenant_id=tenant_id, reason=reason, delay_s=delay_s)
         raise retry
@@ -323,6 +376,8 @@ class FairTask(Task):
             release()
         except LeaseLost as lost:
             return self._on_lease_lost(lease, str(lost))
+        signals.lease_released.send(sender=self, lease=lease, outcome=outcome)
+        self._hand_off(lease.tenant_id)
         job = transactions.read_job(lease.job_id)  # in-place retries: the status is committed already
         signals.job_finished.send(sender=self, job=job, outcome=outcome, error=reason)
         return None
@@ -342,7 +397,8 @@ class FairTask(Task):
             retry = self.retry(kwargs={**self.request.kwargs, "after_attempt": attempts}, countdown=delay_s,
                                exc=exc, throw=False)  # published before the release: it follows this attempt
             lost = self._release(lease, "retrying", reason,
-                                 lambda: transactions.release_for_retry(lease, error=reason, error_code=code))
+                                 lambda: transactions.release_for_retry(lease, error=reason, error_code=code,
+                                                                        delay_s=delay_s))
             if lost is not None:
                 return lost
             raise retry

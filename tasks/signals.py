@@ -8,14 +8,21 @@ and never breaks the job (``send`` catches it, as Celery's own signals do).
 signal            keyword arguments
 ================  ==========================================================================
 lease_acquired    ``lease`` (:class:`leases.transactions.Lease`), ``job``, ``heartbeat``
-job_deferred      ``job_id``, ``tenant_id``, ``reason`` (``"cap"``/``"contention"``/``"release_pending"``:
+job_deferred      ``job_id``, ``tenant_id``, ``reason`` (``"cap"``: parked or, under the timer policy, a
+                  delayed copy; ``delay_s`` None when parked /``"contention"``/``"release_pending"``:
                   a retry or re-published copy that arrived before its job was re-queued), ``delay_s``
+job_woken         ``job`` (the :class:`leases.models.JobItem` as read from the waiting index, ``woken_at``
+                  set), ``reason`` (``"release"``/``"door"``/``"sweeper"``/``"cap_change"``): a parked
+                  job was moved back to ``queued`` and published (a hand-off)
+job_republished   ``job``: the sweeper re-published a queued job whose message was long overdue
 job_dropped       ``job_id``, ``tenant_id``, ``status`` (the status that made it a duplicate)
 job_finished      ``job`` (the item as committed), ``outcome`` (``"succeeded"``/``"failed"``/
                   ``"retrying"``), ``error`` (str or None)
 lease_releasing   ``lease``, ``outcome`` (``"succeeded"``/``"retrying"``/``"failed"``): sent right
                   before the holder's fenced release transaction (the lease certainly existed until
                   then; the lease-event log of :mod:`tasks.lease_log` relies on it)
+lease_released    ``lease``, ``outcome``: sent right after the holder's release committed, before the
+                  hand-off (:func:`leases.waiting.wake`)
 lease_lost        ``lease``, ``detail``
 lease_recovered   ``lease`` (the reclaimed :class:`leases.models.LeaseItem`), ``requeued`` (bool),
                   ``swept_at`` (the sweep's ``now``, epoch s: the lease existed at least until then)
@@ -30,9 +37,12 @@ from celery.utils.dispatch import Signal
 
 lease_acquired = Signal(name="lease_acquired", providing_args={"lease", "job", "heartbeat"})
 job_deferred = Signal(name="job_deferred", providing_args={"job_id", "tenant_id", "reason", "delay_s"})
+job_woken = Signal(name="job_woken", providing_args={"job", "reason"})
+job_republished = Signal(name="job_republished", providing_args={"job"})
 job_dropped = Signal(name="job_dropped", providing_args={"job_id", "tenant_id", "status"})
 job_finished = Signal(name="job_finished", providing_args={"job", "outcome", "error"})
 lease_releasing = Signal(name="lease_releasing", providing_args={"lease", "outcome"})
+lease_released = Signal(name="lease_released", providing_args={"lease", "outcome"})
 lease_lost = Signal(name="lease_lost", providing_args={"lease", "detail"})
 lease_recovered = Signal(name="lease_recovered", providing_args={"lease", "requeued", "swept_at"})
 poison_message = Signal(name="poison_message", providing_args={"queue", "reason", "message_id"})

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import admission
 from imposition.errors import InputTooLarge
-from leases import transactions
+from leases import transactions, waiting
 from leases.models import JobItem
 from service.settings import get_settings
 from service.tenancy import (
@@ -39,7 +39,7 @@ from service.tenancy import (
     validate_job_id,
     validate_tenant_id,
 )
-from tasks import storage
+from tasks import signals, storage
 from tasks.messages import publish_job
 
 log = logging.getLogger(__name__)
@@ -178,7 +178,8 @@ def _admit_and_enqueue(tenant_id: str, token: str, job_id: str, spec, budget: in
 
 
 def _create_and_publish(tenant_id: str, token: str, job_id: str, spec, budget: int, input_key: str) -> None:
-    """Write the job item (``queued``), then publish its message; delete the item if the publish fails."""
+    """Write the job item through the door (:func:`leases.waiting.admit`): ``queued`` and published,
+    or ``waiting`` (parked at the door, no message) and then a wake; withdraw the item if that fails."""
     transactions.ensure_tenant(tenant_id)
     job = JobItem(
         job_id,
@@ -189,9 +190,19 @@ def _create_and_publish(tenant_id: str, token: str, job_id: str, spec, budget: i
         input_key=input_key,
         submitted_at=time.time(),
     )
-    job.save(condition=JobItem.job_id.does_not_exist())
+    queued = waiting.admit(job, door=get_settings().waiting_policy == "handoff")
     try:
-        publish_job(tenant_id, job_id)
+        if queued:
+            publish_job(tenant_id, job_id)
+        else:
+            log.info("job %s of tenant %s parked at the door (its tenant has no room)", job_id, tenant_id)
+            signals.job_deferred.send(sender=None, job_id=job_id, tenant_id=tenant_id, reason="cap", delay_s=None)
     except BaseException:
-        job.delete()
+        waiting.withdraw(job)
         raise
+    if not queued:
+        try:
+            waiting.wake(tenant_id, publish=publish_job, reason="door",
+                         on_woken=lambda woken: signals.job_woken.send(sender=None, job=woken, reason="door"))
+        except Exception as exc:  # noqa: BLE001 - the job is parked and counted; the sweeper wakes it
+            log.warning("wake after parking job %s at the door failed (the sweeper will): %s", job_id, exc)

@@ -19,7 +19,8 @@ log = logging.getLogger(__name__)
 
 @app.task(name="imposition.sweep", acks_late=True, ignore_result=True)
 def sweep() -> dict:
-    """Reclaim expired leases, re-publish their jobs; returns counts per tenant.
+    """Reclaim expired leases, re-publish their jobs, bring back waiting and lost jobs; returns
+    counts per tenant.
 
     Sends :data:`tasks.signals.lease_recovered` for each reclaimed lease (``lease_recovered{tenant}``).
     Idempotent and safe to run twice at once (see :mod:`leases.sweeper`).
@@ -29,7 +30,11 @@ def sweep() -> dict:
     def recovered(lease: LeaseItem, requeued: bool) -> None:
         signals.lease_recovered.send(sender=sweep, lease=lease, requeued=requeued, swept_at=now)
 
-    report = sweeper.sweep(now, publish=publish_job, on_reclaimed=recovered)
+    report = sweeper.sweep(
+        now, publish=publish_job, on_reclaimed=recovered,
+        on_woken=lambda job: signals.job_woken.send(sender=sweep, job=job, reason="sweeper"),
+        on_republished=lambda job: signals.job_republished.send(sender=sweep, job=job),
+    )
     if report.total:
         log.warning("sweeper reclaimed %s lease(s): %s", report.total, dict(report.reclaimed))
     return {
@@ -38,4 +43,6 @@ def sweep() -> dict:
         "failed": dict(report.failed),
         "orphans": dict(report.orphans),
         "lost_races": report.lost_races,
+        "woken": dict(report.woken),
+        "republished": dict(report.republished),
     }

@@ -45,8 +45,10 @@ def test_101st_submission_in_a_minute_is_refused_while_another_tenant_is_admitte
         submit_job(tenant_id=tenant, token="t-100", input_key=key, layout=LAYOUT)
     assert 0 < refused.value.retry_after_s <= 60
     assert submit_job(tenant_id=other, token="t-0", input_key=other_key, layout=LAYOUT)
-    assert queue_messages(_queue()) == 101
+    cap = get_settings().default_cap  # the door publishes the tenant's first `cap` jobs and parks the rest
+    assert queue_messages(_queue()) == cap + 1
     assert len(jobs_of(tenant)) == 100
+    assert sum(1 for j in jobs_of(tenant) if j.status == "waiting") == 100 - cap
     assert redis_db.get(token_key(tenant, "t-100")) is None
 
 

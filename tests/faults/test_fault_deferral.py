@@ -1,5 +1,7 @@
-"""Handed case 12: a job deferred 50 times in a row (its tenant's cap held by long jobs) never
-reaches the dead-letter queue, and its attempt count stays 0 until it starts.
+"""Handed case 12 under the timer policy (``waiting_policy = "timer"``, the baseline kept for
+``make bench-sched``): a job deferred 50 times in a row (its tenant's cap held by long jobs) never
+reaches the dead-letter queue, and its attempt count stays 0 until it starts. The same case under
+the default hand-off is in :mod:`tests.faults.test_fault_handoff`.
 
 Its own small cluster (one node, 3 slots) with a deferral delay of 0 s and a short pause between
 empty polls, so 50 deferrals take seconds; each deferred copy is still a new message (never a
@@ -7,6 +9,8 @@ redelivery of the same one).
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -23,11 +27,21 @@ DEFERRALS = 50
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
+    """The cluster, and this process (which submits) on the timer policy too: no door."""
     reset_aws()
-    env = {"IMPOSITION_DEFER_DELAY_S": "0", "IMPOSITION_SQS_POLLING_INTERVAL_S": "0.05"}
+    saved = os.environ.get("IMPOSITION_WAITING_POLICY")
+    os.environ["IMPOSITION_WAITING_POLICY"] = "timer"
+    get_settings.cache_clear()
+    env = {"IMPOSITION_DEFER_DELAY_S": "0", "IMPOSITION_SQS_POLLING_INTERVAL_S": "0.05",
+           "IMPOSITION_WAITING_POLICY": "timer"}
     c = Cluster(tmp_path_factory.mktemp("deferral"), nodes=1, concurrency=3, env=env)
     yield c
     c.stop()
+    if saved is None:
+        os.environ.pop("IMPOSITION_WAITING_POLICY")
+    else:
+        os.environ["IMPOSITION_WAITING_POLICY"] = saved
+    get_settings.cache_clear()
 
 
 def _messages(queue: str) -> int:

@@ -1,5 +1,5 @@
 """Every message the service publishes carries its tenant's ``MessageGroupId`` (SQS fair queues):
-the first publish, a cap deferral, and the sweeper's re-publish."""
+the first publish, a hand-off's wake, and the sweeper's re-publish."""
 
 from __future__ import annotations
 
@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from leases import transactions
+from leases import transactions, waiting
 from leases.models import JobItem
 from leases.tenants import set_cap
 from service import aws
 from service.settings import get_settings
 from tasks.sweeper import sweep
+from tasks.messages import publish_job
 from tasks.submission import submit
 from tests.conftest import reset_aws
-from tests.support.processes import start_worker, wait_for
+from tests.support.processes import wait_for
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "cases" / "a5_8p.pdf"
 LAYOUT = {"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape"}
@@ -55,19 +56,18 @@ def test_first_publish_carries_the_group():
                    "kwargs": {"tenant_id": "acme", "job_id": job_id}}
 
 
-def test_deferred_copy_keeps_the_group(tmp_path):
+def test_a_parked_job_has_no_message_and_its_wake_keeps_the_group():
     set_cap("globex", 0)
-    job_id = submit(SAMPLE, tenant_id="globex", token="deferred", layout=LAYOUT)
-    worker = start_worker(tmp_path, concurrency=1)
-    try:
-        wait_for(lambda: JobItem.get(job_id, consistent_read=True).defer_count >= 1, 30, what="a deferral")
-    finally:
-        worker.stop()  # the deferred copy it published stays in the queue
-    msgs = receive_all(get_settings().imposition_queue, 1)
-    assert {m["group"] for m in msgs} == {"tenant-globex"}
-    assert {m["task_id"] for m in msgs} == {job_id}
+    job_id = submit(SAMPLE, tenant_id="globex", token="parked", layout=LAYOUT)
     job = JobItem.get(job_id, consistent_read=True)
-    assert (job.status, job.attempts) == ("queued", 0)
+    assert (job.status, job.attempts, job.defer_count) == ("waiting", 0, 1)  # parked at the door
+    assert receive_all(get_settings().imposition_queue, 0, timeout_s=2) == []  # nothing published
+    set_cap("globex", 1)
+    assert waiting.wake("globex", publish=publish_job) == [job_id]
+    [msg] = receive_all(get_settings().imposition_queue, 1)
+    assert msg == {"group": "tenant-globex", "task_id": job_id, "task": "imposition.impose",
+                   "kwargs": {"tenant_id": "globex", "job_id": job_id}}
+    assert JobItem.get(job_id, consistent_read=True).status == "queued"
 
 
 def test_sweeper_republish_carries_the_group():

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pikepdf
 import pytest
+from click.testing import CliRunner
 
 from leases.models import JobItem, LeaseItem, TenantItem
 from leases.tenants import set_cap
 from service import aws
+from service.cli import main as cli
 from service.settings import get_settings
 from service.tenancy import plate_key
 from tasks.submission import submit
@@ -74,13 +76,13 @@ def test_bad_input_fails_at_once_and_frees_the_slot(imposition_worker, tenant_id
     assert imposition_worker.proc.poll() is None, "the worker must survive bad input"
 
 
-def test_cap_hit_defers_without_failing_or_counting_an_attempt(imposition_worker, tenant_id):
-    set_cap(tenant_id, 0)  # every acquire hits the cap
+def test_cap_hit_parks_without_failing_or_counting_an_attempt(imposition_worker, tenant_id):
+    set_cap(tenant_id, 0)  # no room: the job is parked at the door, no message is published
     job_id = submit(CASES / "a5_8p.pdf", tenant_id=tenant_id, token="held", layout=SADDLE_A4)
-    held = wait_for(lambda: (j := JobItem.get(job_id, consistent_read=True)).defer_count >= 3 and j,
-                    60, what="three deferrals")
-    assert (held.status, held.attempts, held.error) == ("queued", 0, None)
-    set_cap(tenant_id, None)  # back to the default cap: the next deferred copy runs
+    held = JobItem.get(job_id, consistent_read=True)
+    assert (held.status, held.attempts, held.error, held.defer_count) == ("waiting", 0, None, 1)
+    result = CliRunner().invoke(cli, ["tenant", "set-cap", tenant_id, "--default"])  # room again: woken at once
+    assert result.exit_code == 0, result.output
     job = final_job(job_id)
-    assert (job.status, job.attempts) == ("succeeded", 1)
-    assert job.defer_count >= 3
+    assert (job.status, job.attempts, job.woken_by) == ("succeeded", 1, "cap_change")
+    assert job.defer_count == 1  # parked once, never polled

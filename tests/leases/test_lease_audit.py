@@ -28,8 +28,8 @@ def _stage_lease(tenant_id: str, job_id: str, token: str) -> Lease:
     LeaseItem(job_id, tenant_id=tenant_id, worker="intruder", token=token, acquired_at=now,
               heartbeat_at=now, expires_at=now + 600).save()
     JobItem(job_id).update(actions=[JobItem.status.set(JobStatus.RUNNING.value), JobItem.lease_token.set(token),
-                                    JobItem.attempts.set(1)])
-    TenantItem(tenant_id).update(actions=[TenantItem.in_flight.add(1)])
+                                    JobItem.attempts.set(1), JobItem.queued_tenant.remove()])
+    TenantItem(tenant_id).update(actions=[TenantItem.in_flight.add(1), TenantItem.queued.add(-1)])
     return Lease(job_id, tenant_id, "intruder", token, now, now + 600)
 
 
@@ -68,8 +68,9 @@ def test_repair_fixes_counter_orphan_and_stranded_job_while_leases_move(tenant_i
               expires_at=now + 600).save()
     TenantItem(tenant_id).update(actions=[TenantItem.in_flight.add(1)])
     # Stranded: a running job whose lease is gone.
-    JobItem(stranded).update(actions=[JobItem.status.set(JobStatus.RUNNING.value),
+    JobItem(stranded).update(actions=[JobItem.status.set(JobStatus.RUNNING.value), JobItem.queued_tenant.remove(),
                                       JobItem.lease_token.set("b" * 32), JobItem.attempts.set(1)])
+    TenantItem(tenant_id).update(actions=[TenantItem.queued.add(-1)])
 
     kinds = sorted(d.kind for d in audit.audit([tenant_id]).drifts)
     assert kinds == ["counter", "orphan_lease", "stranded_job"]

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from imposition import parse_layout
-from leases import transactions
+from leases import transactions, waiting
 from leases.models import JobItem
 from leases.tenants import set_cap
 from observability import recent
@@ -88,17 +88,31 @@ def test_a_job_moves_the_job_metrics_and_the_slot_comes_back(stack, tenant):
     assert set(TENANT_METRICS) <= listed, set(TENANT_METRICS) - listed
 
 
-def test_cap_defers_count_exactly_the_deferrals_recorded_on_the_jobs(stack, tenant):
+def test_cap_defers_count_exactly_the_parks_recorded_on_the_jobs(stack, tenant):
+    """A park at the door counts where the submission runs (here, this process: the recent counts
+    in Redis); a park at the acquire counts on the imposer. Both are recorded on the job."""
     imposer, _ = stack
-    set_cap(tenant, 0)  # every acquire hits the cap until it is lifted
-    ids = [submit(CASES / "a5_8p.pdf", tenant_id=tenant, token=f"pair-{i}", layout=N_UP) for i in range(2)]
-    wait_for(lambda: imposer.value("cap_defer_total", tenant=tenant), 30, what="a cap deferral")
-    set_cap(tenant, None)
-    jobs = [final_job(i) for i in ids]
-    recorded = sum(int(j.defer_count) for j in jobs)
-    assert recorded >= 1
-    assert imposer.value("cap_defer_total", tenant=tenant) == recorded
-    assert recent.window_count("cap_defer", tenant, window_s=3600) == recorded
+    set_cap(tenant, 1)
+    holder = uuid.uuid4().hex
+    waiting.admit(JobItem(holder, tenant_id=tenant, token="holder", max_attempts=3, layout=parse_layout(N_UP)
+                          .model_dump(mode="json"), input_key=input_key(tenant, holder), submitted_at=time.time()),
+                  door=False)
+    lease = transactions.acquire(holder, tenant, "test/holder")  # the tenant's one slot, held here
+    at_door = submit(CASES / "a5_8p.pdf", tenant_id=tenant, token="door", layout=N_UP)  # parked at the door
+    at_acquire = uuid.uuid4().hex  # queued past the door: its worker finds the cap full and parks it
+    storage.upload(CASES / "a5_8p.pdf", input_key(tenant, at_acquire))
+    waiting.admit(JobItem(at_acquire, tenant_id=tenant, token="acquire", max_attempts=3,
+                          layout=parse_layout(N_UP).model_dump(mode="json"), input_key=input_key(tenant, at_acquire),
+                          submitted_at=time.time()), door=False)
+    publish_job(tenant, at_acquire)
+    wait_for(lambda: imposer.value("cap_defer_total", tenant=tenant), 30, what="a cap deferral on the imposer")
+    transactions.fail_job(lease, error="released by the test", error_code="test")
+    waiting.wake(tenant, publish=publish_job)  # the releaser's hand-off
+    jobs = [final_job(i, timeout_s=60) for i in (at_door, at_acquire)]
+    assert [j.status for j in jobs] == ["succeeded", "succeeded"]
+    assert [int(j.defer_count) for j in jobs] == [1, 1]
+    assert imposer.value("cap_defer_total", tenant=tenant) == 1  # the park at the acquire
+    assert recent.window_count("cap_defer", tenant, window_s=3600) == 2  # both, from every process
 
 
 def test_bad_input_counts_a_failed_job_and_no_retry(stack, tenant):

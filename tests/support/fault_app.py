@@ -16,6 +16,9 @@ marker                      effect (in the worker child running the job)
 ``<job>.stop-heartbeat``       ``heartbeat.stop()`` at ``lease_acquired``, then wait (up to the file's
                                number of seconds) until the lease was reclaimed, then go on
 ``<job>.sigstop-before-upload``  SIGSTOP itself right before the plate's PutObject (the test resumes it)
+``<job>.kill-after-release``   SIGKILL right after the job's release committed, before its hand-off (wake)
+``tenant-T.kill-after-wake``   SIGKILL right after a release's wake transaction of tenant T applied, before
+                               the woken job's message is published (a lost wake message; one-shot)
 ``<job>.fail-input``           the input download raises :class:`InjectedFault` (retryable), every attempt
 ``<job>.deny-acquire``         the acquire transaction is answered ``AccessDeniedException`` (once)
 ``<job|tenant-T>.sleep``       sleep the file's number of seconds at ``lease_acquired`` (a slow job)
@@ -120,6 +123,31 @@ def _at_lease_acquired(sender=None, lease=None, job=None, heartbeat=None, **_: o
         time.sleep(0.1)
 
 
+@signals.lease_released.connect(weak=False)
+def _at_lease_released(sender=None, lease=None, **_: object) -> None:
+    if _claim(f"{lease.job_id}.kill-after-release"):
+        _die()
+
+
+def _wake_request_tenant(params: dict) -> str | None:
+    """The tenant of a wake transaction (a job update that writes ``woken_by``), else None."""
+    from service.settings import get_settings
+
+    items = params.get("TransactItems", [])
+    if not any("woken_by" in (i.get("Update") or {}).get("ExpressionAttributeNames", {}).values() for i in items):
+        return None
+    for item in items:
+        update = item.get("Update") or {}
+        if update.get("TableName") == get_settings().tenants_table:
+            return update["Key"]["tenant_id"]["S"]
+    return None
+
+
+def _after_transaction(http_response, context=None, **_: object) -> None:
+    if (context or {}).get("fault_kill_after") and http_response.status_code < 300:
+        _die()
+
+
 def _acquire_request_job(params: dict) -> str | None:
     from service.settings import get_settings
 
@@ -130,10 +158,13 @@ def _acquire_request_job(params: dict) -> str | None:
     return None
 
 
-def _before_transaction(params, **_: object) -> None:
+def _before_transaction(params, context=None, **_: object) -> None:
     job_id = _acquire_request_job(params)
     if job_id and _claim(f"{job_id}.kill-before-acquire"):
         _die()
+    tenant = _wake_request_tenant(params)
+    if tenant and context is not None and _claim(f"tenant-{tenant}.kill-after-wake"):
+        context["fault_kill_after"] = True
 
 
 def _job_of_key(key: str) -> str | None:
@@ -199,6 +230,7 @@ def _install_hooks(**_: object) -> None:
     tx_connection().client.meta.events.register("before-parameter-build.dynamodb.TransactWriteItems",
                                                 _before_transaction)
     tx_connection().client.meta.events.register("before-send.dynamodb.TransactWriteItems", _deny_acquire)
+    tx_connection().client.meta.events.register("after-call.dynamodb.TransactWriteItems", _after_transaction)
     s3 = aws.s3()
     s3.meta.events.register("before-parameter-build.s3", _before_s3)
     s3.meta.events.register("after-call.s3.PutObject", _after_s3_put)

@@ -1,0 +1,286 @@
+"""Waiting for a slot without polling (DESIGN §3): park, wake, and the door at submission.
+
+::
+
+    submit ─► door ─┬─ tenant has room, nobody waits ─► queued (+1) ─► publish
+                    └─ else ─────────────────────────► waiting (+1), no message ─► wake()
+    acquire cancelled by the cap ─► park: queued → waiting, on condition the tenant is *still* at
+                                    its cap (else the caller acquires again)
+    every release, the sweeper, a cap change ─► wake(tenant): while cap − in_flight − queued > 0,
+                                    the oldest waiting job: waiting → queued (+1), then publish
+
+A parked job has no message: it is brought back only by :func:`wake`, which every transaction that
+frees a slot is followed by (:mod:`tasks.base`, :mod:`leases.sweeper`, :mod:`leases.audit`), and
+which the sweeper also runs for every tenant with waiting jobs (the safety net for a releaser
+killed between its release and its wake). A wake that applied but whose publish was lost leaves a
+``queued`` job whose ``due_at`` passes; the sweeper re-publishes it (:func:`stale_queued`).
+
+Each wake is conditional on the tenant's ``in_flight`` and ``queued`` being what it read, so two
+releasers never fill the same free slot twice; a woken job that still finds the cap full (another
+job took the slot first) parks again, keeping its place (the index is ordered by submission).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
+
+from leases.errors import JobNotQueued
+from leases.models import JobItem, JobStatus, TenantItem
+from leases.transactions import (
+    AMBIGUOUS,
+    CANCELLED,
+    CONDITION_FAILED,
+    RETRY,
+    NamedTransaction,
+    Retryable,
+    cap_has_room,
+    classify,
+    new_token,
+    not_frozen,
+    old_item,
+    reason_code,
+    room_of,
+    with_conflict_retries,
+)
+from service.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+#: ``publish(tenant_id, job_id)``: sends the job's message (delay 0, the tenant's MessageGroupId).
+Publish = Callable[..., None]
+
+
+def read_tenant(tenant_id: str) -> TenantItem | None:
+    """The tenant item (strongly consistent), or None."""
+    try:
+        return TenantItem.get(tenant_id, consistent_read=True)
+    except DoesNotExist:
+        return None
+
+
+def _park_actions(tenant_id: str, t: float) -> list:
+    return [JobItem.status.set(JobStatus.WAITING.value), JobItem.waiting_tenant.set(tenant_id),
+            JobItem.parked_at.set(t), JobItem.queued_tenant.remove(), JobItem.due_at.remove()]
+
+
+def park(job_id: str, tenant_id: str, *, now: float | None = None) -> bool:
+    """Move a queued job to ``waiting`` because its tenant is at its cap; one transaction.
+
+    Items: the job ``queued → waiting`` (condition: ``queued`` and the tenant's; counts a deferral,
+    stamps ``first_received_at``), the tenant ``queued − 1``, ``waiting + 1`` on condition it is
+    still at its cap (or frozen by a counter repair). That condition is what makes a release never
+    miss a parked job: a slot freed before the park commits cancels the park instead.
+
+    Returns:
+        True if parked; False if the tenant has room now (acquire again).
+
+    Raises:
+        JobNotQueued: the job is not ``queued`` any more (a duplicate delivery): drop the message.
+        LeaseContention: conflicts outlasted the bounded retries.
+    """
+    s = get_settings()
+
+    def attempt() -> bool:
+        t = time.time() if now is None else now
+        try:
+            with NamedTransaction(new_token()) as tx:
+                tx.add("update", "tenant", TenantItem(tenant_id),
+                       actions=[TenantItem.queued.add(-1), *TenantItem.counted(TenantItem.waiting, 1)],
+                       condition=~(cap_has_room(s.default_cap) & not_frozen(t)))
+                tx.add("update", "job", JobItem(job_id),
+                       actions=[*_park_actions(tenant_id, t),
+                                JobItem.defer_count.set((JobItem.defer_count | 0) + 1),
+                                JobItem.first_received_at.set(JobItem.first_received_at | t)],
+                       condition=(JobItem.status == JobStatus.QUEUED.value) & (JobItem.tenant_id == tenant_id),
+                       return_values="ALL_OLD")
+        except TransactWriteError as exc:
+            kind, codes = classify(exc)
+            if kind == RETRY:
+                raise Retryable(codes) from exc
+            if kind == AMBIGUOUS:
+                job = _read_job(job_id)
+                if job is not None and job.status == JobStatus.WAITING.value and float(job.parked_at or 0) == t:
+                    return True
+                if job is not None and job.status == JobStatus.QUEUED.value:
+                    raise Retryable(codes) from exc
+                raise JobNotQueued(job_id, None if job is None else job.status, reason_codes=codes) from exc
+            if kind == CANCELLED and exc.cancellation_reasons:
+                reasons = tx.reasons(exc)
+                if reason_code(reasons, "job") == CONDITION_FAILED:
+                    old = old_item(reasons, "job")
+                    raise JobNotQueued(job_id, old.get("status", {}).get("S"), reason_codes=codes) from exc
+                if reason_code(reasons, "tenant") == CONDITION_FAILED:
+                    return False
+            raise
+        return True
+
+    return with_conflict_retries(attempt, what=f"park job {job_id}")
+
+
+def _read_job(job_id: str) -> JobItem | None:
+    try:
+        return JobItem.get(job_id, consistent_read=True)
+    except DoesNotExist:
+        return None
+
+
+def waiting_jobs(tenant_id: str) -> Iterator[JobItem]:
+    """The tenant's parked jobs, oldest submission first (sparse index; eventually consistent)."""
+    return JobItem.by_waiting.query(tenant_id, scan_index_forward=True,
+                                    page_size=get_settings().handoff_scan_limit)
+
+
+def _try_wake(job_id: str, tenant: TenantItem, t: float, reason: str) -> str:
+    """One wake transaction; ``"woken"``, ``"job_gone"`` (not waiting any more) or ``"tenant_moved"``
+    (its counters changed since read: read it again)."""
+    tenant_id = tenant.tenant_id
+    in_flight, queued = int(tenant.in_flight or 0), int(tenant.queued or 0)
+    unchanged = ((TenantItem.in_flight == in_flight) if tenant.in_flight is not None
+                 else TenantItem.in_flight.does_not_exist())
+    unchanged &= (TenantItem.queued == queued) if tenant.queued is not None else TenantItem.queued.does_not_exist()
+
+    def attempt() -> str:
+        try:
+            with NamedTransaction(new_token()) as tx:
+                tx.add("update", "tenant", TenantItem(tenant_id),
+                       actions=[TenantItem.waiting.add(-1), *TenantItem.counted(TenantItem.queued, 1)], condition=unchanged)
+                tx.add("update", "job", JobItem(job_id),
+                       actions=[JobItem.status.set(JobStatus.QUEUED.value), JobItem.waiting_tenant.remove(),
+                                JobItem.queued_tenant.set(tenant_id), JobItem.woken_at.set(t),
+                                JobItem.woken_by.set(reason), JobItem.due_at.set(t)],
+                       condition=(JobItem.status == JobStatus.WAITING.value) & (JobItem.tenant_id == tenant_id))
+        except TransactWriteError as exc:
+            kind, codes = classify(exc)
+            if kind == RETRY:
+                raise Retryable(codes) from exc
+            if kind == AMBIGUOUS:
+                job = _read_job(job_id)
+                if job is not None and job.woken_at is not None and float(job.woken_at) == t:
+                    return "woken"
+                if job is not None and job.status == JobStatus.WAITING.value:
+                    raise Retryable(codes) from exc
+                return "job_gone"
+            if kind == CANCELLED and exc.cancellation_reasons:
+                reasons = tx.reasons(exc)
+                if reason_code(reasons, "job") == CONDITION_FAILED:
+                    return "job_gone"
+                if reason_code(reasons, "tenant") == CONDITION_FAILED:
+                    return "tenant_moved"
+            raise
+        return "woken"
+
+    return with_conflict_retries(attempt, what=f"wake job {job_id}")
+
+
+def wake(tenant_id: str, *, publish: Publish, reason: str = "release", now: float | None = None,
+         on_woken: Callable[[JobItem], None] | None = None) -> list[str]:
+    """Wake the tenant's oldest waiting jobs while it has room (cap − in_flight − queued > 0).
+
+    Each wake is one transaction (job ``waiting → queued``, tenant ``waiting − 1``, ``queued + 1``,
+    on condition the tenant's counters are as read), followed by ``publish(tenant_id, job_id)``.
+    ``reason`` (``release``, ``door``, ``sweeper``, ``cap_change``, ``repair``) is recorded in the
+    job's ``woken_by``; ``on_woken(job)`` is called after each publish (metrics).
+
+    Returns:
+        The job ids woken, oldest first.
+
+    Raises:
+        LeaseContention, pynamodb/botocore/kombu errors: the wake stops; the sweeper finishes it (a
+            woken job whose publish failed is re-published once its ``due_at`` is stale).
+    """
+    s = get_settings()
+    woken: list[str] = []
+    moved = 0
+    while moved < s.lease_conflict_attempts:
+        tenant = read_tenant(tenant_id)
+        if tenant is None or int(tenant.waiting or 0) <= 0 or room_of(tenant, s.default_cap) <= 0:
+            return woken
+        t = time.time() if now is None else now
+        outcome = "empty"
+        for job in waiting_jobs(tenant_id):
+            outcome = _try_wake(job.job_id, tenant, t, reason)
+            if outcome == "woken":
+                publish(tenant_id, job.job_id)
+                woken.append(job.job_id)
+                job.woken_at, job.woken_by = t, reason
+                if on_woken is not None:
+                    on_woken(job)
+            if outcome != "job_gone":
+                break
+        if outcome in ("empty", "job_gone"):  # the index lags the counter: the sweeper's
+            return woken
+        moved += outcome == "tenant_moved"
+    return woken
+
+
+def admit(job: JobItem, *, door: bool = True, now: float | None = None) -> bool:
+    """The door: write a new job item as ``queued`` (True: publish it) or ``waiting`` (False).
+
+    ``door=False`` always queues (a job that must be published now whatever its tenant's state).
+
+    The job is parked at the door when its tenant already has waiting jobs or no room (cap −
+    in_flight − queued, read strongly consistent); a burst then stands in DynamoDB, not in front of
+    other tenants' messages in SQS. The read is not a lock: two submissions at once may both be
+    queued, and the surplus parks at its acquire. A job parked here is followed by :func:`wake`
+    (the caller's), so room that appeared meanwhile is used.
+
+    Raises:
+        pynamodb.exceptions.PutError / TransactWriteError: the job id exists already, or DynamoDB
+            failed (nothing was written).
+    """
+    s = get_settings()
+    t = time.time() if now is None else now
+    tenant = read_tenant(job.tenant_id) if door else None
+    queued = not door or ((tenant is None or int(tenant.waiting or 0) == 0) and room_of(tenant, s.default_cap) > 0)
+    if queued:
+        job.status, job.queued_tenant, job.due_at = JobStatus.QUEUED.value, job.tenant_id, t
+    else:
+        job.status, job.waiting_tenant, job.parked_at = JobStatus.WAITING.value, job.tenant_id, t
+        job.defer_count = int(job.defer_count or 0) + 1  # a park at the door is a cap deferral too
+    with NamedTransaction(new_token()) as tx:
+        tx.add("save", "job", job, condition=JobItem.job_id.does_not_exist())
+        tx.add("update", "tenant", TenantItem(job.tenant_id),
+               actions=TenantItem.counted(TenantItem.queued if queued else TenantItem.waiting, 1))
+    return queued
+
+
+def withdraw(job: JobItem) -> bool:
+    """Delete a job that was admitted but whose message could not be published (submission undo).
+
+    One transaction: the job, on condition it is still ``queued`` or ``waiting`` (nothing ran it),
+    and its tenant counter. Returns False if the job had moved on (then it is left alone).
+    """
+    was_queued = job.status == JobStatus.QUEUED.value
+    try:
+        with NamedTransaction(new_token()) as tx:
+            tx.add("delete", "job", JobItem(job.job_id), condition=JobItem.status == job.status)
+            tx.add("update", "tenant", TenantItem(job.tenant_id),
+                   actions=[(TenantItem.queued if was_queued else TenantItem.waiting).add(-1)])
+    except TransactWriteError as exc:
+        if classify(exc)[0] == CANCELLED:
+            return False
+        raise
+    return True
+
+
+def stale_queued(tenant_id: str, *, now: float, grace_s: float) -> Iterator[JobItem]:
+    """The tenant's queued jobs whose message was due more than ``grace_s`` ago and never started
+    (a lost wake or publish, a purged queue): the sweeper re-publishes them."""
+    for job in JobItem.by_queued.query(tenant_id, scan_index_forward=True):
+        if job.due_at is not None and float(job.due_at) < now - grace_s:
+            yield job
+
+
+def mark_republished(job_id: str, *, now: float) -> bool:
+    """Stamp a re-published queued job's ``due_at`` (so the next sweep waits again); False if it
+    is not queued any more."""
+    try:
+        JobItem(job_id).update(actions=[JobItem.due_at.set(now)], condition=JobItem.status == JobStatus.QUEUED.value)
+    except UpdateError as exc:  # the copy is sent already; only the stamp is missing
+        log.info("could not stamp the re-published job %s: %s", job_id, exc)
+        return False
+    return True

@@ -1,0 +1,175 @@
+"""The hand-off (DESIGN §3) on real workers: park, wake, FIFO within a tenant, the sweeper's safety
+net for a releaser killed before its wake and for a lost wake message, a live cap change while jobs
+wait, and handed case 12 under the hand-off (a waiting job costs no message and no attempt).
+
+Its own cluster: one node of 4 slots, the sweeper every 2 s (the session's clocks), a short
+lost-message grace so the safety net acts within the test's time.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from click.testing import CliRunner
+
+from leases import waiting
+from leases.eventlog import max_concurrent
+from leases.models import JobItem, TenantItem
+from leases.tenants import set_cap
+from service import aws
+from service.cli import main as cli
+from service.settings import get_settings
+from tests.conftest import reset_aws
+from tests.support.cluster import Cluster
+from tests.support.processes import wait_for
+
+
+def new_tenant(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    reset_aws()
+    c = Cluster(tmp_path_factory.mktemp("handoff"), nodes=1, concurrency=4,
+                env={"IMPOSITION_LOST_MESSAGE_GRACE_S": "3"})
+    yield c
+    c.stop()
+
+
+@pytest.fixture(autouse=True)
+def invariants(cluster):
+    yield
+    wait_for(cluster.no_leases_left, 30, what="every lease to be released")
+    cluster.check_invariants()
+
+
+def _status(job_id: str) -> str:
+    return JobItem.get(job_id, consistent_read=True).status
+
+
+def _release_hold(cluster: Cluster, job_id: str) -> None:
+    (cluster.fault_dir / f"{job_id}.hold").unlink()
+
+
+def _messages(queue: str) -> int:
+    attributes = aws.sqs().get_queue_attributes(
+        QueueUrl=aws.queue_url(queue),
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
+                        "ApproximateNumberOfMessagesDelayed"])["Attributes"]
+    return sum(int(v) for v in attributes.values())
+
+
+def _wait_running(job_ids: list[str]) -> None:
+    wait_for(lambda: all(_status(j) == "running" for j in job_ids), 30, what=f"{len(job_ids)} job(s) to run")
+
+
+def test_a_burst_is_parked_at_the_door_and_handed_off_in_submission_order(cluster):
+    tenant = new_tenant("burst")
+    set_cap(tenant, 2)
+    holders = [cluster.submit(tenant, faults={"hold": ""}) for _ in range(2)]
+    _wait_running(holders)
+    parked = [cluster.submit(tenant) for _ in range(6)]
+
+    assert [_status(j) for j in parked] == ["waiting"] * 6  # parked at the door: no message published
+    item = TenantItem.get(tenant, consistent_read=True)
+    assert (int(item.in_flight), int(item.waiting), int(item.queued or 0)) == (2, 6, 0)
+    assert _messages(get_settings().imposition_queue) == 2  # only the two running jobs' (in flight)
+
+    for job_id in holders:
+        _release_hold(cluster, job_id)
+    finished = [cluster.final(j) for j in parked]
+    assert all(j.status == "succeeded" and j.attempts == 1 and j.woken_by == "release" for j in finished)
+    starts = [float(j.started_at) for j in finished]
+    # FIFO within the tenant: the two slots take the parked jobs two by two in submission order.
+    assert all(max(starts[i:i + 2]) <= min(starts[i + 2:i + 4]) for i in range(0, 4, 2)), starts
+    assert max_concurrent(cluster.events())[tenant].leases == 2
+
+
+def test_case_12_under_the_hand_off_a_waiting_job_has_no_message_and_no_attempt(cluster):
+    tenant = new_tenant("patient")
+    set_cap(tenant, 1)
+    holder = cluster.submit(tenant, faults={"hold": ""})
+    _wait_running([holder])
+    parked = cluster.submit(tenant)
+    wait_for(lambda: _status(parked) == "waiting", 10, what="the job to park")
+    # However long it waits, nothing polls: over three sweeps it is parked once, its message gone.
+    time.sleep(3 * get_settings().sweep_interval_s)
+    job = JobItem.get(parked, consistent_read=True)
+    assert (job.status, job.attempts, job.defer_count) == ("waiting", 0, 1)
+    assert _messages(get_settings().imposition_queue) == 1  # the holder's, in flight
+    dlq = get_settings().dead_letter_queue(get_settings().imposition_queue)
+    assert _messages(dlq) == 0
+    _release_hold(cluster, holder)
+    job = cluster.final(parked)
+    assert (job.status, job.attempts, job.woken_by) == ("succeeded", 1, "release")
+
+
+def test_a_releaser_killed_before_its_wake_is_covered_by_the_sweeper(cluster):
+    tenant = new_tenant("killed")
+    set_cap(tenant, 1)
+    holder = cluster.submit(tenant, faults={"hold": "", "kill-after-release": ""})
+    _wait_running([holder])
+    parked = cluster.submit(tenant)
+    wait_for(lambda: _status(parked) == "waiting", 10, what="the job to park")
+    _release_hold(cluster, holder)
+
+    assert cluster.final(holder).status == "succeeded"  # committed, then SIGKILLed before the wake
+    job = cluster.final(parked, timeout_s=60)
+    assert (job.status, job.attempts, job.woken_by) == ("succeeded", 1, "sweeper")
+
+
+def test_a_lost_wake_message_is_re_published_by_the_sweeper(cluster):
+    tenant = new_tenant("lost")
+    set_cap(tenant, 1)
+    holder = cluster.submit(tenant, faults={"hold": ""})
+    _wait_running([holder])
+    parked = cluster.submit(tenant)
+    wait_for(lambda: _status(parked) == "waiting", 10, what="the job to park")
+    cluster.mark(f"tenant-{tenant}.kill-after-wake")  # the wake applies, its publish never happens
+    _release_hold(cluster, holder)
+
+    job = cluster.final(parked, timeout_s=60)
+    assert (job.status, job.attempts, job.woken_by) == ("succeeded", 1, "release")
+    maintenance = next(p for p in cluster.others if "maintenance" in str(p.log_path))
+    assert f"re-published job {parked}" in maintenance.log()
+
+
+def test_raising_the_cap_while_jobs_wait_wakes_them_at_once(cluster):
+    tenant = new_tenant("raise")
+    set_cap(tenant, 1)
+    cluster.highest_caps[tenant] = 3
+    holders = [cluster.submit(tenant, faults={"hold": ""})]
+    _wait_running(holders)
+    parked = [cluster.submit(tenant, faults={"hold": ""}) for _ in range(3)]
+    assert [_status(j) for j in parked] == ["waiting"] * 3
+
+    result = CliRunner().invoke(cli, ["tenant", "set-cap", tenant, "3"])
+    assert result.exit_code == 0, result.output
+    _wait_running([*holders, *parked[:2]])  # two woken by the change itself, while the first still runs
+    assert [JobItem.get(j, consistent_read=True).woken_by for j in parked[:2]] == ["cap_change"] * 2
+    assert _status(parked[2]) == "waiting"
+    for job_id in [*holders, *parked]:
+        (cluster.fault_dir / f"{job_id}.hold").unlink(missing_ok=True)
+    assert all(cluster.final(j).status == "succeeded" for j in [*holders, *parked])
+    assert max_concurrent(cluster.events())[tenant].leases == 3
+
+
+def test_a_parked_job_withdrawn_before_publishing_leaves_the_counters_exact(cluster):
+    """The submission's undo path (a publish that failed) through the lease layer itself."""
+    from tests.leases.helpers import LAYOUT
+
+    tenant = new_tenant("undo")
+    set_cap(tenant, 1)
+    holder = cluster.submit(tenant, faults={"hold": ""})
+    _wait_running([holder])
+    job = JobItem(uuid.uuid4().hex, tenant_id=tenant, token="t", max_attempts=3, layout=LAYOUT,
+                  input_key=f"tenants/{tenant}/x", submitted_at=time.time())
+    assert waiting.admit(job) is False  # the tenant is full: parked at the door
+    assert int(TenantItem.get(tenant, consistent_read=True).waiting) == 1
+    assert waiting.withdraw(job) is True
+    assert int(TenantItem.get(tenant, consistent_read=True).waiting) == 0
+    _release_hold(cluster, holder)
+    assert cluster.final(holder).status == "succeeded"
