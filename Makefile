@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-stamp
 
-.PHONY: venv run test bench soak clean
+.PHONY: venv run test bench bench-sched soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -30,6 +30,13 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python -m bench
+
+## The scheduling benchmark (not in `make test`): timer against hand-off on the real local stack, real
+## worker processes, a stand-in engine of fixed duration; prints one table, writes it to
+## bench/RESULTS-scheduling.md and PNG timelines to out/bench-sched/ (about 30 minutes on 2 cores).
+## BENCH_SCHED_ONLY=alone,burst runs a subset; BENCH_SCHED_POLICIES=handoff one policy.
+bench-sched: $(STAMP)
+	$(BIN)/python -m bench.sched
 
 ## The lease soak (not in `make test`): 1,000 jobs over 4 tenants on 2 worker nodes with 10 random
 ## SIGKILLs and short clocks; checks cap violations (lease-event log), lost jobs, duplicate plates

@@ -9,7 +9,8 @@ What must hold at every instant (each lease transaction keeps it, all or nothing
 * ``orphan_lease`` — every lease fences a job ``running`` under its token;
 * ``stranded_job`` — every ``running`` job has the lease its ``lease_token`` names (else nothing
   would ever bring it back: the sweeper only looks at leases);
-* ``job_counters`` — the tenant's ``queued`` and ``waiting`` equal its jobs in those statuses.
+* ``job_counters`` — the tenant's ``queued`` and ``waiting`` equal its jobs in those statuses;
+* the cluster (a whole-cluster audit only) — the slot counter's ``busy`` equals the live leases.
 
 Expired leases are not drift: they are the sweeper's work, and reported as ``expired``.
 
@@ -50,9 +51,9 @@ from dataclasses import asdict, dataclass, field
 from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
-from leases import sweeper, waiting
+from leases import nodes, sweeper, waiting
 from leases.errors import LeaseContention
-from leases.models import JobItem, JobStatus, LeaseItem, TenantItem
+from leases.models import CLUSTER_SLOTS_KEY, ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem
 from leases.transactions import (
     CANCELLED,
     RETRY,
@@ -116,10 +117,13 @@ class AuditReport:
         """Every drift, tenant by tenant."""
         return [d for t in self.tenants for d in t.drifts]
 
+    #: The cluster's slot counter against its live leases: ``(busy, leases)``; a drift if unequal.
+    cluster: tuple[int, int] | None = None
+
     @property
     def clean(self) -> bool:
-        """True when no tenant has drift."""
-        return not self.drifts
+        """True when no tenant has drift and the cluster's busy counter equals its leases."""
+        return not self.drifts and (self.cluster is None or self.cluster[0] == self.cluster[1])
 
     def describe(self) -> str:
         """Human-readable report: one line per tenant, one indented line per drift or repair."""
@@ -130,13 +134,16 @@ class AuditReport:
                          f"running={t.running_jobs} queued={t.queued_jobs} waiting={t.waiting_jobs} "
                          f"expired={t.expired_leases}  {state}")
             lines.extend(f"    {d.kind}: {d.detail}" for d in t.drifts)
+        if self.cluster is not None:
+            busy, held = self.cluster
+            lines.append(f"cluster busy={busy} leases={held}  " + ("ok" if busy == held else "DRIFT (slot counter)"))
         lines.extend(f"  repaired: {r}" for r in self.repairs)
         return "\n".join(lines) if lines else "no tenants"
 
     def to_json(self) -> str:
         """The report as JSON (``tenants``, ``repairs``, ``clean``)."""
         return json.dumps({"tenants": [asdict(t) for t in self.tenants], "repairs": self.repairs,
-                           "clean": self.clean}, indent=2, sort_keys=True)
+                           "cluster": self.cluster, "clean": self.clean}, indent=2, sort_keys=True)
 
 
 @dataclass
@@ -305,7 +312,47 @@ def audit(tenant_ids: Iterable[str] | None = None, *, now: float | None = None) 
             break
     for t in tenants:
         t.drifts = [d for d in t.drifts if d.key in (confirmed or set())]
-    return AuditReport(tenants)
+    cluster = None
+    if wanted is None:
+        for _ in range(get_settings().audit_confirm_snapshots):
+            cluster = _cluster_snapshot()
+            if cluster is None or cluster[0] == cluster[1]:
+                break
+    return AuditReport(tenants, cluster=cluster)
+
+
+def _cluster_snapshot() -> tuple[int, int] | None:
+    """``(busy counter, live leases)``, read between two readings of the counter that agree (every
+    lease transaction moves both by the same amount); None before any lease or node existed."""
+    def busy() -> int | None:
+        item = nodes.slots()
+        return None if item is None else int(item.busy or 0)
+
+    before = busy()
+    for _ in range(get_settings().audit_stable_read_tries):
+        held = sum(1 for _ in LeaseItem.scan(consistent_read=True, attributes_to_get=["job_id"]))
+        after = busy()
+        if before == after:
+            break
+        before = after
+    if after is None and held == 0:
+        return None
+    return (after or 0, held)
+
+
+def _repair_cluster(report: AuditReport) -> str | None:
+    """Set the cluster's ``busy`` to the live leases counted, on condition it is unchanged since."""
+    if report.cluster is None or report.cluster[0] == report.cluster[1]:
+        return None
+    busy, held = report.cluster
+    try:
+        ClusterItem(CLUSTER_SLOTS_KEY).update(actions=[ClusterItem.busy.set(held)],
+                                              condition=ClusterItem.busy == busy)
+    except UpdateError as exc:
+        if classify(exc)[0] in (RETRY, CANCELLED):  # a lease moved meanwhile: the next round
+            return None
+        raise
+    return f"cluster: busy {busy} → {held}"
 
 
 # --- repair -------------------------------------------------------------------------------------
@@ -401,7 +448,11 @@ def repair(tenant_ids: Iterable[str] | None = None, *, publish: Callable[[str, s
     report = audit(wanted)
     for _ in range(get_settings().audit_repair_rounds):
         fixable = [d for d in report.drifts if d.kind != "over_cap"]
-        if not fixable:
+        cluster_note = _repair_cluster(report)
+        if cluster_note:
+            log.warning("audit repair: %s", cluster_note)
+            done.append(cluster_note)
+        if not fixable and not cluster_note:
             break
         for drift in sorted(fixable, key=lambda d: DRIFT_KINDS.index(d.kind)):
             try:

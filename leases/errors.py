@@ -31,8 +31,11 @@ class CapReached(LeaseError):
     frozen while ``imposition audit --repair`` recounts it (``repair_until``, epoch s)."""
 
     def __init__(self, tenant_id: str, in_flight: int | None, cap: int | None, *,
-                 repair_until: float | None = None, **kw) -> None:
+                 repair_until: float | None = None, burst_cap: int | None = None, borrowing: bool = False,
+                 **kw) -> None:
         detail = f" and frozen for a counter repair until {repair_until:.0f}" if repair_until else ""
+        if borrowing:
+            detail += f"; no slot to borrow (burst cap {burst_cap}, or the cluster is down to its reserve)"
         super().__init__(
             f"tenant {tenant_id!r} is at its cap (in_flight={in_flight}, cap={cap}){detail}", **kw
         )
@@ -40,6 +43,16 @@ class CapReached(LeaseError):
         self.in_flight = in_flight
         self.cap = cap
         self.repair_until = repair_until
+        #: The tier's burst cap (None: no borrowing); ``borrowing``: this was a refused borrow.
+        self.burst_cap = burst_cap
+        self.borrowing = borrowing
+
+    @property
+    def may_borrow(self) -> bool:
+        """True if the tier lets the tenant borrow above its cap and it is below its burst cap."""
+        return (not self.borrowing and self.repair_until is None and self.burst_cap is not None
+                and self.cap is not None and self.burst_cap > self.cap
+                and (self.in_flight or 0) < self.burst_cap)
 
 
 class JobNotQueued(LeaseError):

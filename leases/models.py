@@ -28,6 +28,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from pynamodb.attributes import (
+    BooleanAttribute,
     JSONAttribute,
     NumberAttribute,
     UnicodeAttribute,
@@ -96,6 +97,9 @@ class TenantItem(Model):
     by_pending = PendingTenantsIndex()
     #: Tier override of ``Settings.default_cap``; absent means the default.
     cap = NumberAttribute(null=True)
+    #: Borrowing (opt-in per tier): leases it may hold while the cluster has idle slots beyond its
+    #: reserve (``ClusterItem.borrowable``); absent means no borrowing (burst = cap).
+    burst_cap = NumberAttribute(null=True)
     rate_limit_per_min = NumberAttribute(null=True)
     admission_in_flight_cap = NumberAttribute(null=True)
     #: Override of ``Settings.idempotency_ttl_s`` (admission); absent means the default.
@@ -145,6 +149,8 @@ class LeaseItem(Model):
     worker = UnicodeAttribute()
     #: Fencing token: every renewal, release and job commit is conditional on it.
     token = UnicodeAttribute()
+    #: True for a lease taken above the tenant's cap (borrowing, up to its burst cap).
+    borrowed = BooleanAttribute(null=True)
     acquired_at = NumberAttribute()
     heartbeat_at = NumberAttribute()
     expires_at = NumberAttribute()
@@ -213,7 +219,8 @@ class JobItem(Model):
     #: When the job was last parked, and last woken by a hand-off (epoch s).
     parked_at = NumberAttribute(null=True)
     woken_at = NumberAttribute(null=True)
-    #: Who last woke it: ``release`` (a hand-off), ``door``, ``sweeper`` (the safety net), ``cap_change``,
+    #: Who last woke it: ``release`` (a hand-off), ``borrow`` (an idle slot offered to a borrowing
+    #: tier), ``door``, ``sweeper`` (the safety net), ``cap_change``,
     #: ``repair`` (``imposition audit --repair``).
     woken_by = UnicodeAttribute(null=True)
     #: While ``queued``: when its latest message becomes visible in SQS (publish time + delay, epoch s).
@@ -245,7 +252,52 @@ class JobItem(Model):
         return JobStatus(self.status)
 
 
-ALL_MODELS: tuple[type[Model], ...] = (TenantItem, LeaseItem, JobItem)
+#: The key of the cluster's slot counter in the cluster table.
+CLUSTER_SLOTS_KEY = "slots"
+#: Key prefix of the live worker nodes in the cluster table.
+NODE_KEY_PREFIX = "node/"
+
+
+#: The one partition value of the nodes' expiry index.
+NODE_PARTITION = "node"
+
+
+class NodeExpiryIndex(GlobalSecondaryIndex["ClusterItem"]):
+    """Node items by expiry (sparse: only node items have ``node_partition``)."""
+
+    class Meta:
+        index_name = "nodes-by-expiry"
+        projection = AllProjection()
+
+    node_partition = UnicodeAttribute(hash_key=True)
+    expires_at = NumberAttribute(range_key=True)
+
+
+class ClusterItem(Model):
+    """The cluster table: the slot counter (key :data:`CLUSTER_SLOTS_KEY`) and one item per live
+    worker node (key ``node/<node name>``).
+
+    The slot counter holds ``busy`` (leases held now, kept in the same transactions as each
+    tenant's ``in_flight``), ``total`` (slots of the live nodes) and ``borrowable`` (``total −
+    Settings.reserve_slots``: a lease may be borrowed only while ``busy < borrowable``). A node item
+    holds its ``slots`` and ``expires_at``; a node that stops beating is dropped by the sweeper.
+    """
+
+    class Meta(_Meta):
+        table_name = _settings.cluster_table
+
+    key = UnicodeAttribute(hash_key=True)
+    busy = NumberAttribute(null=True)
+    total = NumberAttribute(null=True)
+    borrowable = NumberAttribute(null=True)
+    slots = NumberAttribute(null=True)
+    heartbeat_at = NumberAttribute(null=True)
+    expires_at = NumberAttribute(null=True)
+    node_partition = UnicodeAttribute(null=True)
+    nodes_by_expiry = NodeExpiryIndex()
+
+
+ALL_MODELS: tuple[type[Model], ...] = (TenantItem, LeaseItem, JobItem, ClusterItem)
 
 
 def reset_connections() -> None:

@@ -10,8 +10,9 @@ For each lease whose ``expires_at`` is in the past (found through the expiry ind
    of attempts). The attempt the dead holder started stays counted: a job that kills its worker
    ``max_attempts`` times ends ``failed``.
 
-Then :func:`bring_back`, the hand-off's safety net: wake the waiting jobs of every tenant with room,
-re-publish queued jobs whose message is long overdue.
+Then :func:`bring_back`, the hand-off's safety net: drop worker nodes that stopped beating from the
+slot registry, wake the waiting jobs of every tenant with room, re-publish queued jobs whose message
+is long overdue.
 
 Two sweepers at once are safe: both may publish, but only one reclaim transaction succeeds (the
 other finds the lease gone and counts nothing); the spare message finds the job not ``queued``, or
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 
 from pynamodb.exceptions import DoesNotExist, UpdateError
 
-from leases import waiting
+from leases import nodes, waiting
 from leases.models import LEASE_EXPIRY_PARTITION, PENDING_PARTITION, JobItem, JobStatus, LeaseItem, TenantItem
 from leases.transactions import NamedTransaction, fenced_release, requeue_actions
 from service.settings import get_settings
@@ -53,6 +54,8 @@ class SweepReport:
     #: Waiting jobs woken by the safety net (a lost hand-off), queued jobs re-published (lost message).
     woken: Counter = field(default_factory=Counter)
     republished: Counter = field(default_factory=Counter)
+    #: Worker nodes that stopped beating, dropped from the slot registry.
+    nodes_dropped: list = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -205,6 +208,7 @@ def bring_back(now: float, *, publish: Callable[..., None], report: SweepReport,
     A tenant whose step fails is logged and left for the next sweep; the others go on.
     """
     grace_s = get_settings().lost_message_grace_s
+    report.nodes_dropped += nodes.drop_dead(now)
     for tenant in TenantItem.by_pending.query(PENDING_PARTITION):
         try:
             if int(tenant.waiting or 0) <= 0 and int(tenant.queued or 0) <= 0:

@@ -16,8 +16,13 @@ from service.settings import get_settings
 from service.tenancy import shown_value, validate_tenant_id
 
 
-def set_cap(tenant_id: str, cap: int | None) -> None:
-    """Set ``tenant_id``'s cap override (``None`` removes it: back to ``Settings.default_cap``).
+def set_cap(tenant_id: str, cap: int | None, *, burst_cap: int | None = None) -> None:
+    """Set ``tenant_id``'s cap override (``None`` removes it: back to ``Settings.default_cap``) and
+    its burst cap (``None``, or equal to the cap: no borrowing).
+
+    With a burst cap above the cap, the tenant may take more leases than its cap, up to the burst
+    cap, while the cluster's busy slots stay below its live slots less ``Settings.reserve_slots``
+    (borrowing, DESIGN §3); nothing is preempted when others need the slots back.
 
     Lowering the cap below the current ``in_flight`` kills nothing: running jobs finish, and the
     tenant acquires no new lease until ``in_flight`` is below the new cap. A cap of 0 pauses the
@@ -32,11 +37,18 @@ def set_cap(tenant_id: str, cap: int | None) -> None:
     max_cap = get_settings().max_cap
     if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or not 0 <= cap <= max_cap):
         raise ValueError(f"cap={shown_value(cap)}: must be an integer from 0 to max_cap={max_cap}")
+    effective = get_settings().default_cap if cap is None else cap
+    if burst_cap is not None and (not isinstance(burst_cap, int) or isinstance(burst_cap, bool)
+                                  or not effective <= burst_cap <= max_cap):
+        raise ValueError(f"burst_cap={shown_value(burst_cap)}: must be an integer from the cap ({effective}) "
+                         f"to max_cap={max_cap}")
     ensure_tenant(tenant_id)
     action = TenantItem.cap.remove() if cap is None else TenantItem.cap.set(cap)
+    burst = (TenantItem.burst_cap.remove() if burst_cap is None or burst_cap == effective
+             else TenantItem.burst_cap.set(burst_cap))
     t = time.time()
     TenantItem(tenant_id).update(
-        actions=[action, TenantItem.updated_at.set(t), TenantItem.cap_changed_at.set(t)]
+        actions=[action, burst, TenantItem.updated_at.set(t), TenantItem.cap_changed_at.set(t)]
     )
 
 
@@ -54,6 +66,9 @@ def describe_tenant(tenant_id: str) -> dict:
         "tenant_id": tenant_id,
         "cap": item.effective_cap(default_cap),
         "cap_source": "override" if item.cap is not None else "default",
+        "burst_cap": int(item.burst_cap) if item.burst_cap is not None else item.effective_cap(default_cap),
+        "queued": int(item.queued or 0),
+        "waiting": int(item.waiting or 0),
         "in_flight": int(item.in_flight or 0),
         "leases": [{"job_id": lease.job_id, "worker": lease.worker, "expires_at": lease.expires_at}
                    for lease in leases],

@@ -66,7 +66,7 @@ from tenacity import (
 )
 
 from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost, TenantMismatch
-from leases.models import JobItem, JobStatus, LeaseItem, TenantItem
+from leases.models import CLUSTER_SLOTS_KEY, ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem
 from service.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -285,6 +285,22 @@ def cap_has_room(default_cap: int):
     return (TenantItem.in_flight.does_not_exist() & no_override) | below_cap
 
 
+def can_borrow():
+    """Condition on a tenant item: its tier has a burst cap and ``in_flight < burst_cap``."""
+    return TenantItem.burst_cap.exists() & (TenantItem.in_flight < TenantItem.burst_cap)
+
+
+def slot_to_borrow():
+    """Condition on the cluster's slot counter: ``busy < borrowable`` (the reserve stays free)."""
+    return ((ClusterItem.busy.does_not_exist() & (ClusterItem.borrowable > 0))
+            | (ClusterItem.busy < ClusterItem.borrowable))
+
+
+def slots_item() -> ClusterItem:
+    """The cluster's slot counter (``busy`` is kept in every acquire and release)."""
+    return ClusterItem(CLUSTER_SLOTS_KEY)
+
+
 def not_frozen(now: float):
     """Condition on a tenant item: no counter repair freezes its acquires at ``now``."""
     return TenantItem.repair_until.does_not_exist() | (TenantItem.repair_until < now)
@@ -306,14 +322,17 @@ def _number(raw: dict, name: str) -> int | None:
 _ALL_OLD = "ALL_OLD"
 
 
-def acquire(job_id: str, tenant_id: str, worker: str, *, now: float | None = None) -> Lease:
+def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, now: float | None = None) -> Lease:
     """Take a slot for ``job_id`` in one transaction (DESIGN §2, layer 2).
 
     Items, all or nothing:
 
     1. tenant: ``in_flight += 1`` on condition :func:`cap_has_room` (the override is read in the
        same transaction, so a tier change applies to the next acquire without restarting anything)
-       and :func:`not_frozen`; ``queued −= 1``;
+       and :func:`not_frozen`; ``queued −= 1``. With ``borrow`` (DESIGN §3, borrowing) the
+       condition is :func:`can_borrow` instead: ``in_flight < burst_cap``;
+    2. the cluster's slot counter: ``busy += 1``; with ``borrow``, on condition ``busy <
+       borrowable`` (slots of the live nodes less the reserve);
     2. lease: put on condition no lease for this job exists; holds worker, token, ``expires_at``;
     3. job: ``queued → running`` on condition the status is ``queued`` and the job belongs to
        ``tenant_id``; ``attempts += 1``; records ``started_at``, the lease token and the worker;
@@ -346,13 +365,17 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, now: float | None = Non
             acquired_at=t,
             heartbeat_at=t,
             expires_at=t + s.lease_ttl_s,
+            borrowed=True if borrow else None,
         )
         try:
             with NamedTransaction(new_token()) as tx:
                 tx.add("save", "lease", lease, condition=LeaseItem.job_id.does_not_exist(), return_values=_ALL_OLD)
                 tx.add("update", "tenant", TenantItem(tenant_id),
                        actions=[TenantItem.in_flight.set((TenantItem.in_flight | 0) + 1), TenantItem.queued.add(-1)],
-                       condition=cap_has_room(s.default_cap) & not_frozen(t), return_values=_ALL_OLD)
+                       condition=(can_borrow() if borrow else cap_has_room(s.default_cap)) & not_frozen(t),
+                       return_values=_ALL_OLD)
+                tx.add("update", "cluster", slots_item(), actions=[ClusterItem.busy.add(1)],
+                       condition=slot_to_borrow() if borrow else None)
                 tx.add("update", "job", JobItem(job_id),
                        actions=[
                            JobItem.status.set(JobStatus.RUNNING.value),
@@ -393,12 +416,13 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, now: float | None = Non
                         old_job = {"status": {"S": JobStatus.QUEUED.value}}
                     status = old_job.get("status", {}).get("S")
                     raise JobNotQueued(job_id, status, _number(old_job, "attempts"), reason_codes=codes) from exc
-                if reason_code(reasons, "tenant") == CONDITION_FAILED:
+                if CONDITION_FAILED in (reason_code(reasons, "tenant"), reason_code(reasons, "cluster")):
                     old = old_item(reasons, "tenant")
                     cap = _number(old, "cap")
                     frozen = float(old["repair_until"]["N"]) if "repair_until" in old else None
                     raise CapReached(tenant_id, _number(old, "in_flight"), s.default_cap if cap is None else cap,
                                      repair_until=frozen if frozen and frozen >= t else None,
+                                     burst_cap=_number(old, "burst_cap"), borrowing=borrow,
                                      reason_codes=codes) from exc
             raise
         return Lease(job_id, tenant_id, worker, token, t, t + s.lease_ttl_s)
@@ -496,6 +520,7 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
                 tx.add("delete", "lease", LeaseItem(job_id), condition=condition)
                 tx.add("update", "tenant", TenantItem(tenant_id),
                        actions=[TenantItem.in_flight.add(-1), *tenant_actions])
+                tx.add("update", "cluster", slots_item(), actions=[ClusterItem.busy.add(-1)])
                 job_item(tx, release_id)
         except TransactWriteError as exc:
             kind, codes = classify(exc)

@@ -29,7 +29,8 @@ from collections.abc import Callable, Iterator
 from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 
 from leases.errors import JobNotQueued
-from leases.models import JobItem, JobStatus, TenantItem
+from leases import nodes
+from leases.models import PENDING_PARTITION, JobItem, JobStatus, TenantItem
 from leases.transactions import (
     AMBIGUOUS,
     CANCELLED,
@@ -177,12 +178,13 @@ def _try_wake(job_id: str, tenant: TenantItem, t: float, reason: str) -> str:
 
 
 def wake(tenant_id: str, *, publish: Publish, reason: str = "release", now: float | None = None,
-         on_woken: Callable[[JobItem], None] | None = None) -> list[str]:
-    """Wake the tenant's oldest waiting jobs while it has room (cap − in_flight − queued > 0).
+         on_woken: Callable[[JobItem], None] | None = None, limit: int | None = None) -> list[str]:
+    """Wake the tenant's oldest waiting jobs while it has room (cap − in_flight − queued > 0, or
+    more while it may borrow: :func:`room_with_borrowing`), at most ``limit`` of them.
 
     Each wake is one transaction (job ``waiting → queued``, tenant ``waiting − 1``, ``queued + 1``,
     on condition the tenant's counters are as read), followed by ``publish(tenant_id, job_id)``.
-    ``reason`` (``release``, ``door``, ``sweeper``, ``cap_change``, ``repair``) is recorded in the
+    ``reason`` (``release``, ``borrow``, ``door``, ``sweeper``, ``cap_change``, ``repair``) is recorded in the
     job's ``woken_by``; ``on_woken(job)`` is called after each publish (metrics).
 
     Returns:
@@ -195,9 +197,9 @@ def wake(tenant_id: str, *, publish: Publish, reason: str = "release", now: floa
     s = get_settings()
     woken: list[str] = []
     moved = 0
-    while moved < s.lease_conflict_attempts:
+    while moved < s.lease_conflict_attempts and (limit is None or len(woken) < limit):
         tenant = read_tenant(tenant_id)
-        if tenant is None or int(tenant.waiting or 0) <= 0 or room_of(tenant, s.default_cap) <= 0:
+        if tenant is None or int(tenant.waiting or 0) <= 0 or room_with_borrowing(tenant) <= 0:
             return woken
         t = time.time() if now is None else now
         outcome = "empty"
@@ -214,6 +216,38 @@ def wake(tenant_id: str, *, publish: Publish, reason: str = "release", now: floa
         if outcome in ("empty", "job_gone"):  # the index lags the counter: the sweeper's
             return woken
         moved += outcome == "tenant_moved"
+    return woken
+
+
+def room_with_borrowing(tenant: TenantItem) -> int:
+    """Jobs the tenant may still have started: its room under its cap, or, if its tier borrows,
+    under its burst cap as far as the cluster has slots above its reserve (``borrowable − busy``)."""
+    default_cap = get_settings().default_cap
+    room = room_of(tenant, default_cap)
+    burst = int(tenant.burst_cap) if tenant.burst_cap is not None else None
+    if burst is None or burst <= tenant.effective_cap(default_cap):
+        return room
+    cluster = nodes.slots()
+    spare = int(cluster.borrowable or 0) - int(cluster.busy or 0) if cluster is not None else 0
+    return max(room, min(burst - int(tenant.in_flight or 0) - int(tenant.queued or 0), spare))
+
+
+def wake_borrowers(*, publish: Publish, on_woken: Callable[[JobItem], None] | None = None) -> list[str]:
+    """While the cluster has slots above its reserve, wake waiting jobs of tenants whose tier
+    borrows, the tenant with the fewest leases first, one job per tenant per round.
+
+    Called after every release, so an idle slot is offered to a borrowing tenant whichever tenant
+    freed it. Returns the job ids woken.
+    """
+    cluster = nodes.slots()
+    if cluster is None or int(cluster.busy or 0) >= int(cluster.borrowable or 0):
+        return []
+    borrowers = sorted((t for t in TenantItem.by_pending.query(PENDING_PARTITION)
+                        if t.burst_cap is not None and int(t.waiting or 0) > 0),
+                       key=lambda t: int(t.in_flight or 0))
+    woken: list[str] = []
+    for tenant in borrowers:
+        woken += wake(tenant.tenant_id, publish=publish, reason="borrow", on_woken=on_woken, limit=1)
     return woken
 
 

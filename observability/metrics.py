@@ -31,8 +31,9 @@ metric                                          moved by
 ``handoff_latency_seconds{tenant}``             ``lease_acquired`` of a woken job: ``started_at − woken_at`` (its
                                                 tenant's release → its start)
 ``jobs_republished_total{reason}``              ``job_republished``: a queued job whose message was overdue
-``jobs_waiting{tenant}``                        the beat task ``imposition.sample_queues``: the tenant item's
-                                                ``waiting`` counter (parked jobs)
+``jobs_waiting{tenant}``, ``slots_borrowed{tenant}``,  the beat task ``imposition.sample_queues``: the tenant
+``cluster_slots``                               item's ``waiting`` counter (parked jobs), its leases above its cap;
+                                                the live nodes' slots (the slot registry)
 ``poison_messages_total{queue,reason}``         ``poison_message``
 ``sqs_messages{queue,state}``,                  the beat task ``imposition.sample_queues``
 ``sqs_oldest_message_age_seconds{queue}``
@@ -121,6 +122,10 @@ class ServiceMetrics:
                                         ("reason",), registry=r)
         self.jobs_waiting = Gauge("jobs_waiting", "Parked jobs of a tenant (its waiting counter).", t,
                                   multiprocess_mode="mostrecent", registry=r)
+        self.slots_borrowed = Gauge("slots_borrowed", "Leases a tenant holds above its cap (borrowing).", t,
+                                    multiprocess_mode="mostrecent", registry=r)
+        self.cluster_slots = Gauge("cluster_slots", "Slots of the live worker nodes (the slot registry).",
+                                   multiprocess_mode="mostrecent", registry=r)
         self.poison_messages = Counter(
             "poison_messages", "Messages that could not be run, left for the dead-letter queue.",
             ("queue", "reason"), registry=r,

@@ -7,14 +7,17 @@ the ``maintenance`` queue; the maintenance worker reads every work queue and dea
   (a gauge series cannot be withdrawn from prometheus-client's multiprocess files once written;
   NaN says "unknown now" instead of repeating a stale value). A queue CloudWatch never reported
   on has no series at all;
-* ``jobs_waiting{tenant}`` from each tenant item's ``waiting`` counter (parked jobs).
+* ``jobs_waiting{tenant}``, ``slots_borrowed{tenant}`` from each tenant item (parked jobs; leases
+  above its cap), ``cluster_slots`` from the slot registry.
 """
 
 from __future__ import annotations
 
 import math
 
+from leases import nodes
 from leases.models import TenantItem
+from service.settings import get_settings
 from observability.metrics import get_metrics
 from observability.queues import SQS_STATES, QueueDepth, read_queues
 from tasks.celery_app import app
@@ -42,6 +45,10 @@ def sample_queues() -> dict:
     depths = read_queues()
     record_sample(depths)
     m = get_metrics()
-    for tenant in TenantItem.scan(attributes_to_get=["tenant_id", "waiting"]):
+    default_cap = get_settings().default_cap
+    for tenant in TenantItem.scan(attributes_to_get=["tenant_id", "waiting", "in_flight", "cap"]):
         m.jobs_waiting.labels(tenant.tenant_id).set(int(tenant.waiting or 0))
+        m.slots_borrowed.labels(tenant.tenant_id).set(max(0, int(tenant.in_flight or 0)
+                                                          - tenant.effective_cap(default_cap)))
+    m.cluster_slots.set(sum(nodes.live_nodes().values()))
     return {name: depth.as_dict() for name, depth in depths.items()}

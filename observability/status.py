@@ -11,7 +11,9 @@ per tenant   cap (its override or the default), in flight (leases held now), que
              submit; waiting ones: so far), the oldest waiting job, failures;
 per queue    visible, in flight, delayed, oldest age (CloudWatch; "n/a" without data), the
              depth of its dead-letter queue;
-cluster      slots busy (live leases) of ``capacity_nodes × slots_per_node``.
+cluster      slots busy (live leases) of the live nodes' slots (the slot registry), or of
+             ``capacity_nodes × slots_per_node`` while no node is registered; the live nodes;
+             per tenant, leases borrowed above its cap.
 
 What it adds to Flower: Flower shows Celery tasks as events arrive (and forgets them when it
 restarts); this shows the fairness state itself (caps, leases, deferrals, recoveries, waits) and
@@ -26,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 
 import click
 
+from leases import nodes
 from leases.models import JobStatus, LeaseItem, TenantItem
 from observability import recent
 from observability.history import jobs_submitted, percentile, wait_s
@@ -49,6 +52,9 @@ class TenantStatus:
     oldest_waiting_s: float | None
     failed: int
     submitted: int
+    #: Leases held above its cap (borrowing; 0 without a burst cap).
+    borrowed: int = 0
+    burst_cap: int | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,8 @@ class ClusterStatus:
 
     slots_busy: int
     slots_total: int
+    #: ``{node name: slots}`` of the live worker nodes (the slot registry).
+    nodes: dict = field(default_factory=dict)
 
     @property
     def utilisation(self) -> float:
@@ -112,6 +120,8 @@ def tenant_status(item: TenantItem, *, now: float, window_s: int, default_cap: i
         oldest_waiting_s=max((now - float(j.submitted_at) for j in queued), default=None),
         failed=sum(1 for j in jobs if j.status == JobStatus.FAILED.value),
         submitted=len(jobs),
+        borrowed=max(0, int(item.in_flight or 0) - item.effective_cap(default_cap)),
+        burst_cap=None if item.burst_cap is None else int(item.burst_cap),
     )
 
 
@@ -138,12 +148,13 @@ def collect(now: float | None = None) -> Status:
     t = time.time() if now is None else now
     tenants = sorted(TenantItem.scan(), key=lambda i: i.tenant_id)
     leases = sum(1 for _ in LeaseItem.scan(attributes_to_get=["job_id"]))
+    live = nodes.live_nodes(now=t)
     return Status(
         taken_at=t,
         window_s=s.status_window_s,
         tenants=[tenant_status(i, now=t, window_s=s.status_window_s, default_cap=s.default_cap) for i in tenants],
         queues=queue_status(read_queues()),
-        cluster=ClusterStatus(leases, s.capacity_nodes * s.slots_per_node),
+        cluster=ClusterStatus(leases, sum(live.values()) or s.capacity_nodes * s.slots_per_node, live),
     )
 
 
@@ -175,6 +186,11 @@ def render(status: Status) -> str:
     c = status.cluster
     lines.append("")
     lines.append(f"cluster: {c.slots_busy} of {c.slots_total} slots busy ({c.utilisation:.0%})")
+    lines.append("  live nodes: " + (", ".join(f"{n} ({k} slots)" for n, k in sorted(c.nodes.items()))
+                                      or "none registered (slots assumed: capacity_nodes × slots_per_node)"))
+    borrowing = [t for t in status.tenants if t.borrowed]
+    if borrowing:
+        lines.append("  borrowed: " + ", ".join(f"{t.tenant_id} {t.borrowed} (burst {t.burst_cap})" for t in borrowing))
     return "\n".join(lines)
 
 

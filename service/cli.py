@@ -251,7 +251,10 @@ def tenant_show(tenant_id: str) -> None:
 @click.argument("tenant_id", type=TENANT_ID)
 @click.argument("cap", required=False, type=click.IntRange(min=0))
 @click.option("--default", "use_default", is_flag=True, help="Remove the override (back to the default cap).")
-def tenant_set_cap(tenant_id: str, cap: int | None, use_default: bool) -> None:
+@click.option("--burst", "burst_cap", type=click.IntRange(min=0), default=None,
+              help="Borrowing: leases the tenant may hold while the cluster has slots above its reserve "
+                   "(from CAP to max_cap; equal to CAP, or absent: no borrowing).")
+def tenant_set_cap(tenant_id: str, cap: int | None, use_default: bool, burst_cap: int | None) -> None:
     """Set TENANT_ID's cap (tier override); applies to the next lease, no restart needed.
 
     CAP is 0 to Settings.max_cap (1000 by default); 0 pauses the tenant until its cap is raised.
@@ -267,9 +270,9 @@ def tenant_set_cap(tenant_id: str, cap: int | None, use_default: bool) -> None:
     if (cap is None) == (not use_default):
         raise click.UsageError("give either CAP or --default")
     try:
-        set_cap(tenant_id, None if use_default else cap)
-    except ValueError as exc:  # the tenant id is valid already: the cap is out of range
-        raise click.BadParameter(str(exc), param_hint="CAP") from exc
+        set_cap(tenant_id, None if use_default else cap, burst_cap=burst_cap)
+    except ValueError as exc:  # the tenant id is valid already: the cap or burst is out of range
+        raise click.BadParameter(str(exc), param_hint="--burst" if "burst_cap" in str(exc) else "CAP") from exc
     woken = waiting.wake(tenant_id, publish=publish_job, reason="cap_change",
                          on_woken=lambda job: signals.job_woken.send(sender=None, job=job, reason="cap_change"))
     if woken:

@@ -62,6 +62,7 @@ class Settings(BaseSettings):
     tenants_table: str = "imposition-tenants"
     leases_table: str = "imposition-leases"
     jobs_table: str = "imposition-jobs"
+    cluster_table: str = Field(default="imposition-cluster", description="Slot counter and live worker nodes.")
     bucket: str = "imposition-plates"
     sqs_wait_time_s: int = Field(default=10, ge=0, le=20, description="SQS long-poll wait (max 20 s).")
     sqs_polling_interval_s: float = Field(
@@ -83,6 +84,16 @@ class Settings(BaseSettings):
     # --- fairness: slots and caps (DESIGN §2) ------------------------------------------------------
     slots_per_node: int = Field(default=8, ge=1, description="Licensed press-tool slots per node.")
     default_cap: int = Field(default=4, ge=1, description="Leases one tenant may hold at once.")
+    reserve_slots: int = Field(
+        default=1, ge=0,
+        description="Borrowing: slots of the cluster kept free for tenants below their cap; a tenant above its "
+        "cap (up to its burst cap) may take a slot only while busy slots < live slots - reserve_slots.",
+    )
+    node_ttl_s: float = Field(
+        default=180.0, gt=0,
+        description="A worker node that has not beaten for this long drops out of the slot registry (its slots "
+        "no longer count for borrowing). Must be >= 2 x heartbeat_interval_s.",
+    )
     max_cap: int = Field(
         default=1000, ge=1,
         description="Largest cap override `imposition tenant set-cap` accepts (a bound far above any node's "
@@ -284,6 +295,11 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"heartbeat_interval_s={self.heartbeat_interval_s} must be <= lease_ttl_s / 3 "
                 f"= {self.lease_ttl_s / 3:g} (DESIGN §4: a lease survives two missed heartbeats)"
+            )
+        if self.node_ttl_s < 2 * self.heartbeat_interval_s:
+            raise ValueError(
+                f"node_ttl_s={self.node_ttl_s:g} must be >= 2 x heartbeat_interval_s={self.heartbeat_interval_s:g} "
+                "(a node survives one missed beat)"
             )
         if self.lost_message_grace_s < self.sqs_wait_time_s:
             raise ValueError(

@@ -7,6 +7,7 @@ registers every task.
 from tasks.celery_app import app
 from tasks.imposition_task import impose
 from tasks.sweeper import sweep
+import tasks.nodes  # noqa: E402,F401 (an imposition node registers its slots while it runs)
 import webhooks.tasks  # noqa: E402,F401 (imposition.deliver_webhook and its job_finished receiver)
 import observability.wiring  # noqa: E402,F401 (metrics receivers, exporter hooks, events, the sampler task)
 

@@ -317,6 +317,11 @@ class FairTask(Task):
             self._defer(job_id, tenant_id, exc)
         for _ in range(get_settings().lease_conflict_attempts):
             try:
+                if exc.may_borrow:  # the tier borrows: an idle slot above the reserve, if there is one
+                    try:
+                        return transactions.acquire(job_id, tenant_id, worker, borrow=True)
+                    except CapReached as refused:
+                        exc = refused
                 if waiting.park(job_id, tenant_id):
                     log.info("parked job %s of %s: %s", job_id, tenant_id, exc)
                     signals.job_deferred.send(sender=self, job_id=job_id, tenant_id=tenant_id, reason="cap",
@@ -337,11 +342,14 @@ class FairTask(Task):
         self._defer(job_id, tenant_id, exc)
 
     def _hand_off(self, tenant_id: str) -> None:
-        """After a release: wake the tenant's oldest waiting jobs while it has room; never raises
-        (a wake that fails is the sweeper's)."""
+        """After a release: wake the tenant's oldest waiting jobs while it has room, then offer any
+        slot above the cluster's reserve to a borrowing tier; never raises (a wake that fails is the
+        sweeper's)."""
         try:
             waiting.wake(tenant_id, publish=publish_job,
                          on_woken=lambda job: signals.job_woken.send(sender=self, job=job, reason="release"))
+            waiting.wake_borrowers(publish=publish_job,
+                                   on_woken=lambda job: signals.job_woken.send(sender=self, job=job, reason="borrow"))
         except Exception as exc:  # noqa: BLE001 - the job's own outcome is committed; the sweeper wakes
             log.warning("hand-off for tenant %s failed (the sweeper will wake its jobs): %s", tenant_id, exc)
 

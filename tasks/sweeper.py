@@ -45,4 +45,5 @@ def sweep() -> dict:
         "lost_races": report.lost_races,
         "woken": dict(report.woken),
         "republished": dict(report.republished),
+        "nodes_dropped": report.nodes_dropped,
     }

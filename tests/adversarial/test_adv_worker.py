@@ -54,8 +54,9 @@ def test_message_naming_another_tenant_does_not_run_the_job_under_that_tenants_c
     from service.stack import wait_for
     from tasks.imposition_task import impose
 
-    set_cap(tenant, 0)  # paused: its jobs defer until the cap is raised
+    set_cap(tenant, 0)  # paused: its jobs are parked until the cap is raised
     job_id = submit_bytes(tenant, a5_pdf())
+    parked = JobItem.get(job_id, consistent_read=True).status  # "waiting": parked at the door
     other = f"{tenant}-other"
     dlq = get_settings().dead_letter_queue(get_settings().imposition_queue)
     dlq_before = queue_depth(dlq)
@@ -64,10 +65,10 @@ def test_message_naming_another_tenant_does_not_run_the_job_under_that_tenants_c
 
     def job_left_queued_or_copy_refused():
         status = JobItem.get(job_id, consistent_read=True).status
-        return status != "queued" or queue_depth(dlq) > dlq_before
+        return status != parked or queue_depth(dlq) > dlq_before
 
     wait_for(job_left_queued_or_copy_refused, 90, what="the forged copy to reach the dead-letter queue")
-    assert JobItem.get(job_id, consistent_read=True).status == "queued"  # never ran
+    assert JobItem.get(job_id, consistent_read=True).status == parked == "waiting"  # never ran
     assert queue_depth(dlq) == dlq_before + 1  # refused as poison, not dropped quietly
     assert "refusing message" in worker.log() and other in worker.log()
     assert TenantItem.count(other) == 0 or int(TenantItem.get(other, consistent_read=True).in_flight) == 0

@@ -74,7 +74,7 @@ def test_sweeper_republish_carries_the_group():
     transactions.ensure_tenant("initech")
     job = JobItem("job-swept", tenant_id="initech", token="t", max_attempts=3, layout=LAYOUT,
                   input_key="tenants/initech/jobs/job-swept/input.pdf", submitted_at=time.time())
-    job.save()
+    waiting.admit(job, door=False)
     # A lease taken long ago by a worker that died: expired now.
     transactions.acquire("job-swept", "initech", "dead-worker/1", now=time.time() - 3600)
     result = sweep.run()

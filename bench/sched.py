@@ -1,0 +1,388 @@
+"""``make bench-sched``: the scheduling benchmark on the real local stack, timer against hand-off.
+
+Every scenario runs under each waiting policy in one go, on one local AWS endpoint (moto) behind a
+request-counting proxy (:mod:`bench.counting_proxy`), with real worker processes (one node of
+``slots_per_node`` slots, a maintenance worker, beat) running the stand-in engine of
+:mod:`bench.sched_app`. It prints one table and writes it, with a PNG timeline of busy slots per
+tenant for each scenario and policy, to ``out/bench-sched/`` and ``bench/RESULTS-scheduling.md``.
+
+Columns: makespan ÷ ideal (ideal = the larger of total work ÷ slots and each tenant's work ÷ its
+cap), slot utilisation (busy slot-seconds ÷ the slot-seconds the tenants could use while they had
+unfinished work, each tenant at most its cap), AWS requests per completed job counted at the
+endpoint (and the split by operation in the JSON), light tenants' p50/p95/max wait (start −
+submit), the most leases of one tenant and of the cluster at once, the audit.
+
+``BENCH_SCHED_ONLY=alone,burst`` runs a subset; ``BENCH_SCHED_POLICIES=handoff`` one policy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from service.stack import REPO
+
+OUT = REPO / "out" / "bench-sched"
+RESULTS = REPO / "bench" / "RESULTS-scheduling.md"
+TIMER_DELAY_S = 30
+LAYOUT = {"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape"}
+
+
+@dataclass(frozen=True)
+class Wave:
+    """``count`` jobs of ``tenant`` (each ``duration_s``), submitted ``at_s`` after the scenario starts."""
+
+    tenant: str
+    count: int
+    duration_s: float
+    at_s: float = 0.0
+    light: bool = False
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    waves: tuple[Wave, ...]
+    note: str = ""
+
+
+SCENARIOS = (
+    Scenario("alone", (Wave("solo", 200, 1.0),), "one tenant alone, 200 jobs of 1 s"),
+    Scenario("burst", (Wave("burst", 100, 1.0), *(Wave(f"light{i}", 3, 1.0, at_s=5, light=True) for i in range(3))),
+             "a burst of 100 from one tenant, three tenants of 3 jobs 5 s later"),
+    Scenario("heavy3", (*(Wave(f"heavy{i}", 40, 1.0) for i in range(3)), Wave("light", 3, 1.0, at_s=2, light=True)),
+             "three heavy tenants of 40 jobs, then a light one of 3"),
+    Scenario("skew", (Wave("slow", 30, 6.0), Wave("fast", 30, 0.5, light=True)), "30 jobs of 6 s against 30 of 0.5 s"),
+    Scenario("cost100", (Wave("c100", 100, 0.5),), "cost: one tenant, backlog of 100 jobs of 0.5 s"),
+    Scenario("cost1000", (Wave("c1000", 1000, 0.5),), "cost: one tenant, backlog of 1,000 jobs of 0.5 s"),
+    Scenario("cost30s", (Wave("c30", 24, 30.0),), "cost: one tenant, 24 jobs of 30 s"),
+    Scenario("nowait", (Wave("nowait", 4, 0.5),), "reference: 4 jobs, none waits (requests of a job that never waited)"),
+)
+
+
+@dataclass
+class Result:
+    scenario: str
+    policy: str
+    jobs: int
+    finished: int
+    makespan_s: float
+    ideal_s: float
+    utilisation: float
+    requests_per_job: float
+    requests: dict = field(default_factory=dict)
+    light_wait_p50_s: float | None = None
+    light_wait_p95_s: float | None = None
+    light_wait_max_s: float | None = None
+    most_leases_tenant: int = 0
+    most_leases_cluster: int = 0
+    audit_clean: bool = False
+    run_twice: int = 0
+
+    @property
+    def ratio(self) -> float:
+        return self.makespan_s / self.ideal_s if self.ideal_s else float("nan")
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def utilisation(intervals, demand: dict[str, list[tuple[float, float]]], caps: dict[str, int], slots: int,
+                start: float, end: float, step_s: float = 0.05) -> float:
+    """Busy slot-seconds ÷ usable slot-seconds over ``[start, end]`` (module docstring).
+
+    ``demand[tenant]`` lists each job's ``(submitted_at, finished_at)``: the tenant can use
+    ``min(cap, unfinished jobs)`` slots at an instant; the cluster ``min(slots, Σ tenants)``.
+    """
+    busy = usable = 0.0
+    t = start
+    while t < end:
+        held = sum(1 for iv in intervals if iv.start_at <= t < (iv.end_at or end))
+        room = sum(min(caps[tenant], sum(1 for s, f in jobs if s <= t < f)) for tenant, jobs in demand.items())
+        busy += min(held, slots) * step_s
+        usable += min(slots, room) * step_s
+        t += step_s
+    return busy / usable if usable else float("nan")
+
+
+class Bench:
+    """One run: the endpoint and proxies up once, the workers started per policy."""
+
+    def __init__(self) -> None:
+        OUT.mkdir(parents=True, exist_ok=True)
+        self.results: list[Result] = []
+
+    def __enter__(self) -> "Bench":
+        from bench.counting_proxy import CountingProxy
+        from service.localaws import LocalAws
+
+        self.local_aws = LocalAws(log_path=OUT / "moto.log").start()
+        upstream = self.local_aws.env
+        self.sqs_proxy = CountingProxy(upstream["AWS_ENDPOINT_URL"], "sqs").start()
+        self.dynamo_proxy = CountingProxy(upstream["AWS_ENDPOINT_URL_DYNAMODB"], "dynamodb").start()
+        self.env = {**upstream, "AWS_ENDPOINT_URL": self.sqs_proxy.url,
+                    "AWS_ENDPOINT_URL_DYNAMODB": self.dynamo_proxy.url,
+                    "IMPOSITION_REDIS_KEY_NAMESPACE": f"imposition-bench-{uuid.uuid4().hex[:8]}",
+                    "IMPOSITION_SWEEP_INTERVAL_S": "10", "IMPOSITION_HEARTBEAT_INTERVAL_S": "10",
+                    "IMPOSITION_DEFER_DELAY_S": str(TIMER_DELAY_S), "IMPOSITION_SQS_WAIT_TIME_S": "10",
+                    "IMPOSITION_RATE_LIMIT_PER_MIN": "100000", "IMPOSITION_ADMISSION_IN_FLIGHT_CAP": "100000",
+                    "BENCH_DURATIONS_FILE": str(OUT / "durations.json"),
+                    "BENCH_EVENT_LOG_DIR": str(OUT / "events")}
+        (OUT / "durations.json").write_text("{}")
+        os.environ.update(self.env)
+        from service.provision import provision
+        from service.settings import get_settings
+
+        get_settings.cache_clear()
+        provision()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from service import redis_namespace
+        from service.settings import get_settings
+
+        s = get_settings()
+        redis_namespace.forget(s.redis_key_namespace, (s.redis_url, s.events_url))
+        for proxy in (self.sqs_proxy, self.dynamo_proxy):
+            proxy.stop()
+        self.local_aws.stop()
+
+    # -- processes --------------------------------------------------------------------------------
+
+    def start_workers(self, policy: str) -> list:
+        from service.settings import get_settings
+        from service.stack import BEAT_READY, WORKER_READY, ManagedProcess, beat_command, worker_command
+
+        os.environ["IMPOSITION_WAITING_POLICY"] = policy
+        get_settings.cache_clear()
+        s = get_settings()
+        env = {**self.env, "IMPOSITION_WAITING_POLICY": policy}
+        procs = [
+            ManagedProcess(worker_command(s.imposition_queue, s.slots_per_node, "imposer", app="bench.sched_app"),
+                           OUT / f"imposer-{policy}.log", env=env, ready_marker=WORKER_READY, ready_timeout_s=90),
+            ManagedProcess(worker_command(s.maintenance_queue, 1, "maintenance", app="bench.sched_app"),
+                           OUT / f"maintenance-{policy}.log", env=env, ready_marker=WORKER_READY, ready_timeout_s=90),
+            ManagedProcess(beat_command(OUT / f"beat-{policy}", app="bench.sched_app"), OUT / f"beat-{policy}.log",
+                           env=env, ready_marker=BEAT_READY, ready_timeout_s=90),
+        ]
+        return procs
+
+    # -- one scenario -----------------------------------------------------------------------------
+
+    def run_scenario(self, scenario: Scenario, policy: str) -> Result:
+        from leases.audit import audit
+        from leases.eventlog import held_intervals, max_concurrent, read_events
+        from leases.models import JobItem
+        from service.settings import get_settings
+        from tasks.submission import submit_job
+
+        s = get_settings()
+        run = uuid.uuid4().hex[:6]
+        tenants = {w.tenant: f"{scenario.name}-{w.tenant}-{policy}-{run}" for w in scenario.waves}
+        durations = json.loads((OUT / "durations.json").read_text())
+        durations.update({tenants[w.tenant]: w.duration_s for w in scenario.waves})
+        (OUT / "durations.json").write_text(json.dumps(durations))
+        self.sqs_proxy.take(), self.dynamo_proxy.take()
+        started = time.time()
+        job_ids: dict[str, list[str]] = {t: [] for t in tenants.values()}
+        for wave in sorted(scenario.waves, key=lambda w: w.at_s):
+            while time.time() < started + wave.at_s:
+                time.sleep(0.05)
+            tenant = tenants[wave.tenant]
+            for _ in range(wave.count):
+                job_id = uuid.uuid4().hex
+                job_ids[tenant].append(submit_job(tenant_id=tenant, token=job_id, layout=LAYOUT,
+                                                  input_key=f"tenants/{tenant}/jobs/{job_id}/input.pdf",
+                                                  job_id=job_id))
+        every = [j for ids in job_ids.values() for j in ids]
+        budget_s = 120 + 3 * sum(w.count * w.duration_s for w in scenario.waves)
+        deadline = time.time() + budget_s
+        items: dict[str, JobItem] = {}
+        while time.time() < deadline:
+            pending = [j for j in every if j not in items]
+            for job in JobItem.batch_get(pending):
+                if job.status in ("succeeded", "failed"):
+                    items[job.job_id] = job
+            if len(items) == len(every):
+                break
+            time.sleep(1)
+        requests = self.sqs_proxy.take() + self.dynamo_proxy.take()
+        events = [e for e in read_events(OUT / "events") if e.get("tenant") in job_ids]
+        intervals = held_intervals(events)
+        peaks = max_concurrent(events)
+        done = list(items.values())
+        first = min(float(j.submitted_at) for j in done)
+        last = max(float(j.finished_at) for j in done)
+        caps = {t: s.default_cap for t in job_ids}
+        demand = {t: [(float(items[j].submitted_at), float(items[j].finished_at)) for j in ids if j in items]
+                  for t, ids in job_ids.items()}
+        slots = s.slots_per_node
+        work = {tenants[w.tenant]: 0.0 for w in scenario.waves}
+        for w in scenario.waves:
+            work[tenants[w.tenant]] += w.count * w.duration_s
+        ideal = max(sum(work.values()) / slots, *(v / caps[t] for t, v in work.items()))
+        light = [float(items[j].started_at) - float(items[j].submitted_at)
+                 for w in scenario.waves if w.light for j in job_ids[tenants[w.tenant]] if j in items]
+        commits: dict[str, int] = {}
+        for e in events:
+            if e["event"] == "releasing" and e.get("outcome") == "succeeded":
+                commits[e["job"]] = commits.get(e["job"], 0) + 1
+        result = Result(
+            scenario=scenario.name, policy=policy, jobs=len(every), finished=len(done),
+            makespan_s=last - first, ideal_s=ideal,
+            utilisation=utilisation(intervals, demand, caps, slots, first, last),
+            requests_per_job=sum(requests.values()) / max(1, len(done)), requests=dict(requests.most_common()),
+            light_wait_p50_s=_pct(light, 0.5), light_wait_p95_s=_pct(light, 0.95),
+            light_wait_max_s=max(light) if light else None,
+            most_leases_tenant=max((p.leases for p in peaks.values()), default=0),
+            most_leases_cluster=_cluster_peak(intervals), audit_clean=audit(list(job_ids)).clean,
+            run_twice=sum(1 for n in commits.values() if n > 1),
+        )
+        _timeline_png(OUT / f"{scenario.name}-{policy}.png", intervals, first, last, scenario, policy, tenants)
+        return result
+
+    def overhead(self, policy: str, jobs: int = 500) -> list[Result]:
+        """``jobs`` no-op jobs through FairTask, then as many plain Celery tasks, each published in
+        full before the node starts, so each phase measures only the node draining its queue."""
+        from leases.models import JobItem
+        from leases.tenants import set_cap
+        from service import aws
+        from service.settings import get_settings
+        from service.stack import stop_all
+        from service.tenancy import message_group_id
+        from tasks import app
+        from tasks.submission import submit_job
+
+        s = get_settings()
+        tenant = f"overhead-{policy}-{uuid.uuid4().hex[:6]}"
+        set_cap(tenant, s.max_cap)  # the cap does not bind: this measures the lease's own cost
+        ids = [submit_job(tenant_id=tenant, token=f"o{i}", layout=LAYOUT,
+                          input_key=f"tenants/{tenant}/jobs/x{i}/input.pdf") for i in range(jobs)]
+        url = aws.queue_url(s.imposition_queue)
+
+        def queue_empty() -> bool:
+            attrs = aws.sqs().get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+            return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"]) == 0
+
+        def drain(done) -> float:
+            procs = self.start_workers(policy)
+            started = time.time()
+            try:
+                while not done() and time.time() < started + 900:
+                    time.sleep(0.25)
+            finally:
+                stop_all(procs)
+            return time.time() - started
+
+        finished: set[str] = set()
+
+        def fair_done() -> bool:
+            finished.update(j.job_id for j in JobItem.batch_get([i for i in ids if i not in finished])
+                            if j.status == "succeeded")
+            return len(finished) == jobs
+
+        fair_s = drain(fair_done)
+        for _ in range(jobs):
+            app.send_task("bench.noop", queue=s.imposition_queue, MessageGroupId=message_group_id(tenant))
+        plain_s = drain(queue_empty)
+        return [Result("overhead", policy, jobs, len(finished), fair_s, plain_s, float("nan"), float("nan"),
+                       requests={"fair_jobs_per_s": jobs / fair_s, "plain_tasks_per_s": jobs / plain_s})]
+
+
+def _cluster_peak(intervals) -> int:
+    points = sorted([(iv.start_at, 1) for iv in intervals] + [(iv.end_at or 1e18, -1) for iv in intervals],
+                    key=lambda p: (p[0], p[1]))
+    now = most = 0
+    for _, delta in points:
+        now += delta
+        most = max(most, now)
+    return most
+
+
+def _timeline_png(path: Path, intervals, start: float, end: float, scenario: Scenario, policy: str,
+                  tenants: dict[str, str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    step = max(0.1, (end - start) / 600)
+    times = [start + i * step for i in range(int((end - start) / step) + 1)]
+    fig, ax = plt.subplots(figsize=(9, 3))
+    series = []
+    for short, tenant in tenants.items():
+        own = [iv for iv in intervals if iv.tenant_id == tenant]
+        series.append([sum(1 for iv in own if iv.start_at <= t < (iv.end_at or end)) for t in times])
+    ax.stackplot([t - start for t in times], series, labels=list(tenants), step="post")
+    ax.set_xlabel("s since the first submission")
+    ax.set_ylabel("busy slots")
+    ax.set_title(f"{scenario.name} — {policy}")
+    ax.legend(loc="upper right", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "—" if value is None or value != value else f"{value:.{digits}f}"
+
+
+def table(results: list[Result]) -> str:
+    lines = ["| scenario | policy | jobs done | makespan s | ideal s | ÷ ideal | utilisation | AWS req/job | "
+             "light wait p50/p95/max s | most leases tenant/cluster | run twice | audit |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if r.scenario == "overhead":
+            lines.append(f"| overhead | {r.policy} | {r.finished}/{r.jobs} | FairTask {r.requests['fair_jobs_per_s']:.1f} "
+                         f"jobs/s | plain {r.requests['plain_tasks_per_s']:.1f} tasks/s | "
+                         f"{r.requests['fair_jobs_per_s'] / r.requests['plain_tasks_per_s']:.2f}× | | | | | | |")
+            continue
+        light = "/".join(_fmt(v) for v in (r.light_wait_p50_s, r.light_wait_p95_s, r.light_wait_max_s)) \
+            if r.light_wait_p50_s is not None else "—"
+        lines.append(f"| {r.scenario} | {r.policy} | {r.finished}/{r.jobs} | {r.makespan_s:.1f} | {r.ideal_s:.1f} | "
+                     f"{r.ratio:.2f} | {r.utilisation * 100:.0f} % | {r.requests_per_job:.1f} | {light} | "
+                     f"{r.most_leases_tenant}/{r.most_leases_cluster} | {r.run_twice} | "
+                     f"{'clean' if r.audit_clean else 'DRIFT'} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    from service.stack import stop_all
+
+    only = {n for n in os.environ.get("BENCH_SCHED_ONLY", "").split(",") if n}
+    policies = [p for p in os.environ.get("BENCH_SCHED_POLICIES", "timer,handoff").split(",") if p]
+    scenarios = [sc for sc in SCENARIOS if not only or sc.name in only]
+    with Bench() as bench:
+        for policy in policies:
+            procs = bench.start_workers(policy)
+            try:
+                for scenario in scenarios:
+                    result = bench.run_scenario(scenario, policy)
+                    bench.results.append(result)
+                    print(table([result]).splitlines()[-1], flush=True)
+            finally:
+                stop_all(procs)
+            if not only or "overhead" in only:
+                bench.results += bench.overhead(policy)
+                print(table(bench.results[-1:]).splitlines()[-1], flush=True)
+    text = table(bench.results)
+    print(text)
+    (OUT / "results.json").write_text(json.dumps([asdict(r) for r in bench.results], indent=2))
+    RESULTS.write_text(
+        "# Scheduling benchmark (`make bench-sched`)\n\n"
+        f"Measured {time.strftime('%Y-%m-%d')} on this machine (2 cores), one node of 8 slots, cap 4, timer "
+        f"delay {TIMER_DELAY_S} s; stand-in engine of fixed duration (`bench/sched_app.py`). See "
+        "`bench/sched.py` for the columns. Scenarios: "
+        + "; ".join(f"`{sc.name}` {sc.note}" for sc in scenarios) + ".\n\n" + text + "\n")
+
+
+if __name__ == "__main__":
+    main()

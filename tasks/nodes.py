@@ -1,0 +1,60 @@
+"""A worker node consuming the imposition queue registers its slots while it runs (DESIGN §3).
+
+``worker_ready`` (main process): :func:`leases.nodes.register` with the pool's concurrency, then a
+daemon thread beats every ``heartbeat_interval_s`` (a beat that finds the node dropped registers it
+again); ``worker_shutdown``: :func:`leases.nodes.deregister`. A node killed outright stops beating
+and the sweeper drops it after ``node_ttl_s``. Failures are logged and retried at the next beat:
+the registry only decides borrowing, never whether a job runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from celery.signals import worker_ready, worker_shutdown
+
+from leases import nodes
+from service.settings import get_settings
+
+log = logging.getLogger(__name__)
+_state: dict = {}
+
+
+def _beat_forever(name: str, slots: int, stop: threading.Event) -> None:
+    interval_s = get_settings().heartbeat_interval_s
+    registered = False
+    while True:
+        try:
+            if not (registered and nodes.beat(name)):
+                nodes.register(name, slots)  # first, or after the sweeper dropped the node
+            registered = True
+        except Exception as exc:  # noqa: BLE001 - the registry is retried at the next beat
+            log.warning("node %s: slot registry not reachable (%s); retrying in %s s", name, exc, interval_s)
+            registered = False
+        if stop.wait(interval_s):
+            return
+
+
+@worker_ready.connect
+def _on_worker_ready(sender=None, **_: object) -> None:
+    consumer = sender
+    queues = {q.name for q in consumer.app.amqp.queues.consume_from.values()}
+    if get_settings().imposition_queue not in queues:
+        return
+    name, slots = consumer.hostname, consumer.pool.num_processes
+    stop = threading.Event()
+    thread = threading.Thread(target=_beat_forever, args=(name, slots, stop), daemon=True, name="node-beat")
+    _state.update(name=name, stop=stop, thread=thread)
+    thread.start()
+
+
+@worker_shutdown.connect
+def _on_worker_shutdown(**_: object) -> None:
+    if "name" not in _state:
+        return
+    _state["stop"].set()
+    try:
+        nodes.deregister(_state["name"])
+    except Exception as exc:  # noqa: BLE001 - the sweeper drops it after node_ttl_s
+        log.warning("node %s could not leave the slot registry (%s); the sweeper will drop it", _state["name"], exc)
