@@ -1,14 +1,15 @@
 """``make bench-sched``: the scheduling benchmark on the real local stack, timer against hand-off.
 
-Every scenario runs under each waiting policy in one go, on one local AWS endpoint (moto) behind a
+Every scenario runs under each policy in one go (``timer``: the fixed 30 s re-poll; ``handoff``;
+``borrow``: hand-off with every tenant's burst cap at 8 and the default reserve of 1 slot), on one local AWS endpoint (moto) behind a
 request-counting proxy (:mod:`bench.counting_proxy`), with real worker processes (one node of
 ``slots_per_node`` slots, a maintenance worker, beat) running the stand-in engine of
 :mod:`bench.sched_app`. It prints one table and writes it, with a PNG timeline of busy slots per
 tenant for each scenario and policy, to ``out/bench-sched/`` and ``bench/RESULTS-scheduling.md``.
 
 Columns: makespan ÷ ideal (ideal = the larger of total work ÷ slots and each tenant's work ÷ its
-cap), slot utilisation (busy slot-seconds ÷ the slot-seconds the tenants could use while they had
-unfinished work, each tenant at most its cap), AWS requests per completed job counted at the
+cap, or under ``borrow`` its burst cap within slots − reserve), slot utilisation (busy slot-seconds ÷
+the slot-seconds the tenants could use while they had unfinished work, each tenant at most that), AWS requests per completed job counted at the
 endpoint (and the split by operation in the JSON), light tenants' p50/p95/max wait (start −
 submit), the most leases of one tenant and of the cluster at once, the audit.
 
@@ -29,6 +30,8 @@ from service.stack import REPO
 OUT = REPO / "out" / "bench-sched"
 RESULTS = REPO / "bench" / "RESULTS-scheduling.md"
 TIMER_DELAY_S = 30
+#: The burst cap of every tenant under the ``borrow`` policy (hand-off with borrowing, reserve 1).
+BURST_CAP = 8
 LAYOUT = {"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape"}
 
 
@@ -161,10 +164,11 @@ class Bench:
         from service.settings import get_settings
         from service.stack import BEAT_READY, WORKER_READY, ManagedProcess, beat_command, worker_command
 
-        os.environ["IMPOSITION_WAITING_POLICY"] = policy
+        waiting_policy = "timer" if policy == "timer" else "handoff"
+        os.environ["IMPOSITION_WAITING_POLICY"] = waiting_policy
         get_settings.cache_clear()
         s = get_settings()
-        env = {**self.env, "IMPOSITION_WAITING_POLICY": policy}
+        env = {**self.env, "IMPOSITION_WAITING_POLICY": waiting_policy}
         procs = [
             ManagedProcess(worker_command(s.imposition_queue, s.slots_per_node, "imposer", app="bench.sched_app"),
                            OUT / f"imposer-{policy}.log", env=env, ready_marker=WORKER_READY, ready_timeout_s=90),
@@ -184,9 +188,14 @@ class Bench:
         from service.settings import get_settings
         from tasks.submission import submit_job
 
+        from leases.tenants import set_cap
+
         s = get_settings()
         run = uuid.uuid4().hex[:6]
         tenants = {w.tenant: f"{scenario.name}-{w.tenant}-{policy}-{run}" for w in scenario.waves}
+        if policy == "borrow":
+            for tenant in tenants.values():
+                set_cap(tenant, s.default_cap, burst_cap=BURST_CAP)
         durations = json.loads((OUT / "durations.json").read_text())
         durations.update({tenants[w.tenant]: w.duration_s for w in scenario.waves})
         (OUT / "durations.json").write_text(json.dumps(durations))
@@ -221,10 +230,11 @@ class Bench:
         done = list(items.values())
         first = min(float(j.submitted_at) for j in done)
         last = max(float(j.finished_at) for j in done)
-        caps = {t: s.default_cap for t in job_ids}
+        slots = s.slots_per_node
+        usable_cap = min(BURST_CAP, slots - s.reserve_slots) if policy == "borrow" else s.default_cap
+        caps = {t: usable_cap for t in job_ids}
         demand = {t: [(float(items[j].submitted_at), float(items[j].finished_at)) for j in ids if j in items]
                   for t, ids in job_ids.items()}
-        slots = s.slots_per_node
         work = {tenants[w.tenant]: 0.0 for w in scenario.waves}
         for w in scenario.waves:
             work[tenants[w.tenant]] += w.count * w.duration_s
@@ -358,7 +368,7 @@ def main() -> None:
     from service.stack import stop_all
 
     only = {n for n in os.environ.get("BENCH_SCHED_ONLY", "").split(",") if n}
-    policies = [p for p in os.environ.get("BENCH_SCHED_POLICIES", "timer,handoff").split(",") if p]
+    policies = [p for p in os.environ.get("BENCH_SCHED_POLICIES", "timer,handoff,borrow").split(",") if p]
     scenarios = [sc for sc in SCENARIOS if not only or sc.name in only]
     with Bench() as bench:
         for policy in policies:
