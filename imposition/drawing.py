@@ -32,7 +32,7 @@ from pikepdf import Array, Dictionary, Name
 from .errors import DamagedPdf, shown
 from .geometry import PageBoxes, Rect
 from .marks import REGISTRATION_COLOUR_SPACE, SLUG_FONT, marks_operators, slug_operators
-from .planning import SLUG_ORIGIN_PT, ImpositionPlan, Placement, Plate
+from .planning import ImpositionPlan, Placement, Plate
 from .source import inherited
 
 #: Catalog entries kept when the source becomes the plate file: only the page tree.
@@ -200,8 +200,8 @@ class _Operators:
         if marks is None:
             marks = self._marks[plate.marks] = marks_operators(plate.marks)
         parts.append(marks)
-        if plate.slug_line:
-            parts.append(slug_operators(plate.slug_line, *SLUG_ORIGIN_PT))
+        if plate.slug_line and plate.slug_origin_pt:
+            parts.append(slug_operators(plate.slug_line, *plate.slug_origin_pt))
         return b"".join(parts)
 
 
