@@ -111,14 +111,16 @@ def shortfalls(candidates: Iterable[Mark], keep_clear: Sequence[Rect], printable
     printable area (sheet less margins and gripper) takes from them.
     """
     missing: dict[tuple[str, Edge], float] = {}
-    edges = _outside(printable)
     for mark in candidates:
         length = abs(mark.x1 - mark.x0) + abs(mark.y1 - mark.y0)
-        to_edge = _free_length(mark, edges)
+        if mark.y0 == mark.y1:
+            edge: Edge = "right" if mark.x1 > mark.x0 else "left"
+            to_edge = printable.x1 - mark.x0 if edge == "right" else mark.x0 - printable.x0
+        else:
+            edge = "head" if mark.y1 > mark.y0 else "foot"
+            to_edge = printable.y1 - mark.y0 if edge == "head" else mark.y0 - printable.y0
         if to_edge >= length - EPSILON_PT or _free_length(mark, keep_clear) < length - EPSILON_PT:
             continue
-        edge: Edge = ("right" if mark.x1 > mark.x0 else "left") if mark.y0 == mark.y1 else \
-            ("head" if mark.y1 > mark.y0 else "foot")
         key = (mark.kind, edge)
         missing[key] = max(missing.get(key, 0.0), length - to_edge)
     return missing

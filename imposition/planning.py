@@ -572,7 +572,7 @@ def plan_warnings(layout: Layout, frame: _Frame, found: _Departures) -> tuple[Pl
         warnings.append(PlateWarning("no_room_for_marks", (
             f"{fields}: the marks at the {edge} of {sheet} need {pt_to_mm(need_pt):.1f} mm outside the trim "
             f"(crop_mark_offset_mm + crop_mark_length_mm); the printable area (margins, gripper) leaves "
-            f"{pt_to_mm(need_pt - missing_pt):.1f} mm: {pt_to_mm(missing_pt):.1f} mm missing"
+            f"{max(pt_to_mm(need_pt - missing_pt), 0.0):.1f} mm: {pt_to_mm(missing_pt):.1f} mm missing"
         )))
     for limit in ("file", "sheet"):
         short = {page: kept for (why, page), kept in found.bleed.items() if why == limit}

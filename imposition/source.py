@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pikepdf
 
-from .errors import DamagedPdf, NoPages, NotAPdf, PasswordRequired, TooManyPages, clipped, page_ranges, without_paths
+from .errors import DamagedPdf, MemoryLimitExceeded, NoPages, NotAPdf, PasswordRequired, TooManyPages, clipped, page_ranges, without_paths
 from .geometry import PageBoxes, Rect, normalise_rotate
 
 #: A PDF header may start anywhere in the first 1024 bytes (PDF 32000-1 §7.5.2 and Annex H.3 note 13).
@@ -217,7 +217,7 @@ def page_boxes(pdf: pikepdf.Pdf) -> list[PageBoxes]:
 _WARNED_OBJECT = re.compile(r"\(object (\d+) (\d+)")
 #: Resource categories whose entries a page's content names (PDF 32000-1 Table 33).
 RESOURCE_CATEGORIES = ("/Font", "/XObject", "/ExtGState", "/ColorSpace", "/Pattern", "/Shading", "/Properties")
-#: At most this many damaged pages are described one by one in a ``damaged`` message.
+#: At most this many different problems (each with its pages) are described in a ``damaged`` message.
 MAX_DAMAGED_PAGES_SHOWN = 10
 
 
@@ -237,8 +237,9 @@ def _missing(mapping: pikepdf.Dictionary) -> list[str]:
 
 
 def _content_problem(page: pikepdf.Dictionary, warned: dict[tuple[int, int], str], pdf: pikepdf.Pdf,
-                     path: Path) -> str | None:
-    """Why the content of ``page`` cannot be read whole, or None. Each content stream is decoded."""
+                     path: Path, repairs: list[str]) -> str | None:
+    """Why the content of ``page`` cannot be read whole, or None. Each content stream is decoded;
+    warnings qpdf gives before that (it repairs lazily, as objects are first read) go to ``repairs``."""
     if "/Contents" not in page:
         return "its content stream (/Contents) is missing" if "/Contents" in _missing(page) else None
     contents = page["/Contents"]
@@ -249,13 +250,19 @@ def _content_problem(page: pikepdf.Dictionary, warned: dict[tuple[int, int], str
         if part.is_indirect and part.objgen in warned:
             return f"its content stream (object {part.objgen[0]} {part.objgen[1]}) is damaged: " + \
                 qpdf_message(warned[part.objgen], path)
+        repairs.extend(pdf.get_warnings())  # what qpdf found lazily before (a reconstruction): not this stream's
         try:
             part.read_bytes()
         except (pikepdf.PdfError, pikepdf.QpdfRuntimeError) as exc:
+            if "bad_alloc" in str(exc):  # qpdf reports an allocation beyond RLIMIT_AS as a read error
+                raise MemoryLimitExceeded(
+                    f"the engine ran out of its memory budget (engine_memory_limit_bytes) decoding a content "
+                    f"stream: {qpdf_message(exc, path)}"
+                ) from None
             return f"its content stream cannot be decoded: {qpdf_message(exc, path)}"
-        late = pdf.get_warnings()  # qpdf warns, rather than fails, of a stream it decodes only in part
-        if late:
-            return f"its content stream cannot be decoded whole: {qpdf_message(late[0], path)}"
+        decoding = pdf.get_warnings()  # qpdf warns, rather than fails, of a stream it decodes only in part
+        if decoding:
+            return f"its content stream cannot be decoded whole: {qpdf_message(decoding[0], path)}"
     return None
 
 
@@ -301,12 +308,12 @@ def content_damage(pdf: pikepdf.Pdf, path: Path, open_warnings: list[str]) -> st
         DamagedPdf: ``damaged``, naming every page that cannot be read (1-based) and why.
     """
     warned = _named_objects(open_warnings)
-    pdf.get_warnings()  # start the per-stream check with no warning pending
+    repairs = [*open_warnings, *pdf.get_warnings()]
     damaged: dict[int, str] = {}
     checked: dict[tuple[int, int], str | None] = {}
     for number, page in enumerate(pdf.pages, start=1):
         obj = page.obj
-        problem = _content_problem(obj, warned, pdf, path)
+        problem = _content_problem(obj, warned, pdf, path, repairs)
         if problem is None:
             resources = inherited(obj, "/Resources")
             key = resources.objgen if isinstance(resources, pikepdf.Object) and resources.is_indirect else None
@@ -321,16 +328,21 @@ def content_damage(pdf: pikepdf.Pdf, path: Path, open_warnings: list[str]) -> st
         if problem is not None:
             damaged[number] = problem
     if damaged:
-        shown_pages = list(damaged.items())[:MAX_DAMAGED_PAGES_SHOWN]
-        more = len(damaged) - len(shown_pages)
+        by_problem: dict[str, list[int]] = {}
+        for number, problem in damaged.items():
+            by_problem.setdefault(problem, []).append(number)
+        shown_problems = list(by_problem.items())[:MAX_DAMAGED_PAGES_SHOWN]
+        more = len(by_problem) - len(shown_problems)
         raise DamagedPdf(
             f"{path.name}: {len(damaged)} of {len(pdf.pages)} pages cannot be read "
             f"(pages {page_ranges(damaged)}): "
-            + "; ".join(f"page {number}: {problem}" for number, problem in shown_pages)
-            + (f"; and {more} more" if more > 0 else "")
+            + "; ".join(f"{'page' if len(numbers) == 1 else 'pages'} {page_ranges(numbers)}: {problem}"
+                        for problem, numbers in shown_problems)
+            + (f"; and {more} more problems" if more > 0 else "")
         )
-    if not open_warnings:
+    repairs.extend(pdf.get_warnings())
+    if not repairs:
         return None
-    return (f"{path.name} was damaged and qpdf repaired it ({len(open_warnings)} warnings, the first: "
-            f"{qpdf_message(open_warnings[0], path)}); every page's content and resources read whole")
+    return (f"{path.name} was damaged and qpdf repaired it ({len(repairs)} warnings, the first: "
+            f"{qpdf_message(repairs[0], path)}); every page's content and resources read whole")
 
