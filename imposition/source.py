@@ -233,6 +233,8 @@ def _named_objects(warnings: list[str]) -> dict[tuple[int, int], str]:
 def _missing(mapping: pikepdf.Dictionary) -> list[str]:
     """Keys of ``mapping`` whose value is null: a reference to an object the file does not hold (qpdf
     resolves a dangling reference to null and then hides the key from ``in`` and ``keys()``)."""
+    if len(mapping) == len(mapping.keys()):  # ``len`` counts null entries, ``keys()`` does not: cheap
+        return []
     return sorted(key for key, value in mapping.as_dict().items() if value is None)
 
 
@@ -281,6 +283,8 @@ def _resources_problem(resources: pikepdf.Object | None, warned: dict[tuple[int,
         missing = _missing(entries)
         if missing:
             return f"its resources {', '.join(missing)} ({category}) are missing"
+        if not warned:  # qpdf warned of no object: none of them can be one it repaired
+            continue
         for name, value in entries.items():
             if isinstance(value, pikepdf.Object) and value.is_indirect and value.objgen in warned:
                 return f"its resource {name} ({category}, object {value.objgen[0]} {value.objgen[1]}) is damaged: " + \
