@@ -14,8 +14,11 @@ The request (written by :meth:`imposition.engines.base.Engine.run_child`) is a J
 draws the plan with pikepdf and saves it to ``output``. ``max_cells_per_sheet`` and
 ``max_cells_per_job`` (optional; absent: no limit, as in the benchmark) bound the cells of one side
 and of the whole job. The result file receives either
-``{"ok": true, "sheets": n, "sides": n, "pages_in": n, "blank_pages": n}`` or
-``{"ok": false, "code": ..., "message": ...}``. Exit status 0 when a result was written.
+``{"ok": true, "sheets": n, "sides": n, "pages_in": n, "blank_pages": n, "warnings": [{"code", "message"}, …]}``
+or ``{"ok": false, "code": ..., "message": ...}``. Exit status 0 when a result was written. Before
+planning, every page's content is checked readable (:func:`imposition.source.content_damage`): a file
+cut short fails ``damaged`` naming its pages; one qpdf repaired whole gives a ``repaired`` warning.
+With the layout's ``on_warning: fail``, a warning fails the job (its code) before anything is drawn.
 
 Telling a damaged input from a bug of ours: the input's structure is checked where it is read
 (:mod:`imposition.source`, :mod:`imposition.drawing` raise DamagedPdf naming the page and entry), and
@@ -38,10 +41,10 @@ from typing import Any
 
 import pikepdf
 
-from .errors import DamagedPdf, ImpositionError, MemoryLimitExceeded
+from .errors import DamagedPdf, ImpositionError, MemoryLimitExceeded, PlateWarning, departure_error
 from .job import Layout, SlugInfo
 from .planning import plan_imposition
-from .source import open_source, page_boxes, qpdf_message
+from .source import content_damage, open_source, page_boxes, qpdf_message
 
 #: What qpdf raises about a document it cannot make sense of: its PDF errors (PdfError and
 #: DataDecodingError), its runtime errors (QpdfRuntimeError, e.g. "/Count is wrong after flattening
@@ -54,16 +57,22 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     """Carry out one request; returns the success result (typed errors propagate)."""
     layout = Layout.from_json(request["layout"])
     slug = SlugInfo(**request["slug"]) if request.get("slug") else None
-    with open_source(Path(request["input"]), max_pages=int(request["max_pages"])) as pdf:
+    path = Path(request["input"])
+    open_warnings: list[str] = []
+    with open_source(path, max_pages=int(request["max_pages"]), warnings_out=open_warnings) as pdf:
+        repaired = content_damage(pdf, path, open_warnings)
         boxes = page_boxes(pdf)
         plan = plan_imposition(layout, boxes, slug=slug, max_cells_per_sheet=request.get("max_cells_per_sheet"),
                                max_cells_per_job=request.get("max_cells_per_job"))
+        warnings = ([PlateWarning("repaired", repaired)] if repaired else []) + list(plan.warnings)
+        if layout.on_warning == "fail" and warnings:
+            raise departure_error(warnings)  # type: ignore[misc]  # not None: warnings is not empty
         if request["mode"] == "impose":
             from .drawing import draw_plan  # only the impose mode needs the drawing code
 
             draw_plan(pdf, boxes, plan, Path(request["output"]))
     return {"ok": True, "sheets": plan.sheets, "sides": len(plan.plates), "pages_in": plan.pages_in,
-            "blank_pages": plan.blank_pages}
+            "blank_pages": plan.blank_pages, "warnings": [warning.to_json() for warning in warnings]}
 
 
 def main(argv: list[str]) -> int:

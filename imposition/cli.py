@@ -2,7 +2,9 @@
 
     imposition impose input.pdf --layout layout.json -o plate.pdf [--engine pikepdf|pdftoolbox]
 
-Prints one line: the plate file, sides, sheets, pages in, blanks, time and engine. Exit status 2 for
+Prints one line: the plate file, sides, sheets, pages in, blanks, time and engine; then one line
+``warning <code>: <message>`` per departure from what the layout asked (exit status 0: the plate was
+written; a layout with ``"on_warning": "fail"`` makes the first one a failure). Exit status 2 for
 a bad request (an unreadable layout file, a layout that breaks the specification: the message names
 the field, the value and the limit), as ``imposition submit`` refuses it; exit status 1 with
 ``<code>: <message>`` when the job itself fails with a typed error (a bad PDF, a page that does not
@@ -11,6 +13,7 @@ fit, a limit). Also runs as ``python -m imposition.cli``.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 
 import click
@@ -51,7 +54,7 @@ def impose_command(
         spec = parse_layout(text)
     except InvalidLayout as exc:
         raise click.BadParameter(f"{exc.code}: {exc}", param_hint="--layout") from None
-    slug = SlugInfo(job_id or "-", tenant_id or "-") if job_id or tenant_id else None
+    slug = SlugInfo(job_id or "-", tenant_id or "-", datetime.now(timezone.utc).date().isoformat())
     try:
         report = get_engine(settings).impose(input_pdf, spec, output, slug=slug, time_limit_s=time_limit_s)
     except ImpositionError as exc:
@@ -64,7 +67,10 @@ def impose_command(
         f"{output}: {_count(report.sides, 'side')} on {_count(report.sheets, 'sheet')} from "
         f"{_count(report.pages_in, 'page')} "
         f"({report.blank_pages} blank) in {report.duration_s:.2f} s with {report.engine}"
+        + (f", {_count(len(report.warnings), 'warning')}" if report.warnings else "")
     )
+    for warning in report.warnings:
+        click.echo(f"warning {warning.code}: {warning.message}")
 
 
 def _count(n: int, noun: str) -> str:

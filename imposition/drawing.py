@@ -9,8 +9,11 @@ what a viewer shows can appear, positioned by its own origin; on the sheet each 
 clipped to its trim plus the bleed it keeps (qpdf's own page-to-form helper clips to the TrimBox,
 which would lose the bleed). /Rotate and /UserUnit are folded into the placement matrix.
 
-Annotations are flattened first (their appearance streams merged into the page content, after
-generating missing appearances of form fields), so nothing visible is lost.
+What prints is what the press should print: content that the document's default optional-content
+configuration hides is removed first (:mod:`imposition.visibility`); then the annotations that print
+(the Print flag set, neither Hidden nor NoView) are flattened, their appearance streams merged into
+the page content after generating missing appearances of form fields; the others are left out with
+the page objects. A PDF/X output intent (/OutputIntents) is kept on the plate's catalog.
 
 The plan is drawn into the source document itself, never copied into a new one: its page tree is
 emptied, its catalog keeps nothing but the page tree (no outlines, forms, labels or metadata of the
@@ -32,11 +35,13 @@ from pikepdf import Array, Dictionary, Name
 from .errors import DamagedPdf, shown
 from .geometry import PageBoxes, Rect
 from .marks import REGISTRATION_COLOUR_SPACE, SLUG_FONT, marks_operators, slug_operators
-from .planning import SLUG_ORIGIN_PT, ImpositionPlan, Placement, Plate
+from .planning import ImpositionPlan, Placement, Plate
 from .source import inherited
+from .visibility import hide_optional_content
 
-#: Catalog entries kept when the source becomes the plate file: only the page tree.
-KEPT_CATALOG_KEYS = frozenset({"/Type", "/Pages"})
+#: Catalog entries kept when the source becomes the plate file: the page tree, and the output intent
+#: (PDF 32000-1 §14.11.5: the press condition a PDF/X file is made for).
+KEPT_CATALOG_KEYS = frozenset({"/Type", "/Pages", "/OutputIntents"})
 #: Entries kept on the root of the page tree: nothing a plate could inherit (/Resources, /Rotate…).
 KEPT_PAGE_TREE_KEYS = frozenset({"/Type", "/Kids", "/Count"})
 
@@ -138,12 +143,13 @@ class _Forms:
 
 
 def _flatten_annotations(source: pikepdf.Pdf) -> None:
-    """Merge every visible annotation's appearance into its page's content (qpdf's flattening, 'all')."""
+    """Merge the appearance of every annotation that prints into its page's content (qpdf's
+    flattening in ``print`` mode: the Print flag set, Hidden and NoView not set)."""
     if not any("/Annots" in page.obj for page in source.pages):
         return
     if "/AcroForm" in source.Root:
         source.generate_appearance_streams()
-    source.flatten_annotations(mode="all")
+    source.flatten_annotations(mode="print")
 
 
 def _empty(source: pikepdf.Pdf) -> None:
@@ -200,8 +206,8 @@ class _Operators:
         if marks is None:
             marks = self._marks[plate.marks] = marks_operators(plate.marks)
         parts.append(marks)
-        if plate.slug_line:
-            parts.append(slug_operators(plate.slug_line, *SLUG_ORIGIN_PT))
+        if plate.slug_line and plate.slug_origin_pt:
+            parts.append(slug_operators(plate.slug_line, *plate.slug_origin_pt))
         return b"".join(parts)
 
 
@@ -230,6 +236,7 @@ def draw_plan(source: pikepdf.Pdf, boxes: list[PageBoxes], plan: ImpositionPlan,
         pikepdf.PdfError, pikepdf.QpdfRuntimeError: the source turns out damaged while its objects
             are read or its page tree is emptied (the child maps them to DamagedPdf).
     """
+    hide_optional_content(source)
     _flatten_annotations(source)
     used = sorted({placement.page for plate in plan.plates for placement in plate.placements})
     forms = _Forms(source, boxes).forms_of(used)

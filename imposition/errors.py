@@ -9,7 +9,13 @@ The tree::
     │   ├── PasswordRequired              password_required no
     │   ├── DamagedPdf                    damaged         no
     │   ├── PageTooLarge                  page_too_large  no
-    │   └── InvalidLayout                 invalid_layout  no
+    │   ├── InvalidLayout                 invalid_layout  no
+    │   └── Departure                     (a warning made a failure by the layout's ``on_warning: fail``)
+    │       ├── Repaired                  repaired        no   (the file needed repair; every page read whole)
+    │       ├── ScaledToFit               scaled_to_fit   no   (pages shrunk to fit their cells)
+    │       ├── NoRoomForMarks            no_room_for_marks no (marks shortened or left out)
+    │       ├── BleedReduced              bleed_reduced   no   (less bleed kept than bleed_mm asked)
+    │       └── NoRoomForSlug             no_room_for_slug no  (the slug line left out)
     ├── LimitExceeded                     (the job breaks a limit of the service)
     │   ├── InputTooLarge                 input_too_large no
     │   ├── TooManyPages                  too_many_pages  no
@@ -32,11 +38,17 @@ traceback or a path of the worker's (those go to the worker's log).
 
 Errors cross the child-process boundary as their ``code`` and message (:func:`error_from_code`), so the
 child never needs to pickle an exception.
+
+A :class:`PlateWarning` is a departure from what the layout asked that still gives a usable plate
+(``code`` is that of its :class:`Departure` class); it travels in the engine's report to the job item,
+``imposition job show``, the webhook and the CLI. A layout with ``on_warning: fail`` turns the first
+one into its :class:`Departure` error instead (:func:`departure_error`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -100,6 +112,71 @@ class InvalidLayout(InputError):
     """The layout specification is malformed or breaks a limit (the message names field and value)."""
 
     code = "invalid_layout"
+
+
+class Departure(InputError):
+    """The plate would depart from what the layout asked, and the layout says ``on_warning: fail``."""
+
+    code = "departure"
+
+
+class Repaired(Departure):
+    """The file was damaged (qpdf rebuilt its cross-reference table or recovered objects), yet every
+    page's content and resources read whole."""
+
+    code = "repaired"
+
+
+class ScaledToFit(Departure):
+    """Pages were shrunk to fit their cells (``scaling: fit``); the message names the pages and the scale."""
+
+    code = "scaled_to_fit"
+
+
+class NoRoomForMarks(Departure):
+    """Crop or fold marks could not be drawn whole: the message names the edge and the missing millimetres."""
+
+    code = "no_room_for_marks"
+
+
+class BleedReduced(Departure):
+    """Less bleed was kept than ``bleed_mm`` asked (the page has less, or the gutter or sheet leaves less)."""
+
+    code = "bleed_reduced"
+
+
+class NoRoomForSlug(Departure):
+    """The slug line was asked for but no strip outside every trim, bleed and mark could hold it."""
+
+    code = "no_room_for_slug"
+
+
+@dataclass(frozen=True)
+class PlateWarning:
+    """A typed warning: the plate departs from what the layout asked, and says how.
+
+    Attributes:
+        code: the code of its :class:`Departure` class (``scaled_to_fit``, ``no_room_for_marks``, …).
+        message: names the field, the value asked and what the plate has (mm, %).
+    """
+
+    code: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        """``{"code": ..., "message": ...}``."""
+        return {"code": self.code, "message": self.message}
+
+
+def departure_error(warnings: Iterable[PlateWarning]) -> Departure | None:
+    """The error ``on_warning: fail`` raises for ``warnings``: the first one's class, every message
+    joined; None when there is no warning."""
+    warnings = list(warnings)
+    if not warnings:
+        return None
+    cls = ERRORS_BY_CODE.get(warnings[0].code, Departure)
+    assert issubclass(cls, Departure)
+    return cls(f"on_warning=fail: {'; '.join(f'{w.code}: {w.message}' for w in warnings)}")
 
 
 class LimitExceeded(ImpositionError):
@@ -209,6 +286,17 @@ def shown(value: object, limit_chars: int = ECHO_LIMIT_CHARS) -> str:
 def clipped(text: str, limit_chars: int = ECHO_LIMIT_CHARS) -> str:
     """``text`` cut to ``limit_chars`` characters, the last one an ellipsis when anything was cut."""
     return text if len(text) <= limit_chars else text[: limit_chars - 1] + "…"
+
+
+def page_ranges(numbers: Iterable[int]) -> str:
+    """``1–3, 7`` for the numbers 1, 2, 3 and 7 (sorted, duplicates once): page or plate lists in messages."""
+    runs: list[tuple[int, int]] = []
+    for number in sorted(set(numbers)):
+        if runs and number == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], number)
+        else:
+            runs.append((number, number))
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in runs)
 
 
 def without_paths(text: str, paths: Iterable[Path]) -> str:

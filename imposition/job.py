@@ -31,10 +31,13 @@ class SlugInfo:
     Attributes:
         job_id: the job's id.
         tenant_id: the tenant's canonical id.
+        date: the date printed on the slug, ISO 8601 (``2024-05-31``); the service gives the job's
+            submission date, so every attempt of a job writes the same bytes. None: no date.
     """
 
     job_id: str
     tenant_id: str
+    date: str | None = None
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class Layout:
         sheet_size_pt: ``(width_pt, height_pt)`` of the sheet as named, before the orientation.
         orientation: ``auto``, ``portrait`` or ``landscape``.
         margins_pt: ``(top, right, bottom, left)`` on the front side.
+        gripper_pt: the press's gripper strip at the lead edge (the foot of the front), kept clear.
         margin_given: ``margin_mm`` as the specification gave it (for error messages).
         gutters_pt: ``(between columns, between rows)``; zero for the folded layouts.
         columns, rows: the grid of one side (booklets 2 × 1; step and repeat computes its own).
@@ -65,6 +69,7 @@ class Layout:
         fold_marks: draw fold marks (booklets).
         slug: print the slug line.
         scaling: ``fit`` (shrink to the cell) or ``none`` (100 % or ``page_too_large``).
+        on_warning: ``warn`` (warnings go into the report) or ``fail`` (the first one fails the job).
     """
 
     kind: str
@@ -88,6 +93,8 @@ class Layout:
     fold_marks: bool
     slug: bool
     scaling: str
+    gripper_pt: float = 0.0
+    on_warning: str = "warn"
 
     @property
     def booklet(self) -> bool:
@@ -101,23 +108,55 @@ class Layout:
         portrait, landscape = (short, long_), (long_, short)
         return {"portrait": [portrait], "landscape": [landscape]}.get(self.orientation, [portrait, landscape])
 
+    def printable_pt(self, width_pt: float, height_pt: float) -> tuple[float, float, float, float]:
+        """The part of a ``width_pt`` × ``height_pt`` sheet that may carry ink, ``(x0, y0, x1, y1)``:
+        the sheet less the margins and the gripper (at the foot of the front).
+
+        Both sides of a sheet printed from one plate must register, so the plate is symmetric where
+        the sheet turns: work and turn (turned side to side) keeps the larger of the left and right
+        margins on both; work and tumble (turned head to foot, gripped by the other edge for the
+        back) keeps the larger of the head and foot margins (gripper included) on both.
+        """
+        top, right, bottom, left = self.margins_pt
+        bottom += self.gripper_pt
+        if self.duplex == "work_and_turn":
+            left = right = max(left, right)
+        if self.duplex == "work_and_tumble":
+            top = bottom = max(top, bottom)
+        return left, bottom, width_pt - right, height_pt - top
+
+    def side_regions_pt(self, width_pt: float, height_pt: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """The front's and the back's regions of the printable area, each ``(x0, y0, x1, y1)``.
+
+        The back's region is the front's seen through the turn, so whatever lies at a place of the
+        front's region backs onto the same place of the back's: mirrored across the sheet's vertical
+        centre line (sheetwise, work and turn: the sheet turned side to side) or across its horizontal
+        centre line (work and tumble, the back then turned 180°). Work and turn puts the front in the
+        left half, work and tumble in the upper half; simplex and sheetwise use the whole area.
+        """
+        x0, y0, x1, y1 = self.printable_pt(width_pt, height_pt)
+        if self.duplex == "work_and_tumble":
+            front = (x0, height_pt / 2, x1, y1)
+            return front, (x0, height_pt - front[3], x1, height_pt - front[1])
+        front = (x0, y0, width_pt / 2, y1) if self.duplex == "work_and_turn" else (x0, y0, x1, y1)
+        return front, (width_pt - front[2], y0, width_pt - front[0], y1)
+
     def room_problem(self, width_pt: float, height_pt: float) -> str | None:
         """Why this layout cannot fit a ``width_pt`` × ``height_pt`` sheet whatever the pages, or None.
 
-        Only what depends on no PDF is checked: the margins must leave room, and the gutters of the
-        given grid (one cell for step and repeat) must leave room for cells on one side's region (the
-        sheet less the margins; half of it for work and turn or work and tumble).
+        Only what depends on no PDF is checked: the margins and gripper must leave room, and the
+        gutters of the given grid (one cell for step and repeat) must leave room for cells on one
+        side's region (:meth:`side_regions_pt`).
 
         Returns:
             A message naming the fields, their values and the sheet size (mm), or None when it fits.
         """
         sheet = f"the {pt_to_mm(width_pt):.0f} × {pt_to_mm(height_pt):.0f} mm sheet"
-        top, right, bottom, left = self.margins_pt
-        usable_w, usable_h = width_pt - left - right, height_pt - top - bottom
-        if usable_w <= EPSILON_PT or usable_h <= EPSILON_PT:
-            return f"margin_mm={self.margin_given}: leaves no room on {sheet}"
-        region_w = usable_w / 2 if self.duplex == "work_and_turn" else usable_w
-        region_h = usable_h / 2 if self.duplex == "work_and_tumble" else usable_h
+        front = self.side_regions_pt(width_pt, height_pt)[0]
+        region_w, region_h = front[2] - front[0], front[3] - front[1]
+        if region_w <= EPSILON_PT or region_h <= EPSILON_PT:
+            gripper = f" and gripper_mm={pt_to_mm(self.gripper_pt):g}" if self.gripper_pt else ""
+            return f"margin_mm={self.margin_given}{gripper}: leaves no room on {sheet}"
         columns, rows = (1, 1) if self.kind == STEP_AND_REPEAT else (self.columns, self.rows)
         for count, name, gutter_pt, room_pt, across in (
             (columns, "columns", self.gutters_pt[0], region_w, "width"),

@@ -2,8 +2,10 @@
 
 Marks are drawn in the registration colour (a /Separation named /All, PDF 32000-1 §8.6.6.4: it
 prints on every plate), 0.25 pt wide: the usual hairline of prepress software. Crop marks start
-``offset`` outside the trim corner and never cross any page's trim or kept bleed; fold marks are
-dashed and sit on the fold line outside the trim, at head and foot. Coordinates are sheet points.
+``offset`` outside the trim corner and never cross any page's trim or kept bleed, nor leave the
+sheet's printable area (margins and gripper); fold marks are dashed and sit on the fold line outside
+the trim, at head and foot. A mark that the printable edge cuts short is a shortfall
+(:func:`shortfalls`): the planner reports it. Coordinates are sheet points.
 """
 
 from __future__ import annotations
@@ -25,6 +27,18 @@ SLUG_FONT_SIZE_PT = 6.0
 MIN_MARK_LENGTH_PT = 72 / 25.4
 #: Width of every mark, pt.
 MARK_LINE_WIDTH_PT = 0.25
+#: Helvetica's font bounding box, below and above the baseline, in em (its AFM: FontBBox -225 … 931).
+SLUG_DESCENT_EM, SLUG_ASCENT_EM = 0.225, 0.931
+#: Helvetica's advance widths of the printable ASCII characters 32…126, in 1/1000 em (its AFM file).
+_HELVETICA_WIDTHS = (
+    278, 278, 355, 556, 556, 889, 667, 191, 333, 333, 389, 584, 278, 333, 278, 278, 556, 556, 556, 556,
+    556, 556, 556, 556, 556, 556, 278, 278, 584, 584, 584, 556, 1015, 667, 667, 722, 722, 667, 611, 778,
+    722, 278, 500, 667, 556, 833, 722, 778, 667, 778, 722, 667, 611, 722, 667, 944, 667, 667, 611, 278,
+    278, 278, 469, 556, 333, 556, 556, 500, 556, 556, 278, 556, 556, 222, 222, 500, 222, 833, 556, 556,
+    556, 556, 333, 500, 278, 556, 500, 722, 500, 500, 500, 334, 260, 334, 584,
+)
+#: Width assumed for any other character (the widest of the table), 1/1000 em.
+_WIDEST = max(_HELVETICA_WIDTHS)
 
 
 @dataclass(frozen=True)
@@ -46,9 +60,9 @@ class Mark:
                 and min(self.y0, self.y1) < area.y1 - EPSILON_PT and max(self.y0, self.y1) > area.y0 + EPSILON_PT)
 
 
-def _clipped(mark: Mark, keep_clear: Sequence[Rect]) -> Mark | None:
-    """The part of ``mark`` (drawn from its start outward) before it runs into any area, or None when
-    that part is shorter than :data:`MIN_MARK_LENGTH_PT` (so a mark shortens to fit a narrow gutter)."""
+def _free_length(mark: Mark, keep_clear: Sequence[Rect]) -> float:
+    """How much of ``mark``, from its start outward, runs before it meets any area (pt; negative
+    when it starts inside one)."""
     length = abs(mark.x1 - mark.x0) + abs(mark.y1 - mark.y0)
     dx, dy = (mark.x1 - mark.x0) / length, (mark.y1 - mark.y0) / length
     free = length
@@ -60,53 +74,85 @@ def _clipped(mark: Mark, keep_clear: Sequence[Rect]) -> Mark | None:
         else:
             entry = (area.y0 - mark.y0) / dy if dy > 0 else (area.y1 - mark.y0) / dy
         free = min(free, entry)
+    return free
+
+
+def _clipped(mark: Mark, keep_clear: Sequence[Rect]) -> Mark | None:
+    """The part of ``mark`` (drawn from its start outward) before it runs into any area, or None when
+    that part is shorter than :data:`MIN_MARK_LENGTH_PT` (so a mark shortens to fit a narrow gutter)."""
+    free = _free_length(mark, keep_clear)
     if free < MIN_MARK_LENGTH_PT:
         return None
+    length = abs(mark.x1 - mark.x0) + abs(mark.y1 - mark.y0)
+    dx, dy = (mark.x1 - mark.x0) / length, (mark.y1 - mark.y0) / length
     return Mark(mark.x0, mark.y0, mark.x0 + dx * free, mark.y0 + dy * free, mark.kind)
 
 
-def _kept(candidates: Iterable[Mark], keep_clear: Sequence[Rect], sheet: Rect) -> list[Mark]:
+def kept_marks(candidates: Iterable[Mark], keep_clear: Sequence[Rect], printable: Rect) -> list[Mark]:
+    """The candidates as drawn: each cut short before any area of ``keep_clear`` (trims plus kept
+    bleed) and the edge of ``printable``; shorter than 1 mm dropped; duplicates drawn once."""
     kept: dict[tuple[float, ...], Mark] = {}
     for candidate in candidates:
-        mark = _clipped(candidate, [*keep_clear, *_outside(sheet)])
+        mark = _clipped(candidate, [*keep_clear, *_outside(printable)])
         if mark is not None:
             kept.setdefault(tuple(round(v, 2) for v in (mark.x0, mark.y0, mark.x1, mark.y1)), mark)
     return list(kept.values())
 
 
-def _outside(sheet: Rect) -> list[Rect]:
-    """Four areas around the sheet, so a mark stops at the sheet's edge."""
-    far = 1e6
-    return [Rect(-far, -far, sheet.x0, far), Rect(sheet.x1, -far, far, far),
-            Rect(-far, -far, far, sheet.y0), Rect(-far, sheet.y1, far, far)]
+#: The edge of the sheet a mark points toward.
+Edge = Literal["left", "right", "head", "foot"]
 
 
-def crop_marks(
-    trims: Sequence[Rect], keep_clear: Sequence[Rect], sheet: Rect, *, length_pt: float, offset_pt: float
-) -> list[Mark]:
-    """Two marks at every corner of every trim: one along each trim edge's extension, pointing outward.
+def shortfalls(candidates: Iterable[Mark], keep_clear: Sequence[Rect], printable: Rect) -> dict[tuple[str, Edge], float]:
+    """How much of the outer marks the printable edge cuts off: ``{(kind, edge): most missing pt}``.
 
-    A mark stops short of any page's printed area (``keep_clear``: trims plus kept bleed) and of the
-    sheet's edge, so marks never print over a neighbouring page; one left shorter than 1 mm is dropped.
+    A mark that meets another page first (a mark in a gutter) is not counted: the same cut is marked
+    outside the block. Only the marks pointing off the block count, and only what the edge of the
+    printable area (sheet less margins and gripper) takes from them.
     """
+    missing: dict[tuple[str, Edge], float] = {}
+    for mark in candidates:
+        length = abs(mark.x1 - mark.x0) + abs(mark.y1 - mark.y0)
+        if mark.y0 == mark.y1:
+            edge: Edge = "right" if mark.x1 > mark.x0 else "left"
+            to_edge = printable.x1 - mark.x0 if edge == "right" else mark.x0 - printable.x0
+        else:
+            edge = "head" if mark.y1 > mark.y0 else "foot"
+            to_edge = printable.y1 - mark.y0 if edge == "head" else mark.y0 - printable.y0
+        if to_edge >= length - EPSILON_PT or _free_length(mark, keep_clear) < length - EPSILON_PT:
+            continue
+        key = (mark.kind, edge)
+        missing[key] = max(missing.get(key, 0.0), length - to_edge)
+    return missing
+
+
+def _outside(printable: Rect) -> list[Rect]:
+    """Four areas around the printable area, so a mark stops at its edge."""
+    far = 1e6
+    return [Rect(-far, -far, printable.x0, far), Rect(printable.x1, -far, far, far),
+            Rect(-far, -far, far, printable.y0), Rect(-far, printable.y1, far, far)]
+
+
+def crop_marks(trims: Sequence[Rect], *, length_pt: float, offset_pt: float) -> list[Mark]:
+    """Two whole marks at every corner of every trim: one along each trim edge's extension, pointing
+    outward (candidates: :func:`kept_marks` cuts them to what the sheet and the pages leave)."""
     candidates = []
     for trim in trims:
         for x, dx in ((trim.x0, -1), (trim.x1, 1)):
             for y, dy in ((trim.y0, -1), (trim.y1, 1)):
                 candidates.append(Mark(x + dx * offset_pt, y, x + dx * (offset_pt + length_pt), y, "crop"))
                 candidates.append(Mark(x, y + dy * offset_pt, x, y + dy * (offset_pt + length_pt), "crop"))
-    return _kept(candidates, keep_clear, sheet)
+    return candidates
 
 
-def fold_marks(
-    folds: Sequence[tuple[float, Rect]], keep_clear: Sequence[Rect], sheet: Rect, *, length_pt: float, offset_pt: float
-) -> list[Mark]:
-    """Marks on each vertical fold line ``x`` of a spread ``trim``: above its head and below its foot."""
+def fold_marks(folds: Sequence[tuple[float, Rect]], *, length_pt: float, offset_pt: float) -> list[Mark]:
+    """Whole marks on each vertical fold line ``x`` of a spread ``trim``: above its head and below its
+    foot (candidates, as :func:`crop_marks`)."""
     candidates = []
     for x, trim in folds:
         candidates.append(Mark(x, trim.y1 + offset_pt, x, trim.y1 + offset_pt + length_pt, "fold"))
         candidates.append(Mark(x, trim.y0 - offset_pt, x, trim.y0 - offset_pt - length_pt, "fold"))
-    return _kept(candidates, keep_clear, sheet)
+    return candidates
 
 
 def _number(value: float) -> str:
@@ -129,8 +175,15 @@ def marks_operators(marks: Sequence[Mark]) -> bytes:
 
 
 def slug_text(slug: SlugInfo, sheet_number: int, sheet_count: int, side: str) -> str:
-    """The slug line: ``job <id> | tenant <id> | sheet n of m | <side>``."""
-    return f"job {slug.job_id} | tenant {slug.tenant_id} | sheet {sheet_number} of {sheet_count} | {side}"
+    """The slug line: ``job <id> | tenant <id> | sheet n of m | <side> | <date>`` (no date part when
+    ``slug.date`` is None)."""
+    date = f" | {slug.date}" if slug.date else ""
+    return f"job {slug.job_id} | tenant {slug.tenant_id} | sheet {sheet_number} of {sheet_count} | {side}{date}"
+
+
+def slug_width_pt(text: str, size_pt: float) -> float:
+    """The advance width of ``text`` in Helvetica at ``size_pt`` (pt), as :func:`slug_operators` draws it."""
+    return sum(_HELVETICA_WIDTHS[ord(c) - 32] if 32 <= ord(c) < 127 else _WIDEST for c in text) * size_pt / 1000
 
 
 def _pdf_literal(text: str) -> bytes:

@@ -10,32 +10,45 @@ How cells are laid out (print conventions):
   * ``scaling: fit`` shrinks a page larger than its cell, without distortion; it never enlarges.
   * Bleed: around each trim, up to ``bleed_mm``, no more than the page's BleedBox holds and no more
     than half the space to the neighbouring trim (or the sheet edge), so neighbours never overlap.
-  * Duplex: the back is the mirror of the front across the sheet's vertical centre line (sheetwise);
-    work and turn puts front and back side by side on one plate; work and tumble puts the back below
-    the front, turned 180°.
+  * Room: before cells are sized (and step-and-repeat copies counted), the side's region gives up
+    what the layout asks outside the block of trims: bleed, crop and fold marks (offset + length),
+    the slug strip; the gripper and margins are outside the region already. A page that then has to
+    shrink is a ``scaled_to_fit`` warning; with ``scaling: none`` it stays at 100 % and the marks or
+    bleed the sheet cannot hold become warnings.
+  * Duplex registers: the back's region is the front's seen through the turn (mirrored across the
+    sheet's vertical centre line for sheetwise and work and turn, its horizontal one for work and
+    tumble, :meth:`~imposition.job.Layout.side_regions_pt`), so every trim corner of a front backs
+    onto the matching corner of its back whatever the margins and gripper.
+  * Warnings: every departure from what was asked is a :class:`~imposition.errors.PlateWarning` in
+    the plan (:func:`plan_warnings`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from pikepdf import Matrix
 
-from .errors import ImpositionError, InvalidLayout, PageTooLarge, TooManyCells, shown
+from .errors import ImpositionError, InvalidLayout, PageTooLarge, PlateWarning, TooManyCells, page_ranges, shown
 from .geometry import EPSILON_PT, PageBoxes, Rect, available_bleed, displayed_size, fit_scale, placement_matrix
 from .job import PERFECT_BOUND, STEP_AND_REPEAT, Layout, SlugInfo
-from .marks import Mark, crop_marks, fold_marks, slug_text
+from .marks import (
+    MARK_LINE_WIDTH_PT, SLUG_ASCENT_EM, SLUG_DESCENT_EM, SLUG_FONT_SIZE_PT, Mark, crop_marks, fold_marks, kept_marks,
+    shortfalls, slug_text, slug_width_pt,
+)
 from .ordering import PageOrder, SheetOrder, page_order
 from .sheets import mm_to_pt, pt_to_mm
 
 if TYPE_CHECKING:
     from .spec import LayoutSpec
 
-#: Slug line baseline and left edge, from the sheet's lower-left corner (pt).
-SLUG_ORIGIN_PT = (mm_to_pt(5.0), mm_to_pt(2.0))
+#: Clear space between the slug line and anything else on the plate or the printable edge (1 mm), pt.
+SLUG_CLEARANCE_PT = mm_to_pt(1.0)
+#: Height of the strip the slug line needs: its font's bounding box plus clearance above and below, pt.
+SLUG_STRIP_PT = (SLUG_ASCENT_EM + SLUG_DESCENT_EM) * SLUG_FONT_SIZE_PT + 2 * SLUG_CLEARANCE_PT
 
 
 @dataclass(frozen=True)
@@ -61,18 +74,25 @@ class Placement:
 
 @dataclass(frozen=True)
 class Plate:
-    """One output page: one printed side (or, for work and turn/tumble, both sides on one plate)."""
+    """One output page: one printed side (or, for work and turn/tumble, both sides on one plate).
+
+    Attributes:
+        slug_line: the slug's text, or None (not asked, or no room: then a warning says so).
+        slug_origin_pt: where its baseline starts on the sheet ``(x, y)`` (pt), with ``slug_line``.
+    """
 
     sheet_number: int
     side: str
     placements: tuple[Placement, ...]
     marks: tuple[Mark, ...]
     slug_line: str | None
+    slug_origin_pt: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
 class ImpositionPlan:
-    """The whole job: sheet size (pt, as printed), plates in output order and counts."""
+    """The whole job: sheet size (pt, as printed), plates in output order, counts, and the warnings
+    (departures from what the layout asked, :func:`plan_warnings`)."""
 
     width_pt: float
     height_pt: float
@@ -80,6 +100,7 @@ class ImpositionPlan:
     sheets: int
     blank_pages: int
     pages_in: int
+    warnings: tuple[PlateWarning, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +109,7 @@ class _Frame:
 
     sheet: Rect
     regions: tuple[Rect, Rect]  # front, back (back is turned 180° for work and tumble)
+    printable: Rect  # the sheet less margins and gripper: nothing is drawn outside
     columns: int
     rows: int
     cell_width_pt: float
@@ -107,20 +129,40 @@ class _Frame:
         return Rect.from_size(x0, y0, self.cell_width_pt, self.cell_height_pt)
 
 
-def _regions(layout: Layout, width: float, height: float) -> tuple[Rect, Rect]:
+def _reserve_pt(layout: Layout) -> tuple[float, float, float, float]:
+    """What a side's region keeps free around its block of trims, ``(left, bottom, right, top)`` pt:
+    the bleed, crop marks (offset + length, all round), fold marks (head and foot) and, at the foot
+    of the sheet, the slug strip below them (work and tumble: at the front's head, which the turn
+    makes the sheet's foot)."""
+    bleed = layout.bleed_pt
+    marks = layout.crop_mark_offset_pt + layout.crop_mark_length_pt
+    around = max(bleed, marks if layout.crop_marks else 0.0)
+    head_foot = max(around, marks if layout.fold_marks and layout.booklet else 0.0)
+    left = bottom = right = top = around
+    bottom = top = head_foot
+    if layout.slug:
+        if layout.duplex == "work_and_tumble":
+            top += SLUG_STRIP_PT
+        else:
+            bottom += SLUG_STRIP_PT
+    return left, bottom, right, top
+
+
+def _regions(layout: Layout, width: float, height: float, reserve: bool) -> tuple[Rect, Rect, Rect]:
+    """The front's and back's regions for cells (with ``reserve``, less :func:`_reserve_pt`) and the
+    printable area; the back's is always the front's seen through the turn."""
     problem = layout.room_problem(width, height)
     if problem is not None:
         raise InvalidLayout(problem)
-    top, right, bottom, left = layout.margins_pt
-    usable = Rect(left, bottom, width - right, height - top)
-    duplex = layout.duplex
-    if duplex == "work_and_turn":
-        middle = (usable.x0 + usable.x1) / 2
-        return Rect(usable.x0, usable.y0, middle, usable.y1), Rect(middle, usable.y0, usable.x1, usable.y1)
-    if duplex == "work_and_tumble":
-        middle = (usable.y0 + usable.y1) / 2
-        return Rect(usable.x0, middle, usable.x1, usable.y1), Rect(usable.x0, usable.y0, usable.x1, middle)
-    return usable, Rect(width - usable.x1, usable.y0, width - usable.x0, usable.y1)
+    front = Rect(*layout.side_regions_pt(width, height)[0])
+    if reserve:
+        left, bottom, right, top = _reserve_pt(layout)
+        front = Rect(front.x0 + left, front.y0 + bottom, front.x1 - right, front.y1 - top)
+    if layout.duplex == "work_and_tumble":
+        back = Rect(front.x0, height - front.y1, front.x1, height - front.y0)
+    else:
+        back = Rect(width - front.x1, front.y0, width - front.x0, front.y1)
+    return front, back, Rect(*layout.printable_pt(width, height))
 
 
 def _grid(
@@ -160,37 +202,66 @@ def _frame(
     layout: Layout, sheet_size: tuple[float, float], page_sizes: Sequence[tuple[float, float]],
     max_cells_per_sheet: int | None,
 ) -> _Frame:
-    """Cell geometry for one sheet orientation.
+    """Cell geometry for one sheet orientation: cells sized after the room the layout asks around
+    them (:func:`_reserve_pt`). With ``scaling: none``, a page larger than such a cell is still placed
+    at 100 % when it fits without that room (the missing bleed and marks are warnings).
 
     Raises:
         InvalidLayout: the margins or gutters leave no room on this sheet.
         TooManyCells: a side would hold more than ``max_cells_per_sheet`` cells.
-        PageTooLarge: with ``scaling: none``, a page does not fit its cell.
+        PageTooLarge: with ``scaling: none``, a page does not fit its cell even without that room.
     """
+    frame = _sized(layout, sheet_size, page_sizes, max_cells_per_sheet, reserve=True)
+    if layout.scaling == "none" and (frame is None or _too_large(frame, page_sizes) is not None):
+        frame = _sized(layout, sheet_size, page_sizes, max_cells_per_sheet, reserve=False)
+        assert frame is not None  # without the reserve, room_problem has checked the gutters
+        too_large = _too_large(frame, page_sizes)
+        if too_large is not None:
+            number, (page_w, page_h) = too_large
+            raise PageTooLarge(
+                f"page {number}: trim {pt_to_mm(page_w):.1f} × {pt_to_mm(page_h):.1f} mm does not fit the "
+                f"{pt_to_mm(frame.cell_width_pt):.1f} × {pt_to_mm(frame.cell_height_pt):.1f} mm cell on the "
+                f"{pt_to_mm(sheet_size[0]):.0f} × {pt_to_mm(sheet_size[1]):.0f} mm sheet with scaling 'none'"
+            )
+    if frame is None:  # the reserve leaves no room: cells as if none were asked (warnings follow)
+        frame = _sized(layout, sheet_size, page_sizes, max_cells_per_sheet, reserve=False)
+        assert frame is not None
+    return frame
+
+
+def _too_large(frame: _Frame, page_sizes: Sequence[tuple[float, float]]) -> tuple[int, tuple[float, float]] | None:
+    """The first page (1-based number, size) larger than ``frame``'s cell, or None."""
+    for number, (page_w, page_h) in enumerate(page_sizes, start=1):
+        if page_w > frame.cell_width_pt + EPSILON_PT or page_h > frame.cell_height_pt + EPSILON_PT:
+            return number, (page_w, page_h)
+    return None
+
+
+def _sized(
+    layout: Layout, sheet_size: tuple[float, float], page_sizes: Sequence[tuple[float, float]],
+    max_cells_per_sheet: int | None, *, reserve: bool,
+) -> _Frame | None:
+    """The frame with cells of an equal share of the (reserved) region, or None when the reserve
+    leaves no room for them."""
     width, height = sheet_size
-    regions = _regions(layout, width, height)
-    region = regions[0]
+    front, back, printable = _regions(layout, width, height, reserve)
     gutters = layout.gutters_pt
+    if front.width <= EPSILON_PT or front.height <= EPSILON_PT:
+        return None
     max_w = max(size[0] for size in page_sizes)
     max_h = max(size[1] for size in page_sizes)
-    columns, rows = _grid(layout, region, (max_w, max_h), sheet_size, max_cells_per_sheet)
-    share_w = (region.width - (columns - 1) * gutters[0]) / columns
-    share_h = (region.height - (rows - 1) * gutters[1]) / rows
+    columns, rows = _grid(layout, front, (max_w, max_h), sheet_size, max_cells_per_sheet)
+    share_w = (front.width - (columns - 1) * gutters[0]) / columns
+    share_h = (front.height - (rows - 1) * gutters[1]) / rows
     if share_w <= 0 or share_h <= 0:
+        if reserve:
+            return None
         raise InvalidLayout(
             f"gutter_mm={pt_to_mm(max(gutters)):g}: {columns} × {rows} cells do not fit the "
-            f"{pt_to_mm(region.width):.1f} × {pt_to_mm(region.height):.1f} mm usable area"
+            f"{pt_to_mm(front.width):.1f} × {pt_to_mm(front.height):.1f} mm usable area"
         )
-    frame = _Frame(Rect(0, 0, width, height), regions, columns, rows, min(share_w, max_w), min(share_h, max_h), gutters)
-    if layout.scaling == "none":
-        for number, (page_w, page_h) in enumerate(page_sizes, start=1):
-            if page_w > frame.cell_width_pt + EPSILON_PT or page_h > frame.cell_height_pt + EPSILON_PT:
-                raise PageTooLarge(
-                    f"page {number}: trim {pt_to_mm(page_w):.1f} × {pt_to_mm(page_h):.1f} mm does not fit the "
-                    f"{pt_to_mm(share_w):.1f} × {pt_to_mm(share_h):.1f} mm cell on the "
-                    f"{pt_to_mm(width):.0f} × {pt_to_mm(height):.0f} mm sheet with scaling 'none'"
-                )
-    return frame
+    return _Frame(Rect(0, 0, width, height), (front, back), printable, columns, rows,
+                  min(share_w, max_w), min(share_h, max_h), gutters)
 
 
 def _score(layout: Layout, frame: _Frame, page_sizes: Sequence[tuple[float, float]]) -> tuple[float, float]:
@@ -278,19 +349,30 @@ def _turned(placements: list[Placement], region: Rect) -> list[Placement]:
     return result
 
 
-def _with_bleed(placements: list[Placement], pages: Sequence[PageBoxes], sheet: Rect, bleed_pt: float) -> list[Placement]:
-    """Each placement's clip: its trim grown by the bleed it may keep on each edge."""
+#: Why a page keeps less bleed than asked: the file holds less beyond its trim, or the gutter, the
+#: printable edge or a neighbour leaves less.
+BleedLimit = str
+
+
+def _with_bleed(
+    placements: list[Placement], pages: Sequence[PageBoxes], printable: Rect, bleed_pt: float,
+    short: dict[tuple[BleedLimit, int], float],
+) -> list[Placement]:
+    """Each placement's clip: its trim grown by the bleed it may keep on each edge. Where it keeps
+    less than ``bleed_pt``, ``short[(limit, page)]`` gets the least kept (pt), ``limit`` being
+    ``file`` (the page's BleedBox holds less) or ``sheet`` (gutter, neighbour or printable edge)."""
     if bleed_pt <= 0:
         return placements
     result = []
     for p in placements:
-        left, bottom, right, top = (min(bleed_pt, side * p.scale) for side in available_bleed(pages[p.page]))
+        in_file = [min(bleed_pt, side * p.scale) for side in available_bleed(pages[p.page])]
         if p.upside_down:
-            left, bottom, right, top = right, top, left, bottom
-        left = min(left, p.trim.x0 - sheet.x0)
-        bottom = min(bottom, p.trim.y0 - sheet.y0)
-        right = min(right, sheet.x1 - p.trim.x1)
-        top = min(top, sheet.y1 - p.trim.y1)
+            in_file = [in_file[2], in_file[3], in_file[0], in_file[1]]
+        left, bottom, right, top = in_file
+        left = min(left, p.trim.x0 - printable.x0)
+        bottom = min(bottom, p.trim.y0 - printable.y0)
+        right = min(right, printable.x1 - p.trim.x1)
+        top = min(top, printable.y1 - p.trim.y1)
         for q in placements:
             if q is p:
                 continue
@@ -304,8 +386,13 @@ def _with_bleed(placements: list[Placement], pages: Sequence[PageBoxes], sheet: 
                     top = min(top, (q.trim.y0 - p.trim.y1) / 2)
                 if q.trim.y1 <= p.trim.y0 + EPSILON_PT:
                     bottom = min(bottom, (p.trim.y0 - q.trim.y1) / 2)
-        clip = p.trim.expanded(max(left, 0.0), max(bottom, 0.0), max(right, 0.0), max(top, 0.0))
-        result.append(replace(p, clip=clip))
+        kept = [max(v, 0.0) for v in (left, bottom, right, top)]
+        if min(in_file) < bleed_pt - EPSILON_PT:
+            short[("file", p.page)] = min(short.get(("file", p.page), bleed_pt), min(in_file))
+        cut = [k for k, f in zip(kept, in_file) if k < f - EPSILON_PT]
+        if cut:
+            short[("sheet", p.page)] = min(short.get(("sheet", p.page), bleed_pt), min(cut))
+        result.append(replace(p, clip=p.trim.expanded(*kept)))
     return result
 
 
@@ -322,17 +409,42 @@ def _folds(layout: Layout, frame: _Frame, region: Rect, turned: bool) -> list[tu
     return [(x, spread)]
 
 
-def _marks(layout: Layout, frame: _Frame, placements: list[Placement], folds: list[tuple[float, Rect]]) -> list[Mark]:
+def _marks(
+    layout: Layout, frame: _Frame, placements: list[Placement], folds: list[tuple[float, Rect]],
+    missing: dict[tuple[str, str], float],
+) -> list[Mark]:
+    """The plate's marks as drawn; what the printable edge cut off the outer ones goes into
+    ``missing[(kind, edge)]`` (most pt)."""
     keep_clear = [p.clip for p in placements]
     length_pt = layout.crop_mark_length_pt
     offset_pt = layout.crop_mark_offset_pt
-    marks: list[Mark] = []
+    candidates: list[Mark] = []
     if layout.crop_marks:
-        trims = [p.trim for p in placements]
-        marks += crop_marks(trims, keep_clear, frame.sheet, length_pt=length_pt, offset_pt=offset_pt)
+        candidates += crop_marks([p.trim for p in placements], length_pt=length_pt, offset_pt=offset_pt)
     if layout.fold_marks:
-        marks += fold_marks(folds, keep_clear, frame.sheet, length_pt=length_pt, offset_pt=offset_pt)
-    return marks
+        candidates += fold_marks(folds, length_pt=length_pt, offset_pt=offset_pt)
+    for key, amount in shortfalls(candidates, keep_clear, frame.printable).items():
+        missing[key] = max(missing.get(key, 0.0), amount)
+    return kept_marks(candidates, keep_clear, frame.printable)
+
+
+def _slug_origin(text: str, printable: Rect, placements: Sequence[Placement], marks: Sequence[Mark]) -> tuple[float, float] | None:
+    """Where the slug line's baseline starts: in the strip below everything on the plate (else the
+    strip above), at least :data:`SLUG_CLEARANCE_PT` from it and from the printable edge; None when
+    neither strip is tall and wide enough."""
+    half_line = MARK_LINE_WIDTH_PT / 2
+    lows = [p.clip.y0 for p in placements] + [min(m.y0, m.y1) - half_line for m in marks]
+    highs = [p.clip.y1 for p in placements] + [max(m.y0, m.y1) + half_line for m in marks]
+    if slug_width_pt(text, SLUG_FONT_SIZE_PT) + 2 * SLUG_CLEARANCE_PT > printable.width + EPSILON_PT:
+        return None
+    x = printable.x0 + SLUG_CLEARANCE_PT
+    foot_top = min(lows, default=printable.y1)
+    if foot_top - printable.y0 >= SLUG_STRIP_PT - EPSILON_PT:
+        return x, printable.y0 + SLUG_CLEARANCE_PT + SLUG_DESCENT_EM * SLUG_FONT_SIZE_PT
+    head_bottom = max(highs, default=printable.y0)
+    if printable.y1 - head_bottom >= SLUG_STRIP_PT - EPSILON_PT:
+        return x, printable.y1 - SLUG_CLEARANCE_PT - SLUG_ASCENT_EM * SLUG_FONT_SIZE_PT
+    return None
 
 
 def _sides(
@@ -346,10 +458,11 @@ def _sides(
         return [("front", front, front_folds)]
     back = _place_side(layout, frame, back_region, sheet.back, pages, creep_steps, spots)
     if layout.duplex == "work_and_turn":
-        return [("work and turn", front + back, front_folds + _folds(layout, frame, back_region, False))]
+        return [("front and back, work and turn", front + back, front_folds + _folds(layout, frame, back_region, False))]
     if layout.duplex == "work_and_tumble":
         turned = _turned(back, back_region)
-        return [("work and tumble", front + turned, front_folds + _folds(layout, frame, back_region, True))]
+        return [("front and back, work and tumble", front + turned,
+                 front_folds + _folds(layout, frame, back_region, True))]
     return [("front", front, front_folds), ("back", back, _folds(layout, frame, back_region, False))]
 
 
@@ -400,12 +513,81 @@ def plan_imposition(
     section_sheets = layout.signature_pages // 4 if layout.kind == PERFECT_BOUND else len(order.sheets)
     plates = []
     spots: _Spots = {}
+    found = _Departures()
     for number, sheet in enumerate(order.sheets, start=1):
         creep_steps = (number - 1) % section_sheets if layout.booklet and layout.creep_pt else 0
         for side, placements, folds in _sides(layout, frame, sheet, pages, creep_steps, spots):
-            placements = _with_bleed(placements, pages, frame.sheet, layout.bleed_pt)
-            slug_line = slug_text(slug, number, len(order.sheets), side) if layout.slug and slug else None
-            plates.append(Plate(number, side, tuple(placements), tuple(_marks(layout, frame, placements, folds)), slug_line))
+            placements = _with_bleed(placements, pages, frame.printable, layout.bleed_pt, found.bleed)
+            for placement in placements:
+                if placement.scale < 1.0:
+                    found.scale[placement.page] = min(found.scale.get(placement.page, 1.0), placement.scale)
+            marks = _marks(layout, frame, placements, folds, found.marks)
+            slug_line = origin = None
+            if layout.slug:
+                text = slug_text(slug or SlugInfo("-", "-"), number, len(order.sheets), side)
+                origin = _slug_origin(text, frame.printable, placements, marks)
+                if origin is None:
+                    found.slug_dropped.append(len(plates) + 1)
+                else:
+                    slug_line = text
+            plates.append(Plate(number, side, tuple(placements), tuple(marks), slug_line, origin))
+    warnings = plan_warnings(layout, frame, found)
     return ImpositionPlan(
-        frame.sheet.width, frame.sheet.height, tuple(plates), len(order.sheets), order.blank_pages, len(pages)
+        frame.sheet.width, frame.sheet.height, tuple(plates), len(order.sheets), order.blank_pages, len(pages),
+        warnings,
     )
+
+
+@dataclass
+class _Departures:
+    """What a plan found short of the layout, gathered over its plates.
+
+    Attributes:
+        scale: 0-based page → its smallest scale below 1.
+        bleed: ``(limit, 0-based page)`` → least bleed kept (pt); limit ``file`` or ``sheet``.
+        marks: ``(kind, edge)`` → most the printable edge cut off an outer mark (pt).
+        slug_dropped: 1-based plates without their slug line.
+    """
+
+    scale: dict[int, float] = field(default_factory=dict)
+    bleed: dict[tuple[str, int], float] = field(default_factory=dict)
+    marks: dict[tuple[str, str], float] = field(default_factory=dict)
+    slug_dropped: list[int] = field(default_factory=list)
+
+
+def plan_warnings(layout: Layout, frame: _Frame, found: _Departures) -> tuple[PlateWarning, ...]:
+    """The typed warnings of a plan, each naming the field, what was asked and what the plate has."""
+    warnings = []
+    sheet = f"the {pt_to_mm(frame.sheet.width):.0f} × {pt_to_mm(frame.sheet.height):.0f} mm sheet"
+    if found.scale:
+        least = min(found.scale.values())
+        warnings.append(PlateWarning("scaled_to_fit", (
+            f"scaling=fit: pages {page_ranges(p + 1 for p in found.scale)} shrunk to fit the "
+            f"{pt_to_mm(frame.cell_width_pt):.1f} × {pt_to_mm(frame.cell_height_pt):.1f} mm cells on {sheet}, "
+            f"the smallest to {least * 100:.1f} %"
+        )))
+    for (kind, edge), missing_pt in sorted(found.marks.items()):
+        fields = "crop_marks" if kind == "crop" else "fold_marks"
+        need_pt = layout.crop_mark_offset_pt + layout.crop_mark_length_pt
+        warnings.append(PlateWarning("no_room_for_marks", (
+            f"{fields}: the marks at the {edge} of {sheet} need {pt_to_mm(need_pt):.1f} mm outside the trim "
+            f"(crop_mark_offset_mm + crop_mark_length_mm); the printable area (margins, gripper) leaves "
+            f"{max(pt_to_mm(need_pt - missing_pt), 0.0):.1f} mm: {pt_to_mm(missing_pt):.1f} mm missing"
+        )))
+    for limit in ("file", "sheet"):
+        short = {page: kept for (why, page), kept in found.bleed.items() if why == limit}
+        if not short:
+            continue
+        because = ("the page's BleedBox holds less beyond its trim" if limit == "file" else
+                   "the gutter (gutter_mm), a neighbour or the printable edge leaves less; "
+                   f"{2 * pt_to_mm(layout.bleed_pt):g} mm gutters would keep it whole")
+        warnings.append(PlateWarning("bleed_reduced", (
+            f"bleed_mm={pt_to_mm(layout.bleed_pt):g}: pages {page_ranges(p + 1 for p in short)} keep as little "
+            f"as {pt_to_mm(min(short.values())):.1f} mm: {because}"
+        )))
+    if found.slug_dropped:
+        warnings.append(PlateWarning("no_room_for_slug", (
+            f"slug: plates {page_ranges(found.slug_dropped)} have no strip of {pt_to_mm(SLUG_STRIP_PT):.1f} mm "
+            f"outside every trim, bleed and mark for the slug line; it is left out"
+        )))
+    return tuple(warnings)

@@ -6,11 +6,12 @@ Runs inside the engine's child process (:mod:`imposition.child`): hostile input 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pikepdf
 
-from .errors import DamagedPdf, NoPages, NotAPdf, PasswordRequired, TooManyPages, clipped, without_paths
+from .errors import DamagedPdf, MemoryLimitExceeded, NoPages, NotAPdf, PasswordRequired, TooManyPages, clipped, page_ranges, without_paths
 from .geometry import PageBoxes, Rect, normalise_rotate
 
 #: A PDF header may start anywhere in the first 1024 bytes (PDF 32000-1 §7.5.2 and Annex H.3 note 13).
@@ -36,14 +37,13 @@ def qpdf_message(exc: BaseException | str, path: Path) -> str:
 DROPPED_PAGE_SIGNS = ("Pages tree includes non-dictionary object", "invalid kid at index", "ignoring page")
 
 
-def _page_tree_damage(pdf: pikepdf.Pdf, page_count: int, path: Path) -> str | None:
+def _page_tree_damage(pdf: pikepdf.Pdf, page_count: int, path: Path, warnings: list[str]) -> str | None:
     """Why the page tree qpdf read from ``pdf`` is not the one its author wrote, or None.
 
     Damaged: qpdf warned that it dropped a page (:data:`DROPPED_PAGE_SIGNS`), or found no page and
     warned of anything, or the root's /Count is not the number of pages (qpdf itself refuses to
     change such a tree: "/Count is wrong after flattening pages tree").
     """
-    warnings = pdf.get_warnings()
     dropped = [warning for warning in warnings if any(sign in warning for sign in DROPPED_PAGE_SIGNS)]
     if dropped or (page_count == 0 and warnings):
         if not dropped:
@@ -57,8 +57,11 @@ def _page_tree_damage(pdf: pikepdf.Pdf, page_count: int, path: Path) -> str | No
     return None
 
 
-def open_source(path: Path, *, max_pages: int) -> pikepdf.Pdf:
+def open_source(path: Path, *, max_pages: int, warnings_out: list[str] | None = None) -> pikepdf.Pdf:
     """Open ``path`` for imposition.
+
+    ``warnings_out``, when given, receives qpdf's warnings about the file (qpdf hands each warning over
+    once): :func:`content_damage` needs them to tell a repaired file from a damaged one.
 
     qpdf reconstructs a damaged cross-reference table on its own before giving up. A PDF with only an
     owner password (permissions, no user password) opens with the empty password.
@@ -88,7 +91,10 @@ def open_source(path: Path, *, max_pages: int) -> pikepdf.Pdf:
         ) from None
     try:
         page_count = len(pdf.pages)
-        damage = _page_tree_damage(pdf, page_count, path)
+        warnings = pdf.get_warnings()
+        if warnings_out is not None:
+            warnings_out.extend(warnings)
+        damage = _page_tree_damage(pdf, page_count, path, warnings)
     except (pikepdf.PdfError, pikepdf.QpdfRuntimeError) as exc:
         pdf.close()
         raise DamagedPdf(f"{path.name}: damaged page tree ({qpdf_message(exc, path)})") from None
@@ -205,3 +211,142 @@ def page_boxes(pdf: pikepdf.Pdf) -> list[PageBoxes]:
             found = known[key] = _page_boxes(entries, number)
         boxes.append(found)
     return boxes
+
+
+#: How qpdf names the object a warning is about: ``(object 15 0, offset 2473)``.
+_WARNED_OBJECT = re.compile(r"\(object (\d+) (\d+)")
+#: Resource categories whose entries a page's content names (PDF 32000-1 Table 33).
+RESOURCE_CATEGORIES = ("/Font", "/XObject", "/ExtGState", "/ColorSpace", "/Pattern", "/Shading", "/Properties")
+#: At most this many different problems (each with its pages) are described in a ``damaged`` message.
+MAX_DAMAGED_PAGES_SHOWN = 10
+
+
+def _named_objects(warnings: list[str]) -> dict[tuple[int, int], str]:
+    """The objects qpdf's ``warnings`` are about, each with the first warning naming it."""
+    named: dict[tuple[int, int], str] = {}
+    for warning in warnings:
+        for number, generation in _WARNED_OBJECT.findall(warning):
+            named.setdefault((int(number), int(generation)), warning)
+    return named
+
+
+def _missing(mapping: pikepdf.Dictionary) -> list[str]:
+    """Keys of ``mapping`` whose value is null: a reference to an object the file does not hold (qpdf
+    resolves a dangling reference to null and then hides the key from ``in`` and ``keys()``)."""
+    if len(mapping) == len(mapping.keys()):  # ``len`` counts null entries, ``keys()`` does not: cheap
+        return []
+    return sorted(key for key, value in mapping.as_dict().items() if value is None)
+
+
+def _content_problem(page: pikepdf.Dictionary, warned: dict[tuple[int, int], str], pdf: pikepdf.Pdf,
+                     path: Path, repairs: list[str]) -> str | None:
+    """Why the content of ``page`` cannot be read whole, or None. Each content stream is decoded;
+    warnings qpdf gives before that (it repairs lazily, as objects are first read) go to ``repairs``."""
+    if "/Contents" not in page:
+        return "its content stream (/Contents) is missing" if "/Contents" in _missing(page) else None
+    contents = page["/Contents"]
+    parts = list(contents) if isinstance(contents, pikepdf.Array) else [contents]
+    for index, part in enumerate(parts):
+        if not isinstance(part, pikepdf.Stream):
+            return f"part {index} of its /Contents is missing" if part is None else None  # typed in drawing
+        if part.is_indirect and part.objgen in warned:
+            return f"its content stream (object {part.objgen[0]} {part.objgen[1]}) is damaged: " + \
+                qpdf_message(warned[part.objgen], path)
+        repairs.extend(pdf.get_warnings())  # what qpdf found lazily before (a reconstruction): not this stream's
+        try:
+            part.read_bytes()
+        except (pikepdf.PdfError, pikepdf.QpdfRuntimeError) as exc:
+            if "bad_alloc" in str(exc):  # qpdf reports an allocation beyond RLIMIT_AS as a read error
+                raise MemoryLimitExceeded(
+                    f"the engine ran out of its memory budget (engine_memory_limit_bytes) decoding a content "
+                    f"stream: {qpdf_message(exc, path)}"
+                ) from None
+            return f"its content stream cannot be decoded: {qpdf_message(exc, path)}"
+        decoding = pdf.get_warnings()  # qpdf warns, rather than fails, of a stream it decodes only in part
+        if decoding:
+            return f"its content stream cannot be decoded whole: {qpdf_message(decoding[0], path)}"
+    return None
+
+
+def _resources_problem(resources: pikepdf.Object | None, warned: dict[tuple[int, int], str], path: Path) -> str | None:
+    """Why the resources a page's content names cannot be read whole, or None (images are not
+    decoded: a damaged one is one qpdf warned about)."""
+    if not isinstance(resources, pikepdf.Dictionary):
+        return None  # absent (nothing to name) or the wrong type (typed in drawing)
+    missing = _missing(resources)
+    if missing:
+        return f"its resource categories {', '.join(missing)} are missing"
+    for category in RESOURCE_CATEGORIES:
+        entries = resources[category] if category in resources else None
+        if not isinstance(entries, pikepdf.Dictionary):
+            continue
+        missing = _missing(entries)
+        if missing:
+            return f"its resources {', '.join(missing)} ({category}) are missing"
+        if not warned:  # qpdf warned of no object: none of them can be one it repaired
+            continue
+        for name, value in entries.items():
+            if isinstance(value, pikepdf.Object) and value.is_indirect and value.objgen in warned:
+                return f"its resource {name} ({category}, object {value.objgen[0]} {value.objgen[1]}) is damaged: " + \
+                    qpdf_message(warned[value.objgen], path)
+    return None
+
+
+def content_damage(pdf: pikepdf.Pdf, path: Path, open_warnings: list[str]) -> str | None:
+    """Whether every page's content and resources read whole; raises when one does not.
+
+    A file cut short keeps its page tree (qpdf rebuilds the cross-reference table) but loses the
+    objects after the cut: a page whose content stream is missing, cannot be decoded, or is one qpdf
+    warned about, or whose named resources are missing or damaged, cannot be imposed truthfully.
+
+    Args:
+        pdf: the open source (:func:`open_source`).
+        path: its file (named by its bare name in messages).
+        open_warnings: what qpdf warned of while opening it (``open_source(warnings_out=...)``).
+
+    Returns:
+        None for a file that needed no repair; otherwise what qpdf repaired (the first warning and
+        how many there were), for a ``repaired`` warning.
+
+    Raises:
+        DamagedPdf: ``damaged``, naming every page that cannot be read (1-based) and why.
+    """
+    warned = _named_objects(open_warnings)
+    repairs = [*open_warnings, *pdf.get_warnings()]
+    damaged: dict[int, str] = {}
+    checked: dict[tuple[int, int], str | None] = {}
+    for number, page in enumerate(pdf.pages, start=1):
+        obj = page.obj
+        problem = _content_problem(obj, warned, pdf, path, repairs)
+        if problem is None:
+            resources = inherited(obj, "/Resources")
+            key = resources.objgen if isinstance(resources, pikepdf.Object) and resources.is_indirect else None
+            if key is None or key not in checked:
+                problem = _resources_problem(resources, warned, path)
+                if key is not None:
+                    checked[key] = problem
+            else:
+                problem = checked[key]
+            if problem is None and "/Resources" in _missing(obj):
+                problem = "its /Resources is missing"
+        if problem is not None:
+            damaged[number] = problem
+    if damaged:
+        by_problem: dict[str, list[int]] = {}
+        for number, problem in damaged.items():
+            by_problem.setdefault(problem, []).append(number)
+        shown_problems = list(by_problem.items())[:MAX_DAMAGED_PAGES_SHOWN]
+        more = len(by_problem) - len(shown_problems)
+        raise DamagedPdf(
+            f"{path.name}: {len(damaged)} of {len(pdf.pages)} pages cannot be read "
+            f"(pages {page_ranges(damaged)}): "
+            + "; ".join(f"{'page' if len(numbers) == 1 else 'pages'} {page_ranges(numbers)}: {problem}"
+                        for problem, numbers in shown_problems)
+            + (f"; and {more} more problems" if more > 0 else "")
+        )
+    repairs.extend(pdf.get_warnings())
+    if not repairs:
+        return None
+    return (f"{path.name} was damaged and qpdf repaired it ({len(repairs)} warnings, the first: "
+            f"{qpdf_message(repairs[0], path)}); every page's content and resources read whole")
+

@@ -108,9 +108,15 @@ class LayoutSpec(_Strict):
         crop_marks: trim marks at the corners of every placed page, outside its trim and bleed.
         crop_mark_length_mm, crop_mark_offset_mm: size of a mark, and its gap from the trim corner
             (at least ``bleed_mm``, so marks never print on the bleed).
-        slug: a slug line (job, tenant, sheet n of m, side) at the foot of every plate.
+        slug: a slug line (job, tenant, sheet n of m, side, date) in a free strip outside every trim,
+            bleed and mark, at the foot of the plate (else at its head); room for it is reserved.
         scaling: ``fit`` shrinks a page that is larger than its cell (never enlarges) and centres it;
             ``none`` places at 100 % and fails with ``page_too_large`` if a page does not fit.
+        gripper_mm: the press's gripper, a strip at the lead edge (the foot of the front) where nothing
+            prints; added to the foot margin (work and tumble: to both head and foot).
+        on_warning: ``warn`` records every departure from what was asked (scaled to fit, marks,
+            bleed or slug that could not be drawn whole, a repaired file) as a typed warning in the
+            report; ``fail`` fails the job with the first one's code instead.
     """
 
     layout: str
@@ -123,6 +129,8 @@ class LayoutSpec(_Strict):
     crop_mark_offset_mm: float = Field(default=3.0, ge=0, le=30)
     slug: bool = False
     scaling: Literal["fit", "none"] = "fit"
+    gripper_mm: float = Field(default=0.0, ge=0, le=100)
+    on_warning: Literal["warn", "fail"] = "warn"
 
     @field_validator("sheet")
     @classmethod
@@ -189,6 +197,8 @@ class LayoutSpec(_Strict):
             fold_marks=getattr(self, "fold_marks", False),
             slug=self.slug,
             scaling=self.scaling,
+            gripper_pt=mm_to_pt(self.gripper_mm),
+            on_warning=self.on_warning,
         )
 
 

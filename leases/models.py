@@ -236,6 +236,9 @@ class JobItem(Model):
     error_code = UnicodeAttribute(null=True)
     sheets = NumberAttribute(null=True)
     sides = NumberAttribute(null=True)
+    #: The engine's typed warnings of a succeeded job: ``[{"code", "message"}, …]`` (departures from
+    #: the layout: scaled to fit, marks, bleed or slug not drawn whole, a repaired input).
+    warnings = JSONAttribute(null=True)
     #: Webhook delivery (package ``webhooks``): ``pending`` → ``retrying`` → ``delivered`` | ``gave_up``,
     #: or ``no_endpoint`` (the tenant has no webhook URL); HTTP attempts so far, last error, when delivered.
     webhook_status = UnicodeAttribute(null=True)

@@ -566,9 +566,13 @@ def requeue_actions(tenant_id: str, due_at: float) -> list:
 
 
 def commit_success(
-    lease: Lease, *, output_key: str, sheets: int, sides: int, now: float | None = None
+    lease: Lease, *, output_key: str, sheets: int, sides: int, now: float | None = None,
+    warnings: list[dict[str, str]] | None = None,
 ) -> None:
     """Record ``succeeded`` with the plate's key and release the slot, all fenced by the token.
+
+    ``warnings`` are the engine's typed warnings (``[{"code", "message"}, …]``), stored as
+    ``JobItem.warnings`` (an empty list when there are none).
 
     Raises:
         LeaseLost: the lease was reclaimed; nothing was written (the job is someone else's now).
@@ -582,6 +586,7 @@ def commit_success(
             JobItem.output_key.set(output_key),
             JobItem.sheets.set(sheets),
             JobItem.sides.set(sides),
+            JobItem.warnings.set(list(warnings or [])),
             JobItem.finished_at.set(t),
             JobItem.lease_token.remove(),
             JobItem.error.remove(),

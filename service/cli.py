@@ -220,7 +220,7 @@ def job() -> None:
 @job.command("show")
 @click.argument("job_id", type=JOB_ID)
 def job_show(job_id: str) -> None:
-    """Print a job item as JSON."""
+    """Print a job item as JSON (``warnings``: the engine's typed warnings, ``[{"code", "message"}]``)."""
     from pynamodb.exceptions import DoesNotExist
 
     from leases.models import JobItem
@@ -230,7 +230,10 @@ def job_show(job_id: str) -> None:
     except DoesNotExist:
         click.echo(f"no job {job_id!r}", err=True)
         sys.exit(1)
-    click.echo(json.dumps(item.to_simple_dict(), indent=2, sort_keys=True, default=str))
+    shown = item.to_simple_dict()
+    if item.warnings is not None:  # the engine's typed warnings, as a list rather than JSON text
+        shown["warnings"] = item.warnings
+    click.echo(json.dumps(shown, indent=2, sort_keys=True, default=str))
 
 
 @main.group(cls=LazyGroup, lazy_subcommands=LAZY_COMMANDS["tenant"])

@@ -81,11 +81,13 @@ _INFRASTRUCTURE_ERRORS = (PynamoDBException, BotoCoreError, ClientError, KombuEr
 
 @dataclass(frozen=True)
 class JobResult:
-    """What a job produced: the plate's S3 key and its size in sheets and sides."""
+    """What a job produced: the plate's S3 key, its size in sheets and sides, and the engine's typed
+    warnings (``[{"code", "message"}, …]``, recorded on the job item)."""
 
     output_key: str
     sheets: int
     sides: int
+    warnings: tuple[dict[str, str], ...] = ()
 
 
 class JobFailed(Exception):
@@ -259,7 +261,8 @@ class FairTask(Task):
         signals.lease_releasing.send(sender=self, lease=lease, outcome="succeeded")
         try:
             transactions.commit_success(
-                lease, output_key=result.output_key, sheets=result.sheets, sides=result.sides
+                lease, output_key=result.output_key, sheets=result.sheets, sides=result.sides,
+                warnings=list(result.warnings),
             )
         except LeaseLost as exc:
             return self._on_lease_lost(lease, str(exc))

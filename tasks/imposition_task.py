@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import threading
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,8 @@ class ImposeTask(FairTask):
     """Impose one job's PDF onto press sheets and upload the plate file.
 
     Message kwargs: ``tenant_id`` (str), ``job_id`` (str). The plate goes to
-    ``tenants/<tenant>/jobs/<job>/plate.pdf``.
+    ``tenants/<tenant>/jobs/<job>/plate.pdf``; the engine's warnings to the job item. The slug's
+    date is the job's submission date (UTC), so every attempt writes the same plate.
     """
 
     name = "imposition.impose"
@@ -59,15 +61,21 @@ class ImposeTask(FairTask):
         with tempfile.TemporaryDirectory(prefix="imposition-job-") as tmp:  # no path is built from an id
             source, plate = Path(tmp, "input.pdf"), Path(tmp, "plate.pdf")
             storage.download(job.input_key, source)
+            submitted = datetime.fromtimestamp(float(job.submitted_at), tz=timezone.utc).date().isoformat()
             report = get_engine(settings).impose(
-                source, spec, plate, slug=SlugInfo(job_id=job.job_id, tenant_id=job.tenant_id), cancel=cancel
+                source, spec, plate, slug=SlugInfo(job_id=job.job_id, tenant_id=job.tenant_id, date=submitted),
+                cancel=cancel,
             )
             # Fence the upload: prove the lease is still ours right before writing the plate.
             transactions.renew(lease)
             storage.upload(plate, key)
         log.info("job %s imposed: %s sheets, %s sides in %.2f s", job.job_id, report.sheets, report.sides,
                  report.duration_s)
-        return JobResult(output_key=key, sheets=report.sheets, sides=report.sides)
+        if report.warnings:
+            log.warning("job %s imposed with warnings: %s", job.job_id,
+                        "; ".join(f"{w.code}: {w.message}" for w in report.warnings))
+        return JobResult(output_key=key, sheets=report.sheets, sides=report.sides,
+                         warnings=tuple(w.to_json() for w in report.warnings))
 
 
 impose: ImposeTask = app.register_task(ImposeTask())  # type: ignore[assignment]

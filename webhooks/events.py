@@ -4,7 +4,10 @@ Shape (times are epoch seconds, float; absent values are ``null``)::
 
     {"id": "evt_<job id>", "type": "job.succeeded" | "job.failed", "job_id", "tenant_id",
      "status": "succeeded" | "failed", "output_key", "error", "error_code", "attempts",
-     "sheets", "sides", "submitted_at", "started_at", "finished_at"}
+     "sheets", "sides", "warnings", "submitted_at", "started_at", "finished_at"}
+
+``warnings`` lists the engine's typed warnings of a succeeded job, ``[{"code", "message"}, …]``
+(empty when the plate is what the layout asked; ``[]`` for a failed job).
 
 A job finishes once, so its event id is derived from the job id: every delivery round of the same
 event carries the same id (the tenant deduplicates on it). The event holds no secret; it is built
@@ -51,6 +54,7 @@ def job_event(job: JobItem) -> dict[str, Any]:
         "attempts": _number(job.attempts),
         "sheets": _number(job.sheets),
         "sides": _number(job.sides),
+        "warnings": list(job.warnings or []) if job.status == JobStatus.SUCCEEDED.value else [],
         "submitted_at": _number(job.submitted_at),
         "started_at": _number(job.started_at),
         "finished_at": _number(job.finished_at),

@@ -20,7 +20,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..errors import EngineCancelled, EngineCrashed, ImpositionError, InputTooLarge, MemoryLimitExceeded, error_from_code
+from ..errors import (
+    EngineCancelled, EngineCrashed, ImpositionError, InputTooLarge, MemoryLimitExceeded, PlateWarning, error_from_code,
+)
 from ..isolation import run_limited
 from ..job import SlugInfo
 from ..spec import LayoutSpec, parse_layout
@@ -46,6 +48,8 @@ class ImposeReport:
         blank_pages: blank pages added by padding (booklets, odd duplex).
         duration_s: wall time of :meth:`Engine.impose`, seconds.
         engine: the engine's name (``pikepdf`` or ``pdftoolbox``).
+        warnings: every departure from what the layout asked (scaled to fit, marks, bleed or slug not
+            drawn whole, a repaired file), typed; empty when the plate is what was asked.
     """
 
     sheets: int
@@ -54,16 +58,23 @@ class ImposeReport:
     blank_pages: int
     duration_s: float
     engine: str
+    warnings: tuple[PlateWarning, ...] = ()
 
 
 @dataclass(frozen=True)
 class Placed:
-    """What :meth:`Engine._place` reports: the counts of :class:`ImposeReport`."""
+    """What :meth:`Engine._place` reports: the counts and warnings of :class:`ImposeReport`."""
 
     sheets: int
     sides: int
     pages_in: int
     blank_pages: int
+    warnings: tuple[PlateWarning, ...] = ()
+
+    @staticmethod
+    def warnings_of(result: dict[str, Any]) -> tuple[PlateWarning, ...]:
+        """The warnings of a child's success result."""
+        return tuple(PlateWarning(w["code"], w["message"]) for w in result.get("warnings", ()))
 
 
 @dataclass(frozen=True)
@@ -158,7 +169,8 @@ class Engine(ABC):
             raise
         finally:
             partial.unlink(missing_ok=True)
-        report = ImposeReport(**asdict(placed), duration_s=time.monotonic() - started, engine=self.name)
+        report = ImposeReport(placed.sheets, placed.sides, placed.pages_in, placed.blank_pages,
+                              duration_s=time.monotonic() - started, engine=self.name, warnings=placed.warnings)
         log.info("imposed %s: %s", input_path.name, report)
         return report
 
@@ -177,7 +189,8 @@ class Engine(ABC):
         JSON), so it imports neither pydantic nor the settings: its start is an interpreter and pikepdf.
 
         Returns:
-            The child's success result (``sheets``, ``sides``, ``pages_in``, ``blank_pages``).
+            The child's success result (``sheets``, ``sides``, ``pages_in``, ``blank_pages``,
+            ``warnings``).
 
         Raises:
             ImpositionError: the typed error the child reported; TimeLimitExceeded or EngineCancelled

@@ -154,4 +154,6 @@ class PdfToolboxEngine(Engine):
             ) from None
         duplex = getattr(job.spec, "duplex", "simplex")
         sheets = (sides + 1) // 2 if duplex == "sheetwise" else sides
-        return Placed(sheets, sides, inspected["pages_in"], inspected["blank_pages"])
+        # The warnings are those of our own plan of the job (the input's repair, the room the layout
+        # leaves): the process plan is expected to draw the same geometry.
+        return Placed(sheets, sides, inspected["pages_in"], inspected["blank_pages"], Placed.warnings_of(inspected))

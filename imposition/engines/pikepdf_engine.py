@@ -17,4 +17,5 @@ class PikepdfEngine(Engine):
 
     def _place(self, job: EngineJob) -> Placed:
         result = self.run_child(job, "impose")
-        return Placed(result["sheets"], result["sides"], result["pages_in"], result["blank_pages"])
+        return Placed(result["sheets"], result["sides"], result["pages_in"], result["blank_pages"],
+                      Placed.warnings_of(result))

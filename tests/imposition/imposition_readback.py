@@ -8,6 +8,7 @@ way they read, so a test can tell which page landed in which cell and which way 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,3 +109,89 @@ class Raster:
         box = (int(x0 * self.scale), int((self.height_pt - y1) * self.scale),
                int(x1 * self.scale), int((self.height_pt - y0) * self.scale))
         return sum(1 for pixel in self.image.crop(box).get_flattened_data() if min(pixel) < 200)
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A source page drawn on a plate, read from the plate's own operators: the form's ``P<n>`` label,
+    where the source page's TrimBox lands (through the ``cm`` in force at its ``Do``), the clip
+    rectangle (``re W n``) around it and the placement's scale; rectangles ``(x0, y0, x1, y1)`` pt."""
+
+    label: str
+    trim: tuple[float, float, float, float]
+    clip: tuple[float, float, float, float] | None
+    scale: float
+
+
+def _bounds(points):
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def _label_of(data: bytes) -> str | None:
+    match = re.search(rb"\((P\d+)\) Tj", data)
+    return match.group(1).decode() if match else None
+
+
+def placements(plate_path: Path, source_path: Path) -> list[list[Placed]]:
+    """Every placed page on every plate of ``plate_path`` (pages labelled as in the handed cases)."""
+    with pikepdf.open(source_path) as source:
+        trims = {_label_of(page.obj.Contents.read_bytes()): [float(v) for v in page.trimbox] for page in source.pages}
+    result = []
+    with pikepdf.open(plate_path) as plate:
+        for page in plate.pages:
+            placed, stack, ctm, clip, pending_rect = [], [], pikepdf.Matrix(), None, None
+            for operands, operator in pikepdf.parse_content_stream(page):
+                op = str(operator)
+                if op == "q":
+                    stack.append((ctm, clip))
+                elif op == "Q":
+                    ctm, clip = stack.pop()
+                elif op == "cm":
+                    ctm = pikepdf.Matrix(*[float(v) for v in operands]) @ ctm
+                elif op == "re":
+                    x, y, w, h = (float(v) for v in operands)
+                    pending_rect = _bounds([ctm.transform(p) for p in ((x, y), (x + w, y + h), (x, y + h), (x + w, y))])
+                elif op == "W":
+                    clip = pending_rect
+                elif op == "Do":
+                    form = page.obj.Resources.XObject[str(operands[0])]
+                    label = _label_of(form.read_bytes())
+                    x0, y0, x1, y1 = trims[label]
+                    corners = [ctm.transform(p) for p in ((x0, y0), (x1, y0), (x0, y1), (x1, y1))]
+                    placed.append(Placed(label, _bounds(corners), clip, math.hypot(ctm.a, ctm.b)))
+            result.append(placed)
+    return result
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A straight stroke drawn on the plate itself (a mark): ends in pt, dashed or solid."""
+
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+    dashed: bool
+
+
+def segments(plate_path: Path, page_index: int) -> list[Segment]:
+    """The ``m … l … S`` strokes of a plate's own content stream, with the dash pattern in force."""
+    found, path, dashed, stack = [], [], False, []
+    with pikepdf.open(plate_path) as plate:
+        for operands, operator in pikepdf.parse_content_stream(plate.pages[page_index]):
+            op = str(operator)
+            if op == "q":
+                stack.append(dashed)
+            elif op == "Q":
+                dashed = stack.pop()
+            elif op == "d":
+                dashed = len(operands[0]) > 0
+            elif op in ("m", "l"):
+                path.append((float(operands[0]), float(operands[1]), op))
+            elif op == "S":
+                for (xa, ya, _), (xb, yb, op_b) in zip(path, path[1:]):
+                    if op_b == "l":
+                        found.append(Segment(xa, ya, xb, yb, dashed))
+                path = []
+    return found

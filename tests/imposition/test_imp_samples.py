@@ -1,8 +1,10 @@
-"""The layout files shipped in samples/layouts (the README points users at them) parse as written
-and impose the 16-page sample with the sides each layout must give."""
+"""The layout files shipped in samples/layouts (the README points users at them) parse as written and
+impose with everything they ask for on the plate, read back (marks by their operators, bleed by the
+clip around each trim), and no warning: none succeeds without what it asked for."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pikepdf
@@ -10,16 +12,20 @@ import pytest
 
 from imposition import get_engine, parse_layout
 from service.settings import get_settings
+from .imposition_readback import MM, placements, segments
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+CASES = Path(__file__).resolve().parents[1] / "data" / "cases"
 #: 16 A5 pages: booklets and signatures print 4 pages a sheet on 2 sides; 2 × 2 grids 4 a side;
-#: work-and-turn puts front and back on one plate; step-and-repeat fills one sheet with page 1.
+#: step-and-repeat fills one sheet with page 1. A layout asking for bleed imposes handed case 7's
+#: 8 pages with 3 mm of bleed (the 16-page sample has none): work and turn puts their 4 fronts and
+#: 4 backs on one plate.
 EXPECTED_SIDES = {
-    "saddle_stitch_a4.json": 8,
+    "saddle_stitch_sra3.json": 8,
     "perfect_bound_16.json": 8,
     "n_up_2x2_sra3.json": 4,
     "cut_and_stack_2x2.json": 4,
-    "n_up_work_and_turn.json": 2,
+    "n_up_work_and_turn.json": 1,
     "step_and_repeat_sra3.json": 1,
 }
 
@@ -28,9 +34,39 @@ def test_every_shipped_layout_is_covered():
     assert sorted(p.name for p in (SAMPLES / "layouts").glob("*.json")) == sorted(EXPECTED_SIDES)
 
 
+def on_line(marks, *, x=None, y=None):
+    return [m for m in marks if (x is not None and abs(m.x0 - x) < 0.05 and abs(m.x1 - x) < 0.05)
+            or (y is not None and abs(m.y0 - y) < 0.05 and abs(m.y1 - y) < 0.05)]
+
+
 @pytest.mark.parametrize("name, sides", sorted(EXPECTED_SIDES.items()))
-def test_shipped_layout_imposes_the_sample(tmp_path, name, sides):
-    spec = parse_layout((SAMPLES / "layouts" / name).read_text())
-    report = get_engine(get_settings()).impose(SAMPLES / "a5_16p.pdf", spec, tmp_path / "plate.pdf")
-    with pikepdf.open(tmp_path / "plate.pdf") as plate:
+def test_shipped_layout_imposes_with_everything_it_asks_for(tmp_path, name, sides):
+    asked = json.loads((SAMPLES / "layouts" / name).read_text())
+    source = CASES / "trim_bleed_3mm_8p.pdf" if asked.get("bleed_mm") else SAMPLES / "a5_16p.pdf"
+    output = tmp_path / "plate.pdf"
+    report = get_engine(get_settings()).impose(source, parse_layout(asked), output)
+    assert report.warnings == ()
+    with pikepdf.open(output) as plate:
         assert len(plate.pages) == report.sides == sides
+    for index, side in enumerate(placements(output, source)):
+        drawn = segments(output, index)
+        assert all(placed.scale == pytest.approx(1) for placed in side)
+        if asked.get("crop_marks"):
+            for placed in side:  # every cut line of every page carries a mark
+                x0, y0, x1, y1 = placed.trim
+                for x in (x0, x1):
+                    assert on_line([m for m in drawn if not m.dashed], x=x), (name, placed.label, "vertical cut")
+                for y in (y0, y1):
+                    assert on_line([m for m in drawn if not m.dashed], y=y), (name, placed.label, "horizontal cut")
+        if asked.get("fold_marks"):
+            spine = min(p.trim[2] for p in side)
+            folds = on_line([m for m in drawn if m.dashed], x=spine)
+            top, bottom = max(p.trim[3] for p in side), min(p.trim[1] for p in side)
+            assert any(min(m.y0, m.y1) >= top for m in folds) and any(max(m.y0, m.y1) <= bottom for m in folds)
+        if asked.get("bleed_mm"):
+            for placed in side:
+                grown = [placed.trim[0] - placed.clip[0], placed.trim[1] - placed.clip[1],
+                         placed.clip[2] - placed.trim[2], placed.clip[3] - placed.trim[3]]
+                assert min(grown) == pytest.approx(asked["bleed_mm"] * MM, abs=0.01)
+        if not (asked.get("crop_marks") or asked.get("fold_marks")):
+            assert drawn == []

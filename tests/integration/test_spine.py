@@ -86,3 +86,32 @@ def test_cap_hit_parks_without_failing_or_counting_an_attempt(imposition_worker,
     job = final_job(job_id)
     assert (job.status, job.attempts, job.woken_by) == ("succeeded", 1, "cap_change")
     assert job.defer_count == 1  # parked once, never polled
+
+
+def test_warnings_reach_the_job_item_job_show_and_the_webhook_payload(imposition_worker, tenant_id):
+    import json
+
+    from click.testing import CliRunner
+
+    from service.cli import main
+    from webhooks.events import job_event
+
+    layout = {**N_UP_SRA3, "bleed_mm": 3}  # the handed case's pages have no bleed to keep
+    job = final_job(submit(CASES / "a5_8p.pdf", tenant_id=tenant_id, token="warned", layout=layout))
+    assert job.status == "succeeded", job.error
+    assert [w["code"] for w in job.warnings] == ["bleed_reduced"] and "bleed_mm=3" in job.warnings[0]["message"]
+    assert job_event(job)["warnings"] == job.warnings
+    shown = CliRunner().invoke(main, ["job", "show", job.job_id])
+    assert shown.exit_code == 0 and json.loads(shown.output)["warnings"] == job.warnings
+    strict = final_job(submit(CASES / "a5_8p.pdf", tenant_id=tenant_id, token="strict",
+                              layout={**layout, "on_warning": "fail"}))
+    assert (strict.status, strict.error_code, strict.attempts) == ("failed", "bleed_reduced", 1)
+
+
+def test_a_pdf_cut_in_half_fails_damaged_through_the_cluster(imposition_worker, tenant_id, tmp_path):
+    data = (CASES / "a5_8p.pdf").read_bytes()
+    half = tmp_path / "half.pdf"
+    half.write_bytes(data[: len(data) // 2])
+    job = final_job(submit(half, tenant_id=tenant_id, token="half", layout=SADDLE_A4))
+    assert (job.status, job.error_code, job.attempts) == ("failed", "damaged", 1)
+    assert "cannot be read (pages" in job.error and job.output_key is None
