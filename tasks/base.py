@@ -204,10 +204,10 @@ class FairTask(Task):
         message follows; 0 or absent for the first message); anything else is ignored.
 
         Returns ``{"outcome": ..., "job_id": ..., "tenant_id": ...}``; outcome is ``succeeded``,
-        ``duplicate_dropped`` or ``lease_lost``.
+        ``parked`` (waiting for a hand-off), ``duplicate_dropped`` or ``lease_lost``.
 
         Raises:
-            celery.exceptions.Retry: deferred (cap hit, contention) or retried after a failure.
+            celery.exceptions.Retry: deferred (contention; a cap hit under the timer policy) or retried after a failure.
             celery.exceptions.Reject: the message is malformed or names another tenant than the
                 job's (sent on to the dead-letter queue), or no lease could be taken for a reason
                 other than the cap (SQS redelivers it).
@@ -223,11 +223,12 @@ class FairTask(Task):
         except JobNotQueued as exc:
             if not is_duplicate(exc, after_attempt):
                 self._defer(job_id, tenant_id, exc)
-            log.info("dropping duplicate delivery of job %s (status %s)", job_id, exc.status)
-            signals.job_dropped.send(sender=self, job_id=job_id, tenant_id=tenant_id, status=exc.status)
-            return {"outcome": "duplicate_dropped", "job_id": job_id, "tenant_id": tenant_id}
+            return self._drop_duplicate(job_id, tenant_id, exc)
         except CapReached as exc:
-            lease = self._park_or_acquire(job_id, tenant_id, worker, exc)
+            try:
+                lease = self._park_or_acquire(job_id, tenant_id, worker, exc)
+            except JobNotQueued as gone:  # a duplicate delivery parked or ran it meanwhile
+                return self._drop_duplicate(job_id, tenant_id, gone)
             if lease is None:
                 return {"outcome": "parked", "job_id": job_id, "tenant_id": tenant_id}
         except LeaseContention as exc:
@@ -315,6 +316,7 @@ class FairTask(Task):
         Raises:
             celery.exceptions.Retry / Reject: deferred (timer policy, or parking kept losing to
                 acquires) / the park could not be written (SQS keeps the message).
+            JobNotQueued: the job moved on meanwhile (a duplicate delivery parked or ran it).
         """
         if get_settings().waiting_policy == "timer":
             self._defer(job_id, tenant_id, exc)
@@ -333,16 +335,17 @@ class FairTask(Task):
                 return transactions.acquire(job_id, tenant_id, worker)
             except CapReached as again:
                 exc = again
-            except JobNotQueued as gone:  # a duplicate delivery parked or ran it meanwhile
-                log.info("dropping duplicate delivery of job %s (status %s)", job_id, gone.status)
-                signals.job_dropped.send(sender=self, job_id=job_id, tenant_id=tenant_id, status=gone.status)
-                return None
             except LeaseContention as contention:
                 self._defer(job_id, tenant_id, contention)
             except _INFRASTRUCTURE_ERRORS as infra:
                 log.error("could not park job %s (%s); leaving the message to SQS", job_id, infra)
                 raise Reject(infra, requeue=False) from infra
         self._defer(job_id, tenant_id, exc)
+
+    def _drop_duplicate(self, job_id: str, tenant_id: str, exc: JobNotQueued) -> dict:
+        log.info("dropping duplicate delivery of job %s (status %s)", job_id, exc.status)
+        signals.job_dropped.send(sender=self, job_id=job_id, tenant_id=tenant_id, status=exc.status)
+        return {"outcome": "duplicate_dropped", "job_id": job_id, "tenant_id": tenant_id}
 
     def _hand_off(self, tenant_id: str) -> None:
         """After a release: wake the tenant's oldest waiting jobs while it has room, then offer any
