@@ -10,19 +10,23 @@ consumer must have logged the outage once when it began and once when it ended, 
 notifications worker must still deliver (record) webhooks and beat's sweeps must still arrive.
 
 On kombu 5.7.0's own SQS transport (``broker_url = "sqs://"``) every worker exits within a second
-of the outage with ``Unrecoverable error: AttributeError("'list' object has no attribute
-'get'")``; see ``DESIGN-NOTES.md`` ("kombu's SQS transport and an erroring endpoint").
+of the outage, in every mode, with ``Unrecoverable error: AttributeError("'list' object has no
+attribute 'get'")`` (or, on the 400, ``Exception('Request HTTP Error  HTTP 400 …')``); see
+``DESIGN-NOTES.md`` ("kombu's SQS transport and an erroring endpoint").
 """
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 
 import pytest
+from pydantic import ValidationError
 
 from leases.models import JobItem
-from service.settings import get_settings
+from service.settings import Settings, get_settings
+from tasks.sqs_transport import ReceiveBackoff
 from tests.conftest import reset_aws
 from tests.support.cluster import Cluster
 from tests.support.fault_proxy import FaultProxy
@@ -82,7 +86,7 @@ def sweeps_received(cluster: Cluster) -> int:
     return sum(1 for line in maintenance.log().splitlines() if "imposition.sweep[" in line and "received" in line)
 
 
-@pytest.mark.parametrize("mode", ["http_503", "reset", "refuse"])
+@pytest.mark.parametrize("mode", ["http_503", "http_400", "reset", "refuse"])
 def test_every_process_rides_out_an_sqs_outage_and_every_job_finishes_once(cluster, proxy, mode):
     assert cluster.exited() == {}, "a process had exited before this outage"
     tenant = f"outage-{mode.replace('_', '')}-{uuid.uuid4().hex[:8]}"
@@ -121,3 +125,18 @@ def test_every_process_rides_out_an_sqs_outage_and_every_job_finishes_once(clust
         began, ended = OUTAGE_BEGAN.format(queue=queue), OUTAGE_ENDED.format(queue=queue)
         assert (log.count(began), log.count(ended)) == (1, 1), f"{name}: one line per state change\n{log[-3000:]}"
         assert log.index(began) < log.index(ended)
+
+
+def test_the_receive_backoff_doubles_from_its_start_up_to_its_bound_and_is_jittered():
+    backoff = ReceiveBackoff(0.5, 10.0, rng=random.Random(7))
+    assert [backoff.cap_s(n) for n in range(1, 8)] == [0.5, 1, 2, 4, 8, 10, 10]
+    assert backoff.cap_s(10_000) == 10  # no overflow after a long outage
+    for failures in (1, 3, 6, 50):
+        cap = backoff.cap_s(failures)
+        pauses = [backoff.pause_s(failures) for _ in range(200)]
+        assert all(cap / 2 <= pause <= cap for pause in pauses)
+        assert len(set(pauses)) > 1  # jittered: a fleet does not poll in step after an outage
+    with pytest.raises(ValueError, match="initial_s <= max_s"):
+        ReceiveBackoff(2.0, 1.0)
+    with pytest.raises(ValidationError, match="sqs_receive_backoff_initial_s=20 must be <= sqs_receive_backoff_max_s=10"):
+        Settings(sqs_receive_backoff_initial_s=20, sqs_receive_backoff_max_s=10)

@@ -11,6 +11,7 @@ mode            a new connection…
 ``forward``     is relayed, byte for byte, to the endpoint (the default)
 ``http_503``    has its request read and answered ``HTTP 503 ServiceUnavailable`` (AWS JSON error
                 body, ``Connection: close``); nothing reaches the endpoint
+``http_400``    the same, answered ``HTTP 400 ThrottlingException`` (what SQS says when throttling)
 ``reset``       is accepted and reset at once (TCP RST: ``ECONNRESET`` on the client)
 ``refuse``      is refused: the proxy stops listening (``ECONNREFUSED``) until the mode changes
 ==============  ===================================================================================
@@ -38,7 +39,12 @@ from collections import Counter
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
-MODES = ("forward", "http_503", "reset", "refuse")
+MODES = ("forward", "http_503", "http_400", "reset", "refuse")
+#: Failing HTTP modes → status line and AWS error type of the answer.
+_ANSWERS = {
+    "http_503": (b"503 Service Unavailable", "ServiceUnavailable"),
+    "http_400": (b"400 Bad Request", "ThrottlingException"),
+}
 
 _BUFFER_BYTES = 65_536
 _HEADER_LIMIT_BYTES = 65_536
@@ -77,10 +83,12 @@ def _read_request(sock: socket.socket) -> None:
         remaining -= len(chunk)
 
 
-def _service_unavailable() -> bytes:
-    body = json.dumps({"__type": "com.amazonaws.sqs#ServiceUnavailable",
+def _error_answer(mode: str) -> bytes:
+    """The HTTP answer of failing mode ``mode`` (a key of :data:`_ANSWERS`)."""
+    status, error_type = _ANSWERS[mode]
+    body = json.dumps({"__type": f"com.amazonaws.sqs#{error_type}",
                        "message": "injected by tests.support.fault_proxy"}).encode()
-    return (b"HTTP/1.1 503 Service Unavailable\r\n"
+    return (b"HTTP/1.1 " + status + b"\r\n"
             b"Content-Type: application/x-amz-json-1.0\r\n"
             b"x-amzn-RequestId: fault-proxy\r\n"
             b"Content-Length: " + str(len(body)).encode() + b"\r\n"
@@ -210,11 +218,11 @@ class FaultProxy:
             self.faults[mode] += 1
             _reset(client)
             return
-        if mode == "http_503":
+        if mode in _ANSWERS:
             self.faults[mode] += 1
             try:
                 _read_request(client)
-                client.sendall(_service_unavailable())
+                client.sendall(_error_answer(mode))
             except OSError:
                 pass
             finally:
