@@ -3,8 +3,10 @@
 Nothing here is a number of its own: every value comes from the settings object or the clocks, so
 the visibility timeout Celery knows is the one ``imposition provision`` gave the queues.
 
-The broker is SQS with *predefined* queues (kombu then never calls ``CreateQueue`` with attributes
-of its own); their URLs are looked up once per process, so run ``imposition provision`` first.
+The broker is SQS through :mod:`tasks.sqs_transport` (kombu's SQS transport, made to ride out an
+erroring or unreachable endpoint; selected by its URL scheme), with *predefined* queues (kombu then
+never calls ``CreateQueue`` with attributes of its own); their URLs are looked up once per
+process, so run ``imposition provision`` first.
 Remote control and gossip need broadcast (fanout) queues that SQS cannot give a predefined setup,
 so they are off; monitoring events travel through the Redis side channel instead (see
 ``tasks.worker``).
@@ -16,11 +18,12 @@ from service import aws
 from service.clocks import get_clocks
 from service.settings import get_settings
 from service.tenancy import MAINTENANCE_GROUP
+from tasks import sqs_transport
 
 _settings = get_settings()
 _clocks = get_clocks()
 
-broker_url = "sqs://"
+broker_url = sqs_transport.register()  # "imposition-sqs://"; not broker_transport: see tasks.sqs_transport
 broker_connection_retry_on_startup = True
 broker_transport_options = {
     "region": _settings.aws_region,
@@ -29,6 +32,8 @@ broker_transport_options = {
     "visibility_timeout": _clocks.visibility_timeout_s,
     "wait_time_seconds": _settings.sqs_wait_time_s,
     "polling_interval": _settings.sqs_polling_interval_s,
+    "receive_backoff_initial_s": _settings.sqs_receive_backoff_initial_s,
+    "receive_backoff_max_s": _settings.sqs_receive_backoff_max_s,
 }
 
 task_queues = tuple(

@@ -9,7 +9,8 @@ pattern), so ``imposition impose`` does not import the service stack.
 Exit status of every command: 0 ok; 1 the command's own failure (no such job, drift left by
 ``audit``); 2 a usage error (click's: a bad option, a malformed tenant or job id, a cap out of
 range, a refused submission); 3 a service the command needs is unreachable (AWS endpoint, Redis,
-missing AWS credentials), reported in one line by :class:`ServiceGroup`, never as a traceback.
+missing AWS credentials) or lacks a queue, table or bucket that ``imposition provision`` creates,
+reported in one line by :class:`ServiceGroup`, never as a traceback.
 """
 
 from __future__ import annotations
@@ -61,16 +62,28 @@ JOB_ID = IdentifierParam("job_id", validate_job_id)
 
 
 class ServiceUnavailable(click.ClickException):
-    """A service a command needs could not be reached: one line on stderr, exit status 3."""
+    """A service a command needs could not be reached, or lacks a resource that ``imposition
+    provision`` creates: one line on stderr, exit status 3."""
 
     exit_code = 3
 
 
+#: AWS error codes of a queue, table or bucket that does not exist (was never provisioned, or the
+#: endpoint restarted empty): DynamoDB; SQS (query protocol, JSON protocol); S3.
+NOT_PROVISIONED_CODES = frozenset({
+    "ResourceNotFoundException",
+    "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist",
+    "NoSuchBucket",
+})
+
+
 def unreachable_service(exc: BaseException) -> str | None:
-    """One line saying which service could not be reached and what to check, if ``exc`` or an
-    error it wraps (``__cause__``, PynamoDB's ``cause``, ``__context__``) is a connection failure,
-    a timeout or missing AWS credentials; else None (the error is something else: let it show)."""
-    from botocore.exceptions import ConnectionError as AwsConnectionError  # noqa: PLC0415 (error path only)
+    """One line saying which service could not be used and what to check, if ``exc`` or an error
+    it wraps (``__cause__``, PynamoDB's ``cause``, ``__context__``) is a connection failure, a
+    timeout, missing AWS credentials or an AWS error naming a resource that does not exist
+    (:data:`NOT_PROVISIONED_CODES`); else None (the error is something else: let it show)."""
+    from botocore.exceptions import ClientError  # noqa: PLC0415 (error path only)
+    from botocore.exceptions import ConnectionError as AwsConnectionError  # noqa: PLC0415
     from botocore.exceptions import HTTPClientError, NoCredentialsError, PartialCredentialsError  # noqa: PLC0415
     from redis.exceptions import ConnectionError as RedisConnectionError, TimeoutError as RedisTimeout  # noqa: PLC0415
 
@@ -87,6 +100,10 @@ def unreachable_service(exc: BaseException) -> str | None:
             endpoint = current.kwargs.get("endpoint_url") or get_settings().aws_endpoint_url or "AWS"
             return (f"cannot reach the AWS endpoint {endpoint} ({type(current).__name__}): is the stack "
                     "running (`make run`)? check AWS_ENDPOINT_URL and the network, then retry")
+        if isinstance(current, ClientError) and current.response.get("Error", {}).get("Code") in NOT_PROVISIONED_CODES:
+            message = " ".join(str(current).split())  # PynamoDB's names the table
+            return (f"not provisioned: {message}; run `imposition provision` (or check the "
+                    "IMPOSITION_*_QUEUE, *_TABLE and IMPOSITION_BUCKET names), then retry")
         if isinstance(current, (RedisConnectionError, RedisTimeout)):
             return (f"cannot reach Redis ({current}): is Redis running? check IMPOSITION_REDIS_URL and "
                     "IMPOSITION_EVENTS_URL, then retry")

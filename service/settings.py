@@ -70,6 +70,17 @@ class Settings(BaseSettings):
         description="kombu's pause after a receive before it polls again; 0 = long polling alone paces them "
                     "(kombu SQS docs: the two delays add up).",
     )
+    sqs_receive_backoff_initial_s: float = Field(
+        default=0.5, gt=0,
+        description="Worker: pause before the next receive after the first failed one (SQS answering 408/5xx, "
+                    "a reset or refused connection); doubled per failure in a row up to sqs_receive_backoff_max_s, "
+                    "each pause drawn between half of it and all of it (tasks.sqs_transport).",
+    )
+    sqs_receive_backoff_max_s: float = Field(
+        default=10.0, gt=0,
+        description="Worker: longest pause between receives while SQS keeps failing; it bounds how long after the "
+                    "endpoint is back a worker may take to notice.",
+    )
 
     # --- Redis (admission control, monitoring-event side channel) ---------------------------------
     redis_url: str = "redis://127.0.0.1:6379/0"
@@ -290,11 +301,17 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _clocks_agree(self) -> "Settings":
-        """Reject clocks that break the rules of DESIGN §4 (the derived ones are checked in clocks)."""
+        """Reject clocks that break the rules of DESIGN §4 (the derived ones are checked in clocks), and
+        backoff bounds in the wrong order."""
         if self.heartbeat_interval_s > self.lease_ttl_s / 3:
             raise ValueError(
                 f"heartbeat_interval_s={self.heartbeat_interval_s} must be <= lease_ttl_s / 3 "
                 f"= {self.lease_ttl_s / 3:g} (DESIGN §4: a lease survives two missed heartbeats)"
+            )
+        if self.sqs_receive_backoff_initial_s > self.sqs_receive_backoff_max_s:
+            raise ValueError(
+                f"sqs_receive_backoff_initial_s={self.sqs_receive_backoff_initial_s:g} must be <= "
+                f"sqs_receive_backoff_max_s={self.sqs_receive_backoff_max_s:g}"
             )
         if self.node_ttl_s < 2 * self.heartbeat_interval_s:
             raise ValueError(

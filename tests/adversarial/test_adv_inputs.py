@@ -231,6 +231,31 @@ def test_cli_reports_an_unreachable_endpoint_in_one_line(args):
     assert result.stderr.strip().count("\n") == 0 and "http://127.0.0.1:9" in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize("args", [
+    ("audit",),
+    ("job", "show", "0" * 32),
+    ("tenant", "show", "acme"),
+])
+def test_cli_reports_an_unprovisioned_table_in_one_line(args):
+    """Against a reachable endpoint whose tables were never provisioned, ``audit`` ended in a
+    ``ScanError`` (ResourceNotFoundException) traceback."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    suffix = uuid.uuid4().hex[:8]
+    env = {**os.environ, **{f"IMPOSITION_{kind}_TABLE": f"never-provisioned-{kind.lower()}-{suffix}"
+                            for kind in ("TENANTS", "LEASES", "JOBS")}}
+    command = Path(sys.executable).with_name("imposition")
+    result = subprocess.run([str(command), *args], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 3, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert "never-provisioned-" in result.stderr or "does not exist" in result.stderr, result.stderr
+    assert "imposition provision" in result.stderr, result.stderr
+
+
 @pytest.mark.parametrize("status", ["queued", "succeeded"])
 def test_acquire_naming_another_tenant_is_a_tenant_mismatch_and_writes_nothing(fresh_aws, status):
     """The lease transaction counted the cap of the tenant the caller named and never compared it

@@ -24,14 +24,17 @@ SADDLE_A4 = {"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape
 
 class Cluster:
     """``nodes`` imposer nodes (``-c concurrency`` each, node names imposer1…), a maintenance worker
-    and beat, sharing ``fault_dir`` (markers) and ``event_dir`` (the lease-event log).
+    and beat (and, with ``notifications``, a notifications worker), sharing ``fault_dir`` (markers)
+    and ``event_dir`` (the lease-event log).
 
     Args:
         tmp: a directory of its own (logs, markers, events).
         env: extra environment of every process (e.g. shorter clocks).
+        notifications: also start a notifications worker (``-c 1``, node name notifier).
     """
 
-    def __init__(self, tmp: Path, *, nodes: int = 2, concurrency: int = 4, env: dict[str, str] | None = None) -> None:
+    def __init__(self, tmp: Path, *, nodes: int = 2, concurrency: int = 4, env: dict[str, str] | None = None,
+                 notifications: bool = False) -> None:
         self.tmp = tmp
         self.fault_dir = tmp / "faults"
         self.event_dir = tmp / "events"
@@ -48,6 +51,9 @@ class Cluster:
             self.others.append(start_worker(tmp, queue=get_settings().maintenance_queue, concurrency=1,
                                             name="maintenance", env=self.env, app=FAULT_APP))
             self.others.append(start_beat(tmp, env=self.env))
+            if notifications:
+                self.others.append(start_worker(tmp, queue=get_settings().notifications_queue, concurrency=1,
+                                                name="notifier", env=self.env, app=FAULT_APP))
         except BaseException:
             self.stop()
             raise
@@ -60,7 +66,15 @@ class Cluster:
 
     def stop(self) -> None:
         """Stop every process (a stopped one is continued first)."""
-        stop_all([*self.nodes.values(), *self.others])
+        stop_all(self.processes())
+
+    def processes(self) -> list[CeleryProcess]:
+        """Every process of the cluster: imposer nodes first, then the others in start order."""
+        return [*self.nodes.values(), *self.others]
+
+    def exited(self) -> dict[str, int]:
+        """Log file name → exit status of every process that is no longer running."""
+        return {p.log_path.name: p.proc.returncode for p in self.processes() if p.proc.poll() is not None}
 
     # -- jobs ------------------------------------------------------------------------------------
 

@@ -1,0 +1,200 @@
+"""Our SQS transport: kombu's, with receives that survive an erroring or unreachable endpoint.
+
+:mod:`celeryconfig` selects it by URL scheme (``broker_url = "imposition-sqs://"``, an alias that
+:func:`register` adds to kombu's transport table). Not through Celery's ``broker_transport``: kombu
+lets an explicit transport override the scheme of *every* URL, so the Redis side channel of the
+monitoring events (``observability.events``) and Flower's ``--broker=redis://…`` would get this
+SQS transport too.
+
+Why (``DESIGN-NOTES.md``, "kombu's SQS transport and an erroring endpoint", has the upstream
+reproduction): kombu 5.7.0's asynchronous SQS connection turns a receive answered HTTP 408 or 5xx,
+or not answered at all (connection reset or refused, timeout: curl's code 599), into ``[]``, and its
+channel then calls ``[].get('Messages')``. The AttributeError stops the worker ("Unrecoverable
+error"), or, when the answer is read inside a timer, is logged as "Error in timer" and ends that
+queue's polling for good while the process lives on. Any other HTTP error (400 throttling, 403) is
+raised the same way.
+
+What this transport changes, nothing else:
+
+* a receive whose answer is not a dict, or that kombu raised on while reading it, counts as a
+  failed receive: no messages;
+* while a queue's receives fail, the next receive waits a bounded backoff
+  (``Settings.sqs_receive_backoff_initial_s``, doubled per failure in a row up to
+  ``sqs_receive_backoff_max_s``, each pause drawn between half of it and all of it), where kombu
+  would poll again at once;
+* one log line when a queue's receives begin to fail (WARNING, with the first error) and one when
+  they answer again (INFO, with how long and how many receives failed), not one per receive.
+
+Publishing, acks and visibility changes use kombu's blocking boto3 client, whose own retries cover
+short outages; they are not changed here.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from kombu.transport import SQS, TRANSPORT_ALIASES
+from vine.abstract import Thenable
+
+log = logging.getLogger(__name__)
+
+#: URL scheme of this transport (``imposition-sqs://``), registered by :func:`register`.
+SCHEME = "imposition-sqs"
+
+
+def register() -> str:
+    """Add :data:`SCHEME` to kombu's transport aliases (idempotent, no I/O); returns the broker URL
+    ``imposition-sqs://``."""
+    TRANSPORT_ALIASES[SCHEME] = f"{__name__}:Transport"
+    return f"{SCHEME}://"
+
+
+@dataclass(frozen=True)
+class ReceiveFailed:
+    """The answer of a receive that kombu could not read: ``error`` is what it raised."""
+
+    error: BaseException
+
+    def describe(self) -> str:
+        return f"{type(self.error).__name__}: {self.error}"
+
+
+def describe_answer(answer: object) -> str:
+    """What a receive's non-dict answer says, for the log line that opens an outage."""
+    if isinstance(answer, ReceiveFailed):
+        return answer.describe()
+    return "HTTP 408 or 5xx, or no answer (connection reset or refused, timeout)"
+
+
+class ReceiveBackoff:
+    """Pauses between failing receives: ``initial_s`` doubled per failure in a row, capped at
+    ``max_s``, each drawn uniformly between half of that and all of it (seconds).
+
+    Args:
+        initial_s: the cap for the first failure, seconds (> 0).
+        max_s: the largest cap, seconds (>= ``initial_s``).
+        rng: the random source (tests pass a seeded one).
+
+    Raises:
+        ValueError: ``initial_s`` is not positive or ``max_s`` is below it.
+    """
+
+    def __init__(self, initial_s: float, max_s: float, rng: random.Random | None = None) -> None:
+        if not 0 < initial_s <= max_s:
+            raise ValueError(f"need 0 < initial_s <= max_s, got initial_s={initial_s:g}, max_s={max_s:g}")
+        self.initial_s = initial_s
+        self.max_s = max_s
+        self._rng = rng or random.Random()
+
+    def cap_s(self, failures: int) -> float:
+        """The largest pause after ``failures`` (>= 1) failed receives in a row, seconds."""
+        return min(self.max_s, self.initial_s * 2 ** min(max(failures, 1) - 1, 62))
+
+    def pause_s(self, failures: int) -> float:
+        """The pause before the next receive after ``failures`` (>= 1) failed ones, seconds."""
+        cap = self.cap_s(failures)
+        return self._rng.uniform(cap / 2, cap)
+
+
+@dataclass
+class _Outage:
+    began_at: float  # time.monotonic()
+    failures: int
+
+
+class _ReceiveAnswer:
+    """The callback kombu's receive ends in, in front of ``on_answer``.
+
+    An answer kombu read goes to ``on_answer`` as it is. One it raised on while reading (an HTTP
+    error other than 408/5xx) goes to ``on_answer`` as :class:`ReceiveFailed`, instead of up through
+    the event loop. vine calls :meth:`throw` for such an error; it calls it again when ``on_answer``
+    itself raised, and that error is left alone: the promise that caught it raises it again.
+    """
+
+    def __init__(self, on_answer: Callable[[Any], Any]) -> None:
+        self._on_answer = on_answer
+        self._settled = False
+
+    def __call__(self, answer: Any) -> Any:
+        self._settled = True
+        return self._on_answer(answer)
+
+    def throw(self, exc: BaseException | None = None, tb: object = None, propagate: bool = True) -> Any:
+        if self._settled:
+            return None
+        self._settled = True
+        error = exc if exc is not None else sys.exc_info()[1]
+        return self._on_answer(ReceiveFailed(error))
+
+    def cancel(self) -> None:
+        self._settled = True
+
+
+Thenable.register(_ReceiveAnswer)  # vine's transform() then uses it as it is, not wrapped in a promise
+
+
+class Channel(SQS.Channel):
+    """kombu's SQS channel with failed receives read as "no messages", a bounded backoff while a
+    queue's receives fail, and one log line per change between failing and answering.
+
+    Transport options (from :mod:`celeryconfig`; the settings' defaults otherwise):
+    ``receive_backoff_initial_s`` and ``receive_backoff_max_s``, seconds (see
+    :class:`ReceiveBackoff`).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from service.settings import get_settings  # noqa: PLC0415 - read when a channel opens, not at import
+
+        settings = get_settings()
+        options = self.transport_options
+        self._backoff = ReceiveBackoff(
+            float(options.get("receive_backoff_initial_s", settings.sqs_receive_backoff_initial_s)),
+            float(options.get("receive_backoff_max_s", settings.sqs_receive_backoff_max_s)),
+        )
+        self._outages: dict[str, _Outage] = {}  # queue name → its receives failing since
+
+    def _get_from_sqs(self, queue_name, queue_url, connection, count=1, callback=None):
+        return super()._get_from_sqs(queue_name, queue_url, connection, count=count,
+                                     callback=_ReceiveAnswer(callback))
+
+    def _on_messages_ready(self, queue, qname, messages):
+        # kombu's names: ``queue`` is the queue's URL, ``qname`` its name.
+        if not isinstance(messages, dict):
+            self._receive_failed(qname, messages)
+            return 0
+        self._receive_answered(qname)
+        return super()._on_messages_ready(queue, qname, messages)
+
+    def _loop1(self, queue, messages_fetched=None):
+        outage = self._outages.get(queue)
+        if outage is None:
+            return super()._loop1(queue, messages_fetched)
+        self.hub.call_later(self._backoff.pause_s(outage.failures), self._schedule_queue, queue)
+        return None
+
+    def _receive_failed(self, queue: str, answer: object) -> None:
+        outage = self._outages.get(queue)
+        if outage is None:
+            self._outages[queue] = _Outage(began_at=time.monotonic(), failures=1)
+            log.warning("SQS receive from queue %s failing (%s); receiving again with backoff up to %g s",
+                        queue, describe_answer(answer), self._backoff.max_s)
+        else:
+            outage.failures += 1
+
+    def _receive_answered(self, queue: str) -> None:
+        outage = self._outages.pop(queue, None)
+        if outage is not None:
+            log.info("SQS receive from queue %s answering again after %.1f s and %d failed receive(s)",
+                     queue, time.monotonic() - outage.began_at, outage.failures)
+
+
+class Transport(SQS.Transport):
+    """kombu's SQS transport with :class:`Channel`."""
+
+    Channel = Channel

@@ -1,0 +1,142 @@
+"""The cluster rides out an SQS outage: real workers and beat behind a loopback fault proxy.
+
+One cluster for the module (an imposer node × 4 slots, the maintenance worker, beat, a
+notifications worker), every process with ``AWS_ENDPOINT_URL_SQS`` pointing at a
+:class:`tests.support.fault_proxy.FaultProxy` in front of moto's SQS (S3 and DynamoDB direct).
+This test process submits straight to moto, so submissions never meet the fault. Each test
+switches the proxy to one failing mode for :data:`OUTAGE_S` seconds while jobs run, then submits
+more jobs: every process must still be alive, every job must finish exactly once, every
+consumer must have logged the outage once when it began and once when it ended, the
+notifications worker must still deliver (record) webhooks and beat's sweeps must still arrive.
+
+On kombu 5.7.0's own SQS transport (``broker_url = "sqs://"``) every worker exits within a second
+of the outage, in every mode, with ``Unrecoverable error: AttributeError("'list' object has no
+attribute 'get'")`` (or, on the 400, ``Exception('Request HTTP Error  HTTP 400 …')``); see
+``DESIGN-NOTES.md`` ("kombu's SQS transport and an erroring endpoint").
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+
+import pytest
+from pydantic import ValidationError
+
+from leases.models import JobItem
+from service.settings import Settings, get_settings
+from tasks.sqs_transport import ReceiveBackoff
+from tests.conftest import reset_aws
+from tests.support.cluster import Cluster
+from tests.support.fault_proxy import FaultProxy
+from tests.support.processes import wait_for
+
+#: How long each outage lasts, seconds (the issue's blip was 2.5 s).
+OUTAGE_S = 3.0
+#: The log lines of :mod:`tasks.sqs_transport`, one per state change of a queue's receives.
+OUTAGE_BEGAN = "SQS receive from queue {queue} failing"
+OUTAGE_ENDED = "SQS receive from queue {queue} answering again"
+
+
+@pytest.fixture(scope="module")
+def proxy(local_aws):
+    with FaultProxy(local_aws.main.url) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, proxy):
+    reset_aws()
+    c = Cluster(tmp_path_factory.mktemp("sqs-outage"), nodes=1, concurrency=4,
+                env={"AWS_ENDPOINT_URL_SQS": proxy.url}, notifications=True)
+    yield c
+    c.stop()
+
+
+def committed(cluster: Cluster, job_id: str) -> list[dict]:
+    return [e for e in cluster.events_of(job_id, "releasing") if e["outcome"] == "succeeded"]
+
+
+def consumers(cluster: Cluster) -> dict[str, str]:
+    """Log file name → the queue that worker consumes."""
+    settings = get_settings()
+    queues = {"maintenance.log": settings.maintenance_queue, "notifier.log": settings.notifications_queue}
+    return {p.log_path.name: queues.get(p.log_path.name, settings.imposition_queue)
+            for p in cluster.processes() if p.log_path.name != "beat.log"}
+
+
+def logs_since(cluster: Cluster, offsets: dict[str, int]) -> dict[str, str]:
+    """Log file name → what the process wrote after ``offsets`` (characters)."""
+    return {p.log_path.name: p.log()[offsets.get(p.log_path.name, 0):] for p in cluster.processes()}
+
+
+def finish_all(cluster: Cluster, jobs: list[str], timeout_s: float = 90) -> list[JobItem]:
+    """Wait until every job is final; fail at once if a process of the cluster exited."""
+    def done():
+        assert cluster.exited() == {}, "a process exited:\n" + "\n".join(
+            f"{p.log_path.name}: {p.log()[-2000:]}" for p in cluster.processes() if p.proc.poll() is not None)
+        items = [JobItem.get(job_id, consistent_read=True) for job_id in jobs]
+        return items if all(item.status in ("succeeded", "failed") for item in items) else None
+    return wait_for(done, timeout_s, interval_s=0.5, what="every job to finish")
+
+
+def sweeps_received(cluster: Cluster) -> int:
+    maintenance = next(p for p in cluster.others if p.log_path.name == "maintenance.log")
+    return sum(1 for line in maintenance.log().splitlines() if "imposition.sweep[" in line and "received" in line)
+
+
+@pytest.mark.parametrize("mode", ["http_503", "http_400", "reset", "refuse"])
+def test_every_process_rides_out_an_sqs_outage_and_every_job_finishes_once(cluster, proxy, mode):
+    assert cluster.exited() == {}, "a process had exited before this outage"
+    tenant = f"outage-{mode.replace('_', '')}-{uuid.uuid4().hex[:8]}"
+    cluster.mark(f"tenant-{tenant}.sleep", "1")  # jobs are running when the outage begins, with a
+    # slot still free, so the imposer node is receiving too (a node with every slot busy does not poll)
+    offsets = {p.log_path.name: len(p.log()) for p in cluster.processes()}
+    before = [cluster.submit(tenant) for _ in range(3)]
+    wait_for(lambda: cluster.events_of_tenant(tenant, "acquired"), 30, what="a job to start")
+    faults_before = proxy.faults[mode]
+
+    with proxy.failing(mode):
+        time.sleep(OUTAGE_S)
+
+    assert proxy.faults[mode] > faults_before, "no client met the outage"
+    sweeps_at_end = sweeps_received(cluster)
+    after = [cluster.submit(tenant) for _ in range(3)]
+    jobs = before + after
+    finished = finish_all(cluster, jobs)
+
+    assert cluster.exited() == {}, "a process exited during or after the outage"
+    assert [job.status for job in finished] == ["succeeded"] * len(jobs), [job.error for job in finished]
+    assert [len(committed(cluster, job_id)) for job_id in jobs] == [1] * len(jobs)  # exactly once
+    # The notifications worker still consumes: the webhook round of every job submitted after the
+    # outage ran (no endpoint: recorded). Jobs that ended during it may have had their round's
+    # publish refused: recorded not_sent (issue 15, the webhook outbox).
+    wait_for(lambda: all(JobItem.get(j, consistent_read=True).webhook_status == "no_endpoint" for j in after),
+             60, what="the webhook rounds of the jobs submitted after the outage to run")
+    # Beat kept scheduling and its sweeps reach the maintenance worker again.
+    wait_for(lambda: sweeps_received(cluster) >= sweeps_at_end + 2, 30, what="two sweeps after the outage")
+    assert cluster.exited() == {}
+
+    logs = logs_since(cluster, offsets)
+    for name, queue in consumers(cluster).items():
+        log = logs[name]
+        assert "Unrecoverable error" not in log, f"{name}:\n{log[-3000:]}"
+        began, ended = OUTAGE_BEGAN.format(queue=queue), OUTAGE_ENDED.format(queue=queue)
+        assert (log.count(began), log.count(ended)) == (1, 1), f"{name}: one line per state change\n{log[-3000:]}"
+        assert log.index(began) < log.index(ended)
+
+
+def test_the_receive_backoff_doubles_from_its_start_up_to_its_bound_and_is_jittered():
+    backoff = ReceiveBackoff(0.5, 10.0, rng=random.Random(7))
+    assert [backoff.cap_s(n) for n in range(1, 8)] == [0.5, 1, 2, 4, 8, 10, 10]
+    assert backoff.cap_s(10_000) == 10  # no overflow after a long outage
+    for failures in (1, 3, 6, 50):
+        cap = backoff.cap_s(failures)
+        pauses = [backoff.pause_s(failures) for _ in range(200)]
+        assert all(cap / 2 <= pause <= cap for pause in pauses)
+        assert len(set(pauses)) > 1  # jittered: a fleet does not poll in step after an outage
+    with pytest.raises(ValueError, match="initial_s <= max_s"):
+        ReceiveBackoff(2.0, 1.0)
+    with pytest.raises(ValidationError, match="sqs_receive_backoff_initial_s=20 must be <= sqs_receive_backoff_max_s=10"):
+        Settings(sqs_receive_backoff_initial_s=20, sqs_receive_backoff_max_s=10)
