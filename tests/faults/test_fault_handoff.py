@@ -81,7 +81,10 @@ def test_a_burst_is_parked_at_the_door_and_handed_off_in_submission_order(cluste
     for job_id in holders:
         _release_hold(cluster, job_id)
     finished = [cluster.final(j) for j in parked]
-    assert all(j.status == "succeeded" and j.attempts == 1 and j.woken_by == "release" for j in finished)
+    assert [(j.status, j.attempts) for j in finished] == [("succeeded", 1)] * 6
+    # Woken by a release's hand-off; a sweep that runs between a release and its wake may take it first.
+    woken_by = [j.woken_by for j in finished]
+    assert set(woken_by) <= {"release", "sweeper"} and "release" in woken_by, woken_by
     starts = [float(j.started_at) for j in finished]
     # FIFO within the tenant: the two slots take the parked jobs two by two in submission order.
     assert all(max(starts[i:i + 2]) <= min(starts[i + 2:i + 4]) for i in range(0, 4, 2)), starts

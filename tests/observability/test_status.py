@@ -9,7 +9,7 @@ import uuid
 import pytest
 from click.testing import CliRunner
 
-from leases import transactions
+from leases import transactions, waiting
 from leases.models import JobItem
 from leases.tenants import set_cap
 from observability import recent
@@ -21,10 +21,18 @@ from service.settings import get_settings
 
 def save_job(tenant: str, *, submitted_at: float, status: str = "queued", started_at: float | None = None,
              finished_at: float | None = None, attempts: int = 0) -> str:
+    """A job item; a ``queued`` one is counted as published, a ``waiting`` one goes through the door
+    (its tenant must be full), a final one is just written."""
     job_id = uuid.uuid4().hex
-    JobItem(job_id, tenant_id=tenant, token=job_id, max_attempts=3, layout={}, input_key="k", status=status,
-            attempts=attempts, submitted_at=submitted_at, first_received_at=started_at, started_at=started_at,
-            finished_at=finished_at).save()
+    job = JobItem(job_id, tenant_id=tenant, token=job_id, max_attempts=3, layout={}, input_key="k", status=status,
+                  attempts=attempts, submitted_at=submitted_at, first_received_at=started_at, started_at=started_at,
+                  finished_at=finished_at)
+    if status == "queued":
+        waiting.admit(job, door=False)
+    elif status == "waiting":
+        assert waiting.admit(job) is False, "the tenant had room: the job was not parked"
+    else:
+        job.save()
     return job_id
 
 
@@ -39,7 +47,7 @@ def scene(fresh_aws):
         job_id = save_job(busy, submitted_at=submitted)
         transactions.acquire(job_id, busy, "imposer@test/1", now=started)
     for age_s in (100, 50, 10):  # waiting so far
-        save_job(busy, submitted_at=now - age_s)
+        save_job(busy, submitted_at=now - age_s, status="waiting")
     save_job(busy, submitted_at=now - 1000, status="failed", started_at=now - 990, finished_at=now - 980, attempts=1)
     save_job(busy, submitted_at=now - 7200, status="failed", started_at=now - 7100, finished_at=now - 7000,
              attempts=1)  # outside the hour
