@@ -85,6 +85,7 @@ def create_job_with_claim(job: JobItem, *, ttl_s: float, now: float | None = Non
         now: epoch seconds (default the clock): a claim whose ``expires_at`` is before it is free.
 
     Raises:
+        ValueError: ``ttl_s`` is not > 0.
         DuplicateSubmission: the token holds a live claim of another job (``.job_id``); nothing written.
         DuplicateJobId: a job item with ``job.job_id`` exists (any tenant's); nothing written.
         AdmissionUnavailable: conflicts or throttling outlasted ``Settings.lease_conflict_attempts``

@@ -128,6 +128,19 @@ def test_an_expired_claim_does_not_block_its_token_even_before_ttl_deletion(redi
     assert sorted(j.job_id for j in jobs_of(tenant)) == sorted([first, second])
 
 
+def test_a_lost_answer_to_the_claim_transaction_is_read_back_one_job(redis_db, uploaded, new_tenant):
+    from tests.support.dynamo_faults import LostResponses
+
+    tenant = new_tenant()
+    key = uploaded(tenant)
+    with LostResponses("TransactWriteItems") as lost:
+        job_id = submit_job(tenant_id=tenant, token="ambiguous", input_key=key, layout=LAYOUT)
+    assert lost.lost == 1
+    assert read_claim(tenant, "ambiguous").job_id == job_id
+    assert [j.job_id for j in jobs_of(tenant)] == [job_id]
+    assert queue_messages(_queue()) == 1
+
+
 def test_failed_publish_undoes_the_claim_with_the_job(redis_db, uploaded, new_tenant):
     from service.provision import provision
 
