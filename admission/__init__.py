@@ -2,8 +2,10 @@
 
 Every submission (``impose.delay``, :func:`tasks.submission.submit`, ``imposition submit``) passes
 :func:`admit` before anything is written or published: idempotency token, rate limit, in-flight cap,
-in one atomic Redis script (see :mod:`admission.control`). A submission that fails after admission
-calls :func:`abandon`; a tenant that received a job's webhook calls :func:`confirm`.
+in one atomic Redis script (see :mod:`admission.control`): the fast check. The durable check is the
+token's claim in DynamoDB, written in one transaction with the job item (:mod:`admission.claims`),
+so a Redis that forgot its tokens never lets a duplicate through. A submission that fails after
+admission calls :func:`abandon`; a tenant that received a job's webhook calls :func:`confirm`.
 
 Public API::
 
@@ -13,7 +15,8 @@ Public API::
     in_flight(tenant_id) -> int
     limits_for(tenant_id) -> TenantLimits;  set_limits(tenant_id, ...)
     Admission (one Redis), get_admission(), reset()
-    errors: AdmissionError > AdmissionRefused > DuplicateSubmission | RateLimited | InFlightLimitReached;
+    errors: AdmissionError > AdmissionRefused > DuplicateSubmission | DuplicateJobId | RateLimited
+                                              | InFlightLimitReached;
             AdmissionError > AdmissionUnavailable
 """
 
@@ -24,6 +27,7 @@ from admission.errors import (
     AdmissionError,
     AdmissionRefused,
     AdmissionUnavailable,
+    DuplicateJobId,
     DuplicateSubmission,
     InFlightLimitReached,
     RateLimited,
@@ -56,6 +60,7 @@ __all__ = [
     "AdmissionError",
     "AdmissionRefused",
     "AdmissionUnavailable",
+    "DuplicateJobId",
     "DuplicateSubmission",
     "InFlightLimitReached",
     "RateLimited",

@@ -5,6 +5,7 @@ so a refused submission leaves no partial state and 20 threads racing on one tok
 winner)::
 
     1. idempotency   GET  token key              taken → DuplicateSubmission(existing job id)
+    1b. job id       EXISTS job key              taken (by any tenant) → DuplicateJobId
     2. rate limit    sliding-window log: ZREMRANGEBYSCORE (older than 60 s), ZCARD
                                                  >= limit → RateLimited(retry_after_s)
     3. in-flight cap ZREMRANGEBYSCORE (older than the expiry), ZCARD
@@ -25,12 +26,22 @@ admissions in [s, s + 60 s).
 stops counting, so a job whose webhook can never be delivered and that its tenant never confirms
 holds one unit of that tenant's cap for at most that long.
 
-Keys (one Redis, not a cluster; the tenant id contains no ``:``)::
+This script is the *fast* check. The durable record of a token is its claim in DynamoDB
+(:mod:`admission.claims`), written in the same transaction as the job item: if Redis lost the token
+(restart, flush, failover), this script admits it again, and the claim refuses it there
+(:class:`DuplicateSubmission` with the first job's id); the submission then abandons this admission
+and puts the token back here (:meth:`Admission.remember_token`). Likewise a job id the script lets
+through (its key expired or was lost) is refused by the job item's own condition.
+
+Keys (one Redis, not a cluster), all built by :func:`service.redis_keys.redis_key`, whose parts
+can hold no ``:``, so no caller-chosen id can name another tenant's key::
 
     <namespace>:admission:<tenant>:token:<sha256(token)>   job id, TTL idempotency TTL
     <namespace>:admission:<tenant>:rate                    sorted set job id → admitted at (µs)
     <namespace>:admission:<tenant>:in_flight               sorted set job id → admitted at (µs)
-    <namespace>:admission:job:<job id>                     tenant id, TTL in-flight expiry
+    <namespace>:admission:_:job:<job id>                   tenant id, TTL in-flight expiry
+                                                           (``_``: no tenant; tenant ids start
+                                                           with a letter or digit)
 
 Time is Redis's own clock (``TIME``), so submitters on different hosts agree; tests pass ``now_s``.
 """
@@ -49,18 +60,15 @@ from redis.retry import Retry
 
 from admission.errors import (
     AdmissionUnavailable,
+    DuplicateJobId,
     DuplicateSubmission,
     InFlightLimitReached,
     RateLimited,
 )
 from admission.limits import TenantLimits, limits_for
+from service.redis_keys import KeyKind, redis_key
 from service.settings import get_settings
-from service.tenancy import validate_tenant_id
-
-
-def key_prefix() -> str:
-    """``<Settings.redis_key_namespace>:admission``: the first segments of every admission key."""
-    return f"{get_settings().redis_key_namespace}:admission"
+from service.tenancy import validate_job_id, validate_tenant_id
 
 
 #: The rate limit counts admissions per minute (the unit of ``rate_limit_per_min``).
@@ -73,6 +81,9 @@ _ADMIT_LUA = """
 local existing = redis.call('GET', KEYS[1])
 if existing then
   return {'duplicate', existing}
+end
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  return {'job_taken'}
 end
 local now
 if ARGV[3] == '' then
@@ -127,24 +138,34 @@ return removed
 """
 
 
+def token_hash(token: str) -> str:
+    """SHA-256 hex (64 characters) of the UTF-8 ``token``: how a token is named in keys and claims
+    (tokens are the caller's text, up to ``Settings.idempotency_token_max_len`` characters)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
 def token_key(tenant_id: str, token: str) -> str:
-    """Redis key of ``tenant_id``'s idempotency ``token`` (hashed: tokens are the caller's text)."""
-    return f"{key_prefix()}:{tenant_id}:token:{hashlib.sha256(token.encode()).hexdigest()}"
+    """Redis key of ``tenant_id``'s idempotency ``token``."""
+    return redis_key(KeyKind.TOKEN, tenant_id, token_hash(token))
 
 
 def rate_key(tenant_id: str) -> str:
     """Redis key of ``tenant_id``'s rate-limit log."""
-    return f"{key_prefix()}:{tenant_id}:rate"
+    return redis_key(KeyKind.RATE, tenant_id)
 
 
 def in_flight_key(tenant_id: str) -> str:
     """Redis key of ``tenant_id``'s set of unconfirmed jobs."""
-    return f"{key_prefix()}:{tenant_id}:in_flight"
+    return redis_key(KeyKind.IN_FLIGHT, tenant_id)
 
 
 def job_key(job_id: str) -> str:
-    """Redis key mapping an admitted job to its tenant."""
-    return f"{key_prefix()}:job:{job_id}"
+    """Redis key mapping an admitted job to its tenant (a key of no tenant: job ids are global).
+
+    Raises:
+        service.tenancy.InvalidJobId: ``job_id`` is not canonical.
+    """
+    return redis_key(KeyKind.JOB, None, validate_job_id(job_id))
 
 
 def _now_us(now_s: float | None) -> str:
@@ -203,8 +224,11 @@ class Admission:
 
         Raises:
             service.tenancy.InvalidTenantId: not a canonical tenant id.
-            ValueError: an empty or too long token, or an empty job id.
+            service.tenancy.InvalidJobId: not a canonical job id.
+            ValueError: an empty or too long token.
             DuplicateSubmission: the token is taken (``.job_id`` is the job that holds it).
+            DuplicateJobId: ``job_id`` is admitted already (for any tenant, within the in-flight
+                expiry, unconfirmed); nothing was written.
             RateLimited: ``rate_limit_per_min`` admissions in the last 60 s (``.retry_after_s``).
             InFlightLimitReached: ``in_flight_cap`` unconfirmed jobs.
             AdmissionUnavailable: Redis or the tenant's limits unreachable (fail closed).
@@ -214,8 +238,7 @@ class Admission:
         if not isinstance(token, str) or not token.strip() or len(token) > max_len:
             raise ValueError(f"token: must be a non-empty string of at most {max_len} characters "
                              "(the caller's idempotency token)")
-        if not job_id:
-            raise ValueError("job_id: must be non-empty")
+        validate_job_id(job_id)
         limits = self._limits(tenant_id)
         reply = self._run(self._admit, self._keys(tenant_id, token, job_id), [
             job_id, tenant_id, _now_us(now_s), limits.idempotency_ttl_s * 1000, limits.rate_limit_per_min,
@@ -226,6 +249,8 @@ class Admission:
             return int(reply[2])
         if verdict == "duplicate":
             raise DuplicateSubmission(tenant_id, reply[1])
+        if verdict == "job_taken":
+            raise DuplicateJobId(tenant_id, job_id)
         if verdict == "rate_limited":
             raise RateLimited(tenant_id, int(float(reply[1])) / _US_PER_S, limits.rate_limit_per_min)
         raise InFlightLimitReached(tenant_id, int(reply[1]), limits.in_flight_cap)
@@ -252,6 +277,10 @@ class Admission:
         Raises:
             AdmissionUnavailable: Redis unreachable.
         """
+        try:
+            validate_job_id(job_id)
+        except ValueError:
+            return False  # a malformed id was never admitted
         if tenant_id is None:
             try:
                 tenant_id = self.client.get(job_key(job_id))
@@ -278,6 +307,23 @@ class Admission:
                 now_us = round(now_s * _US_PER_S)
             oldest_counted_us = now_us - get_settings().admission_in_flight_expiry_s * _US_PER_S
             return int(self.client.zcount(key, f"({oldest_counted_us}", "+inf"))
+        except RedisError as exc:
+            raise AdmissionUnavailable(f"tenant {tenant_id!r}: Redis unavailable ({exc})") from exc
+
+    def remember_token(self, tenant_id: str, token: str, job_id: str, *, ttl_s: float) -> bool:
+        """Put ``tenant_id``'s ``token`` back into the fast check as held by ``job_id`` for ``ttl_s``
+        seconds, unless the token key exists already; returns True if it was written.
+
+        Used after the durable claim refused a token that Redis had forgotten, so the next
+        duplicate is refused here again without a DynamoDB write. Only the token key is written:
+        the rate and in-flight entries of the original admission are not recreated.
+
+        Raises:
+            AdmissionUnavailable: Redis unreachable.
+        """
+        key = token_key(validate_tenant_id(tenant_id), token)
+        try:
+            return bool(self.client.set(key, validate_job_id(job_id), nx=True, px=max(1, round(ttl_s * 1000))))
         except RedisError as exc:
             raise AdmissionUnavailable(f"tenant {tenant_id!r}: Redis unavailable ({exc})") from exc
 

@@ -3,6 +3,7 @@
     AdmissionError                      every error of this package
     ├── AdmissionRefused                the submission was checked and refused; nothing was published
     │   ├── DuplicateSubmission         the token is already in flight or completed (.job_id)
+    │   ├── DuplicateJobId              a caller-chosen job id is already taken, by any tenant (.job_id)
     │   ├── RateLimited                 the tenant's rate limit is spent (.retry_after_s)
     │   └── InFlightLimitReached        too many submitted-but-unconfirmed jobs (.in_flight, .cap)
     └── AdmissionUnavailable            Redis (or the tenant's limits) could not be read: fail closed,
@@ -39,6 +40,23 @@ class DuplicateSubmission(AdmissionRefused):
 
     def __init__(self, tenant_id: str, job_id: str) -> None:
         super().__init__(tenant_id, f"tenant {tenant_id!r}: token already submitted as job {job_id}")
+        self.job_id = job_id
+
+
+class DuplicateJobId(AdmissionRefused):
+    """The caller chose a job id (``submit_job(job_id=...)``) that an existing job already has.
+
+    Job ids are unique across tenants (the jobs table's key, the Celery task id, an S3 key segment),
+    so the id is refused whoever holds it; nothing of that job or its tenant was changed, and the
+    message does not say which tenant holds it.
+
+    Attributes:
+        job_id: the refused job id (canonical, at most 64 characters).
+    """
+
+    def __init__(self, tenant_id: str, job_id: str) -> None:
+        super().__init__(tenant_id, f"tenant {tenant_id!r}: job id {job_id!r} is already taken; choose another "
+                                    "or let the service choose one")
         self.job_id = job_id
 
 

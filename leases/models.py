@@ -1,4 +1,4 @@
-"""PynamoDB models of the three tables (DESIGN §5).
+"""PynamoDB models of the four tables (DESIGN §5, plus the token claims).
 
 ``TenantItem`` (table ``tenants``)
     one per tenant: ``in_flight`` (leases held now), optional ``cap`` (tier override of
@@ -16,6 +16,11 @@
     reports; two sparse indexes hold only the jobs of one status, per tenant, oldest submission
     first: :class:`WaitingJobsIndex` (``waiting``: the hand-off's FIFO) and
     :class:`QueuedJobsIndex` (``queued``: the sweeper's lost-message check).
+
+``TokenClaimItem`` (table ``tokens``)
+    one per (tenant, idempotency token) submitted within the idempotency TTL: the durable claim of
+    the token (:mod:`admission.claims`), written in one transaction with the job item it names;
+    ``expires_at`` is the table's DynamoDB TTL attribute.
 
 Times are UNIX epoch seconds (float) everywhere, named ``*_at``.
 
@@ -300,7 +305,30 @@ class ClusterItem(Model):
     nodes_by_expiry = NodeExpiryIndex()
 
 
-ALL_MODELS: tuple[type[Model], ...] = (TenantItem, LeaseItem, JobItem, ClusterItem)
+
+class TokenClaimItem(Model):
+    """The durable claim of one tenant's idempotency token: the job that holds it, until when.
+
+    Keyed by (``tenant_id``, ``token_sha256``: SHA-256 hex of the UTF-8 token, so the key is 64
+    characters whatever the caller's token). A claim whose ``expires_at`` has passed no longer
+    holds its token, even before DynamoDB's TTL deletion (which can lag by days) removes it.
+    """
+
+    class Meta(_Meta):
+        table_name = _settings.tokens_table
+
+    tenant_id = UnicodeAttribute(hash_key=True)
+    token_sha256 = UnicodeAttribute(range_key=True)
+    job_id = UnicodeAttribute()
+    claimed_at = NumberAttribute()
+    #: Epoch seconds (integer: the DynamoDB TTL attribute, see :data:`TOKEN_CLAIM_TTL_ATTRIBUTE`).
+    expires_at = NumberAttribute()
+
+
+#: The attribute DynamoDB's TTL deletes ``TokenClaimItem`` items by (enabled by ``imposition provision``).
+TOKEN_CLAIM_TTL_ATTRIBUTE = "expires_at"
+
+ALL_MODELS: tuple[type[Model], ...] = (TenantItem, LeaseItem, JobItem, ClusterItem, TokenClaimItem)
 
 
 def reset_connections() -> None:

@@ -251,20 +251,17 @@ def wake_borrowers(*, publish: Publish, on_woken: Callable[[JobItem], None] | No
     return woken
 
 
-def admit(job: JobItem, *, door: bool = True, now: float | None = None) -> bool:
-    """The door: write a new job item as ``queued`` (True: publish it) or ``waiting`` (False).
-
-    ``door=False`` always queues (a job that must be published now whatever its tenant's state).
+def through_door(job: JobItem, *, door: bool = True, now: float | None = None) -> bool:
+    """The door: decide whether a new job is ``queued`` (True: publish it) or ``waiting`` (False),
+    and set the job's fields for it; writes nothing (:func:`counter_actions` and the caller's
+    transaction do).
 
     The job is parked at the door when its tenant already has waiting jobs or no room (cap −
     in_flight − queued, read strongly consistent); a burst then stands in DynamoDB, not in front of
     other tenants' messages in SQS. The read is not a lock: two submissions at once may both be
-    queued, and the surplus parks at its acquire. A job parked here is followed by :func:`wake`
-    (the caller's), so room that appeared meanwhile is used.
-
-    Raises:
-        pynamodb.exceptions.PutError / TransactWriteError: the job id exists already, or DynamoDB
-            failed (nothing was written).
+    queued, and the surplus parks at its acquire. A job parked here must be followed by
+    :func:`wake` (the caller's), so room that appeared meanwhile is used. ``door=False`` always
+    queues (a job that must be published now whatever its tenant's state).
     """
     s = get_settings()
     t = time.time() if now is None else now
@@ -275,25 +272,41 @@ def admit(job: JobItem, *, door: bool = True, now: float | None = None) -> bool:
     else:
         job.status, job.waiting_tenant, job.parked_at = JobStatus.WAITING.value, job.tenant_id, t
         job.defer_count = int(job.defer_count or 0) + 1  # a park at the door is a cap deferral too
+    return queued
+
+
+def counter_actions(job: JobItem, delta: int) -> list:
+    """Tenant-item actions that count (``delta`` = 1) or uncount (−1) a new job in its status."""
+    counter = TenantItem.queued if job.status == JobStatus.QUEUED.value else TenantItem.waiting
+    return TenantItem.counted(counter, delta) if delta > 0 else [counter.add(delta)]
+
+
+def admit(job: JobItem, *, door: bool = True, now: float | None = None) -> bool:
+    """:func:`through_door`, then write the job and its tenant's counter in one transaction (a job
+    with no idempotency claim: the submission path writes the claim in the same transaction, see
+    :mod:`admission.claims`). Returns True if the job is ``queued`` (publish it).
+
+    Raises:
+        pynamodb.exceptions.TransactWriteError: the job id exists already, or DynamoDB failed
+            (nothing was written).
+    """
+    queued = through_door(job, door=door, now=now)
     with NamedTransaction(new_token()) as tx:
         tx.add("save", "job", job, condition=JobItem.job_id.does_not_exist())
-        tx.add("update", "tenant", TenantItem(job.tenant_id),
-               actions=TenantItem.counted(TenantItem.queued if queued else TenantItem.waiting, 1))
+        tx.add("update", "tenant", TenantItem(job.tenant_id), actions=counter_actions(job, 1))
     return queued
 
 
 def withdraw(job: JobItem) -> bool:
     """Delete a job that was admitted but whose message could not be published (submission undo).
 
-    One transaction: the job, on condition it is still ``queued`` or ``waiting`` (nothing ran it),
-    and its tenant counter. Returns False if the job had moved on (then it is left alone).
+    One transaction: the job, on condition it still has the status it was admitted with (nothing
+    ran it), and its tenant counter. Returns False if the job had moved on (then it is left alone).
     """
-    was_queued = job.status == JobStatus.QUEUED.value
     try:
         with NamedTransaction(new_token()) as tx:
             tx.add("delete", "job", JobItem(job.job_id), condition=JobItem.status == job.status)
-            tx.add("update", "tenant", TenantItem(job.tenant_id),
-                   actions=[(TenantItem.queued if was_queued else TenantItem.waiting).add(-1)])
+            tx.add("update", "tenant", TenantItem(job.tenant_id), actions=counter_actions(job, -1))
     except TransactWriteError as exc:
         if classify(exc)[0] == CANCELLED:
             return False

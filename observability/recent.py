@@ -5,7 +5,9 @@ Prometheus counters live in the workers' memory (and their multiprocess files); 
 screen counts over the last hour, cap defers and lease recoveries, are also counted here, in time
 buckets of ``Settings.recent_bucket_s`` seconds::
 
-    <namespace>:recent:<event>:<tenant>:<bucket start, epoch s>   INCR, EXPIRE window + bucket
+    <namespace>:recent:<tenant>:<event>:<bucket start, epoch s>   INCR, EXPIRE window + bucket
+
+(built by :func:`service.redis_keys.redis_key`, like every Redis key of the service)
 
 in the events side-channel Redis (``Settings.events_url``: a monitoring store, never the admission
 database). A sum over a window reads the window's buckets with one ``MGET`` per tenant. Writes are
@@ -21,17 +23,14 @@ import time
 
 import redis
 
+from service.redis_keys import KeyKind, redis_key
 from service.settings import get_settings
 
 log = logging.getLogger(__name__)
 
-#: Events counted here.
-EVENTS = ("cap_defer", "lease_recovered")
-
-
-def key_prefix() -> str:
-    """``<Settings.redis_key_namespace>:recent``: the first segments of every count's key."""
-    return f"{get_settings().redis_key_namespace}:recent"
+#: Events counted here, each with the kind of its keys.
+_EVENT_KINDS = {"cap_defer": KeyKind.RECENT_CAP_DEFER, "lease_recovered": KeyKind.RECENT_LEASE_RECOVERED}
+EVENTS = tuple(_EVENT_KINDS)
 
 
 @functools.lru_cache(maxsize=None)
@@ -47,7 +46,7 @@ def client() -> redis.Redis | None:
 
 
 def _key(event: str, tenant_id: str, bucket_start: int) -> str:
-    return f"{key_prefix()}:{event}:{tenant_id}:{bucket_start}"
+    return redis_key(_EVENT_KINDS[event], tenant_id, bucket_start)
 
 
 def _bucket_start(t: float, bucket_s: int) -> int:

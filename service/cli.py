@@ -22,7 +22,7 @@ from pathlib import Path
 
 import click
 
-from service.tenancy import TenancyError, validate_job_id, validate_tenant_id
+from service.tenancy import TenancyError, shown_value, validate_job_id, validate_tenant_id
 
 
 class LazyGroup(click.Group):
@@ -126,7 +126,7 @@ def settings_problem(exc: BaseException) -> str | None:
         field = str(error["loc"][0]) if error["loc"] else "?"
         info = Settings.model_fields.get(field)
         hint = f" ({info.description})" if info is not None and info.description else ""
-        lines.append(f"{prefix}{field.upper()}={error.get('input')!r}: {error['msg']}{hint}")
+        lines.append(f"{prefix}{field.upper()}={shown_value(error.get('input'))}: {error['msg']}{hint}")
     return "invalid configuration: " + "; ".join(lines)
 
 

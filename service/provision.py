@@ -4,8 +4,9 @@
   (``<name>-dlq``) and a redrive policy (``maxReceiveCount``, default 5). The visibility timeout is
   :attr:`service.clocks.Clocks.visibility_timeout_s`: Celery uses these queues as predefined queues
   and never creates queues of its own, so this attribute is the one that counts.
-* DynamoDB tables ``tenants``, ``leases`` (with its expiry index) and ``jobs`` (with its by-tenant
-  index), on-demand capacity.
+* DynamoDB tables ``tenants``, ``leases`` (with its expiry index), ``jobs`` (with its by-tenant
+  index) and ``tokens`` (the durable idempotency-token claims, with DynamoDB TTL enabled on
+  ``expires_at``, also on a table that exists already), on-demand capacity.
 * The S3 bucket for inputs and plate files.
 
 Running it twice changes nothing; running it after a clock changed updates the queue attributes.
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 
 from botocore.exceptions import ClientError
 
-from leases.models import ALL_MODELS
+from leases.models import ALL_MODELS, TOKEN_CLAIM_TTL_ATTRIBUTE, TokenClaimItem
 from service import aws
 from service.clocks import Clocks, get_clocks
 from service.settings import Settings, get_settings
@@ -90,7 +91,26 @@ def provision_tables() -> dict[str, str]:
         else:
             model.create_table(wait=True, billing_mode="PAY_PER_REQUEST")
             out[name] = "created"
+    ensure_ttl(TokenClaimItem.Meta.table_name, TOKEN_CLAIM_TTL_ATTRIBUTE)
     return out
+
+
+def ensure_ttl(table: str, attribute: str) -> str:
+    """Enable DynamoDB TTL on ``table`` by ``attribute`` (epoch seconds) unless it is on already;
+    returns ``"enabled"`` (this call turned it on) or ``"exists"``.
+
+    Raises:
+        botocore.exceptions.ClientError: AWS refused (permissions; TTL on another attribute already:
+            ``ValidationException``, changed only by hand).
+    """
+    dynamodb = aws.client("dynamodb")
+    current = dynamodb.describe_time_to_live(TableName=table)["TimeToLiveDescription"]
+    if current.get("TimeToLiveStatus") in ("ENABLED", "ENABLING") and current.get("AttributeName") == attribute:
+        return "exists"
+    dynamodb.update_time_to_live(TableName=table,
+                                 TimeToLiveSpecification={"Enabled": True, "AttributeName": attribute})
+    log.info("DynamoDB TTL enabled on %s.%s", table, attribute)
+    return "enabled"
 
 
 def provision_bucket(settings: Settings) -> dict[str, str]:

@@ -63,6 +63,11 @@ class Settings(BaseSettings):
     leases_table: str = "imposition-leases"
     jobs_table: str = "imposition-jobs"
     cluster_table: str = Field(default="imposition-cluster", description="Slot counter and live worker nodes.")
+    tokens_table: str = Field(
+        default="imposition-tokens",
+        description="DynamoDB table of the durable idempotency-token claims (one item per tenant and token, "
+                    "DynamoDB TTL on expires_at).",
+    )
     bucket: str = "imposition-plates"
     sqs_wait_time_s: int = Field(default=10, ge=0, le=20, description="SQS long-poll wait (max 20 s).")
     sqs_polling_interval_s: float = Field(
@@ -166,7 +171,11 @@ class Settings(BaseSettings):
     retry_backoff_max_s: int = Field(default=SQS_MAX_DELAY_S, ge=0, le=SQS_MAX_DELAY_S)
 
     # --- admission (DESIGN §2, layer 3) ------------------------------------------------------------
-    idempotency_ttl_s: int = Field(default=48 * 3600, gt=0)
+    idempotency_ttl_s: int = Field(
+        default=48 * 3600, gt=0,
+        description="How long a tenant's idempotency token stays taken after its submission, seconds: in Redis "
+                    "(the fast check) and in its DynamoDB claim (the durable one). Overridable per tenant.",
+    )
     rate_limit_per_min: int = Field(default=100, ge=1)
     admission_in_flight_cap: int = Field(default=500, ge=1)
     idempotency_token_max_len: int = Field(default=255, ge=1, description="Longest idempotency token, characters.")

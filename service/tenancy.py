@@ -126,5 +126,5 @@ def check_own_key(tenant_id: str, key: str) -> str:
     """
     prefix = tenant_prefix(tenant_id)
     if not isinstance(key, str) or not key.startswith(prefix) or ".." in key.split("/"):
-        raise ForeignKeyRefused(f"input_key={key!r} is outside tenant {tenant_id!r}'s prefix {prefix!r}")
+        raise ForeignKeyRefused(f"input_key={shown_value(key)} is outside tenant {tenant_id!r}'s prefix {prefix!r}")
     return key

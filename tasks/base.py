@@ -69,7 +69,7 @@ from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost, 
 from leases.models import JobItem, JobStatus
 from service.clocks import Clocks, get_clocks
 from service.settings import SQS_MAX_DELAY_S, get_settings
-from service.tenancy import message_group_id, validate_job_id
+from service.tenancy import message_group_id, shown_value, validate_job_id
 from tasks import signals
 from tasks.messages import publish_job
 
@@ -287,9 +287,9 @@ class FairTask(Task):
             except ValueError as exc:
                 problems.append(str(exc))
         if not isinstance(after_attempt, int) or isinstance(after_attempt, bool) or after_attempt < 0:
-            problems.append(f"after_attempt={after_attempt!r}: must be an integer >= 0")
+            problems.append(f"after_attempt={shown_value(after_attempt)}: must be an integer >= 0")
         if args:
-            problems.append(f"positional arguments {args!r}: the message carries keyword arguments only")
+            problems.append(f"positional arguments {shown_value(args)}: the message carries keyword arguments only")
         if problems:
             self._reject_as_poison("; ".join(problems))
         return tenant_id, job_id, after_attempt

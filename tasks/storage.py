@@ -24,6 +24,7 @@ from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_
 from imposition.errors import InputTooLarge
 from service import aws
 from service.settings import get_settings
+from service.tenancy import shown_value
 
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 
@@ -61,7 +62,7 @@ def _download(key: str, path: Path) -> None:
     settings = get_settings()
     size_bytes = aws.s3().head_object(Bucket=settings.bucket, Key=key)["ContentLength"]
     if size_bytes > settings.max_input_bytes:
-        raise InputTooLarge(f"input_key={key!r}: {size_bytes} bytes is more than "
+        raise InputTooLarge(f"input_key={shown_value(key)}: {size_bytes} bytes is more than "
                             f"max_input_bytes={settings.max_input_bytes}")
     aws.s3().download_file(settings.bucket, key, str(path))
 
@@ -79,10 +80,10 @@ def download(key: str, path: Path) -> None:
         _download(key, path)
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") in _MISSING:
-            raise InputMissing(f"input_key={key!r}: no such object in bucket {get_settings().bucket!r}") from exc
-        raise StorageError(f"download of {key!r} failed: {exc}") from exc
+            raise InputMissing(f"input_key={shown_value(key)}: no such object in bucket {get_settings().bucket!r}") from exc
+        raise StorageError(f"download of {shown_value(key)} failed: {exc}") from exc
     except BotoCoreError as exc:
-        raise StorageError(f"download of {key!r} failed: {exc}") from exc
+        raise StorageError(f"download of {shown_value(key)} failed: {exc}") from exc
 
 
 @_in_place
@@ -99,7 +100,7 @@ def upload(path: Path, key: str, content_type: str = "application/pdf") -> None:
     try:
         _upload(path, key, content_type)
     except (ClientError, BotoCoreError) as exc:
-        raise StorageError(f"upload of {key!r} failed: {exc}") from exc
+        raise StorageError(f"upload of {shown_value(key)} failed: {exc}") from exc
 
 
 @_in_place

@@ -4,15 +4,26 @@ Order of one submission, each step undone if a later one fails, so a failed subm
 nothing behind::
 
     validate (tenant id, own input key, token, layout)
-      → admission (Redis: idempotency token, rate limit, in-flight cap; see :mod:`admission`)
-      → [submit(): upload the input] → job item (queued) → publish (MessageGroupId)
+      → admission (Redis, the fast check: idempotency token, job id, rate limit, in-flight cap;
+        see :mod:`admission`)
+      → [submit(): upload the input]
+      → one DynamoDB transaction: token claim (the durable check, :mod:`admission.claims`) + job
+        item (queued)
+      → publish (MessageGroupId)
 
 Admission runs before anything is written, so a refused submission (a duplicate token, a spent
 rate limit, a full in-flight count, Redis unreachable) costs no upload, no job item and no
 message. The job item is written before the message exists, so a worker never receives a job it
 cannot find; if a later step fails, the job item and an input this call uploaded are deleted and
 the admission is abandoned (token freed, rate and in-flight entries removed), so a retry with the
-same token is admitted.
+same token is admitted. The job item and the token's claim are written, and undone, together.
+
+A token Redis has forgotten (restart, flush, failover) passes the fast check but not its claim:
+the transaction is refused, the Redis admission abandoned, the token put back into Redis as held
+by the claim's job, and :class:`admission.DuplicateSubmission` names that job, exactly as if Redis
+had refused it. A caller-chosen job id that any job already has is refused with
+:class:`admission.DuplicateJobId`, by Redis or by the job item's condition, and nothing of the job
+that has it changes.
 
 Duplicates: by default a taken token raises :class:`admission.DuplicateSubmission` carrying the
 existing job id; with ``on_duplicate="return"`` the existing job id is returned instead, which makes
@@ -28,6 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import admission
+from admission import claims
 from imposition.errors import InputTooLarge
 from leases import transactions, waiting
 from leases.models import JobItem
@@ -82,9 +94,11 @@ def submit_job(
         imposition.errors.InvalidLayout: the layout fails validation (names field, value, limit).
         ValueError: an empty, too long or not UTF-8-encodable token, a max_attempts that is not an
             integer from 1 to ``Settings.max_attempts_limit``, a bad ``on_duplicate``.
-        admission.DuplicateSubmission, admission.RateLimited, admission.InFlightLimitReached: refused
-            (all :class:`admission.AdmissionRefused`); nothing was written or published.
-        admission.AdmissionUnavailable: Redis unreachable; fails closed, nothing published.
+        admission.DuplicateSubmission, admission.DuplicateJobId, admission.RateLimited,
+            admission.InFlightLimitReached: refused (all :class:`admission.AdmissionRefused`); nothing
+            was written or published, nothing of another job or tenant changed.
+        admission.AdmissionUnavailable: Redis unreachable, or the token claim kept conflicting;
+            fails closed, nothing published.
         kombu/botocore/pynamodb errors: a later step failed (nothing is left behind).
     """
     check_own_key(tenant_id, input_key)
@@ -115,10 +129,10 @@ def submit(
     """
     source = Path(path)
     if not source.is_file():
-        raise FileNotFoundError(f"input PDF {str(source)!r} does not exist")
+        raise FileNotFoundError(f"input PDF {shown_value(str(source))} does not exist")
     size_bytes, limit_bytes = source.stat().st_size, get_settings().max_input_bytes
     if size_bytes > limit_bytes:
-        raise InputTooLarge(f"input PDF {str(source)!r}: {size_bytes} bytes is more than max_input_bytes={limit_bytes}")
+        raise InputTooLarge(f"input PDF {shown_value(str(source))}: {size_bytes} bytes is more than max_input_bytes={limit_bytes}")
     spec, budget = _validated(tenant_id, token, layout, max_attempts, on_duplicate)
     job_id = new_job_id()
     return _admit_and_enqueue(tenant_id, token, job_id, spec, budget, derive_input_key(tenant_id, job_id),
@@ -139,7 +153,7 @@ def _validated(tenant_id: str, token: str, layout: dict[str, Any] | str, max_att
         raise ValueError(f"token: not encodable as UTF-8 at character {exc.start} "
                          "(a lone surrogate); use a valid Unicode string") from exc
     if on_duplicate not in ("raise", "return"):
-        raise ValueError(f"on_duplicate={on_duplicate!r}: must be 'raise' or 'return'")
+        raise ValueError(f"on_duplicate={shown_value(on_duplicate)}: must be 'raise' or 'return'")
     settings = get_settings()
     budget = settings.max_attempts if max_attempts is None else max_attempts
     if not isinstance(budget, int) or isinstance(budget, bool) or not 1 <= budget <= settings.max_attempts_limit:
@@ -154,10 +168,7 @@ def _admit_and_enqueue(tenant_id: str, token: str, job_id: str, spec, budget: in
     try:
         admission.admit(tenant_id, token, job_id)
     except admission.DuplicateSubmission as dup:
-        if on_duplicate == "return":
-            log.info("token of tenant %s already submitted as job %s; returning it", tenant_id, dup.job_id)
-            return dup.job_id
-        raise
+        return _duplicate(dup, on_duplicate)
     try:
         if upload_from is not None:
             storage.upload(upload_from, input_key)
@@ -167,19 +178,56 @@ def _admit_and_enqueue(tenant_id: str, token: str, job_id: str, spec, budget: in
             if upload_from is not None:
                 storage.delete(input_key)
             raise
+    except admission.DuplicateSubmission as dup:  # the durable claim refused a token Redis had forgotten
+        _abandon(tenant_id, token, job_id)
+        _restore_fast_check(tenant_id, token)
+        return _duplicate(dup, on_duplicate)
     except BaseException:
-        try:
-            admission.abandon(tenant_id, token, job_id)
-        except admission.AdmissionUnavailable as exc:  # keep the original error; the token expires
-            log.error("job %s of tenant %s failed and its admission could not be undone: %s", job_id, tenant_id, exc)
+        _abandon(tenant_id, token, job_id)
         raise
     log.info("submitted job %s for tenant %s", job_id, tenant_id)
     return job_id
 
 
+def _duplicate(dup: admission.DuplicateSubmission, on_duplicate: str) -> str:
+    """``dup.job_id`` if ``on_duplicate`` is ``"return"``; else raise ``dup``."""
+    if on_duplicate == "return":
+        log.info("token of tenant %s already submitted as job %s; returning it", dup.tenant_id, dup.job_id)
+        return dup.job_id
+    raise dup
+
+
+def _abandon(tenant_id: str, token: str, job_id: str) -> None:
+    """Undo the Redis admission of ``job_id``; a Redis failure is logged (the caller keeps its error)."""
+    try:
+        admission.abandon(tenant_id, token, job_id)
+    except admission.AdmissionUnavailable as exc:  # keep the original error; the token expires
+        log.error("job %s of tenant %s failed and its admission could not be undone: %s", job_id, tenant_id, exc)
+
+
+def _restore_fast_check(tenant_id: str, token: str) -> None:
+    """Put the token back into Redis as held by its claim's job, for the rest of the claim's life
+    (best effort: without it the next duplicate is still refused, by the claim)."""
+    try:
+        claim = claims.read_claim(tenant_id, token)
+        if claim is not None:
+            admission.get_admission().remember_token(tenant_id, token, claim.job_id,
+                                                     ttl_s=float(claim.expires_at) - time.time())
+    except Exception as exc:  # noqa: BLE001 (an optimisation: never fail the refusal for it)
+        log.warning("token of tenant %s: could not restore its Redis fast check: %s", tenant_id, exc)
+
+
 def _create_and_publish(tenant_id: str, token: str, job_id: str, spec, budget: int, input_key: str) -> None:
-    """Write the job item through the door (:func:`leases.waiting.admit`): ``queued`` and published,
-    or ``waiting`` (parked at the door, no message) and then a wake; withdraw the item if that fails."""
+    """Write the job item through the door (:func:`leases.waiting.through_door`), with its token's
+    claim and its tenant's counter, in one transaction: ``queued`` and published, or ``waiting``
+    (parked at the door, no message) and then a wake; delete all three again if the publish fails.
+
+    Raises:
+        admission.DuplicateSubmission: the token's claim is held by another job (nothing written).
+        admission.DuplicateJobId: a job with ``job_id`` exists (nothing written).
+        admission.AdmissionUnavailable: the claim transaction kept conflicting (nothing written).
+        kombu/botocore/pynamodb errors: DynamoDB or the publish failed.
+    """
     transactions.ensure_tenant(tenant_id)
     job = JobItem(
         job_id,
@@ -190,7 +238,8 @@ def _create_and_publish(tenant_id: str, token: str, job_id: str, spec, budget: i
         input_key=input_key,
         submitted_at=time.time(),
     )
-    queued = waiting.admit(job, door=get_settings().waiting_policy == "handoff")
+    queued = waiting.through_door(job, door=get_settings().waiting_policy == "handoff")
+    claims.create_job_with_claim(job, ttl_s=admission.limits_for(tenant_id).idempotency_ttl_s)
     try:
         if queued:
             publish_job(tenant_id, job_id)
@@ -198,7 +247,11 @@ def _create_and_publish(tenant_id: str, token: str, job_id: str, spec, budget: i
             log.info("job %s of tenant %s parked at the door (its tenant has no room)", job_id, tenant_id)
             signals.job_deferred.send(sender=None, job_id=job_id, tenant_id=tenant_id, reason="cap", delay_s=None)
     except BaseException:
-        waiting.withdraw(job)
+        try:
+            claims.undo_job_with_claim(job)
+        except Exception as exc:  # noqa: BLE001 (keep the publish error; the claim expires with its TTL)
+            log.error("job %s of tenant %s: publish failed and its job item and claim could not be deleted: %s",
+                      job_id, tenant_id, exc)
         raise
     if not queued:
         try:

@@ -41,6 +41,7 @@ from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConn
 from urllib3.util import connection
 
 from service.settings import get_settings
+from service.tenancy import shown_value
 from webhooks.errors import UnsafeWebhookDestination, WebhookConfigError
 
 #: Port of a URL without one, per scheme (RFC 9110 §4.2).
@@ -96,7 +97,7 @@ def public_addresses(host: str, port: int) -> list[str]:
         if reason is not None:
             verb = "is" if address == host.strip("[]") else "resolves to"
             raise UnsafeWebhookDestination(
-                f"webhook_url host {host!r} {verb} {address} ({reason}); webhooks go to public addresses only "
+                f"webhook_url host {shown_value(host)} {verb} {address} ({reason}); webhooks go to public addresses only "
                 "(Settings.webhook_allow_private_addresses allows others, for local runs)")
     return addresses
 
@@ -116,7 +117,7 @@ def check_destination(url: str) -> None:
     try:
         public_addresses(parts.hostname or "", parts.port or DEFAULT_PORTS[parts.scheme])
     except (OSError, UnicodeError) as exc:  # socket.gaierror is an OSError; a bad IDNA label a UnicodeError
-        raise WebhookConfigError(f"webhook_url host {parts.hostname!r} does not resolve: {exc}") from None
+        raise WebhookConfigError(f"webhook_url host {shown_value(parts.hostname)} does not resolve: {exc}") from None
 
 
 class _PublicHTTPConnection(HTTPConnection):

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from pynamodb.exceptions import DoesNotExist
 
 from leases.models import TenantItem
-from service.tenancy import validate_tenant_id
+from service.tenancy import shown_value, validate_tenant_id
 from webhooks import redaction
 from webhooks.destinations import check_destination
 from webhooks.errors import WebhookConfigError
@@ -49,11 +49,11 @@ def check_url(url: str) -> str:
     """
     parts = urlsplit(url or "")
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise WebhookConfigError(f"webhook_url={url!r}: must be an absolute http(s) URL with a host")
+        raise WebhookConfigError(f"webhook_url={shown_value(url)}: must be an absolute http(s) URL with a host")
     try:
         parts.port  # noqa: B018 - urlsplit checks the port only when it is read
     except ValueError as exc:
-        raise WebhookConfigError(f"webhook_url={url!r}: {exc}") from None
+        raise WebhookConfigError(f"webhook_url={shown_value(url)}: {exc}") from None
     return url
 
 
