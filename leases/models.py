@@ -60,6 +60,11 @@ class JobStatus(StrEnum):
     FAILED = "failed"
 
     @property
+    def is_pending(self) -> bool:
+        """True for ``queued`` and ``waiting``: the job has not started (its wait still grows)."""
+        return self in (JobStatus.QUEUED, JobStatus.WAITING)
+
+    @property
     def is_final(self) -> bool:
         """True for ``succeeded`` and ``failed``: no message may run the job again."""
         return self in (JobStatus.SUCCEEDED, JobStatus.FAILED)

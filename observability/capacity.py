@@ -245,7 +245,7 @@ def compute_report(jobs: Iterable[JobTimes], *, days: list[WorkingDay], tz: Zone
 
 
 def _still_waiting(job: JobTimes) -> bool:
-    return job.status == JobStatus.QUEUED.value and int(job.attempts or 0) == 0
+    return JobStatus(job.status).is_pending and int(job.attempts or 0) == 0
 
 
 # --- reading the window, the command ---------------------------------------------------------------

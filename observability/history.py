@@ -46,7 +46,7 @@ def jobs_submitted(tenant_id: str, start_at: float, end_at: float) -> Iterator[J
 def wait_s(job: JobTimes, now: float) -> float | None:
     """The job's queue wait in seconds (see module docstring); None if not measurable yet."""
     submitted = float(job.submitted_at)
-    if job.status == JobStatus.QUEUED.value and int(job.attempts or 0) == 0:
+    if JobStatus(job.status).is_pending and int(job.attempts or 0) == 0:
         return max(0.0, now - submitted)
     if int(job.attempts or 0) <= 1 and job.started_at is not None:
         return max(0.0, float(job.started_at) - submitted)

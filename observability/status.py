@@ -106,7 +106,7 @@ def tenant_status(item: TenantItem, *, now: float, window_s: int, default_cap: i
     """One tenant's status from its item, its jobs submitted in the window, and the recent counts."""
     jobs = list(jobs_submitted(item.tenant_id, now - window_s, now + 1))
     waits = [w for w in (wait_s(j, now) for j in jobs) if w is not None]
-    queued = [j for j in jobs if j.status in (JobStatus.QUEUED.value, JobStatus.WAITING.value)]
+    queued = [j for j in jobs if JobStatus(j.status).is_pending]
     return TenantStatus(
         tenant_id=item.tenant_id,
         cap=item.effective_cap(default_cap),
