@@ -9,7 +9,8 @@ What must hold at every instant (each lease transaction keeps it, all or nothing
 * ``orphan_lease`` — every lease fences a job ``running`` under its token;
 * ``stranded_job`` — every ``running`` job has the lease its ``lease_token`` names (else nothing
   would ever bring it back: the sweeper only looks at leases);
-* ``job_counters`` — the tenant's ``queued`` and ``waiting`` equal its jobs in those statuses;
+* ``job_counters`` — the tenant's ``queued`` and ``waiting`` equal its jobs in those statuses, and
+  ``occupied`` equals its live leases plus its queued jobs;
 * the cluster (a whole-cluster audit only) — the slot counter's ``busy`` equals the live leases.
 
 Expired leases are not drift: they are the sweeper's work, and reported as ``expired``.
@@ -31,8 +32,9 @@ is refused if anything it relied on changed meanwhile (then the tenant is read a
   still has the value read and every lease read still exists. With no lease able to appear, those
   conditions mean the set read is exactly the live set when the fix commits (a release meanwhile
   refuses it, and it is read again); the freeze is lifted in the same write;
-* job counters → set ``queued`` and ``waiting`` to the jobs counted, on condition both counters
-  still have the values read next to the count (every status move changes one of them);
+* job counters → set ``queued`` and ``waiting`` to the jobs counted and ``occupied`` to
+  ``in_flight`` + queued jobs, on condition the counters still have the values read next to the
+  count (every status move changes one of them);
 * over cap → nothing: leases are never taken away; the tenant is admitted again once it is below.
 
 Every repair that frees a slot or changes a counter is followed by a wake of the tenant's waiting
@@ -47,6 +49,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
@@ -84,8 +87,11 @@ class Drift:
 
     @property
     def key(self) -> tuple[str, str, str | None]:
-        """Identity across snapshots (a counter drift is the same drift whatever its values)."""
-        return (self.tenant_id, self.kind, self.job_id)
+        """Identity across snapshots. An ``in_flight`` counter drift is the same drift whatever its
+        values (acquires are frozen to repair it); a ``job_counters`` drift only with the same
+        values, since jobs that move between its reads (an acquire and a release of one job cancel
+        out in the counters) can make one snapshot look wrong."""
+        return (self.tenant_id, self.kind, self.detail if self.kind == "job_counters" else self.job_id)
 
 
 @dataclass
@@ -153,8 +159,8 @@ class _Snapshot:
     jobs_of_leases: dict[str, JobItem | None]
     stranded: dict[str, list[JobItem]]
     running: dict[str, int]
-    #: tenant → (queued jobs, waiting jobs) counted, and (queued, waiting) counters read around it.
-    counted: dict[str, tuple[int, int, int | None, int | None]] = field(default_factory=dict)
+    #: tenant → its jobs counted by status and its counters read around the count.
+    counted: dict[str, "JobCount | None"] = field(default_factory=dict)
 
 
 def _read_jobs(job_ids: Iterable[str]) -> dict[str, JobItem | None]:
@@ -222,17 +228,34 @@ def _snapshot(tenant_ids: list[str] | None) -> _Snapshot:
     return _Snapshot(tenants, leases, jobs_of_leases, stranded, running, counted)
 
 
-def _count_jobs(tenant_id: str) -> tuple[int, int, int | None, int | None]:
-    """``(queued jobs, waiting jobs, queued counter, waiting counter)``, counted through the sparse
-    indexes (confirmed by consistent reads) between two reads of the counters that agree."""
+class JobCount(NamedTuple):
+    """A tenant's jobs counted by status, and its counters read around the count."""
 
-    def counters() -> tuple[int | None, int | None]:
+    queued_jobs: int
+    waiting_jobs: int
+    queued: int | None
+    waiting: int | None
+    occupied: int | None
+    in_flight: int | None
+
+    def drifted(self, leases: int) -> bool:
+        """Counters that disagree with the jobs, or ``occupied`` ≠ ``leases`` + queued jobs."""
+        queued, waiting_, occupied = (int(v or 0) for v in (self.queued, self.waiting, self.occupied))
+        return (queued, waiting_, occupied) != (self.queued_jobs, self.waiting_jobs, leases + self.queued_jobs)
+
+
+def _count_jobs(tenant_id: str) -> JobCount | None:
+    """The tenant's queued and waiting jobs, counted through the sparse indexes (confirmed by
+    consistent reads) between two reads of its counters that agree (every status move changes
+    one); None if no two reads agreed in ``Settings.audit_stable_read_tries`` tries."""
+
+    def counters() -> tuple[int | None, ...]:
         try:
-            item = TenantItem.get(tenant_id, consistent_read=True, attributes_to_get=["queued", "waiting"])
+            item = TenantItem.get(tenant_id, consistent_read=True,
+                                  attributes_to_get=["queued", "waiting", "occupied", "in_flight"])
         except DoesNotExist:
-            return None, None
-        return (None if item.queued is None else int(item.queued),
-                None if item.waiting is None else int(item.waiting))
+            return None, None, None, None
+        return tuple(None if v is None else int(v) for v in (item.queued, item.waiting, item.occupied, item.in_flight))
 
     before = counters()
     for _ in range(get_settings().audit_stable_read_tries):
@@ -243,9 +266,9 @@ def _count_jobs(tenant_id: str) -> tuple[int, int, int | None, int | None]:
         waiting_ = sum(1 for j in found.values() if j is not None and j.status == JobStatus.WAITING.value)
         after = counters()
         if before == after:
-            break
+            return JobCount(queued, waiting_, *after)
         before = after
-    return queued, waiting_, after[0], after[1]
+    return None  # its jobs kept moving: no count to judge by (the next audit tries again)
 
 
 def _over_cap(leases: list[LeaseItem], cap: int, cap_changed_at: float) -> list[LeaseItem]:
@@ -277,13 +300,15 @@ def _judge(snap: _Snapshot, now: float) -> list[TenantAudit]:
                                        "but has no such lease", job.job_id))
         if in_flight != len(leases):
             audit_.drifts.append(Drift(tenant_id, "counter", f"in_flight={in_flight} but {len(leases)} live lease(s)"))
-        queued_jobs, waiting_jobs, queued, waiting_ = snap.counted.get(tenant_id, (0, 0, None, None))
-        audit_.queued, audit_.waiting = int(queued or 0), int(waiting_ or 0)
-        audit_.queued_jobs, audit_.waiting_jobs = queued_jobs, waiting_jobs
-        if (audit_.queued, audit_.waiting) != (queued_jobs, waiting_jobs):
+        count = snap.counted.get(tenant_id)
+        if count is not None:
+            audit_.queued, audit_.waiting = int(count.queued or 0), int(count.waiting or 0)
+            audit_.queued_jobs, audit_.waiting_jobs = count.queued_jobs, count.waiting_jobs
+        if count is not None and count.drifted(len(leases)):
             audit_.drifts.append(Drift(tenant_id, "job_counters",
-                                       f"queued={audit_.queued} waiting={audit_.waiting} but {queued_jobs} queued "
-                                       f"and {waiting_jobs} waiting job(s)"))
+                                       f"queued={audit_.queued} waiting={audit_.waiting} occupied={count.occupied} "
+                                       f"but {count.queued_jobs} queued and {count.waiting_jobs} waiting job(s), "
+                                       f"{len(leases)} lease(s)"))
         changed_at = float(item.cap_changed_at or 0) if item is not None else 0.0
         for lease in _over_cap(leases, cap, changed_at):
             audit_.drifts.append(Drift(tenant_id, "over_cap",
@@ -411,8 +436,9 @@ def _repair_stranded(job: JobItem, publish: Callable[[str, str], None]) -> str |
                                    condition=LeaseItem.job_id.does_not_exist() | (LeaseItem.token != token))
                 tx.update(JobItem(job.job_id), actions=actions,
                           condition=(JobItem.status == JobStatus.RUNNING.value) & (JobItem.lease_token == token))
-                if requeue:
-                    tx.update(TenantItem(job.tenant_id), actions=TenantItem.counted(TenantItem.queued, 1))
+                if requeue:  # no lease to free: the job takes a place again
+                    tx.update(TenantItem(job.tenant_id),
+                              actions=[*TenantItem.counted(TenantItem.queued, 1), TenantItem.occupied.add(1)])
         except TransactWriteError as exc:
             kind, codes = classify(exc)
             if kind == RETRY:
@@ -469,26 +495,33 @@ def repair(tenant_ids: Iterable[str] | None = None, *, publish: Callable[[str, s
 
 
 def _repair_job_counters(tenant_id: str) -> str | None:
-    """Set the tenant's ``queued`` and ``waiting`` to its jobs in those statuses (module docstring)."""
+    """Set the tenant's ``queued``, ``waiting`` and ``occupied`` to its jobs counted (module
+    docstring), on condition none of its counters changed since."""
 
     def unchanged(attr, value):
         return attr.does_not_exist() if value is None else attr == value
 
-    def attempt() -> str | None:
-        queued_jobs, waiting_jobs, queued, waiting_ = _count_jobs(tenant_id)
+    def attempt() -> str | None:  # after the in_flight repair (DRIFT_KINDS order): in_flight is the lease count
+        count, again = _count_jobs(tenant_id), _count_jobs(tenant_id)
+        if count is None or count != again:  # jobs moved between the counts: never write from one
+            raise Retryable(("unstable",))
+        if not count.drifted(int(count.in_flight or 0)):
+            return None
+        occupied = int(count.in_flight or 0) + count.queued_jobs
+        condition = (unchanged(TenantItem.queued, count.queued) & unchanged(TenantItem.waiting, count.waiting)
+                     & unchanged(TenantItem.occupied, count.occupied) & unchanged(TenantItem.in_flight, count.in_flight))
         try:
             TenantItem(tenant_id).update(
-                actions=[TenantItem.queued.set(queued_jobs), TenantItem.waiting.set(waiting_jobs),
-                         TenantItem.updated_at.set(time.time())],
-                condition=unchanged(TenantItem.queued, queued) & unchanged(TenantItem.waiting, waiting_))
+                actions=[TenantItem.queued.set(count.queued_jobs), TenantItem.waiting.set(count.waiting_jobs),
+                         TenantItem.occupied.set(occupied), TenantItem.updated_at.set(time.time())],
+                condition=condition)
         except UpdateError as exc:
             kind, codes = classify(exc)
             if kind in (RETRY, CANCELLED):  # a job moved meanwhile: count again
                 raise Retryable(codes) from exc
             raise
-        if (queued, waiting_) == (queued_jobs, waiting_jobs):
-            return None
-        return f"{tenant_id}: queued {queued} → {queued_jobs}, waiting {waiting_} → {waiting_jobs}"
+        return (f"{tenant_id}: queued {count.queued} → {count.queued_jobs}, waiting {count.waiting} → "
+                f"{count.waiting_jobs}, occupied {count.occupied} → {occupied}")
 
     return with_conflict_retries(attempt, what=f"repair job counters of tenant {tenant_id}")
 

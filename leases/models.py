@@ -103,6 +103,10 @@ class TenantItem(Model):
     #: (parked, no message); kept exact by the same transactions that change a job's status.
     queued = NumberAttribute(null=True)
     waiting = NumberAttribute(null=True)
+    #: ``in_flight + queued``: jobs running or on their way to a slot. Kept by the same transactions
+    #: (an acquire leaves it, a release frees one place, a wake takes one), so a wake can be
+    #: conditional on ``occupied < cap`` (DynamoDB conditions cannot add two attributes).
+    occupied = NumberAttribute(null=True)
     pending_partition = UnicodeAttribute(null=True)
     by_pending = PendingTenantsIndex()
     #: Tier override of ``Settings.default_cap``; absent means the default.

@@ -90,8 +90,7 @@ def reclaim(lease: LeaseItem, *, now: float, requeue: bool, reason: str) -> bool
                actions=[*job_actions, JobItem.release_id.set(release_id)],
                condition=(JobItem.lease_token == lease.token) & (JobItem.status == JobStatus.RUNNING.value))
 
-    return fenced_release(lease.job_id, lease.tenant_id, lease.token, job_item,
-                          tenant_actions=TenantItem.counted(TenantItem.queued, 1) if requeue else (),
+    return fenced_release(lease.job_id, lease.tenant_id, lease.token, job_item, requeue=requeue,
                           expired_before=now, what=f"reclaim lease of job {lease.job_id}")
 
 

@@ -275,14 +275,17 @@ def released_by(job_id: str, release_ids: Iterable[str]) -> bool:
 # --- the cap as DynamoDB conditions -------------------------------------------------------------
 
 
-def cap_has_room(default_cap: int):
-    """Condition on a tenant item: ``in_flight < cap`` (the tier override ``cap`` when the item has
-    one, else ``default_cap``); an item with neither counter nor override has room."""
+def below_cap(counter, default_cap: int):
+    """Condition on a tenant item: ``counter < cap`` (the tier override ``cap`` when the item has
+    one, else ``default_cap``); an absent counter is 0."""
     no_override = TenantItem.cap.does_not_exist()
-    below_cap = (no_override & (TenantItem.in_flight < default_cap)) | (
-        TenantItem.cap.exists() & (TenantItem.in_flight < TenantItem.cap)
-    )
-    return (TenantItem.in_flight.does_not_exist() & no_override) | below_cap
+    absent = counter.does_not_exist() & (no_override | (TenantItem.cap > 0))
+    return absent | (no_override & (counter < default_cap)) | (TenantItem.cap.exists() & (counter < TenantItem.cap))
+
+
+def cap_has_room(default_cap: int):
+    """Condition on a tenant item: ``in_flight < cap`` (:func:`below_cap`): a lease may be taken."""
+    return below_cap(TenantItem.in_flight, default_cap)
 
 
 def can_borrow():
@@ -307,10 +310,11 @@ def not_frozen(now: float):
 
 
 def room_of(tenant: TenantItem | None, default_cap: int) -> int:
-    """Slots a tenant may still fill with jobs that are not queued yet: cap − in_flight − queued."""
+    """Slots a tenant may still fill with jobs that are not queued yet: cap − occupied (in_flight +
+    queued)."""
     if tenant is None:
         return default_cap
-    return tenant.effective_cap(default_cap) - int(tenant.in_flight or 0) - int(tenant.queued or 0)
+    return tenant.effective_cap(default_cap) - int(tenant.occupied or 0)
 
 
 def _number(raw: dict, name: str) -> int | None:
@@ -483,14 +487,15 @@ def still_held(lease: Lease) -> bool:
 
 
 def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[NamedTransaction, str], None], *,
-                   tenant_actions: Iterable = (), expired_before: float | None = None, what: str) -> bool:
+                   requeue: bool = False, expired_before: float | None = None, what: str) -> bool:
     """End the lease of ``job_id`` in one transaction: delete it, ``in_flight − 1``, write the job.
 
     The one protocol every end of a lease goes through (holder's commit, retry and failure; the
     sweeper's reclaim and orphan removal). The lease delete is conditional on ``token`` (and on
     ``expires_at < expired_before`` when given); ``job_item(tx, release_id)`` adds the job's item
-    (an update that should write ``release_id`` into ``JobItem.release_id``, or a condition check);
-    ``tenant_actions`` are further updates of the tenant item (the ``queued`` counter of a re-queue).
+    (an update that should write ``release_id`` into ``JobItem.release_id``, or a condition check).
+    With ``requeue`` the job goes back to ``queued`` (its tenant's ``queued + 1``: it keeps its
+    place), else the tenant's place is freed (``occupied − 1``).
 
     Reading a failure: conflicts and throttling are retried (bounded, jittered). After an ambiguous
     failure, and after *any* refused one, the job is read back: if it carries the ``release_id`` of
@@ -519,7 +524,8 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
             with NamedTransaction(release_id) as tx:
                 tx.add("delete", "lease", LeaseItem(job_id), condition=condition)
                 tx.add("update", "tenant", TenantItem(tenant_id),
-                       actions=[TenantItem.in_flight.add(-1), *tenant_actions])
+                       actions=[TenantItem.in_flight.add(-1),
+                                *(TenantItem.counted(TenantItem.queued, 1) if requeue else [TenantItem.occupied.add(-1)])])
                 tx.add("update", "cluster", slots_item(), actions=[ClusterItem.busy.add(-1)])
                 job_item(tx, release_id)
         except TransactWriteError as exc:
@@ -554,8 +560,7 @@ def _release(lease: Lease, job_actions: list, *, what: str, requeue: bool = Fals
                actions=[*job_actions, JobItem.release_id.set(release_id)],
                condition=(JobItem.lease_token == lease.token) & (JobItem.status == JobStatus.RUNNING.value))
 
-    if not fenced_release(lease.job_id, lease.tenant_id, lease.token, job_item,
-                          tenant_actions=TenantItem.counted(TenantItem.queued, 1) if requeue else (), what=what):
+    if not fenced_release(lease.job_id, lease.tenant_id, lease.token, job_item, requeue=requeue, what=what):
         raise LeaseLost(lease.job_id, lease.token, f"({what} refused)")
 
 

@@ -15,9 +15,10 @@ which the sweeper also runs for every tenant with waiting jobs (the safety net f
 killed between its release and its wake). A wake that applied but whose publish was lost leaves a
 ``queued`` job whose ``due_at`` passes; the sweeper re-publishes it (:func:`stale_queued`).
 
-Each wake is conditional on the tenant's ``in_flight`` and ``queued`` being what it read, so two
-releasers never fill the same free slot twice; a woken job that still finds the cap full (another
-job took the slot first) parks again, keeping its place (the index is ordered by submission).
+Each wake is conditional on the tenant's ``occupied`` (in_flight + queued) being below its cap, so
+two releasers never fill the same free slot twice; a woken job that still finds the cap full (a
+borrowing wake the cluster could not honour) parks again, keeping its place (the index is ordered
+by submission).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from leases.transactions import (
     RETRY,
     NamedTransaction,
     Retryable,
+    below_cap,
     cap_has_room,
     classify,
     new_token,
@@ -90,7 +92,8 @@ def park(job_id: str, tenant_id: str, *, now: float | None = None) -> bool:
         try:
             with NamedTransaction(new_token()) as tx:
                 tx.add("update", "tenant", TenantItem(tenant_id),
-                       actions=[TenantItem.queued.add(-1), *TenantItem.counted(TenantItem.waiting, 1)],
+                       actions=[TenantItem.queued.add(-1), TenantItem.occupied.add(-1),
+                                *TenantItem.counted(TenantItem.waiting, 1)],
                        condition=~(cap_has_room(s.default_cap) & not_frozen(t)))
                 tx.add("update", "job", JobItem(job_id),
                        actions=[*_park_actions(tenant_id, t),
@@ -135,20 +138,25 @@ def waiting_jobs(tenant_id: str) -> Iterator[JobItem]:
                                     page_size=get_settings().handoff_scan_limit)
 
 
-def _try_wake(job_id: str, tenant: TenantItem, t: float, reason: str) -> str:
-    """One wake transaction; ``"woken"``, ``"job_gone"`` (not waiting any more) or ``"tenant_moved"``
-    (its counters changed since read: read it again)."""
-    tenant_id = tenant.tenant_id
-    in_flight, queued = int(tenant.in_flight or 0), int(tenant.queued or 0)
-    unchanged = ((TenantItem.in_flight == in_flight) if tenant.in_flight is not None
-                 else TenantItem.in_flight.does_not_exist())
-    unchanged &= (TenantItem.queued == queued) if tenant.queued is not None else TenantItem.queued.does_not_exist()
+def has_place():
+    """Condition on a tenant item: ``occupied < cap``, or ``occupied < burst_cap`` when its tier
+    borrows (whether the cluster has a slot to lend is read, not conditioned: a job woken too many
+    parks again at its acquire)."""
+    borrows = TenantItem.burst_cap.exists() & (TenantItem.occupied.does_not_exist()
+                                               | (TenantItem.occupied < TenantItem.burst_cap))
+    return below_cap(TenantItem.occupied, get_settings().default_cap) | borrows
+
+
+def _try_wake(job_id: str, tenant_id: str, t: float, reason: str) -> str:
+    """One wake transaction; ``"woken"``, ``"job_gone"`` (not waiting any more) or ``"full"`` (the
+    tenant has no place left)."""
 
     def attempt() -> str:
         try:
             with NamedTransaction(new_token()) as tx:
                 tx.add("update", "tenant", TenantItem(tenant_id),
-                       actions=[TenantItem.waiting.add(-1), *TenantItem.counted(TenantItem.queued, 1)], condition=unchanged)
+                       actions=[TenantItem.waiting.add(-1), TenantItem.occupied.add(1),
+                                *TenantItem.counted(TenantItem.queued, 1)], condition=has_place())
                 tx.add("update", "job", JobItem(job_id),
                        actions=[JobItem.status.set(JobStatus.QUEUED.value), JobItem.waiting_tenant.remove(),
                                 JobItem.queued_tenant.set(tenant_id), JobItem.woken_at.set(t),
@@ -170,7 +178,7 @@ def _try_wake(job_id: str, tenant: TenantItem, t: float, reason: str) -> str:
                 if reason_code(reasons, "job") == CONDITION_FAILED:
                     return "job_gone"
                 if reason_code(reasons, "tenant") == CONDITION_FAILED:
-                    return "tenant_moved"
+                    return "full"
             raise
         return "woken"
 
@@ -183,7 +191,8 @@ def wake(tenant_id: str, *, publish: Publish, reason: str = "release", now: floa
     more while it may borrow: :func:`room_with_borrowing`), at most ``limit`` of them.
 
     Each wake is one transaction (job ``waiting → queued``, tenant ``waiting − 1``, ``queued + 1``,
-    on condition the tenant's counters are as read), followed by ``publish(tenant_id, job_id)``.
+    ``occupied + 1`` on condition :func:`has_place`), followed by ``publish(tenant_id, job_id)``; one
+    read of the tenant decides how many to try (its room), the condition keeps them exact.
     ``reason`` (``release``, ``borrow``, ``door``, ``sweeper``, ``cap_change``, ``repair``) is recorded in the
     job's ``woken_by``; ``on_woken(job)`` is called after each publish (metrics).
 
@@ -194,28 +203,26 @@ def wake(tenant_id: str, *, publish: Publish, reason: str = "release", now: floa
         LeaseContention, pynamodb/botocore/kombu errors: the wake stops; the sweeper finishes it (a
             woken job whose publish failed is re-published once its ``due_at`` is stale).
     """
-    s = get_settings()
     woken: list[str] = []
-    moved = 0
-    while moved < s.lease_conflict_attempts and (limit is None or len(woken) < limit):
-        tenant = read_tenant(tenant_id)
-        if tenant is None or int(tenant.waiting or 0) <= 0 or room_with_borrowing(tenant) <= 0:
-            return woken
-        t = time.time() if now is None else now
-        outcome = "empty"
-        for job in waiting_jobs(tenant_id):
-            outcome = _try_wake(job.job_id, tenant, t, reason)
-            if outcome == "woken":
-                publish(tenant_id, job.job_id)
-                woken.append(job.job_id)
-                job.woken_at, job.woken_by = t, reason
-                if on_woken is not None:
-                    on_woken(job)
-            if outcome != "job_gone":
-                break
-        if outcome in ("empty", "job_gone"):  # the index lags the counter: the sweeper's
-            return woken
-        moved += outcome == "tenant_moved"
+    tenant = read_tenant(tenant_id)
+    if tenant is None or int(tenant.waiting or 0) <= 0:
+        return woken
+    room = room_with_borrowing(tenant)
+    if limit is not None:
+        room = min(room, limit)
+    t = time.time() if now is None else now
+    for job in waiting_jobs(tenant_id):
+        if len(woken) >= room:
+            break
+        outcome = _try_wake(job.job_id, tenant_id, t, reason)
+        if outcome == "full":
+            break
+        if outcome == "woken":
+            publish(tenant_id, job.job_id)
+            woken.append(job.job_id)
+            job.woken_at, job.woken_by = t, reason
+            if on_woken is not None:
+                on_woken(job)
     return woken
 
 
@@ -229,7 +236,7 @@ def room_with_borrowing(tenant: TenantItem) -> int:
         return room
     cluster = nodes.slots()
     spare = int(cluster.borrowable or 0) - int(cluster.busy or 0) if cluster is not None else 0
-    return max(room, min(burst - int(tenant.in_flight or 0) - int(tenant.queued or 0), spare))
+    return max(room, min(burst - int(tenant.occupied or 0), spare))
 
 
 def wake_borrowers(*, publish: Publish, on_woken: Callable[[JobItem], None] | None = None) -> list[str]:
@@ -276,9 +283,12 @@ def through_door(job: JobItem, *, door: bool = True, now: float | None = None) -
 
 
 def counter_actions(job: JobItem, delta: int) -> list:
-    """Tenant-item actions that count (``delta`` = 1) or uncount (−1) a new job in its status."""
-    counter = TenantItem.queued if job.status == JobStatus.QUEUED.value else TenantItem.waiting
-    return TenantItem.counted(counter, delta) if delta > 0 else [counter.add(delta)]
+    """Tenant-item actions that count (``delta`` = 1) or uncount (−1) a new job in its status
+    (a queued job also takes or frees a place: ``occupied``)."""
+    queued = job.status == JobStatus.QUEUED.value
+    counter = TenantItem.queued if queued else TenantItem.waiting
+    actions = TenantItem.counted(counter, delta) if delta > 0 else [counter.add(delta)]
+    return [*actions, TenantItem.occupied.add(delta)] if queued else actions
 
 
 def admit(job: JobItem, *, door: bool = True, now: float | None = None) -> bool:

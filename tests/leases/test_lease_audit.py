@@ -67,12 +67,12 @@ def test_repair_fixes_counter_orphan_and_stranded_job_while_leases_move(tenant_i
     now = time.time()
     LeaseItem(finished, tenant_id=tenant_id, worker="ghost", token="a" * 32, acquired_at=now, heartbeat_at=now,
               expires_at=now + 600).save()
-    TenantItem(tenant_id).update(actions=[TenantItem.in_flight.add(1)])
+    TenantItem(tenant_id).update(actions=[TenantItem.in_flight.add(1), TenantItem.occupied.add(1)])
     transactions.slots_item().update(actions=[ClusterItem.busy.add(1)])
     # Stranded: a running job whose lease is gone.
     JobItem(stranded).update(actions=[JobItem.status.set(JobStatus.RUNNING.value), JobItem.queued_tenant.remove(),
                                       JobItem.lease_token.set("b" * 32), JobItem.attempts.set(1)])
-    TenantItem(tenant_id).update(actions=[TenantItem.queued.add(-1)])
+    TenantItem(tenant_id).update(actions=[TenantItem.queued.add(-1), TenantItem.occupied.add(-1)])
 
     kinds = sorted(d.kind for d in audit.audit([tenant_id]).drifts)
     assert kinds == ["counter", "orphan_lease", "stranded_job"]
