@@ -252,7 +252,7 @@ def _count_jobs(tenant_id: str) -> JobCount | None:
     def counters() -> tuple[int | None, ...]:
         try:
             item = TenantItem.get(tenant_id, consistent_read=True,
-                                  attributes_to_get=["queued", "waiting", "occupied", "in_flight"])
+                                  attributes_to_get=["tenant_id", "queued", "waiting", "occupied", "in_flight"])
         except DoesNotExist:
             return None, None, None, None
         return tuple(None if v is None else int(v) for v in (item.queued, item.waiting, item.occupied, item.in_flight))

@@ -296,7 +296,8 @@ class ClusterItem(Model):
 
     The slot counter holds ``busy`` (leases held now, kept in the same transactions as each
     tenant's ``in_flight``), ``total`` (slots of the live nodes) and ``borrowable`` (``total −
-    Settings.reserve_slots``: a lease may be borrowed only while ``busy < borrowable``). A node item
+    Settings.reserve_slots``: a lease may be borrowed only while ``busy < borrowable``) and
+    ``borrowers`` (tenants whose tier borrows). A node item
     holds its ``slots`` and ``expires_at``; a node that stops beating is dropped by the sweeper.
     """
 
@@ -307,6 +308,9 @@ class ClusterItem(Model):
     busy = NumberAttribute(null=True)
     total = NumberAttribute(null=True)
     borrowable = NumberAttribute(null=True)
+    #: Tenants whose tier has a burst cap (kept by ``leases.tenants.set_cap``): 0 = no borrowing, and
+    #: a release offers nobody a slot (one read, no query).
+    borrowers = NumberAttribute(null=True)
     slots = NumberAttribute(null=True)
     heartbeat_at = NumberAttribute(null=True)
     expires_at = NumberAttribute(null=True)

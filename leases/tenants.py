@@ -8,10 +8,20 @@ from __future__ import annotations
 
 import time
 
-from pynamodb.exceptions import DoesNotExist
+from pynamodb.exceptions import DoesNotExist, TransactWriteError
 
-from leases.models import LeaseItem, TenantItem
-from leases.transactions import ensure_tenant
+from leases.models import ClusterItem, LeaseItem, TenantItem
+from leases.transactions import (
+    CANCELLED,
+    RETRY,
+    NamedTransaction,
+    Retryable,
+    classify,
+    ensure_tenant,
+    new_token,
+    slots_item,
+    with_conflict_retries,
+)
 from service.settings import get_settings
 from service.tenancy import shown_value, validate_tenant_id
 
@@ -31,7 +41,8 @@ def set_cap(tenant_id: str, cap: int | None, *, burst_cap: int | None = None) ->
     Raises:
         service.tenancy.InvalidTenantId: not a canonical tenant id.
         ValueError: ``cap`` is not an integer from 0 to ``Settings.max_cap`` (the bound keeps it far
-            inside DynamoDB's 38-digit numbers).
+            inside DynamoDB's 38-digit numbers), or ``burst_cap`` not from the cap to ``max_cap``.
+        leases.errors.LeaseContention: concurrent changes of the tier outlasted the retries.
     """
     validate_tenant_id(tenant_id)
     max_cap = get_settings().max_cap
@@ -44,12 +55,28 @@ def set_cap(tenant_id: str, cap: int | None, *, burst_cap: int | None = None) ->
                          f"to max_cap={max_cap}")
     ensure_tenant(tenant_id)
     action = TenantItem.cap.remove() if cap is None else TenantItem.cap.set(cap)
-    burst = (TenantItem.burst_cap.remove() if burst_cap is None or burst_cap == effective
-             else TenantItem.burst_cap.set(burst_cap))
-    t = time.time()
-    TenantItem(tenant_id).update(
-        actions=[action, burst, TenantItem.updated_at.set(t), TenantItem.cap_changed_at.set(t)]
-    )
+    borrows = burst_cap is not None and burst_cap != effective
+    burst = TenantItem.burst_cap.set(burst_cap) if borrows else TenantItem.burst_cap.remove()
+
+    def attempt() -> None:
+        t = time.time()
+        before = TenantItem.get(tenant_id, consistent_read=True, attributes_to_get=["tenant_id", "burst_cap"]).burst_cap
+        delta = int(borrows) - int(before is not None)
+        unchanged = TenantItem.burst_cap.does_not_exist() if before is None else TenantItem.burst_cap == before
+        try:
+            with NamedTransaction(new_token()) as tx:
+                tx.add("update", "tenant", TenantItem(tenant_id),
+                       actions=[action, burst, TenantItem.updated_at.set(t), TenantItem.cap_changed_at.set(t)],
+                       condition=unchanged)
+                if delta:
+                    tx.add("update", "cluster", slots_item(), actions=[ClusterItem.borrowers.add(delta)])
+        except TransactWriteError as exc:
+            kind, codes = classify(exc)
+            if kind in (RETRY, CANCELLED):  # another set-cap changed the burst meanwhile: read again
+                raise Retryable(codes) from exc
+            raise
+
+    with_conflict_retries(attempt, what=f"set the cap of tenant {tenant_id}")
 
 
 def describe_tenant(tenant_id: str) -> dict:

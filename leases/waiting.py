@@ -247,7 +247,8 @@ def wake_borrowers(*, publish: Publish, on_woken: Callable[[JobItem], None] | No
     freed it. Returns the job ids woken.
     """
     cluster = nodes.slots()
-    if cluster is None or int(cluster.busy or 0) >= int(cluster.borrowable or 0):
+    if (cluster is None or int(cluster.borrowers or 0) <= 0
+            or int(cluster.busy or 0) >= int(cluster.borrowable or 0)):
         return []
     borrowers = sorted((t for t in TenantItem.by_pending.query(PENDING_PARTITION)
                         if t.burst_cap is not None and int(t.waiting or 0) > 0),
