@@ -66,6 +66,28 @@ def _download(key: str, path: Path) -> None:
     aws.s3().download_file(settings.bucket, key, str(path))
 
 
+@_in_place
+def _download_object(key: str, path: Path) -> None:
+    aws.s3().download_file(get_settings().bucket, key, str(path))
+
+
+def download_object(key: str, path: Path) -> None:
+    """Download object ``key`` of the service bucket to ``path`` whatever its size (a plate, for
+    ``imposition job download``); S3 errors retried in place like every transfer here.
+
+    Raises:
+        StorageError: no such object (the message says so), or S3 kept failing.
+    """
+    try:
+        _download_object(key, path)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in _MISSING:
+            raise StorageError(f"{key!r}: no such object in bucket {get_settings().bucket!r}") from exc
+        raise StorageError(f"download of {key!r} failed: {exc}") from exc
+    except BotoCoreError as exc:
+        raise StorageError(f"download of {key!r} failed: {exc}") from exc
+
+
 def download(key: str, path: Path) -> None:
     """Download object ``key`` of the service bucket to ``path``, once its size is known to fit.
 
