@@ -235,7 +235,10 @@ def dlq_redrive(queue: str | None, job_id: str | None, everything: bool) -> None
 def dlq_purge(queue: str | None, yes: bool) -> None:
     """Delete every message of the DLQ of QUEUE (default: every work queue), after confirmation.
 
-    Answering no exits with status 1 and deletes nothing. SQS may take up to 60 s to finish a purge."""
+    Answering no exits with status 1 and deletes nothing; so does a second purge of one queue
+    within 60 s (SQS allows one per 60 s). SQS may take up to 60 s to finish a purge."""
+    from botocore.exceptions import ClientError
+
     from service import aws
     from service.settings import get_settings
 
@@ -244,5 +247,11 @@ def dlq_purge(queue: str | None, yes: bool) -> None:
     if not yes:
         click.confirm(f"delete every message of {', '.join(names)}?", abort=True)
     for name in names:
-        aws.sqs().purge_queue(QueueUrl=aws.queue_url(name))
+        try:
+            aws.sqs().purge_queue(QueueUrl=aws.queue_url(name))
+        except ClientError as exc:
+            if "PurgeQueueInProgress" not in exc.response.get("Error", {}).get("Code", ""):
+                raise
+            raise click.ClickException(f"{name}: a purge is already under way (SQS allows one per queue "
+                                       "every 60 s); try again in a minute") from exc
         click.echo(f"purged {name}")

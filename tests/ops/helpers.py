@@ -20,8 +20,9 @@ def cli_json(*args: str):
     return json.loads(cli(*args).stdout)
 
 
-def queue_bodies(queue: str) -> list[dict]:
-    """Receive (and delete) every message of SQS queue ``queue``; their decoded kwargs."""
+def queue_bodies(queue: str, *, with_groups: bool = False) -> list:
+    """Receive (and delete) every message of SQS queue ``queue``; their decoded kwargs (with
+    ``with_groups``: ``(kwargs, MessageGroupId)`` pairs)."""
     from service import aws
     from service.dlq import _task_fields
 
@@ -29,9 +30,10 @@ def queue_bodies(queue: str) -> list[dict]:
     out = []
     while True:
         got = aws.sqs().receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0,
-                                        VisibilityTimeout=60).get("Messages", [])
+                                        VisibilityTimeout=60, AttributeNames=["All"]).get("Messages", [])
         if not got:
             return out
         for message in got:
-            out.append(_task_fields(message["Body"])[1])
+            kwargs = _task_fields(message["Body"])[1]
+            out.append((kwargs, message["Attributes"].get("MessageGroupId")) if with_groups else kwargs)
             aws.sqs().delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
