@@ -8,7 +8,9 @@ written; a layout with ``"on_warning": "fail"`` makes the first one a failure). 
 a bad request (an unreadable layout file, a layout that breaks the specification: the message names
 the field, the value and the limit), as ``imposition submit`` refuses it; exit status 1 with
 ``<code>: <message>`` when the job itself fails with a typed error (a bad PDF, a page that does not
-fit, a limit). Also runs as ``python -m imposition.cli``.
+fit, a limit), or when the plate file cannot be written (its folder must exist and be a folder:
+none is created). ``"slug": true`` prints the slug with ``-`` for a job or tenant not given by
+``--job-id`` / ``--tenant-id``, and says so on stderr. Also runs as ``python -m imposition.cli``.
 """
 
 from __future__ import annotations
@@ -41,19 +43,20 @@ def impose_command(
     job_id: str | None, tenant_id: str | None,
 ) -> None:
     """Impose INPUT_PDF per the layout and write the plate file."""
+    from service.cli import check_output_path, layout_text
     from service.settings import get_settings
 
     settings = get_settings()
     if engine is not None:
         settings = settings.model_copy(update={"engine": engine})
     try:
-        text = layout if layout.lstrip().startswith("{") else Path(layout).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise click.BadParameter(f"cannot read layout file: {exc}", param_hint="--layout") from None
-    try:
-        spec = parse_layout(text)
+        spec = parse_layout(layout_text(layout))
     except InvalidLayout as exc:
         raise click.BadParameter(f"{exc.code}: {exc}", param_hint="--layout") from None
+    check_output_path(output, what="the plate file")  # exit 1; no folder is ever created
+    if getattr(spec, "slug", False) and (job_id is None or tenant_id is None):
+        click.echo("note: slug: true without --job-id and --tenant-id: the slug line reads "
+                   f"'job {job_id or '-'} | tenant {tenant_id or '-'}'", err=True)
     slug = SlugInfo(job_id or "-", tenant_id or "-", datetime.now(timezone.utc).date().isoformat())
     try:
         report = get_engine(settings).impose(input_pdf, spec, output, slug=slug, time_limit_s=time_limit_s)

@@ -297,6 +297,8 @@ def _describe(error: Any) -> str:
     loc = [clipped(str(part)) for part in error["loc"]]  # an unknown field's name is the tenant's text
     if loc and loc[0] in LAYOUTS:  # the discriminator tag pydantic puts first
         loc = loc[1:]
+    if error["type"] == "union_tag_not_found":  # no "layout" key at all
+        return f"layout: missing field (required: one of {', '.join(LAYOUTS)})"
     if error["type"] == "union_tag_invalid":
         return f"layout={shown(error['ctx']['tag'])}: unknown layout; layouts: {', '.join(LAYOUTS)}"
     rule = str(error["ctx"]["error"]) if error["type"] == "value_error" else error["msg"]  # our own checks

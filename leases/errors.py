@@ -9,7 +9,9 @@
     ├── TenantMismatch      the job belongs to another tenant than the one the caller named: a
     │                       forged or corrupt message, never run (poison: dead-letter queue)
     ├── LeaseContention     conflicts or throttling outlasted the bounded retries: defer the job
-    └── LeaseLost           the fencing token is gone (reclaimed by the sweeper): commit nothing
+    ├── LeaseLost           the fencing token is gone (reclaimed by the sweeper): commit nothing
+    └── WrongJobStatus      an operator's cancel or retry found the job in a status it does not
+                            apply to (cancel: queued or waiting; retry: failed); nothing written
 
 Each wraps the PynamoDB/botocore error it came from as ``__cause__``; ``reason_codes`` keeps the
 DynamoDB cancellation reason codes, one per transaction item, in request order.
@@ -97,3 +99,19 @@ class LeaseLost(LeaseError):
         super().__init__(f"lease on job {job_id!r} (token {token[:8]}…) is lost {detail}".rstrip(), **kw)
         self.job_id = job_id
         self.token = token
+
+
+class WrongJobStatus(LeaseError):
+    """``imposition job cancel`` / ``job retry`` (:mod:`leases.lifecycle`) found the job in a status
+    the operation does not apply to; nothing was written.
+
+    Attributes:
+        job_id, status (the job's status as read), allowed (the statuses the operation accepts).
+    """
+
+    def __init__(self, job_id: str, operation: str, status: str, allowed: tuple[str, ...], **kw) -> None:
+        super().__init__(f"job {job_id!r} is {status}: {operation} applies only to a job that is "
+                         f"{' or '.join(allowed)}", **kw)
+        self.job_id = job_id
+        self.status = status
+        self.allowed = allowed

@@ -259,6 +259,13 @@ class JobItem(Model):
     webhook_attempts = NumberAttribute(null=True)
     webhook_error = UnicodeAttribute(null=True)
     webhook_delivered_at = NumberAttribute(null=True)
+    #: Operator retries of a failed job (``imposition job retry``, :mod:`leases.lifecycle`); absent
+    #: means never retried. Also tells the webhook event of each run apart (its event id).
+    retries = NumberAttribute(null=True)
+    #: The earlier runs of a retried job, oldest first: ``[{"retried_at", "attempts", "max_attempts",
+    #: "error_code", "error", "finished_at"}, …]`` (times epoch s), at most
+    #: ``Settings.job_history_limit`` entries (the oldest are dropped).
+    history = JSONAttribute(null=True)
     by_tenant = JobsByTenantIndex()
     by_waiting = WaitingJobsIndex()
     by_queued = QueuedJobsIndex()

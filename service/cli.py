@@ -1,8 +1,10 @@
 """``imposition``: the operator's and integrator's command line.
 
-Commands: ``provision``, ``submit``, ``impose`` (the engine alone), ``job show``, ``tenant show``,
-``tenant set-cap``, ``tenant set-limits`` (admission), ``tenant set-webhook`` (webhooks), ``audit``
-(leases), ``status`` and ``capacity-report`` (observability). Commands owned by other packages are
+Commands: ``provision``, ``submit``, ``impose`` (the engine alone), ``jobs list``, ``job show``,
+``job download``, ``job cancel``, ``job retry`` (:mod:`service.jobs`), ``dlq list|redrive|purge``
+(:mod:`service.dlq`), ``tenant list``, ``tenant show`` (:mod:`service.tenants`), ``tenant set-cap``,
+``tenant set-limits`` (admission), ``tenant set-webhook`` (webhooks), ``audit`` (leases), ``status``
+and ``capacity-report`` (observability). Commands owned by other packages are
 named in :data:`LAZY_COMMANDS` and imported only when run (click's "lazily loading subcommands"
 pattern), so ``imposition impose`` does not import the service stack.
 
@@ -59,6 +61,34 @@ class IdentifierParam(click.ParamType):
 
 TENANT_ID = IdentifierParam("tenant_id", validate_tenant_id)
 JOB_ID = IdentifierParam("job_id", validate_job_id)
+
+
+def check_output_path(path: Path, *, what: str) -> None:
+    """Refuse to write ``what`` (``"the plate file"``) to ``path`` unless its folder exists and is a
+    folder, and ``path`` itself is not a folder: :class:`click.ClickException` (exit status 1) naming
+    the path and the reason. Nothing is created."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.exists():
+        raise click.ClickException(f"cannot write {what} {path}: the folder {parent} does not exist")
+    if not parent.is_dir():
+        raise click.ClickException(f"cannot write {what} {path}: {parent} is not a folder")
+    if path.is_dir():
+        raise click.ClickException(f"cannot write {what} {path}: it is a folder")
+
+
+def layout_text(value: str) -> str:
+    """The JSON text of a ``--layout`` option: the value itself when it starts with ``{``, else the
+    contents of the file it names.
+
+    Raises:
+        click.BadParameter: the file cannot be read (exit status 2).
+    """
+    if value.lstrip().startswith("{"):
+        return value
+    try:
+        return Path(value).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"cannot read layout file {value}: {exc}", param_hint="--layout") from None
 
 
 class ServiceUnavailable(click.ClickException):
@@ -165,11 +195,21 @@ class ServiceGroup(LazyGroup):
 LAZY_COMMANDS = {
     "imposition": {
         "impose": "imposition.cli:impose_command",
+        "jobs": "service.jobs:jobs_group",
+        "dlq": "service.dlq:dlq_group",
         "audit": "leases.cli:audit_command",
         "status": "observability.status:status_command",
         "capacity-report": "observability.capacity:capacity_report_command",
     },
+    "job": {
+        "show": "service.jobs:job_show",
+        "download": "service.jobs:job_download",
+        "cancel": "service.jobs:job_cancel",
+        "retry": "service.jobs:job_retry",
+    },
     "tenant": {
+        "list": "service.tenants:tenant_list",
+        "show": "service.tenants:tenant_show",
         "set-limits": "admission.cli:set_limits_command",
         "set-webhook": "webhooks.cli:set_webhook_command",
     },
@@ -195,29 +235,27 @@ def provision() -> None:
 @main.command()
 @click.option("--tenant", "tenant_id", required=True, type=TENANT_ID, help="Canonical tenant id.")
 @click.option("--token", required=True, help="Idempotency token of this job (your own, unique per job).")
-@click.option("--layout", "layout_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Layout specification (JSON file).")
+@click.option("--layout", "layout_option", required=True,
+              help="Layout specification: a JSON file, or JSON text starting with '{'.")
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None,
               help="Attempt budget, up to Settings.max_attempts_limit (default: Settings.max_attempts).")
 @click.option("--on-duplicate", type=click.Choice(["raise", "return"]), default="raise", show_default=True,
               help="A token already submitted: refuse (exit 2), or print the job id that holds it.")
 @click.argument("input_pdf", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def submit(tenant_id: str, token: str, layout_path: Path, max_attempts: int | None, on_duplicate: str,
+def submit(tenant_id: str, token: str, layout_option: str, max_attempts: int | None, on_duplicate: str,
            input_pdf: Path) -> None:
     """Upload INPUT_PDF under the tenant's prefix, submit it, and print the job id.
 
-    Exit status 2: refused (tenancy, layout, input over max_input_bytes, admission: duplicate, rate
-    limit, in-flight cap); 3: admission unavailable (Redis unreachable; nothing was published).
+    Exit status 2: refused (tenancy, layout, an input that is empty, not a PDF or over
+    max_input_bytes: nothing uploaded; admission: duplicate, rate limit, in-flight cap); 3: admission unavailable (Redis unreachable; nothing was published).
     """
     from admission import AdmissionRefused, AdmissionUnavailable
     from imposition import ImpositionError
-    from tasks.submission import submit as do_submit
+    from tasks.submission import check_pdf_header, submit as do_submit
 
+    layout = layout_text(layout_option)  # JSON text: parse_layout reads and validates it
     try:
-        layout = layout_path.read_text()  # JSON text: parse_layout reads and validates it
-    except (OSError, UnicodeDecodeError) as exc:
-        raise click.BadParameter(f"{layout_path}: cannot read ({exc})", param_hint="--layout") from exc
-    try:
+        check_pdf_header(input_pdf)  # before admission and upload: names the caller's file
         job_id = do_submit(input_pdf, tenant_id=tenant_id, token=token, layout=layout, max_attempts=max_attempts,
                            on_duplicate=on_duplicate)
     except (ValueError, LookupError, AdmissionRefused, ImpositionError) as exc:  # typed refusals
@@ -229,28 +267,9 @@ def submit(tenant_id: str, token: str, layout_path: Path, max_attempts: int | No
     click.echo(job_id)
 
 
-@main.group()
+@main.group(cls=LazyGroup, lazy_subcommands=LAZY_COMMANDS["job"])
 def job() -> None:
-    """Inspect jobs."""
-
-
-@job.command("show")
-@click.argument("job_id", type=JOB_ID)
-def job_show(job_id: str) -> None:
-    """Print a job item as JSON (``warnings``: the engine's typed warnings, ``[{"code", "message"}]``)."""
-    from pynamodb.exceptions import DoesNotExist
-
-    from leases.models import JobItem
-
-    try:
-        item = JobItem.get(job_id, consistent_read=True)
-    except DoesNotExist:
-        click.echo(f"no job {job_id!r}", err=True)
-        sys.exit(1)
-    shown = item.to_simple_dict()
-    if item.warnings is not None:  # the engine's typed warnings, as a list rather than JSON text
-        shown["warnings"] = item.warnings
-    click.echo(json.dumps(shown, indent=2, sort_keys=True, default=str))
+    """Inspect, download, cancel and retry jobs."""
 
 
 @main.group(cls=LazyGroup, lazy_subcommands=LAZY_COMMANDS["tenant"])
@@ -258,18 +277,9 @@ def tenant() -> None:
     """Tenant tiers and state."""
 
 
-@tenant.command("show")
+@tenant.command("set-cap", context_settings={"ignore_unknown_options": True})
 @click.argument("tenant_id", type=TENANT_ID)
-def tenant_show(tenant_id: str) -> None:
-    """Print a tenant's cap (and whether it is an override), in-flight count and live leases."""
-    from leases.tenants import describe_tenant
-
-    click.echo(json.dumps(describe_tenant(tenant_id), indent=2, sort_keys=True))
-
-
-@tenant.command("set-cap")
-@click.argument("tenant_id", type=TENANT_ID)
-@click.argument("cap", required=False, type=click.IntRange(min=0))
+@click.argument("cap", required=False, type=click.IntRange(min=0))  # "-1" is CAP, not an option
 @click.option("--default", "use_default", is_flag=True, help="Remove the override (back to the default cap).")
 @click.option("--burst", "burst_cap", type=click.IntRange(min=0), default=None,
               help="Borrowing: leases the tenant may hold while the cluster has slots above its reserve "

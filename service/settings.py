@@ -171,6 +171,20 @@ class Settings(BaseSettings):
     retry_backoff_max_s: int = Field(default=SQS_MAX_DELAY_S, ge=0, le=SQS_MAX_DELAY_S)
 
     # --- admission (DESIGN §2, layer 3) ------------------------------------------------------------
+    job_history_limit: int = Field(
+        default=20, ge=1, le=1000,
+        description="Earlier runs kept in a retried job's history (JobItem.history), entries; the oldest go first.",
+    )
+    jobs_list_limit: int = Field(
+        default=50, ge=1, description="Rows `imposition jobs list` prints unless --limit says otherwise.")
+    jobs_list_page_size: int = Field(
+        default=100, ge=1, le=1000, description="Job items per DynamoDB Query page of `imposition jobs list`.")
+    dlq_receive_visibility_s: int = Field(
+        default=30, ge=1, le=43200,
+        description="Seconds a message `imposition dlq list|redrive` received stays hidden from other "
+                    "readers (list makes it visible again when done; redrive deletes it after the send).")
+    dlq_scan_max_messages: int = Field(
+        default=10_000, ge=1, description="Most messages one `imposition dlq list|redrive` reads from one queue.")
     idempotency_ttl_s: int = Field(
         default=48 * 3600, gt=0,
         description="How long a tenant's idempotency token stays taken after its submission, seconds: in Redis "

@@ -67,6 +67,34 @@ def _download(key: str, path: Path) -> None:
     aws.s3().download_file(settings.bucket, key, str(path))
 
 
+@_in_place
+def _download_object(key: str, path: Path) -> None:
+    aws.s3().download_file(get_settings().bucket, key, str(path))
+
+
+def _mapped_download(transfer, key: str, path: Path, missing: type[StorageError], name: str) -> None:
+    """Run ``transfer(key, path)``; a missing object becomes ``missing`` (naming ``name=key``), any
+    other S3 failure :class:`StorageError`."""
+    try:
+        transfer(key, path)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in _MISSING:
+            raise missing(f"{name}={shown_value(key)}: no such object in bucket {get_settings().bucket!r}") from exc
+        raise StorageError(f"download of {shown_value(key)} failed: {exc}") from exc
+    except BotoCoreError as exc:
+        raise StorageError(f"download of {shown_value(key)} failed: {exc}") from exc
+
+
+def download_object(key: str, path: Path) -> None:
+    """Download object ``key`` of the service bucket to ``path`` whatever its size (a plate, for
+    ``imposition job download``); S3 errors retried in place like every transfer here.
+
+    Raises:
+        StorageError: no such object (the message says so), or S3 kept failing.
+    """
+    _mapped_download(_download_object, key, path, StorageError, "output_key")
+
+
 def download(key: str, path: Path) -> None:
     """Download object ``key`` of the service bucket to ``path``, once its size is known to fit.
 
@@ -76,14 +104,7 @@ def download(key: str, path: Path) -> None:
         InputMissing: no such object.
         StorageError: S3 kept failing after the in-place retries.
     """
-    try:
-        _download(key, path)
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in _MISSING:
-            raise InputMissing(f"input_key={shown_value(key)}: no such object in bucket {get_settings().bucket!r}") from exc
-        raise StorageError(f"download of {shown_value(key)} failed: {exc}") from exc
-    except BotoCoreError as exc:
-        raise StorageError(f"download of {shown_value(key)} failed: {exc}") from exc
+    _mapped_download(_download, key, path, InputMissing, "input_key")
 
 
 @_in_place

@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 import admission
 from admission import claims
-from imposition.errors import InputTooLarge
+from imposition.errors import InputError, InputTooLarge, NotAPdf
 from leases import transactions, waiting
 from leases.models import JobItem
 from service.settings import get_settings
@@ -126,6 +126,9 @@ def submit(
         imposition.errors.InputTooLarge: the file is larger than ``Settings.max_input_bytes``
             (nothing uploaded: a worker would refuse it).
         everything :func:`submit_job` raises.
+
+    A file that is not a PDF is accepted here and fails its job on the worker (``not_a_pdf``);
+    ``imposition submit`` refuses it first (:func:`check_pdf_header`).
     """
     source = Path(path)
     if not source.is_file():
@@ -137,6 +140,31 @@ def submit(
     job_id = new_job_id()
     return _admit_and_enqueue(tenant_id, token, job_id, spec, budget, derive_input_key(tenant_id, job_id),
                               on_duplicate=on_duplicate, upload_from=source)
+
+
+#: The header must start within the first 1024 bytes (PDF 32000-1 §7.5.2; readers accept it there).
+PDF_HEADER_WINDOW_BYTES = 1024
+
+
+def check_pdf_header(path: Path) -> None:
+    """Refuse ``path`` at the door unless it is a non-empty file with ``%PDF-`` in its first 1024
+    bytes, naming the caller's file (a worker would fail the job as ``not_a_pdf`` seconds later,
+    naming only ``input.pdf``). The pages themselves are checked by the engine.
+
+    Raises:
+        imposition.errors.NotAPdf: empty, or no header.
+        imposition.errors.InputError: the file cannot be read.
+    """
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(PDF_HEADER_WINDOW_BYTES)
+    except OSError as exc:
+        raise InputError(f"input PDF {str(path)!r}: cannot read it ({exc.strerror or exc})") from exc
+    if not head:
+        raise NotAPdf(f"input PDF {str(path)!r} is empty (0 bytes)")
+    if b"%PDF-" not in head:
+        raise NotAPdf(f"input PDF {str(path)!r} is not a PDF: no %PDF- header in its first "
+                      f"{PDF_HEADER_WINDOW_BYTES} bytes")
 
 
 def _validated(tenant_id: str, token: str, layout: dict[str, Any] | str, max_attempts: int | None,

@@ -208,7 +208,7 @@ def deliver_round(job_id: str, tenant_id: str) -> RoundReport:
         log.info("webhook of job %s: tenant %s has no endpoint; confirmed on its behalf", job_id, tenant_id)
         return RoundReport(NO_ENDPOINT)
     body = encode(job_event(job))
-    report = post_with_retries(endpoint, body, event_id(job_id))
+    report = post_with_retries(endpoint, body, event_id(job_id, int(job.retries or 0)))
     if report.status == DELIVERED:
         record(job_id, DELIVERED, attempts=report.attempts)
         log.info("webhook of job %s delivered to %s after %s attempt(s)",

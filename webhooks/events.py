@@ -9,8 +9,9 @@ Shape (times are epoch seconds, float; absent values are ``null``)::
 ``warnings`` lists the engine's typed warnings of a succeeded job, ``[{"code", "message"}, …]``
 (empty when the plate is what the layout asked; ``[]`` for a failed job).
 
-A job finishes once, so its event id is derived from the job id: every delivery round of the same
-event carries the same id (the tenant deduplicates on it). The event holds no secret; it is built
+A job run finishes once, so its event id is derived from the job id (and the operator retry it
+ends, if any): every delivery round of the same event carries the same id (the tenant deduplicates
+on it), and a retried job's new end is a new event. The event holds no secret; it is built
 from the job item only.
 """
 
@@ -22,9 +23,10 @@ from typing import Any
 from leases.models import JobItem, JobStatus
 
 
-def event_id(job_id: str) -> str:
-    """The id of the event that reports ``job_id``'s end."""
-    return f"evt_{job_id}"
+def event_id(job_id: str, retries: int = 0) -> str:
+    """The id of the event that reports ``job_id``'s end: ``evt_<job id>``, and ``evt_<job id>_r<n>``
+    for the end of its ``n``-th operator retry (``JobItem.retries``), which is a new event."""
+    return f"evt_{job_id}" if not retries else f"evt_{job_id}_r{int(retries)}"
 
 
 def _number(value: Any) -> float | int | None:
@@ -43,7 +45,7 @@ def job_event(job: JobItem) -> dict[str, Any]:
     if not job.job_status.is_final:
         raise ValueError(f"job {job.job_id}: status={job.status!r} is not final; no event to send")
     return {
-        "id": event_id(job.job_id),
+        "id": event_id(job.job_id, int(job.retries or 0)),
         "type": f"job.{job.status}",
         "job_id": job.job_id,
         "tenant_id": job.tenant_id,

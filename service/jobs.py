@@ -1,0 +1,313 @@
+"""Jobs for operators: ``imposition jobs list``, ``job show``, ``job download``, ``job cancel``,
+``job retry``.
+
+Reading: ``jobs list --tenant T`` queries the index ``by-tenant`` (:class:`leases.models.JobsByTenantIndex`,
+newest first, ``--since`` as its sort-key condition, ``--status`` as a filter), page by page
+(``Settings.jobs_list_page_size``), and stops after ``--limit`` rows: it never reads another
+tenant's items and never scans the jobs table. Without ``--tenant`` it reads the tenants table (one
+item per tenant) and queries each tenant the same way, merged newest first.
+
+Writing: ``job cancel`` and ``job retry`` are the transactions of :mod:`leases.lifecycle`, followed
+here by what every other status change is followed by: the hand-off (:func:`leases.waiting.wake`)
+where room was freed, the publish of a queued job, and for a cancel the tenant told (its admission
+in-flight entry confirmed through :func:`admission.confirm`, its webhook sent through
+:data:`tasks.signals.job_finished`, the path of every job that ends).
+
+Times shown: every ``*_at`` value (epoch s) also as ``*_at_utc`` (ISO 8601, UTC), and the
+durations ``waited_s`` (start − submission of its latest attempt) and ``ran_s`` (finish − start), in
+seconds.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import logging
+import re
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import click
+
+from service.cli import JOB_ID, TENANT_ID, check_output_path
+
+log = logging.getLogger(__name__)
+
+STATUSES = ("queued", "waiting", "running", "succeeded", "failed")
+_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def utc(t: float | None) -> str | None:
+    """``t`` (epoch s) as ISO 8601 in UTC with milliseconds (``2026-01-31T09:15:02.455Z``), or None."""
+    if t is None:
+        return None
+    return datetime.fromtimestamp(float(t), timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _seconds(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else round(max(0.0, float(end) - float(start)), 3)
+
+
+def job_view(job) -> dict[str, Any]:
+    """A job item for people and machines: every attribute (numbers as numbers, ``layout``,
+    ``warnings`` and ``history`` as JSON values, not text), each ``*_at`` also as ``*_at_utc``, and
+    ``waited_s``, ``ran_s``."""
+    shown: dict[str, Any] = {}
+    for name, attribute in type(job).get_attributes().items():
+        value = getattr(job, name)
+        if value is None:
+            continue
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**53 and not name.endswith("_at"):
+            value = int(value)
+        shown[name] = value
+        if name.endswith("_at"):
+            shown[f"{name}_utc"] = utc(value)
+    shown["waited_s"] = _seconds(job.submitted_at, job.started_at)
+    shown["ran_s"] = _seconds(job.started_at, job.finished_at)
+    return shown
+
+
+class DurationParam(click.ParamType):
+    """A duration such as ``90s``, ``30m``, ``2h``, ``7d`` (a bare number is seconds); in seconds."""
+
+    name = "duration"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)):
+            return float(value)
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", str(value))
+        if match is None:
+            self.fail(f"{value!r} is not a duration (a number and s, m, h or d: 90s, 30m, 2h, 7d)", param, ctx)
+        return float(match.group(1)) * _UNITS_S[match.group(2) or "s"]
+
+
+def tenant_jobs(tenant_id: str, *, status: str | None = None, since_at: float | None = None) -> Iterator:
+    """``tenant_id``'s job items, newest submission first, through the ``by-tenant`` index
+    (paginated, ``Settings.jobs_list_page_size`` items per page); ``since_at`` (epoch s) bounds
+    the submission time from below, ``status`` filters."""
+    from leases.models import JobItem
+    from service.settings import get_settings
+
+    return JobItem.by_tenant.query(
+        tenant_id,
+        range_key_condition=None if since_at is None else JobItem.submitted_at >= since_at,
+        filter_condition=None if status is None else JobItem.status == status,
+        scan_index_forward=False,
+        page_size=get_settings().jobs_list_page_size,
+    )
+
+
+def list_jobs(*, tenant_id: str | None = None, status: str | None = None, since_at: float | None = None,
+              limit: int | None = None) -> list:
+    """Job items, newest submission first, at most ``limit`` (default ``Settings.jobs_list_limit``).
+
+    With ``tenant_id``: that tenant's index partition only. Without: every tenant of the tenants
+    table, each queried the same way, merged (reads stop once ``limit`` rows are out)."""
+    from leases.models import TenantItem
+    from service.settings import get_settings
+
+    limit = get_settings().jobs_list_limit if limit is None else limit
+    tenants = [tenant_id] if tenant_id is not None else sorted(t.tenant_id for t in TenantItem.scan())
+    streams = [tenant_jobs(t, status=status, since_at=since_at) for t in tenants]
+    merged = heapq.merge(*streams, key=lambda job: -float(job.submitted_at))
+    return list(itertools.islice(merged, limit))
+
+
+def _row(job) -> list[str]:
+    view = job_view(job)
+
+    def seconds(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f}"
+
+    return [job.job_id, job.tenant_id, job.status, utc(job.submitted_at) or "-", seconds(view["waited_s"]),
+            seconds(view["ran_s"]), "-" if job.sheets is None else str(int(job.sheets)), job.error_code or "-"]
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """Left-aligned columns separated by two spaces."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+    return "\n".join("  ".join(str(cell).ljust(w) for cell, w in zip(line, widths)).rstrip()
+                     for line in [header, *rows])
+
+
+@click.group("jobs")
+def jobs_group() -> None:
+    """List jobs."""
+
+
+@jobs_group.command("list")
+@click.option("--tenant", "tenant_id", type=TENANT_ID, default=None, help="Only this tenant (its index partition).")
+@click.option("--status", type=click.Choice(STATUSES), default=None, help="Only jobs in this status.")
+@click.option("--since", "since_s", type=DurationParam(), default=None,
+              help="Only jobs submitted in this last duration (90s, 30m, 2h, 7d).")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="Most rows (default: Settings.jobs_list_limit, 50).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array of job views (raw and UTC times).")
+def jobs_list(tenant_id: str | None, status: str | None, since_s: float | None, limit: int | None,
+              as_json: bool) -> None:
+    """Jobs, newest first: job, tenant, status, submitted (UTC), waited and ran (s), sheets, error code."""
+    since_at = None if since_s is None else time.time() - since_s
+    jobs = list_jobs(tenant_id=tenant_id, status=status, since_at=since_at, limit=limit)
+    if as_json:
+        click.echo(json.dumps([job_view(job) for job in jobs], indent=2, sort_keys=True, default=str))
+        return
+    header = ["job", "tenant", "status", "submitted", "waited_s", "ran_s", "sheets", "error"]
+    click.echo(table(header, [_row(job) for job in jobs]) if jobs else "no jobs")
+
+
+def _job_or_exit(job_id: str):
+    from pynamodb.exceptions import DoesNotExist
+
+    from leases.models import JobItem
+
+    try:
+        return JobItem.get(job_id, consistent_read=True)
+    except DoesNotExist:
+        click.echo(f"no job {job_id!r}", err=True)
+        sys.exit(1)
+
+
+@click.command("show")
+@click.argument("job_id", type=JOB_ID)
+@click.option("--json", "as_json", is_flag=True, help="Accepted for symmetry: the output is JSON anyway.")
+def job_show(job_id: str, as_json: bool) -> None:
+    """Print a job as JSON: every attribute (``layout``, ``warnings`` ``[{"code", "message"}]`` and
+    ``history`` as JSON values), each time also as ``<name>_utc`` (ISO 8601), ``waited_s``, ``ran_s``.
+
+    Exit status 1: no such job."""
+    click.echo(json.dumps(job_view(_job_or_exit(job_id)), indent=2, sort_keys=True, default=str))
+
+
+@click.command("download")
+@click.argument("job_id", type=JOB_ID)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="File to write (default: ./<job id>.pdf).")
+def job_download(job_id: str, output: Path | None) -> None:
+    """Download the plate file of a succeeded job.
+
+    Exit status 1: no such job, the job has no plate (not succeeded), the plate object is missing,
+    or the file cannot be written (its folder does not exist or is not a folder)."""
+    from tasks import storage
+
+    job = _job_or_exit(job_id)
+    if job.status != "succeeded" or not job.output_key:
+        raise click.ClickException(f"job {job_id} has no plate: it is {job.status}"
+                                   + (f" ({job.error_code})" if job.error_code else ""))
+    target = output if output is not None else Path(f"{job_id}.pdf")
+    check_output_path(target, what="the plate file")
+    try:
+        storage.download_object(job.output_key, target)
+    except storage.StorageError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"{target}: plate of job {job_id} ({target.stat().st_size} bytes)")
+
+
+def cancel_job(job_id: str):
+    """Cancel a queued or waiting job and tell everyone: :func:`leases.lifecycle.cancel`, then the
+    tenant's hand-off (``wake``, reason ``cancel``), its admission in-flight entry confirmed and
+    :data:`tasks.signals.job_finished` (``failed``: the webhook). Returns the final job item.
+
+    Raises:
+        everything :func:`leases.lifecycle.cancel` raises (nothing written then).
+    """
+    import admission
+    from leases import lifecycle
+    from leases.transactions import read_job
+    from tasks import signals
+    from tasks.messages import publish_job
+    import webhooks.tasks  # noqa: F401 - connects the job_finished receiver that sends the webhook
+
+    outcome = lifecycle.cancel(job_id)
+    tenant_id = outcome.job.tenant_id
+    _wake(tenant_id, publish_job, "cancel")
+    try:
+        admission.confirm(job_id, tenant_id=tenant_id)
+    except admission.AdmissionUnavailable as exc:  # the entry expires by itself; say so
+        log.warning("job %s cancelled; its admission entry could not be confirmed (it expires): %s", job_id, exc)
+    job = read_job(job_id)
+    signals.job_finished.send(sender=None, job=job, outcome="failed", error=job.error)
+    return job
+
+
+def retry_job(job_id: str, *, max_attempts: int | None = None):
+    """Retry a failed job through the door: :func:`leases.lifecycle.retry`, then publish it
+    (queued) or wake its tenant (parked). Returns the :class:`leases.lifecycle.Outcome`.
+
+    Raises:
+        everything :func:`leases.lifecycle.retry` raises (nothing written then); a failed publish
+            (the job stays queued with ``due_at`` now: the sweeper re-publishes it).
+    """
+    from leases import lifecycle
+    from tasks.messages import publish_job
+
+    outcome = lifecycle.retry(job_id, max_attempts=max_attempts)
+    if outcome.status == "queued":
+        publish_job(outcome.job.tenant_id, job_id)
+    else:
+        _wake(outcome.job.tenant_id, publish_job, "door")
+    return outcome
+
+
+def _wake(tenant_id: str, publish, reason: str) -> None:
+    from leases import waiting
+    from tasks import signals
+
+    try:
+        waiting.wake(tenant_id, publish=publish, reason=reason,
+                     on_woken=lambda job: signals.job_woken.send(sender=None, job=job, reason=reason))
+    except Exception as exc:  # noqa: BLE001 - the transition is committed; the sweeper wakes the rest
+        log.warning("wake of tenant %s after %s failed (the sweeper will): %s", tenant_id, reason, exc)
+
+
+def _refused(exc: Exception) -> None:
+    click.echo(f"refused: {exc}", err=True)
+    sys.exit(2)
+
+
+@click.command("cancel")
+@click.argument("job_id", type=JOB_ID)
+def job_cancel(job_id: str) -> None:
+    """Cancel a queued or waiting job: it ends failed with error code ``cancelled``, its tenant's
+    counters and admission in-flight count go down, and its tenant's webhook is sent.
+
+    Exit status 1: no such job; 2: the job is running or finished (nothing changed)."""
+    from pynamodb.exceptions import DoesNotExist
+
+    from leases.errors import WrongJobStatus
+
+    try:
+        job = cancel_job(job_id)
+    except DoesNotExist:
+        click.echo(f"no job {job_id!r}", err=True)
+        sys.exit(1)
+    except WrongJobStatus as exc:
+        _refused(exc)
+    click.echo(f"cancelled job {job_id} of {job.tenant_id}")
+
+
+@click.command("retry")
+@click.argument("job_id", type=JOB_ID)
+@click.option("--max-attempts", type=click.IntRange(min=1), default=None,
+              help="New attempt budget, up to Settings.max_attempts_limit (default: Settings.max_attempts).")
+def job_retry(job_id: str, max_attempts: int | None) -> None:
+    """Run a failed job again (same job id, a new attempt budget, the failed run kept in its
+    ``history``): queued and published if its tenant has room, else waiting.
+
+    Exit status 1: no such job; 2: the job is not failed, or the budget is out of range."""
+    from pynamodb.exceptions import DoesNotExist
+
+    from leases.errors import WrongJobStatus
+
+    try:
+        outcome = retry_job(job_id, max_attempts=max_attempts)
+    except DoesNotExist:
+        click.echo(f"no job {job_id!r}", err=True)
+        sys.exit(1)
+    except (WrongJobStatus, ValueError) as exc:
+        _refused(exc)
+    click.echo(f"retrying job {job_id} of {outcome.job.tenant_id}: {outcome.status}")

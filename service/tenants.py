@@ -1,0 +1,79 @@
+"""Tenants for operators: ``imposition tenant list`` and ``tenant show``.
+
+Both read the tenants table (one item per tenant: cap, burst cap, admission overrides, webhook URL,
+and the counters ``in_flight``, ``queued``, ``waiting``, all from the same item, so they agree with
+each other); ``tenant show`` adds the tenant's live leases and its admission in-flight count from
+Redis (admitted, not yet confirmed). The webhook secret is never shown: only whether one is set.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from service.cli import TENANT_ID
+
+
+def tenant_view(item, default_cap: int) -> dict:
+    """The operator's view of one tenant item (see module docstring); no secret, only ``webhook_secret_set``."""
+    from admission.limits import limits_for
+
+    limits = limits_for(item.tenant_id)
+    cap = item.effective_cap(default_cap)
+    return {
+        "tenant_id": item.tenant_id,
+        "cap": cap,
+        "cap_source": "override" if item.cap is not None else "default",
+        "burst_cap": int(item.burst_cap) if item.burst_cap is not None else cap,
+        "rate_limit_per_min": limits.rate_limit_per_min,
+        "admission_in_flight_cap": limits.in_flight_cap,
+        "idempotency_ttl_s": limits.idempotency_ttl_s,
+        "webhook_url": item.webhook_url,
+        "webhook_secret_set": bool(item.webhook_secret),
+        "in_flight": int(item.in_flight or 0),
+        "queued": int(item.queued or 0),
+        "waiting": int(item.waiting or 0),
+    }
+
+
+@click.command("list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array instead of the table.")
+def tenant_list(as_json: bool) -> None:
+    """Every tenant: cap, burst, rate limit per minute, admission in-flight cap, webhook URL, and
+    leases in flight, jobs queued and waiting."""
+    from leases.models import TenantItem
+    from service.jobs import table
+    from service.settings import get_settings
+
+    default_cap = get_settings().default_cap
+    views = sorted((tenant_view(item, default_cap) for item in TenantItem.scan()), key=lambda v: v["tenant_id"])
+    if as_json:
+        click.echo(json.dumps(views, indent=2, sort_keys=True))
+        return
+    header = ["tenant", "cap", "burst", "rate/min", "adm_cap", "in_flight", "queued", "waiting", "webhook"]
+    rows = [[v["tenant_id"], v["cap"], v["burst_cap"], v["rate_limit_per_min"], v["admission_in_flight_cap"],
+             v["in_flight"], v["queued"], v["waiting"], v["webhook_url"] or "-"] for v in views]
+    click.echo(table(header, rows) if rows else "no tenants")
+
+
+@click.command("show")
+@click.argument("tenant_id", type=TENANT_ID)
+def tenant_show(tenant_id: str) -> None:
+    """Print a tenant as JSON: cap (and whether it is an override), burst, admission limits, webhook
+    URL (the secret never: ``webhook_secret_set``), in flight, queued, waiting, live leases, and
+    ``admission_in_flight`` (admitted, unconfirmed; ``null`` if Redis cannot be reached)."""
+    import admission
+    from leases.tenants import describe_tenant
+    from leases.waiting import read_tenant
+    from service.settings import get_settings
+
+    shown = describe_tenant(tenant_id)
+    item = read_tenant(tenant_id)
+    if item is not None:
+        shown.update(tenant_view(item, get_settings().default_cap))
+    try:
+        shown["admission_in_flight"] = admission.in_flight(tenant_id)
+    except admission.AdmissionUnavailable:
+        shown["admission_in_flight"] = None
+    click.echo(json.dumps(shown, indent=2, sort_keys=True))
