@@ -378,15 +378,23 @@ def main() -> None:
                     result = bench.run_scenario(scenario, policy)
                     bench.results.append(result)
                     print(table([result]).splitlines()[-1], flush=True)
+                    write_results(bench.results, scenarios, complete=False)
             finally:
                 stop_all(procs)
             if not only or "overhead" in only:
                 bench.results += bench.overhead(policy)
                 print(table(bench.results[-1:]).splitlines()[-1], flush=True)
-    text = table(bench.results)
-    print(text)
-    (OUT / "results.json").write_text(json.dumps([asdict(r) for r in bench.results], indent=2))
-    RESULTS.write_text(
+                write_results(bench.results, scenarios, complete=False)
+        write_results(bench.results, scenarios, complete=True)
+    print(table(bench.results))
+
+
+def write_results(results: list[Result], scenarios: list[Scenario], *, complete: bool) -> None:
+    """The table so far to ``out/bench-sched/results.json`` and ``bench/RESULTS-scheduling.md``
+    (after every scenario, so an interrupted run keeps what it measured)."""
+    text = table(results)
+    (OUT / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
+    RESULTS.write_text(("" if complete else "**Partial run** (interrupted before every scenario ran).\n\n") +
         "# Scheduling benchmark (`make bench-sched`)\n\n"
         f"Measured {time.strftime('%Y-%m-%d')} on this machine (2 cores), one node of 8 slots, cap 4, timer "
         f"delay {TIMER_DELAY_S} s; stand-in engine of fixed duration (`bench/sched_app.py`). See "

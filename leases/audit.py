@@ -3,9 +3,10 @@
 What must hold at every instant (each lease transaction keeps it, all or nothing):
 
 * ``counter``      — the tenant's ``in_flight`` equals its number of live lease items;
-* ``over_cap``     — no lease was taken above the cap: a lease acquired after the cap last changed
-  must have found fewer than ``cap`` older live leases of its tenant (leases older than a lowered
-  cap may exceed it legitimately: lowering a cap kills nothing);
+* ``over_cap``     — no lease was taken above the cap (its burst cap, for a tier that borrows): a
+  lease acquired after the cap last changed must have found fewer than that many older live leases
+  of its tenant (leases older than a lowered cap may exceed it legitimately: lowering a cap kills
+  nothing);
 * ``orphan_lease`` — every lease fences a job ``running`` under its token;
 * ``stranded_job`` — every ``running`` job has the lease its ``lease_token`` names (else nothing
   would ever bring it back: the sweeper only looks at leases);
@@ -310,7 +311,9 @@ def _judge(snap: _Snapshot, now: float) -> list[TenantAudit]:
                                        f"but {count.queued_jobs} queued and {count.waiting_jobs} waiting job(s), "
                                        f"{len(leases)} lease(s)"))
         changed_at = float(item.cap_changed_at or 0) if item is not None else 0.0
-        for lease in _over_cap(leases, cap, changed_at):
+        # A tier that borrows may hold up to its burst cap (the cluster's reserve is the acquire's).
+        limit = max(cap, int(item.burst_cap)) if item is not None and item.burst_cap is not None else cap
+        for lease in _over_cap(leases, limit, changed_at):
             audit_.drifts.append(Drift(tenant_id, "over_cap",
                                        f"lease of job {lease.job_id} was taken with {cap} or more older leases "
                                        f"live (cap {cap})", lease.job_id))

@@ -131,6 +131,7 @@ def sweep(
     on_reclaimed: Callable[[LeaseItem, bool], None] | None = None,
     on_woken: Callable[[JobItem], None] | None = None,
     on_republished: Callable[[JobItem], None] | None = None,
+    backlog: Callable[[], int] | None = None,
 ) -> SweepReport:
     """Reclaim every lease expired at ``now`` (epoch seconds).
 
@@ -141,6 +142,7 @@ def sweep(
         on_reclaimed: called as ``on_reclaimed(lease, requeued)`` after each reclaim this sweep did.
         on_woken, on_republished: called with the job after each wake / re-publish of
             :func:`bring_back`, which runs after the reclaims.
+        backlog: ``backlog()`` → visible messages in the work queue (see :func:`bring_back`).
 
     Returns:
         A :class:`SweepReport`.
@@ -179,7 +181,8 @@ def sweep(
         log.warning("reclaimed lease of job %s (tenant %s): %s", lease.job_id, lease.tenant_id, reason)
         if on_reclaimed is not None:
             on_reclaimed(lease, requeue)
-    bring_back(now, publish=publish, report=report, on_woken=on_woken, on_republished=on_republished)
+    bring_back(now, publish=publish, report=report, on_woken=on_woken, on_republished=on_republished,
+               backlog=backlog)
     return report
 
 
@@ -195,19 +198,23 @@ def _unmark_pending(tenant_id: str) -> None:
 
 def bring_back(now: float, *, publish: Callable[..., None], report: SweepReport,
                on_woken: Callable[[JobItem], None] | None = None,
-               on_republished: Callable[[JobItem], None] | None = None) -> None:
+               on_republished: Callable[[JobItem], None] | None = None,
+               backlog: Callable[[], int] | None = None) -> None:
     """The safety net of the hand-off (DESIGN §3), for every tenant with waiting or queued jobs.
 
     * waiting jobs of a tenant with room are woken (:func:`leases.waiting.wake`): a releaser that
       died between its release and its wake, a cap raised while jobs waited, the index's lag;
     * queued jobs whose message was due more than ``Settings.lost_message_grace_s`` ago and that
       never started are re-published (a wake whose publish was lost, a purged or restarted queue):
-      a spare copy is dropped by the conditional acquire.
+      a spare copy is dropped by the conditional acquire. Not while ``backlog()`` (visible messages
+      in the work queue) is above 0: then every worker is busy, an overdue message is simply not
+      received yet, and a copy would only add to the queue.
 
     A tenant whose step fails is logged and left for the next sweep; the others go on.
     """
     grace_s = get_settings().lost_message_grace_s
     report.nodes_dropped += nodes.drop_dead(now)
+    check_lost = backlog is None or backlog() == 0
     for tenant in TenantItem.by_pending.query(PENDING_PARTITION):
         try:
             if int(tenant.waiting or 0) <= 0 and int(tenant.queued or 0) <= 0:
@@ -217,7 +224,7 @@ def bring_back(now: float, *, publish: Callable[..., None], report: SweepReport,
                 woken = waiting.wake(tenant.tenant_id, publish=publish, reason="sweeper", now=now,
                                      on_woken=on_woken)
                 report.woken[tenant.tenant_id] += len(woken)
-            if int(tenant.queued or 0) > 0:
+            if check_lost and int(tenant.queued or 0) > 0:
                 for job in waiting.stale_queued(tenant.tenant_id, now=now, grace_s=grace_s):
                     publish(job.tenant_id, job.job_id, after_attempt=int(job.attempts or 0))
                     waiting.mark_republished(job.job_id, now=now)

@@ -36,7 +36,7 @@ def set_cap(tenant_id: str, cap: int | None, *, burst_cap: int | None = None) ->
 
     Lowering the cap below the current ``in_flight`` kills nothing: running jobs finish, and the
     tenant acquires no new lease until ``in_flight`` is below the new cap. A cap of 0 pauses the
-    tenant: its jobs stay queued (deferred again and again) until the cap is raised.
+    tenant: its jobs stay parked (``waiting``, no message) until the cap is raised.
 
     Raises:
         service.tenancy.InvalidTenantId: not a canonical tenant id.
@@ -53,6 +53,8 @@ def set_cap(tenant_id: str, cap: int | None, *, burst_cap: int | None = None) ->
                                   or not effective <= burst_cap <= max_cap):
         raise ValueError(f"burst_cap={shown_value(burst_cap)}: must be an integer from the cap ({effective}) "
                          f"to max_cap={max_cap}")
+    if burst_cap is not None and effective == 0 and burst_cap > 0:
+        raise ValueError(f"burst_cap={burst_cap}: a paused tenant (cap 0) cannot borrow; raise its cap first")
     ensure_tenant(tenant_id)
     action = TenantItem.cap.remove() if cap is None else TenantItem.cap.set(cap)
     borrows = burst_cap is not None and burst_cap != effective

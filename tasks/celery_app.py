@@ -18,13 +18,16 @@ app.config_from_object("celeryconfig")
 @worker_process_init.connect
 def _fresh_clients_after_fork(**_: object) -> None:
     """A prefork child must not reuse its parent's DynamoDB connection pool; it opens its own AWS
-    clients before its first job (the engine package is already imported by the parent, before the
-    fork), so the first job of each slot does not pay for them in queue wait."""
+    clients and its broker channel before its first job (the engine package is already imported by
+    the parent, before the fork), so neither the first job of each slot nor its first hand-off
+    pays for them."""
     reset_connections()
     from leases.transactions import tx_connection  # noqa: PLC0415
     from service import aws  # noqa: PLC0415
 
     aws.sqs(), aws.s3(), tx_connection()
+    with app.producer_or_acquire() as producer:  # the broker channel the hand-off publishes on
+        producer.connection.default_channel
     log.info("slot warmed up")
 
 

@@ -10,11 +10,21 @@ import time
 
 from leases import sweeper
 from leases.models import LeaseItem
+from service import aws
+from service.settings import get_settings
 from tasks import signals
 from tasks.celery_app import app
 from tasks.messages import publish_job
 
 log = logging.getLogger(__name__)
+
+
+def _visible_messages() -> int:
+    """Messages visible in the imposition queue now (SQS ApproximateNumberOfMessages)."""
+    queue = get_settings().imposition_queue
+    attributes = aws.sqs().get_queue_attributes(QueueUrl=aws.queue_url(queue),
+                                                AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]
+    return int(attributes["ApproximateNumberOfMessages"])
 
 
 @app.task(name="imposition.sweep", acks_late=True, ignore_result=True)
@@ -34,6 +44,7 @@ def sweep() -> dict:
         now, publish=publish_job, on_reclaimed=recovered,
         on_woken=lambda job: signals.job_woken.send(sender=sweep, job=job, reason="sweeper"),
         on_republished=lambda job: signals.job_republished.send(sender=sweep, job=job),
+        backlog=_visible_messages,
     )
     if report.total:
         log.warning("sweeper reclaimed %s lease(s): %s", report.total, dict(report.reclaimed))

@@ -15,7 +15,8 @@ def test_tenant_list_and_show_give_limits_webhook_and_counters_but_never_the_sec
     from tasks.submission import submit
 
     tenant, other = new_tenant(), new_tenant()
-    set_cap(tenant, 0, burst_cap=2)
+    set_cap(tenant, 0)  # paused (a paused tier cannot borrow)
+    set_cap(other, 4, burst_cap=6)
     secret = "s" * 40
     monkeypatch.setenv("OPS_TEST_SECRET", secret)
     cli("tenant", "set-webhook", tenant, "https://127.0.0.1:9/hooks", "--secret-env", "OPS_TEST_SECRET")
@@ -23,14 +24,14 @@ def test_tenant_list_and_show_give_limits_webhook_and_counters_but_never_the_sec
     submit(SAMPLE_PDF, tenant_id=tenant, token=uuid.uuid4().hex, layout=LAYOUT)  # parked: cap 0
     submit(SAMPLE_PDF, tenant_id=other, token=uuid.uuid4().hex, layout=LAYOUT)  # queued
     shown = cli_json("tenant", "show", tenant)
-    assert (shown["cap"], shown["burst_cap"], shown["rate_limit_per_min"]) == (0, 2, 7)
+    assert (shown["cap"], shown["burst_cap"], shown["rate_limit_per_min"]) == (0, 0, 7)
     assert (shown["in_flight"], shown["queued"], shown["waiting"], shown["admission_in_flight"]) == (0, 0, 1, 1)
     assert shown["webhook_url"] == "https://127.0.0.1:9/hooks" and shown["webhook_secret_set"] is True
     assert secret not in cli("tenant", "show", tenant).output
     table = cli("tenant", "list").stdout
     assert secret not in table
     rows = {line.split()[0]: line.split() for line in table.splitlines()[1:]}
-    assert rows[other][1:8] == ["4", "4", "100", "500", "0", "1", "0"]
+    assert rows[other][1:8] == ["4", "6", "100", "500", "0", "1", "0"]
     listed = {t["tenant_id"]: t for t in cli_json("tenant", "list", "--json")}
     assert listed[tenant]["waiting"] == 1 and "webhook_secret" not in listed[tenant]
     cli("job", "cancel", cli_json("jobs", "list", "--tenant", tenant, "--json")[0]["job_id"])
