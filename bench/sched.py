@@ -13,7 +13,8 @@ the slot-seconds the tenants could use while they had unfinished work, each tena
 endpoint (and the split by operation in the JSON), light tenants' p50/p95/max wait (start −
 submit), the most leases of one tenant and of the cluster at once, the audit.
 
-``BENCH_SCHED_ONLY=alone,burst`` runs a subset; ``BENCH_SCHED_POLICIES=handoff`` one policy.
+``BENCH_SCHED_ONLY=alone,burst`` runs a subset; ``BENCH_SCHED_POLICIES=handoff`` one policy;
+``BENCH_SCHED_KEEP=1`` keeps the previous rows of the policies not run.
 """
 
 from __future__ import annotations
@@ -121,13 +122,13 @@ class Bench:
 
     def __init__(self) -> None:
         OUT.mkdir(parents=True, exist_ok=True)
-        self.results: list[Result] = []
 
     def __enter__(self) -> "Bench":
         from bench.counting_proxy import CountingProxy
         from service.localaws import LocalAws
 
         self.local_aws = LocalAws(log_path=OUT / "moto.log").start()
+        (OUT / "events").mkdir(parents=True, exist_ok=True)
         upstream = self.local_aws.env
         self.sqs_proxy = CountingProxy(upstream["AWS_ENDPOINT_URL"], "sqs").start()
         self.dynamo_proxy = CountingProxy(upstream["AWS_ENDPOINT_URL_DYNAMODB"], "dynamodb").start()
@@ -365,28 +366,34 @@ def table(results: list[Result]) -> str:
 
 
 def main() -> None:
+    """Run every policy on a fresh local endpoint (moto keeps everything in memory: one endpoint
+    for the whole run grew past the machine's memory); ``BENCH_SCHED_KEEP=1`` keeps the rows of
+    policies not run now from the previous ``results.json``."""
     from service.stack import stop_all
 
     only = {n for n in os.environ.get("BENCH_SCHED_ONLY", "").split(",") if n}
     policies = [p for p in os.environ.get("BENCH_SCHED_POLICIES", "timer,handoff,borrow").split(",") if p]
     scenarios = [sc for sc in SCENARIOS if not only or sc.name in only]
-    with Bench() as bench:
-        for policy in policies:
+    results: list[Result] = []
+    previous = OUT / "results.json"
+    if os.environ.get("BENCH_SCHED_KEEP") and previous.exists():
+        results = [Result(**r) for r in json.loads(previous.read_text()) if r["policy"] not in policies]
+    for policy in policies:
+        with Bench() as bench:
             procs = bench.start_workers(policy)
             try:
                 for scenario in scenarios:
-                    result = bench.run_scenario(scenario, policy)
-                    bench.results.append(result)
-                    print(table([result]).splitlines()[-1], flush=True)
-                    write_results(bench.results, scenarios, complete=False)
+                    results.append(bench.run_scenario(scenario, policy))
+                    print(table(results[-1:]).splitlines()[-1], flush=True)
+                    write_results(results, scenarios, complete=False)
             finally:
                 stop_all(procs)
             if not only or "overhead" in only:
-                bench.results += bench.overhead(policy)
-                print(table(bench.results[-1:]).splitlines()[-1], flush=True)
-                write_results(bench.results, scenarios, complete=False)
-        write_results(bench.results, scenarios, complete=True)
-    print(table(bench.results))
+                results += bench.overhead(policy)
+                print(table(results[-1:]).splitlines()[-1], flush=True)
+                write_results(results, scenarios, complete=False)
+    write_results(results, scenarios, complete=True)
+    print(table(results))
 
 
 def write_results(results: list[Result], scenarios: list[Scenario], *, complete: bool) -> None:
