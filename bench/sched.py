@@ -14,7 +14,7 @@ endpoint (and the split by operation in the JSON), light tenants' p50/p95/max wa
 submit), the most leases of one tenant and of the cluster at once, the audit.
 
 ``BENCH_SCHED_ONLY=alone,burst`` runs a subset; ``BENCH_SCHED_POLICIES=handoff`` one policy;
-``BENCH_SCHED_KEEP=1`` keeps the previous rows of the policies not run.
+``BENCH_SCHED_KEEP=1`` keeps the previous rows of the (policy, scenario) pairs not run.
 """
 
 from __future__ import annotations
@@ -368,7 +368,7 @@ def table(results: list[Result]) -> str:
 def main() -> None:
     """Run every policy on a fresh local endpoint (moto keeps everything in memory: one endpoint
     for the whole run grew past the machine's memory); ``BENCH_SCHED_KEEP=1`` keeps the rows of
-    policies not run now from the previous ``results.json``."""
+    (policy, scenario) pairs not run now from the previous ``results.json``."""
     from service.stack import stop_all
 
     only = {n for n in os.environ.get("BENCH_SCHED_ONLY", "").split(",") if n}
@@ -377,7 +377,9 @@ def main() -> None:
     results: list[Result] = []
     previous = OUT / "results.json"
     if os.environ.get("BENCH_SCHED_KEEP") and previous.exists():
-        results = [Result(**r) for r in json.loads(previous.read_text()) if r["policy"] not in policies]
+        names = {sc.name for sc in scenarios} | ({"overhead"} if not only or "overhead" in only else set())
+        results = [Result(**r) for r in json.loads(previous.read_text())
+                   if r["policy"] not in policies or r["scenario"] not in names]
     for policy in policies:
         with Bench() as bench:
             procs = bench.start_workers(policy)
