@@ -263,13 +263,13 @@ def _lease_of(item: LeaseItem) -> Lease:
                  float(item.expires_at))
 
 
-def released_by(job_id: str, release_ids: Iterable[str]) -> bool:
-    """True if the job's last release was written by one of ``release_ids`` (consistent read)."""
+def released_by(job_id: str, release_ids: Iterable[str]) -> str | None:
+    """The one of ``release_ids`` that wrote the job's last release, or None (consistent read)."""
     try:
         job = JobItem.get(job_id, consistent_read=True, attributes_to_get=["release_id"])
     except DoesNotExist:
-        return False
-    return job.release_id is not None and job.release_id in set(release_ids)
+        return None
+    return job.release_id if job.release_id is not None and job.release_id in set(release_ids) else None
 
 
 # --- the cap as DynamoDB conditions -------------------------------------------------------------
@@ -281,6 +281,29 @@ def below_cap(counter, default_cap: int):
     no_override = TenantItem.cap.does_not_exist()
     absent = counter.does_not_exist() & (no_override | (TenantItem.cap > 0))
     return absent | (no_override & (counter < default_cap)) | (TenantItem.cap.exists() & (counter < TenantItem.cap))
+
+
+def place_passes_on(default_cap: int):
+    """Condition on a tenant item: ``occupied <= cap`` (or ``<= burst_cap`` when its tier borrows),
+    so the place a release frees may pass to its next waiting job without going over the cap (a
+    cap lowered below ``occupied`` frees the place instead)."""
+    no_override = TenantItem.cap.does_not_exist()
+    within = ((no_override & (TenantItem.occupied <= default_cap))
+              | (TenantItem.cap.exists() & (TenantItem.occupied <= TenantItem.cap)))
+    return within | (TenantItem.burst_cap.exists() & (TenantItem.occupied <= TenantItem.burst_cap))
+
+
+def wake_actions(tenant_id: str, woken_at: float, reason: str) -> list:
+    """Job actions of a wake, ``waiting → queued`` (its message is due at ``woken_at``); the
+    condition is :func:`is_waiting`."""
+    return [JobItem.status.set(JobStatus.QUEUED.value), JobItem.waiting_tenant.remove(),
+            JobItem.queued_tenant.set(tenant_id), JobItem.woken_at.set(woken_at),
+            JobItem.woken_by.set(reason), JobItem.due_at.set(woken_at)]
+
+
+def is_waiting(tenant_id: str):
+    """Condition on a job item: ``waiting``, and ``tenant_id``'s."""
+    return (JobItem.status == JobStatus.WAITING.value) & (JobItem.tenant_id == tenant_id)
 
 
 def cap_has_room(default_cap: int):
@@ -486,8 +509,21 @@ def still_held(lease: Lease) -> bool:
 # --- release: the one fenced write that ends a lease ---------------------------------------------
 
 
+@dataclass
+class HandOff:
+    """Waiting jobs of the releasing tenant, one of which is to be handed the place a release
+    frees, in the release's own transaction (:func:`fenced_release`): ``candidates`` (job ids) are
+    tried in order; ``job_id`` is the one handed the place, once the release applied, else None."""
+
+    candidates: list[str]
+    woken_at: float
+    reason: str = "release"
+    job_id: str | None = None
+
+
 def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[NamedTransaction, str], None], *,
-                   requeue: bool = False, expired_before: float | None = None, what: str) -> bool:
+                   requeue: bool = False, expired_before: float | None = None, hand_off: HandOff | None = None,
+                   what: str) -> bool:
     """End the lease of ``job_id`` in one transaction: delete it, ``in_flight − 1``, write the job.
 
     The one protocol every end of a lease goes through (holder's commit, retry and failure; the
@@ -495,7 +531,12 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
     ``expires_at < expired_before`` when given); ``job_item(tx, release_id)`` adds the job's item
     (an update that should write ``release_id`` into ``JobItem.release_id``, or a condition check).
     With ``requeue`` the job goes back to ``queued`` (its tenant's ``queued + 1``: it keeps its
-    place), else the tenant's place is freed (``occupied − 1``).
+    place), else the tenant's place is freed (``occupied − 1``), or, with ``hand_off``, passed to
+    that waiting job in the same transaction: it goes ``waiting → queued`` (tenant ``waiting − 1``,
+    ``queued + 1``, ``occupied`` unchanged) on condition it is still waiting and
+    :func:`place_passes_on`. If only the hand-off's conditions fail, the release is tried again at
+    once with the next candidate (the job was woken or cancelled meanwhile) or without a hand-off
+    (the cap was lowered; ``hand_off.job_id`` stays None and the caller wakes the usual way).
 
     Reading a failure: conflicts and throttling are retried (bounded, jittered). After an ambiguous
     failure, and after *any* refused one, the job is read back: if it carries the ``release_id`` of
@@ -513,42 +554,71 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
         pynamodb.exceptions.PynamoDBException: an error that says nothing about the lease.
     """
     release_ids: list[str] = []
+    handing_ids: dict[str, str] = {}  # release id → the candidate that attempt handed the place to
+    candidates = [] if hand_off is None or requeue else list(hand_off.candidates)
 
     def attempt() -> bool:
         release_id = new_token()
         release_ids.append(release_id)
+        handing = bool(candidates)
         condition = LeaseItem.token == token
         if expired_before is not None:
             condition = condition & (LeaseItem.expires_at < expired_before)
+        if requeue:
+            place = TenantItem.counted(TenantItem.queued, 1)
+        elif handing:
+            place = [TenantItem.waiting.add(-1), *TenantItem.counted(TenantItem.queued, 1)]
+            handing_ids[release_id] = candidates[0]
+        else:
+            place = [TenantItem.occupied.add(-1)]
         try:
             with NamedTransaction(release_id) as tx:
                 tx.add("delete", "lease", LeaseItem(job_id), condition=condition)
-                tx.add("update", "tenant", TenantItem(tenant_id),
-                       actions=[TenantItem.in_flight.add(-1),
-                                *(TenantItem.counted(TenantItem.queued, 1) if requeue else [TenantItem.occupied.add(-1)])])
+                tx.add("update", "tenant", TenantItem(tenant_id), actions=[TenantItem.in_flight.add(-1), *place],
+                       condition=place_passes_on(get_settings().default_cap) if handing else None)
                 tx.add("update", "cluster", slots_item(), actions=[ClusterItem.busy.add(-1)])
                 job_item(tx, release_id)
+                if handing:
+                    tx.add("update", "successor", JobItem(candidates[0]),
+                           actions=wake_actions(tenant_id, hand_off.woken_at, hand_off.reason),
+                           condition=is_waiting(tenant_id))
         except TransactWriteError as exc:
             kind, codes = classify(exc)
             if kind == RETRY:
                 raise Retryable(codes) from exc
+            if handing and kind == CANCELLED and exc.cancellation_reasons:
+                reasons = tx.reasons(exc)
+                if CONDITION_FAILED not in (reason_code(reasons, "lease"), reason_code(reasons, "job")):
+                    if reason_code(reasons, "successor") == CONDITION_FAILED:
+                        del candidates[0]  # woken by another release, or cancelled: the next one
+                        return attempt()
+                    if reason_code(reasons, "tenant") == CONDITION_FAILED:
+                        candidates.clear()  # the cap was lowered: free the place instead
+                        return attempt()
             if kind == ERROR or (kind == CANCELLED and CONDITION_FAILED not in codes):
                 raise
-            if released_by(job_id, release_ids):
+            applied_id = released_by(job_id, release_ids)
+            if applied_id is not None:
                 log.info("%s of job %s: failed (%s), but a try of it applied", what, job_id, codes[0])
+                if hand_off is not None:
+                    hand_off.job_id = handing_ids.get(applied_id)
                 return True
             if kind == AMBIGUOUS:
                 held = read_lease(job_id)
                 if held is not None and held.token == token:
                     raise Retryable(codes) from exc
             return False
+        if hand_off is not None:
+            hand_off.job_id = candidates[0] if handing else None
         return True
 
     return with_conflict_retries(attempt, what=what)
 
 
-def _release(lease: Lease, job_actions: list, *, what: str, requeue: bool = False) -> None:
-    """The holder's release: :func:`fenced_release` on a job that runs under ``lease``.
+def _release(lease: Lease, job_actions: list, *, what: str, requeue: bool = False,
+             hand_off: HandOff | None = None) -> None:
+    """The holder's release: :func:`fenced_release` on a job that runs under ``lease`` (passing
+    its place to ``hand_off`` when given).
 
     Raises:
         LeaseLost: the lease was not ours any more (nothing was written).
@@ -560,7 +630,8 @@ def _release(lease: Lease, job_actions: list, *, what: str, requeue: bool = Fals
                actions=[*job_actions, JobItem.release_id.set(release_id)],
                condition=(JobItem.lease_token == lease.token) & (JobItem.status == JobStatus.RUNNING.value))
 
-    if not fenced_release(lease.job_id, lease.tenant_id, lease.token, job_item, requeue=requeue, what=what):
+    if not fenced_release(lease.job_id, lease.tenant_id, lease.token, job_item, requeue=requeue,
+                          hand_off=hand_off, what=what):
         raise LeaseLost(lease.job_id, lease.token, f"({what} refused)")
 
 
@@ -572,12 +643,13 @@ def requeue_actions(tenant_id: str, due_at: float) -> list:
 
 def commit_success(
     lease: Lease, *, output_key: str, sheets: int, sides: int, now: float | None = None,
-    warnings: list[dict[str, str]] | None = None,
+    warnings: list[dict[str, str]] | None = None, hand_off: HandOff | None = None,
 ) -> None:
     """Record ``succeeded`` with the plate's key and release the slot, all fenced by the token.
 
     ``warnings`` are the engine's typed warnings (``[{"code", "message"}, …]``), stored as
-    ``JobItem.warnings`` (an empty list when there are none).
+    ``JobItem.warnings`` (an empty list when there are none). ``hand_off``: the tenant's next
+    waiting job, handed the place in the same transaction (see :func:`fenced_release`).
 
     Raises:
         LeaseLost: the lease was reclaimed; nothing was written (the job is someone else's now).
@@ -598,6 +670,7 @@ def commit_success(
             JobItem.error_code.remove(),
         ],
         what="commit",
+        hand_off=hand_off,
     )
 
 
@@ -618,8 +691,10 @@ def release_for_retry(lease: Lease, *, error: str, error_code: str, delay_s: flo
     )
 
 
-def fail_job(lease: Lease, *, error: str, error_code: str, now: float | None = None) -> None:
-    """Record ``failed`` with the reason and free the slot.
+def fail_job(lease: Lease, *, error: str, error_code: str, now: float | None = None,
+             hand_off: HandOff | None = None) -> None:
+    """Record ``failed`` with the reason and free the slot (or hand it to ``hand_off``, as
+    :func:`commit_success`).
 
     Raises:
         LeaseLost, LeaseContention: as :func:`commit_success`.
@@ -635,6 +710,7 @@ def fail_job(lease: Lease, *, error: str, error_code: str, now: float | None = N
             JobItem.error_code.set(error_code),
         ],
         what="fail",
+        hand_off=hand_off,
     )
 
 

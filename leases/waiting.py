@@ -6,12 +6,15 @@
                     └─ else ─────────────────────────► waiting (+1), no message ─► wake()
     acquire cancelled by the cap ─► park: queued → waiting, on condition the tenant is *still* at
                                     its cap (else the caller acquires again)
-    every release, the sweeper, a cap change ─► wake(tenant): while cap − in_flight − queued > 0,
-                                    the oldest waiting job: waiting → queued (+1), then publish
+    a commit or a failure ────► hands its place to the oldest waiting job in its own transaction
+                                    (leases.transactions.fenced_release: waiting → queued), then publish
+    any other release, the sweeper, a cap change, a hand-off refused ─► wake(tenant): while
+                                    cap − in_flight − queued > 0, the oldest waiting job:
+                                    waiting → queued (+1), then publish
 
-A parked job has no message: it is brought back only by :func:`wake`, which every transaction that
-frees a slot is followed by (:mod:`tasks.base`, :mod:`leases.sweeper`, :mod:`leases.audit`), and
-which the sweeper also runs for every tenant with waiting jobs (the safety net for a releaser
+A parked job has no message: it is brought back by a release's hand-off or by :func:`wake`, which
+every other transaction that frees a slot is followed by (:mod:`tasks.base`, :mod:`leases.sweeper`,
+:mod:`leases.audit`), and which the sweeper also runs for every tenant with waiting jobs (the safety net for a releaser
 killed between its release and its wake). A wake that applied but whose publish was lost leaves a
 ``queued`` job whose ``due_at`` passes; the sweeper re-publishes it (:func:`stale_queued`).
 
@@ -42,11 +45,13 @@ from leases.transactions import (
     below_cap,
     cap_has_room,
     classify,
+    is_waiting,
     new_token,
     not_frozen,
     old_item,
     reason_code,
     room_of,
+    wake_actions,
     with_conflict_retries,
 )
 from service.settings import get_settings
@@ -138,6 +143,11 @@ def waiting_jobs(tenant_id: str) -> Iterator[JobItem]:
                                     page_size=get_settings().handoff_scan_limit)
 
 
+def oldest_waiting(tenant_id: str, limit: int) -> list[JobItem]:
+    """The tenant's ``limit`` oldest parked jobs, oldest first (one page of the sparse index)."""
+    return list(JobItem.by_waiting.query(tenant_id, scan_index_forward=True, limit=limit, page_size=limit))
+
+
 def has_place():
     """Condition on a tenant item: ``occupied < cap``, or ``occupied < burst_cap`` when its tier
     borrows (whether the cluster has a slot to lend is read, not conditioned: a job woken too many
@@ -157,11 +167,8 @@ def _try_wake(job_id: str, tenant_id: str, t: float, reason: str) -> str:
                 tx.add("update", "tenant", TenantItem(tenant_id),
                        actions=[TenantItem.waiting.add(-1), TenantItem.occupied.add(1),
                                 *TenantItem.counted(TenantItem.queued, 1)], condition=has_place())
-                tx.add("update", "job", JobItem(job_id),
-                       actions=[JobItem.status.set(JobStatus.QUEUED.value), JobItem.waiting_tenant.remove(),
-                                JobItem.queued_tenant.set(tenant_id), JobItem.woken_at.set(t),
-                                JobItem.woken_by.set(reason), JobItem.due_at.set(t)],
-                       condition=(JobItem.status == JobStatus.WAITING.value) & (JobItem.tenant_id == tenant_id))
+                tx.add("update", "job", JobItem(job_id), actions=wake_actions(tenant_id, t, reason),
+                       condition=is_waiting(tenant_id))
         except TransactWriteError as exc:
             kind, codes = classify(exc)
             if kind == RETRY:

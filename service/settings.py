@@ -140,7 +140,8 @@ class Settings(BaseSettings):
     )
     handoff_scan_limit: int = Field(
         default=8, ge=1, le=100,
-        description="Waiting jobs read per index page when a release looks for the tenant's oldest one.",
+        description="Waiting jobs read per index page when a release looks for the tenant's oldest one "
+        "(a release hands its place to the first of them still waiting).",
     )
     visibility_margin_s: float = Field(default=60.0, ge=0)
 

@@ -19,8 +19,9 @@ ahead of a re-queue, ``after_attempt``)::
                                              │                   release_for_retry (fenced);
                                              │                   out of attempts: fail_job
                                              └─ lease lost ────► commit nothing
-             every release is followed by the hand-off: wake the tenant's oldest waiting job
-             (:func:`leases.waiting.wake`; the sweeper is the safety net)
+             a commit or failure hands its place to the tenant's oldest waiting job in the same
+             transaction, then publishes it; any other release is followed by a wake
+             (:func:`leases.waiting.wake`); the sweeper is the safety net
 
 Deferrals and retries go through :meth:`FairTask.retry`, which turns Celery's ``countdown`` into
 SQS ``DelaySeconds`` (the broker holds the wait, not the worker: a plain Celery countdown on SQS
@@ -55,6 +56,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -260,15 +262,16 @@ class FairTask(Task):
         if heartbeat.lost.is_set():
             return self._on_lease_lost(lease, heartbeat.lost_detail)
         signals.lease_releasing.send(sender=self, lease=lease, outcome="succeeded")
+        successor = self._successor(tenant_id)
         try:
             transactions.commit_success(
                 lease, output_key=result.output_key, sheets=result.sheets, sides=result.sides,
-                warnings=list(result.warnings),
+                warnings=list(result.warnings), hand_off=successor and successor[1],
             )
         except LeaseLost as exc:
             return self._on_lease_lost(lease, str(exc))
         signals.lease_released.send(sender=self, lease=lease, outcome="succeeded")
-        self._hand_off(tenant_id)
+        self._hand_off(tenant_id, successor)
         job = transactions.read_job(job.job_id)  # in-place retries: the status is committed already
         signals.job_finished.send(sender=self, job=job, outcome="succeeded", error=None)
         return {"outcome": "succeeded", "job_id": job_id, "tenant_id": tenant_id}
@@ -347,13 +350,39 @@ class FairTask(Task):
         signals.job_dropped.send(sender=self, job_id=job_id, tenant_id=tenant_id, status=exc.status)
         return {"outcome": "duplicate_dropped", "job_id": job_id, "tenant_id": tenant_id}
 
-    def _hand_off(self, tenant_id: str) -> None:
-        """After a release: wake the tenant's oldest waiting jobs while it has room, then offer any
-        slot above the cluster's reserve to a borrowing tier; never raises (a wake that fails is the
-        sweeper's)."""
+    def _successor(self, tenant_id: str) -> tuple[dict[str, JobItem], transactions.HandOff] | None:
+        """The tenant's oldest waiting jobs (``handoff_scan_limit`` of them, oldest first) and the
+        :class:`~leases.transactions.HandOff` that passes the first one still waiting the place of
+        the release about to be written (``handoff`` policy only); None when nobody waits or the
+        read failed (then the release frees the place and :meth:`_hand_off` wakes the usual way)."""
+        s = get_settings()
+        if s.waiting_policy != "handoff":
+            return None
         try:
-            waiting.wake(tenant_id, publish=publish_job,
-                         on_woken=lambda job: signals.job_woken.send(sender=self, job=job, reason="release"))
+            jobs = waiting.oldest_waiting(tenant_id, s.handoff_scan_limit)
+        except Exception as exc:  # noqa: BLE001 - the release must not depend on this read
+            log.info("could not read tenant %s's next waiting job (%s); waking after the release", tenant_id, exc)
+            return None
+        if not jobs:
+            return None
+        return {j.job_id: j for j in jobs}, transactions.HandOff([j.job_id for j in jobs], time.time())
+
+    def _hand_off(self, tenant_id: str,
+                  successor: tuple[dict[str, JobItem], transactions.HandOff] | None = None) -> None:
+        """After a release: publish the job the release handed its place to, or else wake the
+        tenant's oldest waiting jobs while it has room; then offer any slot above the cluster's
+        reserve to a borrowing tier. Never raises (a wake or publish that fails is the sweeper's:
+        a handed job is ``queued`` with ``due_at`` set, so a lost publish is re-published)."""
+        try:
+            if successor is not None and successor[1].job_id is not None:
+                jobs, hand_off = successor
+                job = jobs[hand_off.job_id]
+                publish_job(tenant_id, job.job_id)
+                job.woken_at, job.woken_by = hand_off.woken_at, hand_off.reason
+                signals.job_woken.send(sender=self, job=job, reason="release")
+            else:
+                waiting.wake(tenant_id, publish=publish_job,
+                             on_woken=lambda job: signals.job_woken.send(sender=self, job=job, reason="release"))
             waiting.wake_borrowers(publish=publish_job,
                                    on_woken=lambda job: signals.job_woken.send(sender=self, job=job, reason="borrow"))
         except Exception as exc:  # noqa: BLE001 - the job's own outcome is committed; the sweeper wakes
@@ -380,18 +409,20 @@ class FairTask(Task):
         return {"outcome": "lease_lost", "job_id": lease.job_id, "tenant_id": lease.tenant_id}
 
     def _release(self, lease: transactions.Lease, outcome: str, reason: str, release) -> dict | None:
-        """Run the fenced ``release()`` for ``outcome`` (``retrying``/``failed``) and report it.
+        """Run the fenced ``release(hand_off)`` for ``outcome`` (``retrying``/``failed``; a failure
+        hands its place to the tenant's next waiting job) and report it.
 
         Returns None once released and :data:`signals.job_finished` sent, or the ``lease_lost``
         result if the release was refused (the lease is someone else's: nothing was written).
         """
         signals.lease_releasing.send(sender=self, lease=lease, outcome=outcome)
+        successor = self._successor(lease.tenant_id) if outcome == "failed" else None  # a retry keeps its place
         try:
-            release()
+            release(successor and successor[1])
         except LeaseLost as lost:
             return self._on_lease_lost(lease, str(lost))
         signals.lease_released.send(sender=self, lease=lease, outcome=outcome)
-        self._hand_off(lease.tenant_id)
+        self._hand_off(lease.tenant_id, successor)
         job = transactions.read_job(lease.job_id)  # in-place retries: the status is committed already
         signals.job_finished.send(sender=self, job=job, outcome=outcome, error=reason)
         return None
@@ -411,15 +442,17 @@ class FairTask(Task):
             retry = self.retry(kwargs={**self.request.kwargs, "after_attempt": attempts}, countdown=delay_s,
                                exc=exc, throw=False)  # published before the release: it follows this attempt
             lost = self._release(lease, "retrying", reason,
-                                 lambda: transactions.release_for_retry(lease, error=reason, error_code=code,
-                                                                        delay_s=delay_s))
+                                 lambda _: transactions.release_for_retry(lease, error=reason, error_code=code,
+                                                                          delay_s=delay_s))
             if lost is not None:
                 return lost
             raise retry
         if retryable:
             reason = f"out of attempts ({attempts}/{job.max_attempts}): {reason}"
         log.warning("job %s failed (%s): %s", job.job_id, code, reason)
-        lost = self._release(lease, "failed", reason, lambda: transactions.fail_job(lease, error=reason, error_code=code))
+        lost = self._release(lease, "failed", reason,
+                             lambda hand_off: transactions.fail_job(lease, error=reason, error_code=code,
+                                                                    hand_off=hand_off))
         if lost is not None:
             return lost
         raise JobFailed(job.job_id, code, reason) from exc

@@ -8,6 +8,7 @@ from celery import Celery
 from celery.signals import after_setup_logger, worker_process_init
 
 from leases.models import reset_connections
+from service.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -18,16 +19,22 @@ app.config_from_object("celeryconfig")
 @worker_process_init.connect
 def _fresh_clients_after_fork(**_: object) -> None:
     """A prefork child must not reuse its parent's DynamoDB connection pool; it opens its own AWS
-    clients and its broker channel before its first job (the engine package is already imported by
-    the parent, before the fork), so neither the first job of each slot nor its first hand-off
-    pays for them."""
+    clients (one per PynamoDB model: each loads botocore's DynamoDB service model, 0.1–1 s of CPU)
+    and its broker channel before its first job (the engine package is already imported by the
+    parent, before the fork), so neither the first job of each slot nor its first hand-off pays
+    for them (they did: 2–6 s per slot under load, seen in a per-call trace of bench-sched)."""
     reset_connections()
+    from leases.models import ALL_MODELS  # noqa: PLC0415
     from leases.transactions import tx_connection  # noqa: PLC0415
     from service import aws  # noqa: PLC0415
 
     aws.sqs(), aws.s3(), tx_connection()
+    for model in ALL_MODELS:  # each model has its own botocore client, created on first access
+        model._get_connection().connection.client  # noqa: B018 (the access creates it)
     with app.producer_or_acquire() as producer:  # the broker channel the hand-off publishes on
-        producer.connection.default_channel
+        channel = producer.connection.default_channel
+        for queue in get_settings().work_queues:  # kombu opens one boto3 client per queue, on first use
+            channel.sqs(queue=queue)
     log.info("slot warmed up")
 
 

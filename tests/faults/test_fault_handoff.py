@@ -110,7 +110,23 @@ def test_case_12_under_the_hand_off_a_waiting_job_has_no_message_and_no_attempt(
     assert (job.status, job.attempts, job.woken_by) == ("succeeded", 1, "release")
 
 
-def test_a_releaser_killed_before_its_wake_is_covered_by_the_sweeper(cluster):
+def test_a_release_hands_its_place_to_the_oldest_waiting_job_in_its_own_transaction(cluster):
+    tenant = new_tenant("handed")
+    set_cap(tenant, 1)
+    holder = cluster.submit(tenant, faults={"hold": ""})
+    _wait_running([holder])
+    parked = [cluster.submit(tenant) for _ in range(2)]
+    wait_for(lambda: [_status(j) for j in parked] == ["waiting"] * 2, 10, what="the jobs to park")
+    _release_hold(cluster, holder)
+
+    first = cluster.final(parked[0])
+    assert (first.status, first.attempts, first.woken_by) == ("succeeded", 1, "release")
+    assert first.woken_at <= cluster.final(holder).finished_at  # one transaction: same moment or before
+    assert cluster.final(parked[1]).woken_by == "release"
+    assert max_concurrent(cluster.events())[tenant].leases == 1
+
+
+def test_a_releaser_killed_before_publishing_the_job_it_handed_its_place_to(cluster):
     tenant = new_tenant("killed")
     set_cap(tenant, 1)
     holder = cluster.submit(tenant, faults={"hold": "", "kill-after-release": ""})
@@ -119,7 +135,28 @@ def test_a_releaser_killed_before_its_wake_is_covered_by_the_sweeper(cluster):
     wait_for(lambda: _status(parked) == "waiting", 10, what="the job to park")
     _release_hold(cluster, holder)
 
-    assert cluster.final(holder).status == "succeeded"  # committed, then SIGKILLed before the wake
+    assert cluster.final(holder).status == "succeeded"  # committed with the hand-off, then SIGKILLed
+    job = cluster.final(parked, timeout_s=60)
+    assert (job.status, job.attempts, job.woken_by) == ("succeeded", 1, "release")
+    maintenance = next(p for p in cluster.others if "maintenance" in str(p.log_path))
+    assert f"re-published job {parked}" in maintenance.log()
+
+
+def test_a_releaser_killed_before_its_wake_is_covered_by_the_sweeper(cluster):
+    tenant = new_tenant("unhanded")
+    set_cap(tenant, 1)
+    holder = cluster.submit(tenant, faults={"hold": "", "hold-before-release": "", "kill-after-release": ""})
+    _wait_running([holder])
+    _release_hold(cluster, holder)
+    wait_for(lambda: (cluster.fault_dir / f"{holder}.at-release").exists(), 30, what="the holder at its release")
+    # The holder read its tenant's next waiting job (none) and waits before its release; a job
+    # parks meanwhile, so the release frees the place instead of handing it on, and the holder
+    # dies before its wake.
+    parked = cluster.submit(tenant)
+    wait_for(lambda: _status(parked) == "waiting", 10, what="the job to park")
+    (cluster.fault_dir / f"{holder}.hold-before-release").unlink()
+
+    assert cluster.final(holder).status == "succeeded"
     job = cluster.final(parked, timeout_s=60)
     assert (job.status, job.attempts, job.woken_by) == ("succeeded", 1, "sweeper")
 

@@ -16,7 +16,11 @@ marker                      effect (in the worker child running the job)
 ``<job>.stop-heartbeat``       ``heartbeat.stop()`` at ``lease_acquired``, then wait (up to the file's
                                number of seconds) until the lease was reclaimed, then go on
 ``<job>.sigstop-before-upload``  SIGSTOP itself right before the plate's PutObject (the test resumes it)
-``<job>.kill-after-release``   SIGKILL right after the job's release committed, before its hand-off (wake)
+``<job>.kill-after-release``   SIGKILL right after the job's release committed, before its hand-off (the
+                               publish of the job it handed its place to, or the wake)
+``<job>.hold-before-release``  wait right before the job's release transaction is sent while the file
+                               exists (after the holder read its tenant's next waiting job); touches
+                               ``<job>.at-release`` when it starts waiting
 ``tenant-T.kill-after-wake``   SIGKILL right after a release's wake transaction of tenant T applied, before
                                the woken job's message is published (a lost wake message; one-shot)
 ``<job>.fail-input``           the input download raises :class:`InjectedFault` (retryable), every attempt
@@ -158,10 +162,25 @@ def _acquire_request_job(params: dict) -> str | None:
     return None
 
 
+def _release_request_job(params: dict) -> str | None:
+    from service.settings import get_settings
+
+    for item in params.get("TransactItems", []):
+        delete = item.get("Delete")
+        if delete and delete.get("TableName") == get_settings().leases_table:
+            return delete["Key"]["job_id"]["S"]
+    return None
+
+
 def _before_transaction(params, context=None, **_: object) -> None:
     job_id = _acquire_request_job(params)
     if job_id and _claim(f"{job_id}.kill-before-acquire"):
         _die()
+    released = _release_request_job(params)
+    if released and _marker(f"{released}.hold-before-release"):
+        (FAULT_DIR / f"{released}.at-release").touch()
+        while _marker(f"{released}.hold-before-release"):
+            time.sleep(0.05)
     tenant = _wake_request_tenant(params)
     if tenant and context is not None and _claim(f"tenant-{tenant}.kill-after-wake"):
         context["fault_kill_after"] = True
