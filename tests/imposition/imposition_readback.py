@@ -195,3 +195,86 @@ def segments(plate_path: Path, page_index: int) -> list[Segment]:
                         found.append(Segment(xa, ya, xb, yb, dashed))
                 path = []
     return found
+
+
+@dataclass(frozen=True)
+class Fill:
+    """A rectangle filled on the plate itself (``re … f``): its box (pt) and its colour, ``All`` for
+    the registration colour (a /Separation named /All) or the DeviceCMYK tints."""
+
+    rect: tuple[float, float, float, float]
+    colour: str | tuple[float, float, float, float]
+
+
+def _separation_names(page) -> dict[str, str]:
+    """Colour space resource name → separation name, for the /Separation spaces of a plate."""
+    spaces = page.obj.Resources.get("/ColorSpace", {})
+    return {str(key): str(space[1])[1:] for key, space in spaces.items()
+            if isinstance(space, pikepdf.Array) and space[0] == pikepdf.Name.Separation}
+
+
+def fills(plate_path: Path, page_index: int) -> list[Fill]:
+    """The filled rectangles drawn directly on a plate (colour bar patches, collation marks)."""
+    found, stack, colour, pending = [], [], None, []
+    with pikepdf.open(plate_path) as plate:
+        page = plate.pages[page_index]
+        names = _separation_names(page)
+        space = None
+        for operands, operator in pikepdf.parse_content_stream(page):
+            op = str(operator)
+            if op == "q":
+                stack.append((colour, space))
+            elif op == "Q":
+                colour, space = stack.pop()
+            elif op == "cs":
+                space = names.get(str(operands[0]))
+            elif op == "scn" and space is not None:
+                colour = space
+            elif op == "k":
+                colour, space = tuple(float(v) for v in operands), None
+            elif op == "re":
+                x, y, w, h = (float(v) for v in operands)
+                pending.append((x, y, x + w, y + h))
+            elif op in ("f", "F", "f*"):
+                found.extend(Fill(rect, colour) for rect in pending)
+                pending = []
+            elif op in ("n", "W", "S", "B"):
+                pending = [] if op != "W" else pending
+    return found
+
+
+@dataclass(frozen=True)
+class Circle:
+    """A closed path of four Bézier curves stroked on the plate (a registration target's circle),
+    with its centre, radius (pt) and the separation its stroke colour names."""
+
+    x: float
+    y: float
+    radius: float
+    colour: str | None
+
+
+def circles(plate_path: Path, page_index: int) -> list[Circle]:
+    """The stroked circles (``m`` then four ``c``, ``h S``) drawn directly on a plate."""
+    found, stack, colour, points, curves = [], [], None, [], 0
+    with pikepdf.open(plate_path) as plate:
+        page = plate.pages[page_index]
+        names = _separation_names(page)
+        for operands, operator in pikepdf.parse_content_stream(page):
+            op = str(operator)
+            if op == "q":
+                stack.append(colour)
+            elif op == "Q":
+                colour = stack.pop()
+            elif op == "CS":
+                colour = names.get(str(operands[0]))
+            elif op == "m":
+                points, curves = [(float(operands[0]), float(operands[1]))], 0
+            elif op == "c":
+                points.append((float(operands[4]), float(operands[5])))
+                curves += 1
+            elif op == "S" and curves == 4:
+                xs, ys = [p[0] for p in points], [p[1] for p in points]
+                found.append(Circle((max(xs) + min(xs)) / 2, (max(ys) + min(ys)) / 2, (max(xs) - min(xs)) / 2, colour))
+                curves = 0
+    return found
