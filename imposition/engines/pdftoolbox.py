@@ -83,6 +83,9 @@ def _flatten(prefix: str, value: Any, into: dict[str, str]) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
             _flatten(f"{prefix}_{key}", item, into)
+    elif isinstance(value, list) and any(isinstance(item, dict) for item in value):  # gang: gang_0_page, …
+        for index, item in enumerate(value):
+            _flatten(f"{prefix}_{index}", item, into)
     elif isinstance(value, list):
         into[prefix] = ",".join(str(item) for item in value)
     elif isinstance(value, bool):
@@ -92,7 +95,8 @@ def _flatten(prefix: str, value: Any, into: dict[str, str]) -> None:
 
 
 def layout_variables(spec: LayoutSpec) -> dict[str, str]:
-    """The layout as pdfToolbox variables: every spec field (nested ones joined with ``_``), plus
+    """The layout as pdfToolbox variables: every spec field (nested ones joined with ``_``, a list of
+    objects by index: ``gang_0_page``, ``gang_0_copies``), plus
     ``sheet_width_pt`` and ``sheet_height_pt`` of the named sheet before orientation."""
     variables: dict[str, str] = {}
     for key, value in spec.model_dump(mode="json").items():

@@ -9,6 +9,8 @@ catalogue's description, and reads the folded signature's pages.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from imposition import parse_layout
@@ -18,6 +20,7 @@ from imposition.spec import FoldSchemeName
 from .imposition_pdfs import MM, labelled_pdf
 from .imposition_readback import big_labels, circles, fills, placements, segments
 
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 #: A small page, so that a 16-up side fits a custom sheet.
 PAGE_PT = (60 * MM, 80 * MM)
 SHEET = {"width_mm": 300, "height_mm": 400}
@@ -103,6 +106,26 @@ def test_each_fold_scheme_folds_into_a_signature_reading_1_to_n(engine, tmp_path
         assert upright, f"{scheme}: a page reads upside down once folded"
     turned = {l.text for side in big_labels(output) for l in side if l.angle_degrees_ccw == 180}
     assert bool(turned) == (scheme != "F4-1")  # heads turned wherever a fold crosses the head
+
+
+def test_handed_f16_7_sixteen_a5_pages_on_one_sra2_sheet(engine, tmp_path):
+    """16 A5 pages, F16-7 on SRA2 landscape (640 × 450 mm): the 592 × 420 mm block is centred (24 mm
+    left, 15 mm foot); front top row P16 P1 P4 P13 upright, bottom row P9 P8 P5 P12 turned; back
+    (seen turned side to side) top P14 P3 P2 P15 upright, bottom P11 P6 P7 P10 turned."""
+    source = SAMPLES / "a5_16p.pdf"
+    output, report = impose(engine, source, {"layout": "perfect_bound", "sheet": "SRA2", "orientation": "landscape",
+                                             "fold_scheme": "F16-7"}, tmp_path)
+    assert (report.sheets, report.sides, report.blank_pages) == (1, 2, 0)
+    expected = [((16, 1, 4, 13), (9, 8, 5, 12)), ((14, 3, 2, 15), (11, 6, 7, 10))]
+    angles = big_labels(output)
+    for index, side in enumerate(placements(output, source)):
+        at = {p.label: tuple(round(v / MM, 1) for v in p.clip) for p in side}
+        up = {l.text: l.angle_degrees_ccw for l in angles[index]}
+        for row, (numbers, y0) in enumerate(zip(expected[index], (225.0, 15.0))):
+            for column, number in enumerate(numbers):
+                x0 = 24.0 + 148 * column
+                assert at[f"P{number}"] == pytest.approx((x0, y0, x0 + 148, y0 + 210), abs=0.1), f"P{number}"
+                assert up[f"P{number}"] == (0 if row == 0 else 180), f"P{number}"
 
 
 def test_saddle_stitch_nests_folded_signatures(engine, tmp_path):
