@@ -267,8 +267,8 @@ def gang_copies(gang: Sequence[tuple[int, int | None]], cells: int) -> list[int]
     asked = sum(copies for _, copies in gang if copies is not None)
     open_entries = [i for i, (_, copies) in enumerate(gang) if copies is None]
     if asked + len(open_entries) > cells:
-        raise ValueError(f"asks for {asked + len(open_entries)} copies ({asked} counted"
-                         f"{f' and one each of {len(open_entries)} entries without copies' if open_entries else ''})")
+        counted = f" ({asked} counted and one each of {len(open_entries)} entries without copies)" if open_entries else ""
+        raise ValueError(f"asks for {asked + len(open_entries)} copies{counted}")
     left = cells - asked
     counts = [copies or 0 for _, copies in gang]
     for rank, index in enumerate(open_entries):

@@ -29,7 +29,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from .errors import InvalidLayout, clipped, shown
-from .folds import FOLD_SCHEMES
+from .folds import FOLD_SCHEME_NAMES, FOLD_SCHEMES
 from .job import Layout
 from .sheets import mm_to_pt, preset_names, preset_size_mm
 
@@ -224,7 +224,8 @@ class LayoutSpec(_Strict):
         )
 
 
-FoldSchemeName = Literal["F4-1", "F8-7", "F16-7", "F32-5", "F32-9"]
+#: A fold scheme of :mod:`imposition.folds` (its names, the one list).
+FoldSchemeName = Literal[FOLD_SCHEME_NAMES]  # type: ignore[valid-type]
 
 
 class _Booklet(LayoutSpec):

@@ -45,7 +45,7 @@ from ..errors import (
     without_paths,
 )
 from ..isolation import run_limited
-from ..spec import LayoutSpec
+from ..spec import LayoutSpec, PerfectBound
 from .base import Engine, EngineJob, Placed
 
 #: Exit codes below this are success.
@@ -97,10 +97,13 @@ def _flatten(prefix: str, value: Any, into: dict[str, str]) -> None:
 def layout_variables(spec: LayoutSpec) -> dict[str, str]:
     """The layout as pdfToolbox variables: every spec field (nested ones joined with ``_``, a list of
     objects by index: ``gang_0_page``, ``gang_0_copies``), plus
-    ``sheet_width_pt`` and ``sheet_height_pt`` of the named sheet before orientation."""
+    ``sheet_width_pt`` and ``sheet_height_pt`` of the named sheet before orientation; a perfect-bound
+    layout's ``signature_pages`` is always given (16, or its fold scheme's, when the layout has none)."""
     variables: dict[str, str] = {}
     for key, value in spec.model_dump(mode="json").items():
         _flatten(key, value, variables)
+    if isinstance(spec, PerfectBound):
+        variables["signature_pages"] = str(spec.signature_pages_or_default())
     width_pt, height_pt = spec.sheet_size_pt()
     variables["sheet_width_pt"] = f"{width_pt:.4f}"
     variables["sheet_height_pt"] = f"{height_pt:.4f}"

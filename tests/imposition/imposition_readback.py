@@ -213,33 +213,41 @@ def _separation_names(page) -> dict[str, str]:
             if isinstance(space, pikepdf.Array) and space[0] == pikepdf.Name.Separation}
 
 
+def _walk(page, **state):
+    """Each operator of a plate's content as ``(operands, operator, state)``: ``state`` (starting as
+    the keyword arguments) is the caller's to change, saved by ``q`` and restored by ``Q``."""
+    saved = []
+    for operands, operator in pikepdf.parse_content_stream(page):
+        op = str(operator)
+        if op == "q":
+            saved.append(dict(state))
+        elif op == "Q":
+            state.clear()
+            state.update(saved.pop())
+        yield operands, op, state
+
+
 def fills(plate_path: Path, page_index: int) -> list[Fill]:
     """The filled rectangles drawn directly on a plate (colour bar patches, collation marks)."""
-    found, stack, colour, pending = [], [], None, []
+    found, pending = [], []
     with pikepdf.open(plate_path) as plate:
         page = plate.pages[page_index]
         names = _separation_names(page)
-        space = None
-        for operands, operator in pikepdf.parse_content_stream(page):
-            op = str(operator)
-            if op == "q":
-                stack.append((colour, space))
-            elif op == "Q":
-                colour, space = stack.pop()
-            elif op == "cs":
-                space = names.get(str(operands[0]))
-            elif op == "scn" and space is not None:
-                colour = space
+        for operands, op, state in _walk(page, colour=None, space=None):
+            if op == "cs":
+                state["space"] = names.get(str(operands[0]))
+            elif op == "scn" and state["space"] is not None:
+                state["colour"] = state["space"]
             elif op == "k":
-                colour, space = tuple(float(v) for v in operands), None
+                state["colour"], state["space"] = tuple(float(v) for v in operands), None
             elif op == "re":
                 x, y, w, h = (float(v) for v in operands)
                 pending.append((x, y, x + w, y + h))
             elif op in ("f", "F", "f*"):
-                found.extend(Fill(rect, colour) for rect in pending)
+                found.extend(Fill(rect, state["colour"]) for rect in pending)
                 pending = []
-            elif op in ("n", "W", "S", "B"):
-                pending = [] if op != "W" else pending
+            elif op in ("n", "S", "B"):
+                pending = []
     return found
 
 
@@ -256,18 +264,13 @@ class Circle:
 
 def circles(plate_path: Path, page_index: int) -> list[Circle]:
     """The stroked circles (``m`` then four ``c``, ``h S``) drawn directly on a plate."""
-    found, stack, colour, points, curves = [], [], None, [], 0
+    found, points, curves = [], [], 0
     with pikepdf.open(plate_path) as plate:
         page = plate.pages[page_index]
         names = _separation_names(page)
-        for operands, operator in pikepdf.parse_content_stream(page):
-            op = str(operator)
-            if op == "q":
-                stack.append(colour)
-            elif op == "Q":
-                colour = stack.pop()
-            elif op == "CS":
-                colour = names.get(str(operands[0]))
+        for operands, op, state in _walk(page, colour=None):
+            if op == "CS":
+                state["colour"] = names.get(str(operands[0]))
             elif op == "m":
                 points, curves = [(float(operands[0]), float(operands[1]))], 0
             elif op == "c":
@@ -275,6 +278,7 @@ def circles(plate_path: Path, page_index: int) -> list[Circle]:
                 curves += 1
             elif op == "S" and curves == 4:
                 xs, ys = [p[0] for p in points], [p[1] for p in points]
-                found.append(Circle((max(xs) + min(xs)) / 2, (max(ys) + min(ys)) / 2, (max(xs) - min(xs)) / 2, colour))
+                found.append(Circle((max(xs) + min(xs)) / 2, (max(ys) + min(ys)) / 2, (max(xs) - min(xs)) / 2,
+                                    state["colour"]))
                 curves = 0
     return found

@@ -148,38 +148,54 @@ def test_right_to_left_binding_folds_with_the_spine_on_the_right(engine, tmp_pat
     assert reading == list(range(1, 17)) and upright
 
 
-def test_creep_moves_each_inner_leaf_toward_the_spine(engine, tmp_path):
-    source = labelled_pdf(tmp_path / "in.pdf", 8, PAGE_PT)
-    output, _ = impose(engine, source, {"layout": "perfect_bound", "sheet": "A4", "orientation": "portrait",
+CREEP_PERFECT_BOUND = {page: 0.5 if page in (3, 4, 5, 6) else 0.0 for page in range(1, 9)}
+#: Saddle stitch of two nested F8-7 signatures: the inner one (pages 5–12) lies inside the outer's 2 leaves.
+CREEP_SADDLE = {**{p: 0.0 for p in (1, 2, 15, 16)}, **{p: 0.5 for p in (3, 4, 13, 14)},
+                **{p: 1.0 for p in (5, 6, 11, 12)}, **{p: 1.5 for p in (7, 8, 9, 10)}}
+
+
+@pytest.mark.parametrize("kind, expected", [("perfect_bound", CREEP_PERFECT_BOUND), ("saddle_stitch", CREEP_SADDLE)])
+def test_creep_moves_each_inner_leaf_toward_the_spine(engine, tmp_path, kind, expected):
+    source = labelled_pdf(tmp_path / "in.pdf", len(expected), PAGE_PT)
+    output, _ = impose(engine, source, {"layout": kind, "sheet": "A4", "orientation": "portrait",
                                         "fold_scheme": "F8-7", "creep_mm": 0.5}, tmp_path)
-    for side in placements(output, source)[:2]:
+    head_up = {l.text: l.angle_degrees_ccw == 0 for side in big_labels(output) for l in side}
+    seen = set()
+    for side in placements(output, source):
         for placed in side:
             shift_mm = (placed.trim[0] - placed.clip[0]) / MM  # content (trim through cm) against the cell (clip)
             page = int(placed.label[1:])
-            head_up = {l.text: l.angle_degrees_ccw for s in big_labels(output) for l in s}[placed.label] == 0
-            toward_spine = -1 if (page % 2 == 1) == head_up else 1  # a recto's spine is its left edge
-            expected = 0.5 if page in (3, 4, 5, 6) else 0.0  # the inner leaf of the signature
-            assert shift_mm == pytest.approx(toward_spine * expected, abs=0.01), placed.label
+            toward_spine = -1 if (page % 2 == 1) == head_up[placed.label] else 1  # a recto's spine is its left edge
+            assert shift_mm == pytest.approx(toward_spine * expected[page], abs=0.01), placed.label
+            seen.add(page)
+    assert seen == set(expected)
 
 
-def test_collation_marks_step_down_the_spine_one_signature_after_another(engine, tmp_path):
-    source = labelled_pdf(tmp_path / "in.pdf", 24, PAGE_PT)
-    output, _ = impose(engine, source, {"layout": "perfect_bound", "sheet": "A4", "orientation": "portrait",
-                                        "fold_scheme": "F8-7", "collation_marks": True}, tmp_path)
+@pytest.mark.parametrize("scheme, pages, sheets", [("F8-7", 8, 1), (None, 16, 4)])
+def test_collation_marks_step_down_the_spine_one_signature_after_another(engine, tmp_path, scheme, pages, sheets):
+    """Three signatures: F8-7 sheets, or sections of four nested 2-up sheets (16 pages); the mark is
+    on the outermost sheet's front only, 3 × 5 mm centred on the spine fold, 5 mm lower each time."""
+    source = labelled_pdf(tmp_path / "in.pdf", 3 * pages, PAGE_PT)
+    layout = {"layout": "perfect_bound", "sheet": "A4", "orientation": "portrait", "collation_marks": True}
+    layout.update({"fold_scheme": scheme} if scheme else {"signature_pages": pages})
+    output, _ = impose(engine, source, layout, tmp_path)
     sides = placements(output, source)
+    assert len(sides) == 3 * sheets * 2
     tops = []
     for signature in range(3):
-        front = {p.label: p for p in sides[2 * signature]}
-        first, last = front[f"P{8 * signature + 1}"], front[f"P{8 * signature + 8}"]
+        outer = 2 * sheets * signature
+        front = {p.label: p for p in sides[outer]}
+        first, last = front[f"P{pages * signature + 1}"], front[f"P{pages * signature + pages}"]
         spine = last.clip[2]
         assert first.clip[0] == pytest.approx(spine, abs=0.01)
-        (mark,) = fills(output, 2 * signature)
+        (mark,) = fills(output, outer)
         assert mark.colour == "All"
         x0, y0, x1, y1 = mark.rect
         assert ((x0 + x1) / 2, (x1 - x0) / MM, (y1 - y0) / MM) == pytest.approx((spine, 3, 5), abs=0.01)
         assert first.clip[1] - 0.01 <= y0 and y1 <= first.clip[3] + 0.01  # on the spine of the first page's leaf
         tops.append(first.clip[3] - y1)  # below the head of the first page (upright: its top)
-        assert fills(output, 2 * signature + 1) == []  # nothing on the inside
+        for other in range(outer + 1, outer + 2 * sheets):  # nothing on the inside, nor on inner sheets
+            assert fills(output, other) == []
     assert [top / MM for top in tops] == pytest.approx([0, 5, 10], abs=0.01)
 
 
@@ -220,7 +236,7 @@ def test_gang_up_puts_each_page_s_copies_on_one_sheet_and_the_rest_shares_the_ce
 
 def test_gang_up_asking_more_than_fits_fails_naming_the_count_and_the_grid(engine, tmp_path):
     cards = labelled_pdf(tmp_path / "cards.pdf", 2, (88 * MM, 63 * MM))
-    with pytest.raises(InvalidLayout, match=r"gang: asks for 20 copies .* 3 × 6 = 18 cells"):
+    with pytest.raises(InvalidLayout, match=r"gang: asks for 20 copies, more than the 3 × 6 = 18 cells"):
         impose(engine, cards, {"layout": "step_and_repeat", "sheet": "SRA3", "crop_marks": True,
                                "gang": [{"page": 1, "copies": 10}, {"page": 2, "copies": 10}]}, tmp_path)
     with pytest.raises(InvalidLayout, match=r"gang\[1\].page=5: the document has only 2 pages"):
