@@ -55,7 +55,8 @@ class Layout:
         gripper_pt: the press's gripper strip at the lead edge (the foot of the front), kept clear.
         margin_given: ``margin_mm`` as the specification gave it (for error messages).
         gutters_pt: ``(between columns, between rows)``; zero for the folded layouts.
-        columns, rows: the grid of one side (booklets 2 × 1; step and repeat computes its own).
+        columns, rows: the grid of one side (booklets 2 × 1, or their fold scheme's; step and repeat
+            computes its own).
         duplex: ``simplex``, ``sheetwise``, ``work_and_turn`` or ``work_and_tumble``.
         binding: ``left_to_right`` or ``right_to_left``.
         blank_pages_at: where a booklet's padding blanks go (``end``, ``start``, ``before_back_cover``).

@@ -69,6 +69,9 @@ class PageOrder:
             (a fold scheme's heads); None when nothing is turned.
         depth: per cell of the front and of the back, leaves outside its own within its signature
             (creep steps of a fold scheme); None when there are none.
+        spine_left: per cell of the front and of the back, the page's spine is the cell's left edge
+            on the sheet (else its right); None for the 2-up sections, whose spine runs between
+            their two columns.
     """
 
     columns: int
@@ -78,6 +81,7 @@ class PageOrder:
     reading_order: tuple[Slot, ...]
     turned: tuple[tuple[bool, ...], tuple[bool, ...]] | None = None
     depth: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    spine_left: tuple[tuple[bool, ...], tuple[bool, ...]] | None = None
 
 
 def pad_pages(page_count: int, multiple: int, blank_pages_at: BlankPagesAt) -> tuple[Slot, ...]:
@@ -133,11 +137,15 @@ def scheme_sheet(
     return SheetOrder(front, back, signature, True, creep_steps)
 
 
-def _scheme_cells(scheme: FoldScheme, right_to_left: bool) -> tuple[tuple, tuple]:
-    """``(turned, depth)`` of ``scheme``'s cells, each as ``(front, back)``, mirrored for right to left."""
+def _scheme_cells(scheme: FoldScheme, right_to_left: bool) -> tuple[tuple, tuple, tuple]:
+    """``(turned, depth, spine_left)`` of ``scheme``'s cells, each as ``(front, back)``, mirrored for
+    right to left (where every spine is on the other edge of its cell)."""
     def both(front: Sequence, back: Sequence) -> tuple:
         return (_mirrored(front, scheme.columns, right_to_left), _mirrored(back, scheme.columns, right_to_left))
-    return both(scheme.turned_front(), scheme.turned_back()), both(scheme.depth_front(), scheme.depth_back())
+    spine_left = both(scheme.spine_left_front(), scheme.spine_left_back())
+    if right_to_left:
+        spine_left = tuple(tuple(not left for left in side) for side in spine_left)
+    return both(scheme.turned_front(), scheme.turned_back()), both(scheme.depth_front(), scheme.depth_back()), spine_left
 
 
 def folded_order(
@@ -161,8 +169,9 @@ def folded_order(
             sheets.append(scheme_sheet(scheme, section, right_to_left, k, k * scheme.leaves // 2))
         else:
             sheets.append(scheme_sheet(scheme, reading[k * size:(k + 1) * size], right_to_left, k))
-    turned, depth = _scheme_cells(scheme, right_to_left)
-    return PageOrder(scheme.columns, scheme.rows, tuple(sheets), len(reading) - page_count, reading, turned, depth)
+    turned, depth, spine_left = _scheme_cells(scheme, right_to_left)
+    return PageOrder(scheme.columns, scheme.rows, tuple(sheets), len(reading) - page_count, reading, turned, depth,
+                     spine_left)
 
 
 def saddle_stitch_order(

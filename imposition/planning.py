@@ -47,8 +47,7 @@ from .folds import FOLD_SCHEMES
 from .job import PERFECT_BOUND, STEP_AND_REPEAT, Layout, SlugInfo
 from .marks import (
     COLOUR_BAR_PATCHES, MARK_LINE_WIDTH_PT, SLUG_ASCENT_EM, SLUG_DESCENT_EM, SLUG_FONT_SIZE_PT, Mark, Patch, Target,
-    colour_bar,
-    crop_marks, fold_marks, fold_marks_across, kept_marks, shortfalls, slug_text, slug_width_pt,
+    colour_bar, crop_marks, fold_marks, fold_marks_across, kept_marks, shortfalls, slug_text, slug_width_pt,
 )
 from .ordering import PageOrder, SheetOrder, gang_copies, page_order
 from .sheets import mm_to_pt, pt_to_mm
@@ -359,18 +358,10 @@ def _cells_of(layout: Layout, order: PageOrder, sheet: SheetOrder, side: int) ->
     if not layout.booklet:
         return [_Cell()] * count
     base = sheet.creep_steps if layout.creep_pt else 0
-    if order.turned is None or order.depth is None:  # sections of 2-up sheets: the spine between the columns
+    if order.turned is None or order.depth is None or order.spine_left is None:  # 2-up sections
         return [_Cell(False, index % order.columns == 1, base) for index in range(count)]
-    scheme = FOLD_SCHEMES[layout.fold_scheme or ""]
-    spine_left = scheme.spine_left_front() if side == 0 else scheme.spine_left_back()
-    if layout.binding == "right_to_left":  # the sheet mirrored: every spine on the other edge
-        spine_left = tuple(not left for left in _mirror(spine_left, order.columns))
-    return [_Cell(order.turned[side][index], spine_left[index],
+    return [_Cell(order.turned[side][index], order.spine_left[side][index],
                   base + (order.depth[side][index] if layout.creep_pt else 0)) for index in range(count)]
-
-
-def _mirror(cells: Sequence, columns: int) -> tuple:
-    return tuple(cell for start in range(0, len(cells), columns) for cell in reversed(cells[start:start + columns]))
 
 
 def _place_side(

@@ -8,6 +8,8 @@ One model per layout, told apart by the ``layout`` field::
     {"layout": "step_and_repeat", "sheet": "SRA3", "pages": [1]}
     {"layout": "cut_and_stack", "sheet": "SRA3", "columns": 2, "rows": 2}
     {"layout": "perfect_bound", "sheet": "SRA3", "signature_pages": 16}
+    {"layout": "perfect_bound", "sheet": "SRA2", "fold_scheme": "F32-5", "collation_marks": true}
+    {"layout": "step_and_repeat", "sheet": "SRA3", "gang": [{"page": 1, "copies": 6}, {"page": 2}]}
 
 Units are in the field names (``_mm`` millimetres, ``_pt`` PDF points). Page numbers are 1-based, as
 a print shop counts them. Unknown fields are rejected, so a typo never passes silently. Types are
