@@ -716,11 +716,16 @@ def plan_warnings(layout: Layout, frame: _Frame, found: _Departures) -> tuple[Pl
         )))
     for (kind, edge), missing_pt in sorted(found.marks.items()):
         if kind in ("registration", "colour_bar"):
-            what = ("registration_marks: the target" if kind == "registration" else "colour_bar: the colour bar")
-            size = "registration_mark_size_mm" if kind == "registration" else "colour_bar_height_mm"
+            registration = kind == "registration"
+            what = "registration_marks: the target" if registration else "colour_bar: the colour bar"
+            size_field = "registration_mark_size_mm" if registration else "colour_bar_height_mm"
+            size_pt = (layout.registration_mark_size_pt + MARK_LINE_WIDTH_PT / 2 if registration
+                       else layout.colour_bar_height_pt)
+            need_pt = size_pt + MARK_CLEARANCE_PT
             warnings.append(PlateWarning("no_room_for_marks", (
-                f"{what} at the {edge} of {sheet} needs {size} plus 1 mm beyond the pages and marks; the "
-                f"printable area (margins, gripper) lacks {pt_to_mm(missing_pt):.1f} mm: it is left out"
+                f"{what} at the {edge} of {sheet} needs {pt_to_mm(need_pt):.1f} mm beyond the pages and their marks "
+                f"({size_field} + 1 mm); the printable area (margins, gripper) leaves "
+                f"{max(pt_to_mm(need_pt - missing_pt), 0.0):.1f} mm: {pt_to_mm(missing_pt):.1f} mm missing, left out"
             )))
             continue
         fields = "crop_marks" if kind == "crop" else "fold_marks"
