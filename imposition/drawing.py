@@ -34,7 +34,9 @@ from pikepdf import Array, Dictionary, Name
 
 from .errors import DamagedPdf, shown
 from .geometry import PageBoxes, Rect
-from .marks import REGISTRATION_COLOUR_SPACE, SLUG_FONT, marks_operators, slug_operators
+from .marks import (
+    REGISTRATION_COLOUR_SPACE, SLUG_FONT, marks_operators, patches_operators, slug_operators, targets_operators,
+)
 from .planning import ImpositionPlan, Placement, Plate
 from .source import inherited
 from .visibility import hide_optional_content
@@ -194,7 +196,8 @@ class _Operators:
         self._marks: dict[tuple, bytes] = {}
 
     def of(self, plate: Plate) -> bytes:
-        """The content of one plate: its placements, then its marks, then its slug line."""
+        """The content of one plate: its placements, then its marks, registration targets, patches
+        (colour bar, collation marks), then its slug line."""
         parts = []
         for index, placement in enumerate(plate.placements):
             key = (placement.clip, placement.matrix, index)
@@ -206,6 +209,8 @@ class _Operators:
         if marks is None:
             marks = self._marks[plate.marks] = marks_operators(plate.marks)
         parts.append(marks)
+        parts.append(targets_operators(plate.targets))
+        parts.append(patches_operators(plate.patches))
         if plate.slug_line and plate.slug_origin_pt:
             parts.append(slug_operators(plate.slug_line, *plate.slug_origin_pt))
         return b"".join(parts)

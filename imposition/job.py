@@ -55,7 +55,8 @@ class Layout:
         gripper_pt: the press's gripper strip at the lead edge (the foot of the front), kept clear.
         margin_given: ``margin_mm`` as the specification gave it (for error messages).
         gutters_pt: ``(between columns, between rows)``; zero for the folded layouts.
-        columns, rows: the grid of one side (booklets 2 × 1; step and repeat computes its own).
+        columns, rows: the grid of one side (booklets 2 × 1, or their fold scheme's; step and repeat
+            computes its own).
         duplex: ``simplex``, ``sheetwise``, ``work_and_turn`` or ``work_and_tumble``.
         binding: ``left_to_right`` or ``right_to_left``.
         blank_pages_at: where a booklet's padding blanks go (``end``, ``start``, ``before_back_cover``).
@@ -70,6 +71,16 @@ class Layout:
         slug: print the slug line.
         scaling: ``fit`` (shrink to the cell) or ``none`` (100 % or ``page_too_large``).
         on_warning: ``warn`` (warnings go into the report) or ``fail`` (the first one fails the job).
+        fold_scheme: the JDF fold catalogue name of a booklet's sheet (:mod:`imposition.folds`), or
+            None for sections of 2-up sheets folded once and nested.
+        collation_marks: back-step marks on each signature's spine (perfect bound).
+        collation_mark_width_pt, collation_mark_height_pt: size of one collation mark.
+        registration_marks: registration targets at the middle of each edge of the block.
+        registration_mark_size_pt: diameter of a registration target.
+        colour_bar: a CMYK colour bar across the head of the plate.
+        colour_bar_height_pt: height (and width) of one patch of the colour bar.
+        gang: step and repeat of several pages on one sheet: ``((page, copies or None), …)`` with
+            1-based pages; None for one page a side.
     """
 
     kind: str
@@ -95,6 +106,15 @@ class Layout:
     scaling: str
     gripper_pt: float = 0.0
     on_warning: str = "warn"
+    fold_scheme: str | None = None
+    collation_marks: bool = False
+    collation_mark_width_pt: float = 0.0
+    collation_mark_height_pt: float = 0.0
+    registration_marks: bool = False
+    registration_mark_size_pt: float = 0.0
+    colour_bar: bool = False
+    colour_bar_height_pt: float = 0.0
+    gang: tuple[tuple[int, int | None], ...] | None = None
 
     @property
     def booklet(self) -> bool:
@@ -181,4 +201,9 @@ class Layout:
         Raises:
             TypeError: a field is missing or unknown (the dataclass constructor's own check).
         """
-        return cls(**{name: tuple(value) if isinstance(value, list) else value for name, value in data.items()})
+        return cls(**{name: _tuples(value) for name, value in data.items()})
+
+
+def _tuples(value: Any) -> Any:
+    """``value`` with every JSON array, at any depth, turned back into a tuple."""
+    return tuple(_tuples(item) for item in value) if isinstance(value, list) else value

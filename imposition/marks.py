@@ -1,11 +1,15 @@
-"""Printer's marks: crop marks, fold marks and the slug line, as PDF content-stream operators.
+"""Printer's marks: crop, fold, registration and collation marks, colour bars and the slug line, as
+PDF content-stream operators.
 
 Marks are drawn in the registration colour (a /Separation named /All, PDF 32000-1 §8.6.6.4: it
 prints on every plate), 0.25 pt wide: the usual hairline of prepress software. Crop marks start
 ``offset`` outside the trim corner and never cross any page's trim or kept bleed, nor leave the
 sheet's printable area (margins and gripper); fold marks are dashed and sit on the fold line outside
-the trim, at head and foot. A mark that the printable edge cuts short is a shortfall
-(:func:`shortfalls`): the planner reports it. Coordinates are sheet points.
+the trim, at head and foot (and, for a horizontal fold, left and right). A mark that the printable
+edge cuts short is a shortfall (:func:`shortfalls`): the planner reports it. Registration targets
+(:class:`Target`, a circle and a cross) are in the registration colour too; a colour bar and the
+collation marks are filled patches (:class:`Patch`): process colours in DeviceCMYK, or the
+registration colour. Coordinates are sheet points.
 """
 
 from __future__ import annotations
@@ -155,8 +159,99 @@ def fold_marks(folds: Sequence[tuple[float, Rect]], *, length_pt: float, offset_
     return candidates
 
 
+def fold_marks_across(folds: Sequence[tuple[float, Rect]], *, length_pt: float, offset_pt: float) -> list[Mark]:
+    """Whole marks on each horizontal fold line ``y`` of a block ``trim``: left and right of it."""
+    candidates = []
+    for y, trim in folds:
+        candidates.append(Mark(trim.x1 + offset_pt, y, trim.x1 + offset_pt + length_pt, y, "fold"))
+        candidates.append(Mark(trim.x0 - offset_pt, y, trim.x0 - offset_pt - length_pt, y, "fold"))
+    return candidates
+
+
+@dataclass(frozen=True)
+class Target:
+    """A registration target centred at ``(x, y)``: a cross ``size_pt`` across and a circle of
+    :data:`TARGET_CIRCLE_RATIO` × ``size_pt`` diameter, stroked in the registration colour."""
+
+    x: float
+    y: float
+    size_pt: float
+
+    @property
+    def bounds(self) -> Rect:
+        half = self.size_pt / 2 + MARK_LINE_WIDTH_PT / 2
+        return Rect(self.x - half, self.y - half, self.x + half, self.y + half)
+
+
+#: A registration target's circle diameter, as a share of its cross.
+TARGET_CIRCLE_RATIO = 0.6
+#: Control-point distance of a quarter circle drawn as one cubic Bézier curve, times the radius.
+BEZIER_CIRCLE_K = 0.5523
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A filled rectangle: ``cmyk`` tints 0…1 (DeviceCMYK), or None for the registration colour."""
+
+    rect: Rect
+    cmyk: tuple[float, float, float, float] | None
+
+
+#: The patches of one run of a colour bar: C, M, Y, K solid, the registration colour, C, M, Y, K 50 %.
+COLOUR_BAR_PATCHES: tuple[tuple[float, float, float, float] | None, ...] = (
+    (1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1), None,
+    (0.5, 0, 0, 0), (0, 0.5, 0, 0), (0, 0, 0.5, 0), (0, 0, 0, 0.5),
+)
+
+
+def colour_bar(x0: float, x1: float, y0: float, height_pt: float) -> list[Patch]:
+    """Square patches of ``height_pt`` from ``x0`` to at most ``x1`` at height ``y0``, cycling through
+    :data:`COLOUR_BAR_PATCHES` (only whole patches)."""
+    count = int((x1 - x0 + EPSILON_PT) // height_pt)
+    return [Patch(Rect.from_size(x0 + i * height_pt, y0, height_pt, height_pt),
+                  COLOUR_BAR_PATCHES[i % len(COLOUR_BAR_PATCHES)]) for i in range(count)]
+
+
 def _number(value: float) -> str:
     return f"{value:.3f}".rstrip("0").rstrip(".")
+
+
+def targets_operators(targets: Sequence[Target]) -> bytes:
+    """Content-stream operators stroking ``targets`` in the registration colour: each a closed circle
+    of four Bézier curves (``c``) and two straight lines (``m … l``)."""
+    if not targets:
+        return b""
+    lines = [f"q {REGISTRATION_COLOUR_SPACE} CS 1 SCN {_number(MARK_LINE_WIDTH_PT)} w 0 J [] 0 d"]
+    for t in targets:
+        r = t.size_pt * TARGET_CIRCLE_RATIO / 2
+        k = r * BEZIER_CIRCLE_K
+        x, y, n = t.x, t.y, _number
+        lines.append(
+            f"{n(x + r)} {n(y)} m "
+            f"{n(x + r)} {n(y + k)} {n(x + k)} {n(y + r)} {n(x)} {n(y + r)} c "
+            f"{n(x - k)} {n(y + r)} {n(x - r)} {n(y + k)} {n(x - r)} {n(y)} c "
+            f"{n(x - r)} {n(y - k)} {n(x - k)} {n(y - r)} {n(x)} {n(y - r)} c "
+            f"{n(x + k)} {n(y - r)} {n(x + r)} {n(y - k)} {n(x + r)} {n(y)} c h S"
+        )
+        half = t.size_pt / 2
+        lines.append(f"{n(x - half)} {n(y)} m {n(x + half)} {n(y)} l {n(x)} {n(y - half)} m {n(x)} {n(y + half)} l S")
+    lines.append("Q")
+    return ("\n".join(lines) + "\n").encode("ascii")
+
+
+def patches_operators(patches: Sequence[Patch]) -> bytes:
+    """Content-stream operators filling ``patches`` (``k`` for DeviceCMYK, the registration colour by
+    its colour space)."""
+    if not patches:
+        return b""
+    lines = ["q"]
+    for p in patches:
+        colour = (f"{REGISTRATION_COLOUR_SPACE} cs 1 scn" if p.cmyk is None
+                  else " ".join(_number(v) for v in p.cmyk) + " k")
+        r = p.rect
+        lines.append(f"{colour} {_number(r.x0)} {_number(r.y0)} {_number(r.width)} {_number(r.height)} re f")
+    lines.append("Q")
+    return ("\n".join(lines) + "\n").encode("ascii")
 
 
 def marks_operators(marks: Sequence[Mark]) -> bytes:

@@ -12,7 +12,10 @@ Rules, by print convention:
     the last two pages;
   * perfect bound gathers sections of ``signature_pages`` nested sheets; the last section shrinks to
     the smallest multiple of 4 that holds the remaining pages, so padding never exceeds 3 blanks;
-  * cut and stack numbers down each stack: cell ``t`` of sheet ``s`` holds page ``t × sheets + s``.
+  * cut and stack numbers down each stack: cell ``t`` of sheet ``s`` holds page ``t × sheets + s``;
+  * a fold scheme (:mod:`imposition.folds`) makes each sheet one signature: perfect bound gathers
+    them in order; saddle stitch nests them, the outer signature carrying the first and the last
+    ``pages / 2`` pages.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .folds import FOLD_SCHEMES, FoldScheme
 from .job import CUT_AND_STACK, N_UP, PERFECT_BOUND, SADDLE_STITCH, STEP_AND_REPEAT, Layout
 
 if TYPE_CHECKING:
@@ -39,10 +43,16 @@ class SheetOrder:
         front: slots of the front side, row by row from the top-left, ``columns × rows`` long.
         back: slots of the back side as seen when the sheet is turned over side to side, or None for a
             sheet printed on one side only.
+        signature: 0-based signature (booklets: the folded section) the sheet belongs to.
+        outermost: the sheet is the outside of its signature (where a collation mark goes).
+        creep_steps: leaves of other sheets outside this one around the spine (nested booklet sheets).
     """
 
     front: tuple[Slot, ...]
     back: tuple[Slot, ...] | None
+    signature: int = 0
+    outermost: bool = True
+    creep_steps: int = 0
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,13 @@ class PageOrder:
         blank_pages: blank pages added by padding (not counting unused cells of a last sheet).
         reading_order: the finished product's pages in reading order, as source indices or None for a
             padding blank (for a step-and-repeat job: the listed pages).
+        turned: per cell of the front and of the back (as seen), the page is placed turned 180°
+            (a fold scheme's heads); None when nothing is turned.
+        depth: per cell of the front and of the back, leaves outside its own within its signature
+            (creep steps of a fold scheme); None when there are none.
+        spine_left: per cell of the front and of the back, the page's spine is the cell's left edge
+            on the sheet (else its right); None for the 2-up sections, whose spine runs between
+            their two columns.
     """
 
     columns: int
@@ -62,6 +79,9 @@ class PageOrder:
     sheets: tuple[SheetOrder, ...]
     blank_pages: int
     reading_order: tuple[Slot, ...]
+    turned: tuple[tuple[bool, ...], tuple[bool, ...]] | None = None
+    depth: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    spine_left: tuple[tuple[bool, ...], tuple[bool, ...]] | None = None
 
 
 def pad_pages(page_count: int, multiple: int, blank_pages_at: BlankPagesAt) -> tuple[Slot, ...]:
@@ -86,7 +106,7 @@ def _mirror_rows(cells: Sequence[Slot], columns: int) -> tuple[Slot, ...]:
     )
 
 
-def nested_section(section: Sequence[Slot], right_to_left: bool) -> list[SheetOrder]:
+def nested_section(section: Sequence[Slot], right_to_left: bool, signature: int = 0) -> list[SheetOrder]:
     """Sheets of one folded section (saddle stitch): ``len(section)`` (a multiple of 4) pages, 2-up.
 
     Sheet ``s`` (0 = outermost) front: page ``M - 2s`` left, ``1 + 2s`` right; back: ``2 + 2s`` left,
@@ -99,8 +119,59 @@ def nested_section(section: Sequence[Slot], right_to_left: bool) -> list[SheetOr
         back = (section[2 * s + 1], section[count - 2 - 2 * s])
         if right_to_left:
             front, back = front[::-1], back[::-1]
-        sheets.append(SheetOrder(front, back))
+        sheets.append(SheetOrder(front, back, signature, s == 0, s))
     return sheets
+
+
+def _mirrored(cells: Sequence, columns: int, right_to_left: bool) -> tuple:
+    return _mirror_rows(cells, columns) if right_to_left else tuple(cells)
+
+
+def scheme_sheet(
+    scheme: FoldScheme, pages: Sequence[Slot], right_to_left: bool, signature: int, creep_steps: int = 0
+) -> SheetOrder:
+    """The sheet of one signature: ``pages[i]`` is the signature's page ``i + 1``. Right-to-left
+    binding mirrors the sheet, so that its spine folds on the right."""
+    front = _mirrored([pages[n - 1] for n in scheme.front], scheme.columns, right_to_left)
+    back = _mirrored([pages[n - 1] for n in scheme.back], scheme.columns, right_to_left)
+    return SheetOrder(front, back, signature, True, creep_steps)
+
+
+def _scheme_cells(scheme: FoldScheme, right_to_left: bool) -> tuple[tuple, tuple, tuple]:
+    """``(turned, depth, spine_left)`` of ``scheme``'s cells, each as ``(front, back)``, mirrored for
+    right to left (where every spine is on the other edge of its cell)."""
+    def both(front: Sequence, back: Sequence) -> tuple:
+        return (_mirrored(front, scheme.columns, right_to_left), _mirrored(back, scheme.columns, right_to_left))
+    spine_left = both(scheme.spine_left_front(), scheme.spine_left_back())
+    if right_to_left:
+        spine_left = tuple(tuple(not left for left in side) for side in spine_left)
+    return both(scheme.turned_front(), scheme.turned_back()), both(scheme.depth_front(), scheme.depth_back()), spine_left
+
+
+def folded_order(
+    page_count: int, scheme: FoldScheme, *, nested: bool, right_to_left: bool = False,
+    blank_pages_at: BlankPagesAt = "end",
+) -> PageOrder:
+    """Booklets of ``scheme`` sheets, one signature each: gathered in order (perfect bound), or
+    nested (saddle stitch: signature ``k`` of ``S`` from the outside carries pages
+    ``k·P/2 + 1 … (k+1)·P/2`` and their mirror ``N - (k+1)·P/2 + 1 … N - k·P/2``, ``P`` pages a
+    signature, ``N = S·P``). Pages are padded to whole signatures."""
+    size = scheme.pages
+    reading = pad_pages(page_count, size, blank_pages_at)
+    count = len(reading) // size
+    sheets = []
+    for k in range(count):
+        if nested:
+            half = size // 2
+            head = reading[k * half:(k + 1) * half]
+            tail = reading[len(reading) - (k + 1) * half:len(reading) - k * half]
+            section = tuple(head) + tuple(tail)
+            sheets.append(scheme_sheet(scheme, section, right_to_left, k, k * scheme.leaves // 2))
+        else:
+            sheets.append(scheme_sheet(scheme, reading[k * size:(k + 1) * size], right_to_left, k))
+    turned, depth, spine_left = _scheme_cells(scheme, right_to_left)
+    return PageOrder(scheme.columns, scheme.rows, tuple(sheets), len(reading) - page_count, reading, turned, depth,
+                     spine_left)
 
 
 def saddle_stitch_order(
@@ -122,7 +193,7 @@ def perfect_bound_order(
     reading = pad_pages(page_count, 4, blank_pages_at)
     sheets: list[SheetOrder] = []
     for start in range(0, len(reading), signature_pages):
-        sheets.extend(nested_section(reading[start : start + signature_pages], right_to_left))
+        sheets.extend(nested_section(reading[start : start + signature_pages], right_to_left, start // signature_pages))
     return PageOrder(2, 1, tuple(sheets), len(reading) - page_count, reading)
 
 
@@ -194,6 +265,36 @@ def step_and_repeat_order(pages: Sequence[int], columns: int, rows: int, *, dupl
     return PageOrder(columns, rows, tuple(sheets), 0, tuple(pages))
 
 
+def gang_copies(gang: Sequence[tuple[int, int | None]], cells: int) -> list[int]:
+    """Copies of each gang entry on a side of ``cells`` cells: the asked ones, and the cells left
+    shared by the entries without a count (the first ones one more when the share is uneven).
+
+    Raises:
+        ValueError: the asked copies, or one copy of each entry, exceed ``cells`` (the message names the
+            counts; the planner raises InvalidLayout with it).
+    """
+    asked = sum(copies for _, copies in gang if copies is not None)
+    open_entries = [i for i, (_, copies) in enumerate(gang) if copies is None]
+    if asked + len(open_entries) > cells:
+        counted = f" ({asked} counted and one each of {len(open_entries)} entries without copies)" if open_entries else ""
+        raise ValueError(f"asks for {asked + len(open_entries)} copies{counted}")
+    left = cells - asked
+    counts = [copies or 0 for _, copies in gang]
+    for rank, index in enumerate(open_entries):
+        counts[index] = left // len(open_entries) + (1 if rank < left % len(open_entries) else 0)
+    return counts
+
+
+def gang_order(gang: Sequence[tuple[int, int | None]], columns: int, rows: int) -> PageOrder:
+    """Gang-up: one side of ``columns × rows`` cells, each entry's copies of its page (1-based) in cell
+    order; cells left over stay empty."""
+    cells: list[Slot] = []
+    for (page, _), copies in zip(gang, gang_copies(gang, columns * rows)):
+        cells.extend([page - 1] * copies)
+    cells.extend([None] * (columns * rows - len(cells)))
+    return PageOrder(columns, rows, (SheetOrder(tuple(cells), None),), 0, tuple(page - 1 for page, _ in gang))
+
+
 def page_order(layout: Layout | LayoutSpec, page_count: int, *, grid: tuple[int, int] | None = None) -> PageOrder:
     """The page order of ``layout`` for a document of ``page_count`` pages.
 
@@ -210,6 +311,9 @@ def page_order(layout: Layout | LayoutSpec, page_count: int, *, grid: tuple[int,
         layout = layout.resolved()
     right_to_left = layout.binding == "right_to_left"
     duplex = layout.duplex != "simplex"
+    if layout.fold_scheme and layout.kind in (SADDLE_STITCH, PERFECT_BOUND):
+        return folded_order(page_count, FOLD_SCHEMES[layout.fold_scheme], nested=layout.kind == SADDLE_STITCH,
+                            right_to_left=right_to_left, blank_pages_at=layout.blank_pages_at)
     if layout.kind == SADDLE_STITCH:
         return saddle_stitch_order(page_count, right_to_left=right_to_left, blank_pages_at=layout.blank_pages_at)
     if layout.kind == PERFECT_BOUND:
@@ -219,6 +323,8 @@ def page_order(layout: Layout | LayoutSpec, page_count: int, *, grid: tuple[int,
     if layout.kind == STEP_AND_REPEAT:
         if grid is None:
             raise ValueError("step_and_repeat needs the grid computed from page and sheet sizes")
+        if layout.gang:
+            return gang_order(layout.gang, *grid)
         pages = [p - 1 for p in layout.pages] if layout.pages else list(range(page_count))
         if max(pages) >= page_count:
             raise ValueError(f"pages lists page {max(pages) + 1} of a {page_count}-page document")

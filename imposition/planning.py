@@ -19,6 +19,15 @@ How cells are laid out (print conventions):
     sheet's vertical centre line for sheetwise and work and turn, its horizontal one for work and
     tumble, :meth:`~imposition.job.Layout.side_regions_pt`), so every trim corner of a front backs
     onto the matching corner of its back whatever the margins and gripper.
+  * Fold schemes (:mod:`imposition.folds`): the scheme's grid, pages against their spine edge,
+    turned 180° where the scheme's folds need it; creep moves each page toward its spine by
+    ``creep_pt`` per leaf outside its own (:attr:`~imposition.ordering.PageOrder.depth`) and per leaf
+    of the signatures nested outside it (saddle stitch). Fold marks sit on every fold line.
+  * Registration targets sit at the middle of each edge of a plate's block (its pages' clips and
+    marks), 1 mm beyond it; the colour bar runs across the head of the block, above everything; the
+    collation mark of a signature sits on the spine of its outermost sheet's front, a step lower per
+    signature. Room for the targets and the bar is reserved like the room for crop marks; what the
+    printable area still cannot hold is a ``no_room_for_marks`` warning.
   * Warnings: every departure from what was asked is a :class:`~imposition.errors.PlateWarning` in
     the plan (:func:`plan_warnings`).
 """
@@ -34,12 +43,13 @@ from pikepdf import Matrix
 
 from .errors import ImpositionError, InvalidLayout, PageTooLarge, PlateWarning, TooManyCells, page_ranges, shown
 from .geometry import EPSILON_PT, PageBoxes, Rect, available_bleed, displayed_size, fit_scale, placement_matrix
+from .folds import FOLD_SCHEMES
 from .job import PERFECT_BOUND, STEP_AND_REPEAT, Layout, SlugInfo
 from .marks import (
-    MARK_LINE_WIDTH_PT, SLUG_ASCENT_EM, SLUG_DESCENT_EM, SLUG_FONT_SIZE_PT, Mark, crop_marks, fold_marks, kept_marks,
-    shortfalls, slug_text, slug_width_pt,
+    COLOUR_BAR_PATCHES, MARK_LINE_WIDTH_PT, SLUG_ASCENT_EM, SLUG_DESCENT_EM, SLUG_FONT_SIZE_PT, Mark, Patch, Target,
+    colour_bar, crop_marks, fold_marks, fold_marks_across, kept_marks, shortfalls, slug_text, slug_width_pt,
 )
-from .ordering import PageOrder, SheetOrder, page_order
+from .ordering import PageOrder, SheetOrder, gang_copies, page_order
 from .sheets import mm_to_pt, pt_to_mm
 
 if TYPE_CHECKING:
@@ -49,6 +59,8 @@ if TYPE_CHECKING:
 SLUG_CLEARANCE_PT = mm_to_pt(1.0)
 #: Height of the strip the slug line needs: its font's bounding box plus clearance above and below, pt.
 SLUG_STRIP_PT = (SLUG_ASCENT_EM + SLUG_DESCENT_EM) * SLUG_FONT_SIZE_PT + 2 * SLUG_CLEARANCE_PT
+#: Clear space between a registration target or the colour bar and the block of pages and marks (1 mm), pt.
+MARK_CLEARANCE_PT = mm_to_pt(1.0)
 
 
 @dataclass(frozen=True)
@@ -79,6 +91,8 @@ class Plate:
     Attributes:
         slug_line: the slug's text, or None (not asked, or no room: then a warning says so).
         slug_origin_pt: where its baseline starts on the sheet ``(x, y)`` (pt), with ``slug_line``.
+        targets: registration targets.
+        patches: the colour bar's patches and the collation mark.
     """
 
     sheet_number: int
@@ -87,6 +101,8 @@ class Plate:
     marks: tuple[Mark, ...]
     slug_line: str | None
     slug_origin_pt: tuple[float, float] | None = None
+    targets: tuple[Target, ...] = ()
+    patches: tuple[Patch, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,9 +153,17 @@ def _reserve_pt(layout: Layout) -> tuple[float, float, float, float]:
     bleed = layout.bleed_pt
     marks = layout.crop_mark_offset_pt + layout.crop_mark_length_pt
     around = max(bleed, marks if layout.crop_marks else 0.0)
-    head_foot = max(around, marks if layout.fold_marks and layout.booklet else 0.0)
+    folds = layout.fold_marks and layout.booklet
+    head_foot = max(around, marks if folds else 0.0)
+    if folds and layout.rows > 1:  # horizontal folds: marks left and right too
+        around = head_foot
     left = bottom = right = top = around
     bottom = top = head_foot
+    if layout.registration_marks:
+        target = MARK_CLEARANCE_PT + layout.registration_mark_size_pt + MARK_LINE_WIDTH_PT
+        left, bottom, right, top = left + target, bottom + target, right + target, top + target
+    if layout.colour_bar:
+        top += MARK_CLEARANCE_PT + layout.colour_bar_height_pt
     if layout.slug:
         if layout.duplex == "work_and_tumble":
             top += SLUG_STRIP_PT
@@ -294,13 +318,23 @@ def _choose_frame(
     return best[1]
 
 
-#: Where a page lands in a cell, by (its boxes, cell index, side region, creep steps): trim, matrix,
+@dataclass(frozen=True)
+class _Cell:
+    """How a page sits in one cell of a side: turned 180° (a fold scheme's head), its spine on the
+    cell's left edge on the sheet (else its right; booklets only), creep steps toward the spine."""
+
+    turned: bool = False
+    spine_left: bool | None = None
+    creep_steps: int = 0
+
+
+#: Where a page lands in a cell, by (its boxes, cell index, side region, how it sits): trim, matrix,
 #: scale. A plan works each out once: most documents have only a few distinct page geometries.
-_Spots = dict[tuple[PageBoxes, int, Rect, int], tuple[Rect, tuple[float, ...], float]]
+_Spots = dict[tuple[PageBoxes, int, Rect, _Cell], tuple[Rect, tuple[float, ...], float]]
 
 
 def _spot(
-    layout: Layout, frame: _Frame, region: Rect, index: int, boxes: PageBoxes, creep_steps: int
+    layout: Layout, frame: _Frame, region: Rect, index: int, boxes: PageBoxes, how: _Cell
 ) -> tuple[Rect, tuple[float, ...], float]:
     """Where a page with ``boxes`` lands in cell ``index`` of ``region``: its trim on the sheet, the
     matrix from its user space to the sheet, its scale."""
@@ -310,30 +344,42 @@ def _spot(
     placed_w, placed_h = page_w * scale, page_h * scale
     x0 = cell.x0 + (cell.width - placed_w) / 2
     shift = 0.0
-    if layout.booklet:  # against the spine; creep moves the content toward it
-        creep_pt = layout.creep_pt * creep_steps
-        column = index % frame.columns
-        x0, shift = (cell.x1 - placed_w, creep_pt) if column == 0 else (cell.x0, -creep_pt)
+    if how.spine_left is not None:  # against the spine; creep moves the content toward it
+        creep_pt = layout.creep_pt * how.creep_steps
+        x0, shift = (cell.x0, -creep_pt) if how.spine_left else (cell.x1 - placed_w, creep_pt)
     y0 = cell.y0 + (cell.height - placed_h) / 2
-    matrix = placement_matrix(boxes, scale, (x0 + shift, y0), upside_down=False)
+    matrix = placement_matrix(boxes, scale, (x0 + shift, y0), upside_down=how.turned)
     return Rect.from_size(x0, y0, placed_w, placed_h), tuple(matrix.shorthand), scale
+
+
+def _cells_of(layout: Layout, order: PageOrder, sheet: SheetOrder, side: int) -> list[_Cell]:
+    """How each cell of a side (0 front, 1 back as seen) holds its page."""
+    count = order.columns * order.rows
+    if not layout.booklet:
+        return [_Cell()] * count
+    base = sheet.creep_steps if layout.creep_pt else 0
+    if order.turned is None or order.depth is None or order.spine_left is None:  # 2-up sections
+        return [_Cell(False, index % order.columns == 1, base) for index in range(count)]
+    return [_Cell(order.turned[side][index], order.spine_left[side][index],
+                  base + (order.depth[side][index] if layout.creep_pt else 0)) for index in range(count)]
 
 
 def _place_side(
     layout: Layout, frame: _Frame, region: Rect, slots: Sequence[int | None], pages: Sequence[PageBoxes],
-    creep_steps: int, spots: _Spots,
+    cells: Sequence[_Cell], spots: _Spots,
 ) -> list[Placement]:
-    """Placements of one side, upright in ``region`` (clip still equal to trim)."""
+    """Placements of one side in ``region`` (clip still equal to trim)."""
     placements = []
     for index, page in enumerate(slots):
         if page is None:
             continue
-        key = (pages[page], index, region, creep_steps)
+        how = cells[index]
+        key = (pages[page], index, region, how)
         spot = spots.get(key)
         if spot is None:
-            spot = spots[key] = _spot(layout, frame, region, index, pages[page], creep_steps)
+            spot = spots[key] = _spot(layout, frame, region, index, pages[page], how)
         trim, matrix, scale = spot
-        placements.append(Placement(page, trim, trim, matrix, scale))
+        placements.append(Placement(page, trim, trim, matrix, scale, how.turned))
     return placements
 
 
@@ -396,21 +442,28 @@ def _with_bleed(
     return result
 
 
-def _folds(layout: Layout, frame: _Frame, region: Rect, turned: bool) -> list[tuple[float, Rect]]:
-    """The fold line of a booklet side (when fold marks are asked for): its x and the spread it folds."""
+#: Fold lines of a side: ``(axis, position, block)``: ``v`` at x or ``h`` at y (pt), across ``block``.
+FoldLine = tuple[str, float, Rect]
+
+
+def _folds(layout: Layout, frame: _Frame, region: Rect, turned: bool) -> list[FoldLine]:
+    """The fold lines of a booklet side (when fold marks are asked for): every line between two
+    columns or two rows of cells (each is a fold of the schemes of :mod:`imposition.folds`)."""
     if not layout.fold_marks:
         return []
-    spread = Rect(frame.cell(region, 0).x0, frame.cell(region, 0).y0, frame.cell(region, 1).x1, frame.cell(region, 1).y1)
-    x = frame.cell(region, 0).x1
+    first, last = frame.cell(region, 0), frame.cell(region, frame.columns * frame.rows - 1)
+    block = Rect(first.x0, last.y0, last.x1, first.y1)
+    lines: list[FoldLine] = [("v", frame.cell(region, column).x1, block) for column in range(frame.columns - 1)]
+    lines += [("h", frame.cell(region, row * frame.columns).y0, block) for row in range(frame.rows - 1)]
     if turned:
         cx, cy = region.centre
-        x = 2 * cx - x
-        spread = Rect(2 * cx - spread.x1, 2 * cy - spread.y1, 2 * cx - spread.x0, 2 * cy - spread.y0)
-    return [(x, spread)]
+        block = Rect(2 * cx - block.x1, 2 * cy - block.y1, 2 * cx - block.x0, 2 * cy - block.y0)
+        lines = [(axis, (2 * cx if axis == "v" else 2 * cy) - at, block) for axis, at, _ in lines]
+    return lines
 
 
 def _marks(
-    layout: Layout, frame: _Frame, placements: list[Placement], folds: list[tuple[float, Rect]],
+    layout: Layout, frame: _Frame, placements: list[Placement], folds: list[FoldLine],
     missing: dict[tuple[str, str], float],
 ) -> list[Mark]:
     """The plate's marks as drawn; what the printable edge cut off the outer ones goes into
@@ -422,19 +475,96 @@ def _marks(
     if layout.crop_marks:
         candidates += crop_marks([p.trim for p in placements], length_pt=length_pt, offset_pt=offset_pt)
     if layout.fold_marks:
-        candidates += fold_marks(folds, length_pt=length_pt, offset_pt=offset_pt)
+        candidates += fold_marks([(at, block) for axis, at, block in folds if axis == "v"],
+                                 length_pt=length_pt, offset_pt=offset_pt)
+        candidates += fold_marks_across([(at, block) for axis, at, block in folds if axis == "h"],
+                                        length_pt=length_pt, offset_pt=offset_pt)
     for key, amount in shortfalls(candidates, keep_clear, frame.printable).items():
         missing[key] = max(missing.get(key, 0.0), amount)
     return kept_marks(candidates, keep_clear, frame.printable)
 
 
-def _slug_origin(text: str, printable: Rect, placements: Sequence[Placement], marks: Sequence[Mark]) -> tuple[float, float] | None:
-    """Where the slug line's baseline starts: in the strip below everything on the plate (else the
-    strip above), at least :data:`SLUG_CLEARANCE_PT` from it and from the printable edge; None when
-    neither strip is tall and wide enough."""
+def _extent(placements: Sequence[Placement], marks: Sequence[Mark], extras: Sequence[Rect] = ()) -> Rect | None:
+    """The bounding box of a plate's clips, marks (their line width included) and ``extras``, or None."""
     half_line = MARK_LINE_WIDTH_PT / 2
-    lows = [p.clip.y0 for p in placements] + [min(m.y0, m.y1) - half_line for m in marks]
-    highs = [p.clip.y1 for p in placements] + [max(m.y0, m.y1) + half_line for m in marks]
+    rects = [p.clip for p in placements] + list(extras) + [
+        Rect(min(m.x0, m.x1) - half_line, min(m.y0, m.y1) - half_line, max(m.x0, m.x1) + half_line,
+             max(m.y0, m.y1) + half_line) for m in marks]
+    if not rects:
+        return None
+    return Rect(min(r.x0 for r in rects), min(r.y0 for r in rects), max(r.x1 for r in rects), max(r.y1 for r in rects))
+
+
+def _targets(layout: Layout, printable: Rect, block: Rect | None, missing: dict[tuple[str, str], float]) -> list[Target]:
+    """Registration targets at the middle of each edge of ``block``, :data:`MARK_CLEARANCE_PT` beyond
+    it; a target the printable area cannot hold is left out and ``missing[("registration", edge)]``
+    gets the most mm it lacks (pt)."""
+    if not layout.registration_marks or block is None:
+        return []
+    size = layout.registration_mark_size_pt
+    reach = MARK_CLEARANCE_PT + size / 2  # from the block to the target's centre
+    half = size / 2 + MARK_LINE_WIDTH_PT / 2
+    cx, cy = block.centre
+    spots = {"head": (cx, block.y1 + reach, printable.y1 - (block.y1 + reach + half)),
+             "foot": (cx, block.y0 - reach, (block.y0 - reach - half) - printable.y0),
+             "left": (block.x0 - reach, cy, (block.x0 - reach - half) - printable.x0),
+             "right": (block.x1 + reach, cy, printable.x1 - (block.x1 + reach + half))}
+    targets = []
+    for edge, (x, y, room) in spots.items():
+        if room >= -EPSILON_PT:
+            targets.append(Target(x, y, size))
+        else:
+            missing[("registration", edge)] = max(missing.get(("registration", edge), 0.0), -room)
+    return targets
+
+
+def _colour_bar(
+    layout: Layout, printable: Rect, block: Rect | None, head_pt: float, missing: dict[tuple[str, str], float]
+) -> list[Patch]:
+    """The colour bar: patches from the left of ``block`` to its right (at least one whole run),
+    :data:`MARK_CLEARANCE_PT` above ``head_pt`` (the top of everything else); left out
+    (``missing[("colour_bar", "head")]``) when the printable area cannot hold it."""
+    if not layout.colour_bar or block is None:
+        return []
+    height = layout.colour_bar_height_pt
+    y0 = max(block.y1, head_pt) + MARK_CLEARANCE_PT
+    lacking = y0 + height - printable.y1
+    x1 = max(block.x1, min(printable.x1, block.x0 + height * len(COLOUR_BAR_PATCHES)))
+    if lacking > EPSILON_PT or x1 - block.x0 < height * len(COLOUR_BAR_PATCHES) - EPSILON_PT:
+        missing[("colour_bar", "head")] = max(missing.get(("colour_bar", "head"), 0.0), max(lacking, 0.0))
+        return []
+    return colour_bar(block.x0, x1, y0, height)
+
+
+def _collation_mark(layout: Layout, frame: _Frame, sheet: SheetOrder) -> list[Patch]:
+    """The back-step mark of ``sheet``'s signature on the spine of its front (perfect bound; only the
+    outermost sheet of a signature): centred on the fold between the signature's last and first
+    pages, ``signature mod steps`` marks below the head of its first page."""
+    if not (layout.collation_marks and layout.kind == PERFECT_BOUND and sheet.outermost):
+        return []
+    scheme = FOLD_SCHEMES[layout.fold_scheme or "F4-1"]
+    last, first = scheme.spine_cells()
+    turned = scheme.turned_front()[first]
+    if layout.binding == "right_to_left":
+        last, first = scheme.backs_onto(last), scheme.backs_onto(first)
+    region = frame.regions[0]
+    a, b = frame.cell(region, last), frame.cell(region, first)
+    spine_x = a.x1 if a.x1 <= b.x0 + EPSILON_PT else a.x0
+    height, width = layout.collation_mark_height_pt, layout.collation_mark_width_pt
+    steps = max(1, int((b.height + EPSILON_PT) // height))
+    step = sheet.signature % steps
+    y0 = b.y0 + step * height if turned else b.y1 - (step + 1) * height
+    return [Patch(Rect(spine_x - width / 2, y0, spine_x + width / 2, y0 + height), None)]
+
+
+def _slug_origin(text: str, printable: Rect, placements: Sequence[Placement], marks: Sequence[Mark],
+                 extras: Sequence[Rect] = ()) -> tuple[float, float] | None:
+    """Where the slug line's baseline starts: in the strip below everything on the plate (``extras``:
+    targets and patches too; else the strip above), at least :data:`SLUG_CLEARANCE_PT` from it and
+    from the printable edge; None when neither strip is tall and wide enough."""
+    half_line = MARK_LINE_WIDTH_PT / 2
+    lows = [p.clip.y0 for p in placements] + [min(m.y0, m.y1) - half_line for m in marks] + [r.y0 for r in extras]
+    highs = [p.clip.y1 for p in placements] + [max(m.y0, m.y1) + half_line for m in marks] + [r.y1 for r in extras]
     if slug_width_pt(text, SLUG_FONT_SIZE_PT) + 2 * SLUG_CLEARANCE_PT > printable.width + EPSILON_PT:
         return None
     x = printable.x0 + SLUG_CLEARANCE_PT
@@ -448,15 +578,15 @@ def _slug_origin(text: str, printable: Rect, placements: Sequence[Placement], ma
 
 
 def _sides(
-    layout: Layout, frame: _Frame, sheet: SheetOrder, pages: Sequence[PageBoxes], creep_steps: int, spots: _Spots
-) -> list[tuple[str, list[Placement], list[tuple[float, Rect]]]]:
+    layout: Layout, frame: _Frame, order: PageOrder, sheet: SheetOrder, pages: Sequence[PageBoxes], spots: _Spots
+) -> list[tuple[str, list[Placement], list[FoldLine]]]:
     """The plates of one sheet: (side name, placements, fold lines)."""
     front_region, back_region = frame.regions
-    front = _place_side(layout, frame, front_region, sheet.front, pages, creep_steps, spots)
+    front = _place_side(layout, frame, front_region, sheet.front, pages, _cells_of(layout, order, sheet, 0), spots)
     front_folds = _folds(layout, frame, front_region, False)
     if sheet.back is None:
         return [("front", front, front_folds)]
-    back = _place_side(layout, frame, back_region, sheet.back, pages, creep_steps, spots)
+    back = _place_side(layout, frame, back_region, sheet.back, pages, _cells_of(layout, order, sheet, 1), spots)
     if layout.duplex == "work_and_turn":
         return [("front and back, work and turn", front + back, front_folds + _folds(layout, frame, back_region, False))]
     if layout.duplex == "work_and_tumble":
@@ -496,41 +626,59 @@ def plan_imposition(
     if not isinstance(layout, Layout):
         layout = layout.resolved()
     considered: Sequence[int] = range(len(pages))
-    if layout.kind == STEP_AND_REPEAT and layout.pages:
-        for index, number in enumerate(layout.pages):
+    listed = ([(f"pages[{i}]", number) for i, number in enumerate(layout.pages or ())]
+              + [(f"gang[{i}].page", number) for i, (number, _) in enumerate(layout.gang or ())])
+    if layout.kind == STEP_AND_REPEAT and listed:
+        for name, number in listed:
             if number > len(pages):
-                raise InvalidLayout(f"pages[{index}]={shown(number)}: the document has only {len(pages)} pages")
-        considered = sorted({number - 1 for number in layout.pages})
+                raise InvalidLayout(f"{name}={shown(number)}: the document has only {len(pages)} pages")
+        considered = sorted({number - 1 for _, number in listed})
     frame = _choose_frame(layout, [displayed_size(pages[i]) for i in considered], max_cells_per_sheet)
+    if layout.kind == STEP_AND_REPEAT and layout.gang:
+        try:
+            gang_copies(layout.gang, frame.columns * frame.rows)
+        except ValueError as exc:
+            largest = max((displayed_size(pages[i]) for i in considered), key=lambda size: size[0] * size[1])
+            raise InvalidLayout(
+                f"gang: {exc}, more than the {frame.columns} × {frame.rows} = {frame.columns * frame.rows} cells of the "
+                f"largest grid that fits the {pt_to_mm(frame.sheet.width):.0f} × {pt_to_mm(frame.sheet.height):.0f} mm "
+                f"sheet (cells of {pt_to_mm(largest[0]):.1f} × {pt_to_mm(largest[1]):.1f} mm)"
+            ) from None
     if layout.kind == STEP_AND_REPEAT and max_cells_per_job is not None:
-        sides = len(layout.pages) if layout.pages else len(pages)
+        sides = 1 if layout.gang else len(layout.pages) if layout.pages else len(pages)
         if sides * frame.columns * frame.rows > max_cells_per_job:
             raise TooManyCells(
                 f"step_and_repeat: {sides} sides of {frame.columns} × {frame.rows} copies make "
                 f"{sides * frame.columns * frame.rows} cells, more than max_cells_per_job={max_cells_per_job}"
             )
     order: PageOrder = page_order(layout, len(pages), grid=(frame.columns, frame.rows))
-    section_sheets = layout.signature_pages // 4 if layout.kind == PERFECT_BOUND else len(order.sheets)
     plates = []
     spots: _Spots = {}
     found = _Departures()
     for number, sheet in enumerate(order.sheets, start=1):
-        creep_steps = (number - 1) % section_sheets if layout.booklet and layout.creep_pt else 0
-        for side, placements, folds in _sides(layout, frame, sheet, pages, creep_steps, spots):
+        for side, placements, folds in _sides(layout, frame, order, sheet, pages, spots):
             placements = _with_bleed(placements, pages, frame.printable, layout.bleed_pt, found.bleed)
             for placement in placements:
                 if placement.scale < 1.0:
                     found.scale[placement.page] = min(found.scale.get(placement.page, 1.0), placement.scale)
             marks = _marks(layout, frame, placements, folds, found.marks)
+            block = _extent(placements, marks)
+            targets = _targets(layout, frame.printable, block, found.marks)
+            patches = _colour_bar(layout, frame.printable, block, max((t.bounds.y1 for t in targets), default=0.0),
+                                  found.marks)
+            if side.startswith("front"):
+                patches += _collation_mark(layout, frame, sheet)
             slug_line = origin = None
             if layout.slug:
                 text = slug_text(slug or SlugInfo("-", "-"), number, len(order.sheets), side)
-                origin = _slug_origin(text, frame.printable, placements, marks)
+                extras = [t.bounds for t in targets] + [p.rect for p in patches]
+                origin = _slug_origin(text, frame.printable, placements, marks, extras)
                 if origin is None:
                     found.slug_dropped.append(len(plates) + 1)
                 else:
                     slug_line = text
-            plates.append(Plate(number, side, tuple(placements), tuple(marks), slug_line, origin))
+            plates.append(Plate(number, side, tuple(placements), tuple(marks), slug_line, origin,
+                                tuple(targets), tuple(patches)))
     warnings = plan_warnings(layout, frame, found)
     return ImpositionPlan(
         frame.sheet.width, frame.sheet.height, tuple(plates), len(order.sheets), order.blank_pages, len(pages),
@@ -567,6 +715,19 @@ def plan_warnings(layout: Layout, frame: _Frame, found: _Departures) -> tuple[Pl
             f"the smallest to {least * 100:.1f} %"
         )))
     for (kind, edge), missing_pt in sorted(found.marks.items()):
+        if kind in ("registration", "colour_bar"):
+            registration = kind == "registration"
+            what = "registration_marks: the target" if registration else "colour_bar: the colour bar"
+            size_field = "registration_mark_size_mm" if registration else "colour_bar_height_mm"
+            size_pt = (layout.registration_mark_size_pt + MARK_LINE_WIDTH_PT / 2 if registration
+                       else layout.colour_bar_height_pt)
+            need_pt = size_pt + MARK_CLEARANCE_PT
+            warnings.append(PlateWarning("no_room_for_marks", (
+                f"{what} at the {edge} of {sheet} needs {pt_to_mm(need_pt):.1f} mm beyond the pages and their marks "
+                f"({size_field} + 1 mm); the printable area (margins, gripper) leaves "
+                f"{max(pt_to_mm(need_pt - missing_pt), 0.0):.1f} mm: {pt_to_mm(missing_pt):.1f} mm missing, left out"
+            )))
+            continue
         fields = "crop_marks" if kind == "crop" else "fold_marks"
         need_pt = layout.crop_mark_offset_pt + layout.crop_mark_length_pt
         warnings.append(PlateWarning("no_room_for_marks", (

@@ -8,6 +8,8 @@ One model per layout, told apart by the ``layout`` field::
     {"layout": "step_and_repeat", "sheet": "SRA3", "pages": [1]}
     {"layout": "cut_and_stack", "sheet": "SRA3", "columns": 2, "rows": 2}
     {"layout": "perfect_bound", "sheet": "SRA3", "signature_pages": 16}
+    {"layout": "perfect_bound", "sheet": "SRA2", "fold_scheme": "F32-5", "collation_marks": true}
+    {"layout": "step_and_repeat", "sheet": "SRA3", "gang": [{"page": 1, "copies": 6}, {"page": 2}]}
 
 Units are in the field names (``_mm`` millimetres, ``_pt`` PDF points). Page numbers are 1-based, as
 a print shop counts them. Unknown fields are rejected, so a typo never passes silently. Types are
@@ -29,6 +31,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from .errors import InvalidLayout, clipped, shown
+from .folds import FOLD_SCHEME_NAMES, FOLD_SCHEMES
 from .job import Layout
 from .sheets import mm_to_pt, preset_names, preset_size_mm
 
@@ -117,6 +120,12 @@ class LayoutSpec(_Strict):
         on_warning: ``warn`` records every departure from what was asked (scaled to fit, marks,
             bleed or slug that could not be drawn whole, a repaired file) as a typed warning in the
             report; ``fail`` fails the job with the first one's code instead.
+        registration_marks: a registration target (circle and cross, ``registration_mark_size_mm``
+            across) at the middle of each edge of the block of pages, outside its trims, bleed and
+            crop or fold marks; room for them is reserved.
+        colour_bar: a colour bar across the head of the plate (patches ``colour_bar_height_mm``
+            square: C, M, Y, K solid, the registration colour, C, M, Y, K at 50 %), above every
+            other mark; room for it is reserved.
     """
 
     layout: str
@@ -131,6 +140,10 @@ class LayoutSpec(_Strict):
     scaling: Literal["fit", "none"] = "fit"
     gripper_mm: float = Field(default=0.0, ge=0, le=100)
     on_warning: Literal["warn", "fail"] = "warn"
+    registration_marks: bool = False
+    registration_mark_size_mm: float = Field(default=5.0, ge=2, le=20)
+    colour_bar: bool = False
+    colour_bar_height_mm: float = Field(default=5.0, ge=3, le=15)
 
     @field_validator("sheet")
     @classmethod
@@ -175,6 +188,8 @@ class LayoutSpec(_Strict):
         The engine's child process plans from this plain form (sent as JSON), never importing pydantic.
         """
         pages = getattr(self, "pages", None)
+        gang = getattr(self, "gang", None)
+        scheme = FOLD_SCHEMES.get(getattr(self, "fold_scheme", None) or "")
         return Layout(
             kind=self.layout,
             sheet_size_pt=self.sheet_size_pt(),
@@ -182,13 +197,13 @@ class LayoutSpec(_Strict):
             margins_pt=self.margins_pt(),
             margin_given=repr(self.margin_mm),
             gutters_pt=self.gutters_pt() if isinstance(self, _Grid) else (0.0, 0.0),
-            columns=getattr(self, "columns", 2),
-            rows=getattr(self, "rows", 1),
+            columns=scheme.columns if scheme else getattr(self, "columns", 2),
+            rows=scheme.rows if scheme else getattr(self, "rows", 1),
             duplex=getattr(self, "duplex", "simplex"),
             binding=getattr(self, "binding", "left_to_right"),
             blank_pages_at=getattr(self, "blank_pages_at", "end"),
             creep_pt=mm_to_pt(getattr(self, "creep_mm", 0.0)),
-            signature_pages=getattr(self, "signature_pages", 0),
+            signature_pages=self.signature_pages_or_default() if isinstance(self, PerfectBound) else 0,
             pages=tuple(pages) if pages else None,
             bleed_pt=mm_to_pt(self.bleed_mm),
             crop_marks=self.crop_marks,
@@ -199,17 +214,39 @@ class LayoutSpec(_Strict):
             scaling=self.scaling,
             gripper_pt=mm_to_pt(self.gripper_mm),
             on_warning=self.on_warning,
+            fold_scheme=scheme.name if scheme else None,
+            collation_marks=getattr(self, "collation_marks", False),
+            collation_mark_width_pt=mm_to_pt(getattr(self, "collation_mark_width_mm", 0.0)),
+            collation_mark_height_pt=mm_to_pt(getattr(self, "collation_mark_height_mm", 0.0)),
+            registration_marks=self.registration_marks,
+            registration_mark_size_pt=mm_to_pt(self.registration_mark_size_mm),
+            colour_bar=self.colour_bar,
+            colour_bar_height_pt=mm_to_pt(self.colour_bar_height_mm),
+            gang=tuple((entry.page, entry.copies) for entry in gang) if gang else None,
         )
 
 
+#: A fold scheme of :mod:`imposition.folds` (its names, the one list).
+FoldSchemeName = Literal[FOLD_SCHEME_NAMES]  # type: ignore[valid-type]
+
+
 class _Booklet(LayoutSpec):
-    """Options of the folded layouts (saddle stitch, perfect bound): two pages per side, duplex."""
+    """Options of the folded layouts (saddle stitch, perfect bound), duplex.
+
+    ``fold_scheme`` names a sheet of the JDF fold catalogue (:mod:`imposition.folds`): ``F4-1`` (2
+    pages a side, one fold), ``F8-7`` (4 a side, two right-angle folds), ``F16-7`` (8 a side, three),
+    ``F32-5`` (16 a side, four right-angle folds) or ``F32-9`` (16 a side); each sheet folds into one
+    signature, pages whose heads meet across a fold are turned 180°. None (the default) keeps two
+    pages a side, sheets folded once and nested. ``creep_mm`` moves a page toward the spine by that
+    much per leaf outside it (per sheet, for nested sheets).
+    """
 
     duplex: Duplex = "sheetwise"
     binding: Binding = "left_to_right"
     blank_pages_at: BlankPagesAt = "end"
     creep_mm: float = Field(default=0.0, ge=0, le=5, description="shift toward the spine per sheet")
     fold_marks: bool = False
+    fold_scheme: FoldSchemeName | None = None
 
 
 class SaddleStitch(_Booklet):
@@ -225,12 +262,36 @@ class SaddleStitch(_Booklet):
 class PerfectBound(_Booklet):
     """A perfect-bound book: folded signatures of ``signature_pages`` gathered in order and glued.
 
-    Each signature is a section of ``signature_pages / 4`` nested sheets, two pages per side, folded
-    once (creep applies within a signature). Pages are padded with blanks to whole signatures.
+    Without ``fold_scheme``, each signature is a section of ``signature_pages / 4`` nested sheets
+    (default 16 pages), two pages per side, folded once; the last section shrinks to the smallest
+    multiple of 4 that holds the rest. With ``fold_scheme``, each signature is one sheet of that
+    scheme (``signature_pages``, if given, must be its page count) and pages are padded with blanks
+    to whole signatures. Creep applies within a signature. ``collation_marks`` prints a back-step
+    mark on the spine of each signature (``collation_mark_width_mm`` across the spine fold,
+    ``collation_mark_height_mm`` along it), one step lower per signature, so that the gathered book
+    shows a staircase (the steps start again at the head when they reach the foot).
     """
 
     layout: Literal["perfect_bound"]
-    signature_pages: Literal[4, 8, 16, 32] = 16
+    signature_pages: Literal[4, 8, 16, 32] | None = None
+    collation_marks: bool = False
+    collation_mark_width_mm: float = Field(default=3.0, ge=1, le=10)
+    collation_mark_height_mm: float = Field(default=5.0, ge=2, le=30)
+
+    @model_validator(mode="after")
+    def _signature_of_the_scheme(self) -> "PerfectBound":
+        scheme = FOLD_SCHEMES.get(self.fold_scheme or "")
+        if scheme is not None and self.signature_pages not in (None, scheme.pages):
+            raise ValueError(
+                f"signature_pages={self.signature_pages}: fold_scheme {self.fold_scheme!r} folds one sheet into "
+                f"{scheme.pages} pages; give signature_pages {scheme.pages} or leave it out"
+            )
+        return self
+
+    def signature_pages_or_default(self) -> int:
+        """Pages per signature: ``signature_pages``, else the fold scheme's, else 16."""
+        scheme = FOLD_SCHEMES.get(self.fold_scheme or "")
+        return self.signature_pages or (scheme.pages if scheme else 16)
 
 
 class _Grid(LayoutSpec):
@@ -268,18 +329,45 @@ class CutAndStack(_Cells):
     layout: Literal["cut_and_stack"]
 
 
+#: Most copies one gang entry may ask for, and most entries of a gang.
+MAX_GANG_COPIES = 10_000
+MAX_GANG_ENTRIES = 1_000
+
+
+class GangEntry(_Strict):
+    """One page of a gang-up: ``page`` (1-based) and how many ``copies`` of it go on the sheet
+    (None: an equal share of the cells the other entries leave, largest count that fits)."""
+
+    page: int = Field(ge=1, le=MAX_PAGE_NUMBER)
+    copies: int | None = Field(default=None, ge=1, le=MAX_GANG_COPIES)
+
+
 class StepAndRepeat(_Grid):
     """Step and repeat: each listed page fills one side with as many identical upright copies as fit.
 
     ``pages`` are 1-based; None means every page. The grid is computed, not given: the largest that
     fits at 100 % (both sheet orientations tried under ``orientation: auto``).
     With a duplex style, consecutive listed pages are front and back of one sheet.
+
+    ``gang`` (instead of ``pages``; simplex only) puts several pages on one sheet: each entry's
+    ``copies`` of its ``page`` in cell order, the entries without ``copies`` sharing the cells left
+    (the first ones one more when they do not share evenly); more copies than the largest grid holds
+    fails with ``invalid_layout`` naming the count and the grid.
     """
 
     layout: Literal["step_and_repeat"]
     pages: list[Annotated[int, Field(ge=1, le=MAX_PAGE_NUMBER)]] | None = Field(
         default=None, min_length=1, max_length=10_000
     )
+    gang: list[GangEntry] | None = Field(default=None, min_length=1, max_length=MAX_GANG_ENTRIES)
+
+    @model_validator(mode="after")
+    def _gang_alone(self) -> "StepAndRepeat":
+        if self.gang is not None and self.pages is not None:
+            raise ValueError("gang and pages: give one of them, not both")
+        if self.gang is not None and self.duplex != "simplex":
+            raise ValueError(f"gang with duplex={self.duplex!r}: a gang-up is printed on one side (duplex 'simplex')")
+        return self
 
 
 AnyLayout = Annotated[

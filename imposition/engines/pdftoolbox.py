@@ -45,7 +45,7 @@ from ..errors import (
     without_paths,
 )
 from ..isolation import run_limited
-from ..spec import LayoutSpec
+from ..spec import LayoutSpec, PerfectBound
 from .base import Engine, EngineJob, Placed
 
 #: Exit codes below this are success.
@@ -83,6 +83,9 @@ def _flatten(prefix: str, value: Any, into: dict[str, str]) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
             _flatten(f"{prefix}_{key}", item, into)
+    elif isinstance(value, list) and any(isinstance(item, dict) for item in value):  # gang: gang_0_page, …
+        for index, item in enumerate(value):
+            _flatten(f"{prefix}_{index}", item, into)
     elif isinstance(value, list):
         into[prefix] = ",".join(str(item) for item in value)
     elif isinstance(value, bool):
@@ -92,11 +95,15 @@ def _flatten(prefix: str, value: Any, into: dict[str, str]) -> None:
 
 
 def layout_variables(spec: LayoutSpec) -> dict[str, str]:
-    """The layout as pdfToolbox variables: every spec field (nested ones joined with ``_``), plus
-    ``sheet_width_pt`` and ``sheet_height_pt`` of the named sheet before orientation."""
+    """The layout as pdfToolbox variables: every spec field (nested ones joined with ``_``, a list of
+    objects by index: ``gang_0_page``, ``gang_0_copies``), plus
+    ``sheet_width_pt`` and ``sheet_height_pt`` of the named sheet before orientation; a perfect-bound
+    layout's ``signature_pages`` is always given (16, or its fold scheme's, when the layout has none)."""
     variables: dict[str, str] = {}
     for key, value in spec.model_dump(mode="json").items():
         _flatten(key, value, variables)
+    if isinstance(spec, PerfectBound):
+        variables["signature_pages"] = str(spec.signature_pages_or_default())
     width_pt, height_pt = spec.sheet_size_pt()
     variables["sheet_width_pt"] = f"{width_pt:.4f}"
     variables["sheet_height_pt"] = f"{height_pt:.4f}"

@@ -195,3 +195,90 @@ def segments(plate_path: Path, page_index: int) -> list[Segment]:
                         found.append(Segment(xa, ya, xb, yb, dashed))
                 path = []
     return found
+
+
+@dataclass(frozen=True)
+class Fill:
+    """A rectangle filled on the plate itself (``re … f``): its box (pt) and its colour, ``All`` for
+    the registration colour (a /Separation named /All) or the DeviceCMYK tints."""
+
+    rect: tuple[float, float, float, float]
+    colour: str | tuple[float, float, float, float]
+
+
+def _separation_names(page) -> dict[str, str]:
+    """Colour space resource name → separation name, for the /Separation spaces of a plate."""
+    spaces = page.obj.Resources.get("/ColorSpace", {})
+    return {str(key): str(space[1])[1:] for key, space in spaces.items()
+            if isinstance(space, pikepdf.Array) and space[0] == pikepdf.Name.Separation}
+
+
+def _walk(page, **state):
+    """Each operator of a plate's content as ``(operands, operator, state)``: ``state`` (starting as
+    the keyword arguments) is the caller's to change, saved by ``q`` and restored by ``Q``."""
+    saved = []
+    for operands, operator in pikepdf.parse_content_stream(page):
+        op = str(operator)
+        if op == "q":
+            saved.append(dict(state))
+        elif op == "Q":
+            state.clear()
+            state.update(saved.pop())
+        yield operands, op, state
+
+
+def fills(plate_path: Path, page_index: int) -> list[Fill]:
+    """The filled rectangles drawn directly on a plate (colour bar patches, collation marks)."""
+    found, pending = [], []
+    with pikepdf.open(plate_path) as plate:
+        page = plate.pages[page_index]
+        names = _separation_names(page)
+        for operands, op, state in _walk(page, colour=None, space=None):
+            if op == "cs":
+                state["space"] = names.get(str(operands[0]))
+            elif op == "scn" and state["space"] is not None:
+                state["colour"] = state["space"]
+            elif op == "k":
+                state["colour"], state["space"] = tuple(float(v) for v in operands), None
+            elif op == "re":
+                x, y, w, h = (float(v) for v in operands)
+                pending.append((x, y, x + w, y + h))
+            elif op in ("f", "F", "f*"):
+                found.extend(Fill(rect, state["colour"]) for rect in pending)
+                pending = []
+            elif op in ("n", "S", "B"):
+                pending = []
+    return found
+
+
+@dataclass(frozen=True)
+class Circle:
+    """A closed path of four Bézier curves stroked on the plate (a registration target's circle),
+    with its centre, radius (pt) and the separation its stroke colour names."""
+
+    x: float
+    y: float
+    radius: float
+    colour: str | None
+
+
+def circles(plate_path: Path, page_index: int) -> list[Circle]:
+    """The stroked circles (``m`` then four ``c``, ``h S``) drawn directly on a plate."""
+    found, points, curves = [], [], 0
+    with pikepdf.open(plate_path) as plate:
+        page = plate.pages[page_index]
+        names = _separation_names(page)
+        for operands, op, state in _walk(page, colour=None):
+            if op == "CS":
+                state["colour"] = names.get(str(operands[0]))
+            elif op == "m":
+                points, curves = [(float(operands[0]), float(operands[1]))], 0
+            elif op == "c":
+                points.append((float(operands[4]), float(operands[5])))
+                curves += 1
+            elif op == "S" and curves == 4:
+                xs, ys = [p[0] for p in points], [p[1] for p in points]
+                found.append(Circle((max(xs) + min(xs)) / 2, (max(ys) + min(ys)) / 2, (max(xs) - min(xs)) / 2,
+                                    state["colour"]))
+                curves = 0
+    return found

@@ -12,15 +12,23 @@ import pytest
 
 from imposition import get_engine, parse_layout
 from service.settings import get_settings
-from .imposition_readback import MM, placements, segments
+from imposition.folds import FOLD_SCHEMES
+from .imposition_pdfs import labelled_pdf
+from .imposition_readback import MM, big_labels, circles, fills, placements, segments
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 CASES = Path(__file__).resolve().parents[1] / "data" / "cases"
 #: 16 A5 pages: booklets and signatures print 4 pages a sheet on 2 sides; 2 × 2 grids 4 a side;
 #: step-and-repeat fills one sheet with page 1. A layout asking for bleed imposes handed case 7's
 #: 8 pages with 3 mm of bleed (the 16-page sample has none): work and turn puts their 4 fronts and
-#: 4 backs on one plate.
+#: 4 backs on one plate. The 32-page signature (16 pages a side on SRA2) imposes 32 A6 pages; F16-7
+#: puts all 16 A5 pages on one sheet, F8-7 8 on each of 2 sheets; the gang-up 3 + 1 copies on a side.
 EXPECTED_SIDES = {
+    "perfect_bound_f16_7_sra2.json": 2,
+    "perfect_bound_f32_5_sra2.json": 2,
+    "saddle_stitch_f8_7_sra3.json": 4,
+    "step_and_repeat_gang_sra3.json": 1,
+    "n_up_registration_sra2.json": 4,
     "saddle_stitch_sra3.json": 8,
     "perfect_bound_16.json": 8,
     "n_up_2x2_sra3.json": 4,
@@ -43,14 +51,34 @@ def on_line(marks, *, x=None, y=None):
 def test_shipped_layout_imposes_with_everything_it_asks_for(tmp_path, name, sides):
     asked = json.loads((SAMPLES / "layouts" / name).read_text())
     source = CASES / "trim_bleed_3mm_8p.pdf" if asked.get("bleed_mm") else SAMPLES / "a5_16p.pdf"
+    if asked.get("fold_scheme", "").startswith("F32"):
+        source = labelled_pdf(tmp_path / "a6_32p.pdf", 32, (105 * MM, 148 * MM))
     output = tmp_path / "plate.pdf"
     report = get_engine(get_settings()).impose(source, parse_layout(asked), output)
     assert report.warnings == ()
     with pikepdf.open(output) as plate:
         assert len(plate.pages) == report.sides == sides
+    angles = big_labels(output)
     for index, side in enumerate(placements(output, source)):
         drawn = segments(output, index)
         assert all(placed.scale == pytest.approx(1) for placed in side)
+        if asked.get("fold_scheme"):  # the scheme's grid, heads turned on some rows
+            scheme = FOLD_SCHEMES[asked["fold_scheme"]]
+            assert len(side) == scheme.leaves
+            assert {label.angle_degrees_ccw for label in angles[index]} == {0, 180}
+        if asked.get("collation_marks"):  # a registration-colour mark on the spine of each front
+            marks = [f for f in fills(output, index) if f.colour == "All"]
+            assert len(marks) == (1 if index % 2 == 0 else 0)
+        if asked.get("registration_marks"):
+            assert len([c for c in circles(output, index) if c.colour == "All"]) == 4
+        if asked.get("colour_bar"):
+            colours = {f.colour for f in fills(output, index)}
+            assert {(1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1), "All"} <= colours
+        if asked.get("gang"):
+            copies = {f"P{entry['page']}": entry.get("copies") for entry in asked["gang"]}
+            counted = {label: sum(p.label == label for p in side) for label in copies}
+            assert all(counted[label] == n for label, n in copies.items() if n is not None)
+            assert all(counted[label] >= 1 for label in copies)
         if asked.get("crop_marks"):
             for placed in side:  # every cut line of every page carries a mark
                 x0, y0, x1, y1 = placed.trim
@@ -68,5 +96,5 @@ def test_shipped_layout_imposes_with_everything_it_asks_for(tmp_path, name, side
                 grown = [placed.trim[0] - placed.clip[0], placed.trim[1] - placed.clip[1],
                          placed.clip[2] - placed.trim[2], placed.clip[3] - placed.trim[3]]
                 assert min(grown) == pytest.approx(asked["bleed_mm"] * MM, abs=0.01)
-        if not (asked.get("crop_marks") or asked.get("fold_marks")):
+        if not (asked.get("crop_marks") or asked.get("fold_marks") or asked.get("registration_marks")):
             assert drawn == []
