@@ -9,6 +9,7 @@ import base64
 import contextlib
 import json
 import uuid
+import zlib
 
 #: A page's content: one filled square.
 SQUARE = b"0 0 1 rg 10 10 100 100 re f"
@@ -90,3 +91,54 @@ def module_worker(tmp_path_factory, name: str):
         yield process
     finally:
         process.stop()
+
+
+#: Adler-32's modulus (RFC 1950 §8.2).
+_ADLER_MODULUS = 65521
+
+
+def flate_bomb(inflated_bytes: int, *, byte: int = 0x20, piece_bytes: int = 1 << 20) -> bytes:
+    """A valid zlib stream that inflates to ``inflated_bytes`` (a multiple of ``piece_bytes``) copies of
+    ``byte``, built in milliseconds without holding what it inflates to: one piece is compressed and
+    ended with a full flush (so every later piece compresses to the same bytes), repeated, then closed
+    with an empty final block and the Adler-32 of the whole, worked out in closed form."""
+    piece = bytes([byte]) * piece_bytes
+    packer = zlib.compressobj(9)
+    first = packer.compress(piece) + packer.flush(zlib.Z_FULL_FLUSH)
+    again = packer.compress(piece) + packer.flush(zlib.Z_FULL_FLUSH)
+    n = inflated_bytes
+    low = (1 + n * byte) % _ADLER_MODULUS
+    high = (n + byte * (n * (n + 1) // 2)) % _ADLER_MODULUS
+    return first + again * (n // piece_bytes - 1) + b"\x03\x00" + ((high << 16) | low).to_bytes(4, "big")
+
+
+def lzw_bomb(inflated_at_least: int, *, byte: int = 0x20) -> bytes:
+    """LZW data (PDF 32000-1 §7.4.4, EarlyChange 1) of at least ``inflated_at_least`` copies of ``byte``:
+    the codes an encoder writes for one repeated byte (each new code one byte longer than the last),
+    the table cleared whenever it is full, written directly."""
+    out, buffer, held, produced, width = bytearray(), 0, 0, 0, 9
+
+    def put(code: int, width: int) -> None:
+        nonlocal buffer, held
+        buffer, held = (buffer << width) | code, held + width
+        while held >= 8:
+            held -= 8
+            out.append((buffer >> held) & 0xFF)
+        buffer &= (1 << held) - 1
+
+    while produced < inflated_at_least:
+        put(256, width)  # clear, in the width the table had
+        put(byte, 9)
+        produced += 1
+        size, width = 258, 9  # the next code the decoder will add
+        for code in range(258, 4095):
+            put(code, width)
+            produced += code - 256
+            size += 1
+            width = 9 if size + 1 < 512 else 10 if size + 1 < 1024 else 11 if size + 1 < 2048 else 12
+            if produced >= inflated_at_least:
+                break
+    put(257, width)
+    if held:
+        out.append((buffer << (8 - held)) & 0xFF)
+    return bytes(out)
