@@ -1,8 +1,8 @@
 """Decompression bombs through the real engine child: each fails at once as ``content_too_large``
 naming the limit, and nothing bigger than the content budget reaches a plate.
 
-Every bomb is built here in milliseconds (``tests.adversarial.support.flate_bomb``): a few KB that
-inflate to GiBs. Each test prints the engine's wall and CPU time (``-s`` shows them); the figures are
+Every bomb is built in milliseconds (``tests.adversarial.support.bomb_pdf``): a few KB that inflate
+to GiBs. Each test prints the engine's wall and CPU time (``-s`` shows them); the figures are
 reported, not asserted.
 """
 
@@ -17,72 +17,15 @@ from pathlib import Path
 
 import pikepdf
 import pytest
-from pikepdf import Array, Dictionary, Name
+from pikepdf import Dictionary, Name
 
 from .imposition_pdfs import add_page
 from imposition import parse_layout
 from imposition.engines import PikepdfEngine
 from imposition.errors import ContentTooLarge
-from tests.adversarial.support import flate_bomb, lzw_bomb
+from tests.adversarial.support import bomb_pdf, flate_bomb, save_as_written
 
 BOOKLET = {"layout": "saddle_stitch", "sheet": "A4"}
-GIB = 1024**3
-#: Four GiB of spaces: a 4 MiB zlib stream, compressed again into about 10 KB.
-FOUR_GIB_TWICE_FLATED = zlib.compress(flate_bomb(4 * GIB), 9)
-
-
-def _bomb_stream(pdf: pikepdf.Pdf, *, chain: str = "flate-flate", **entries) -> pikepdf.Stream:
-    """A stream of ``pdf`` that decodes to GiBs (``chain``: which filters), with ``entries`` added."""
-    stream = pikepdf.Stream(pdf, b"")
-    if chain == "flate-flate":
-        stream.write(FOUR_GIB_TWICE_FLATED, filter=Array([Name.FlateDecode, Name.FlateDecode]))
-    elif chain == "a85-flate-flate-flate":  # four filters, ASCII85 outside
-        import base64
-
-        data = base64.a85encode(zlib.compress(FOUR_GIB_TWICE_FLATED, 9))
-        stream.write(data, filter=Array([Name.ASCII85Decode, Name.FlateDecode, Name.FlateDecode, Name.FlateDecode]))
-    elif chain == "flate-lzw":  # LZW codes (1 GiB of spaces), compressed
-        stream.write(zlib.compress(lzw_bomb(GIB), 9), filter=Array([Name.FlateDecode, Name.LZWDecode]))
-    for key, value in entries.items():
-        stream[f"/{key}"] = value
-    return stream
-
-
-def _save(pdf: pikepdf.Pdf, path: Path) -> Path:
-    # as written: qpdf would otherwise decode the bomb to recompress it
-    pdf.save(path, stream_decode_level=pikepdf.StreamDecodeLevel.none, compress_streams=False)
-    return path
-
-
-def bomb_pdf(path: Path, where: str, chain: str = "flate-flate") -> Path:
-    """A one-page PDF (a few KB) with a 4 GiB bomb ``where``: ``content`` (the page's content
-    stream), ``form`` (a form XObject it draws), ``appearance`` (a printing annotation's normal
-    appearance), ``image`` (an image XObject it draws), ``unused`` (an embedded file no page reaches)."""
-    with pikepdf.new() as pdf:
-        page = add_page(pdf, 1)
-        if where == "content":
-            page.obj.Contents = _bomb_stream(pdf, chain=chain)
-        elif where == "form":
-            form = _bomb_stream(pdf, chain=chain, Type=Name.XObject, Subtype=Name.Form, BBox=[0, 0, 100, 100])
-            page.obj.Resources.XObject = Dictionary(Fm0=form)
-            page.obj.Contents = pdf.make_stream(b"q /Fm0 Do Q")
-        elif where == "appearance":
-            appearance = _bomb_stream(pdf, chain=chain, Type=Name.XObject, Subtype=Name.Form, BBox=[0, 0, 50, 50])
-            page.obj.Annots = pdf.make_indirect(Array([pdf.make_indirect(Dictionary(
-                Type=Name.Annot, Subtype=Name.Square, Rect=[10, 10, 60, 60], F=4, AP=Dictionary(N=appearance),
-            ))]))
-        elif where == "image":
-            image = _bomb_stream(pdf, chain=chain, Type=Name.XObject, Subtype=Name.Image, Width=65536, Height=65536,
-                                 ColorSpace=Name.DeviceGray, BitsPerComponent=8)
-            page.obj.Resources.XObject = Dictionary(Im0=image)
-            page.obj.Contents = pdf.make_stream(b"q 100 0 0 100 10 10 cm /Im0 Do Q")
-        elif where == "unused":
-            attachment = _bomb_stream(pdf, chain=chain, Type=Name.EmbeddedFile)
-            spec = Dictionary(Type=Name.Filespec, F=pikepdf.String("bomb.bin"), EF=Dictionary(F=attachment))
-            pdf.Root.Names = Dictionary(EmbeddedFiles=Dictionary(Names=Array([pikepdf.String("bomb.bin"), spec])))
-        else:
-            raise ValueError(where)
-        return _save(pdf, path)
 
 
 def timed_impose(engine: PikepdfEngine, source: Path, output: Path, label: str):
@@ -146,7 +89,7 @@ def test_a_page_within_the_budget_reaches_the_plate_whole(engine, tmp_path):
         form.Type, form.Subtype, form.BBox = Name.XObject, Name.Form, [0, 0, 100, 100]
         page.obj.Resources.XObject = Dictionary(Fm0=form)
         page.obj.Contents = pdf.make_stream(b"q /Fm0 Do Q")
-        source = _save(pdf, tmp_path / "fine.pdf")
+        source = save_as_written(pdf, tmp_path / "fine.pdf")
     report = engine.impose(source, parse_layout(BOOKLET), tmp_path / "plate.pdf")
     assert report.sides == 2
     assert len(body) in _plate_streams(tmp_path / "plate.pdf")
@@ -161,7 +104,7 @@ def test_too_many_operators_in_one_stream(engine, tmp_path):
         form.Type, form.Subtype, form.BBox = Name.XObject, Name.Form, [0, 0, 100, 100]
         page.obj.Resources.XObject = Dictionary(Fm0=form)
         page.obj.Contents = pdf.make_stream(b"q /Fm0 Do Q")
-        source = _save(pdf, tmp_path / "operators.pdf")
+        source = save_as_written(pdf, tmp_path / "operators.pdf")
     outcome = timed_impose(engine, source, tmp_path / "plate.pdf", "12 M operators")
     assert isinstance(outcome, ContentTooLarge), outcome
     limit = engine.settings.max_content_operators_per_stream
@@ -184,7 +127,7 @@ def test_the_job_budget_counts_every_stream_once(settings, tmp_path):
             page = add_page(pdf, number)
             page.obj.Resources.XObject = Dictionary(Im0=images[0], Im1=images[number - 1])
             page.obj.Contents = pdf.make_stream(b"q 100 0 0 100 10 10 cm /Im0 Do /Im1 Do Q")
-        source = _save(pdf, tmp_path / "six.pdf")
+        source = save_as_written(pdf, tmp_path / "six.pdf")
     small_job = settings.model_copy(update={"max_decoded_bytes_per_job": 101 * 1024 * 1024})
     outcome = timed_impose(PikepdfEngine(small_job), source, tmp_path / "plate.pdf", "6 × 20 MiB, job limit 101 MiB")
     assert isinstance(outcome, ContentTooLarge), outcome
