@@ -410,6 +410,13 @@ def measure(stream: pikepdf.Stream, bytes_cap: int, operators_cap: int | None) -
 
 # --- which streams count ---------------------------------------------------------------------------
 
+#: What can hold a stream or lead to one.
+_CONTAINERS = (Dictionary, Array, pikepdf.Stream)
+#: Entries whose values are content streams, or dictionaries of them: annotation appearances
+#: (§12.5.5, with their appearance states) and Type 3 glyph descriptions (§9.6.5).
+_CONTENT_KEYS = ("/AP", "/CharProcs")
+
+
 def _is_content(stream: pikepdf.Stream) -> bool:
     """A form XObject or a tiling pattern: a content stream of its own (§8.10, §8.7.3)."""
     return stream.get("/Subtype") == Name.Form or stream.get("/PatternType") == 1
@@ -514,7 +521,7 @@ class _Meter:
         the first one in messages."""
         while pending:
             obj, content = pending.pop()
-            if not isinstance(obj, (Dictionary, Array, pikepdf.Stream)):
+            if not isinstance(obj, _CONTAINERS):
                 continue
             if obj.is_indirect:
                 if obj.objgen in self._seen:
@@ -523,12 +530,12 @@ class _Meter:
             if isinstance(obj, pikepdf.Stream):
                 self.stream(obj, content or _is_content(obj), what=what)
                 what = None
-                pending.extend((value, False) for _, value in obj.stream_dict.items())
+                pending.extend((value, False) for _, value in obj.stream_dict.items() if isinstance(value, _CONTAINERS))
             elif isinstance(obj, Dictionary):
-                for key, value in obj.items():
-                    pending.append((value, content or key in ("/AP", "/CharProcs")))
+                pending.extend((value, content or key in _CONTENT_KEYS) for key, value in obj.items()
+                               if isinstance(value, _CONTAINERS))
             else:
-                pending.extend((value, content) for value in obj)
+                pending.extend((value, content) for value in obj if isinstance(value, _CONTAINERS))
 
 
 def check_content_budget(pdf: pikepdf.Pdf, budget: ContentBudget, path: Path) -> ContentUse:

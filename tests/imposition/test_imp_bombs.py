@@ -21,7 +21,7 @@ from pikepdf import Dictionary, Name
 
 from .imposition_pdfs import add_page
 from imposition import parse_layout
-from imposition.engines import PikepdfEngine
+from imposition.engines import PdfToolboxEngine, PikepdfEngine
 from imposition.errors import ContentTooLarge
 from tests.adversarial.support import bomb_pdf, flate_bomb, save_as_written
 
@@ -68,6 +68,17 @@ def _plate_streams(path: Path) -> list[int]:
     """The decoded size of every stream of the plate file at ``path`` (bytes)."""
     with pikepdf.open(path) as plate:
         return [len(obj.read_bytes()) for obj in plate.objects if isinstance(obj, pikepdf.Stream)]
+
+
+def test_pdftoolbox_gets_no_bomb_either(stand_in_settings, tmp_path):
+    """The licensed engine's inspection runs the same budget before pdfToolbox is started."""
+    source = bomb_pdf(tmp_path / "bomb.pdf", "form")
+    marker = tmp_path / "started.pid"
+    engine = PdfToolboxEngine(stand_in_settings.model_copy(
+        update={"pdftoolbox_variables": {"standin_grandchild_pid_file": str(marker)}}))
+    outcome = timed_impose(engine, source, tmp_path / "plate.pdf", "form, pdfToolbox engine")
+    assert isinstance(outcome, ContentTooLarge), outcome
+    assert not marker.exists() and not (tmp_path / "plate.pdf").exists()
 
 
 def test_a_bomb_no_page_reaches_is_neither_decoded_nor_copied(engine, tmp_path):
