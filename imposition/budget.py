@@ -91,7 +91,8 @@ def _inflate(chunks: Iterable[bytes], _parms: Dictionary | None) -> Iterator[byt
 
 def _lzw(chunks: Iterable[bytes], parms: Dictionary | None) -> Iterator[bytes]:
     """LZWDecode (PDF 32000-1 §7.4.4), honouring /EarlyChange (default 1)."""
-    early = int(parms.get("/EarlyChange", 1)) if isinstance(parms, Dictionary) else 1
+    early = parms.get("/EarlyChange", 1) if isinstance(parms, Dictionary) else 1
+    early = 0 if early == 0 else 1
     table: list[bytes] = [bytes([value]) for value in range(256)] + [b"", b""]
     width, buffer, held, previous = 9, 0, 0, None
     out = bytearray()
@@ -267,8 +268,7 @@ def _image_bytes(stream: pikepdf.Stream, codec: str, head: bytes) -> int:
     else:
         bits = stream.get("/BitsPerComponent", 8)
         bits = bits if isinstance(bits, int) and 0 < bits <= 16 else 8
-        components = 3 if codec == "/JPXDecode" and "/ColorSpace" not in stream else \
-            _components(stream.get("/ColorSpace"))
+        components = _components(stream.get("/ColorSpace"))  # JPX may leave it out: DEFAULT_COMPONENTS
     declared = 0
     if isinstance(width, int) and isinstance(height, int) and width > 0 and height > 0:
         declared = height * ((width * components * bits + 7) // 8)
@@ -391,7 +391,8 @@ def measure(stream: pikepdf.Stream, bytes_cap: int, operators_cap: int | None) -
         stage = _STAGES.get(name)
         if stage is None:
             raise _Unbounded(f"filter {name}, which the engine cannot decode")
-        if parms is not None and int(parms.get("/Predictor", 1) or 1) > 1:
+        predictor = parms.get("/Predictor") if parms is not None else None
+        if isinstance(predictor, int) and predictor > 1:
             exact = False
         chunks = _capped(stage(chunks, parms), bytes_cap)
     size = 0
@@ -503,17 +504,42 @@ class _Meter:
             # the stream becomes the page's form as it is: what its dictionary reaches is copied too
             self.walk([(streams[0], True)], what="its content stream")
             return
+        budget = self.budget
         total_bytes = total_operators = 0
         for index, part in enumerate(streams):
-            size, operators = self.stream(
-                part, True, what=f"its content ({len(streams)} streams, up to part {index + 1})",
-                stream_bytes_left=self.budget.max_decoded_bytes_per_stream - total_bytes,
-                stream_operators_left=self.budget.max_content_operators_per_stream - total_operators,
-            )
+            name = f"its content ({len(streams)} streams, up to part {index + 1})"
+            if part.is_indirect and part.objgen in self._measured:
+                # measured before (another page, or twice in this array): the engine concatenates
+                # the parts into a new stream of this page's, so they count again
+                size, operators = self._measured[part.objgen]
+                self._charge(size, operators, name)
+            else:
+                size, operators = self.stream(
+                    part, True, what=name, stream_bytes_left=budget.max_decoded_bytes_per_stream - total_bytes,
+                    stream_operators_left=budget.max_content_operators_per_stream - total_operators,
+                )
             total_bytes += size
             total_operators += operators
+            if total_bytes > budget.max_decoded_bytes_per_stream:
+                raise self._refuse(name, total_bytes, "max_decoded_bytes_per_stream",
+                                   budget.max_decoded_bytes_per_stream, "decoded bytes")
+            if total_operators > budget.max_content_operators_per_stream:
+                raise self._refuse(name, total_operators, "max_content_operators_per_stream",
+                                   budget.max_content_operators_per_stream, "operators")
             if part.is_indirect:
                 self._seen.add(part.objgen)
+
+    def _charge(self, size: int, operators: int, name: str) -> None:
+        """Add a stream measured before to the job's totals again; raises past a job limit."""
+        budget = self.budget
+        self.decoded_bytes += size
+        self.operators += operators
+        if self.decoded_bytes > budget.max_decoded_bytes_per_job:
+            raise self._refuse(f"{name}, with the streams before it,", self.decoded_bytes,
+                               "max_decoded_bytes_per_job", budget.max_decoded_bytes_per_job, "decoded bytes")
+        if self.operators > budget.max_content_operators_per_job:
+            raise self._refuse(f"{name}, with the content before it,", self.operators,
+                               "max_content_operators_per_job", budget.max_content_operators_per_job, "operators")
 
     def walk(self, pending: list[tuple[pikepdf.Object, bool]], what: str | None = None) -> None:
         """Measure every stream reachable from ``pending`` (``(object, content)`` pairs: ``content``

@@ -160,3 +160,17 @@ def test_the_cli_refuses_a_bomb_with_exit_1_and_no_plate(tmp_path):
     assert "content_too_large" in result.stderr and "max_decoded_bytes_per_stream=" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
     assert not plate.exists()
+
+
+def test_a_content_array_repeating_one_stream_counts_every_repeat(engine, tmp_path):
+    """A page whose /Contents names one 100 MiB stream three times: the engine would concatenate
+    300 MiB into the page's form, past the per-stream limit, though the stream itself is under it."""
+    with pikepdf.new() as pdf:
+        page = add_page(pdf, 1)
+        part = pdf.make_indirect(pikepdf.Stream(pdf, b""))
+        part.write(flate_bomb(100 * 1024 * 1024), filter=Name.FlateDecode)
+        page.obj.Contents = pikepdf.Array([part, part, part])
+        source = save_as_written(pdf, tmp_path / "thrice.pdf")
+    outcome = timed_impose(engine, source, tmp_path / "plate.pdf", "one 100 MiB part three times")
+    assert isinstance(outcome, ContentTooLarge), outcome
+    assert "up to part 3" in str(outcome) and "max_decoded_bytes_per_stream=" in str(outcome), str(outcome)
