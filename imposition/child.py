@@ -13,7 +13,9 @@ The request (written by :meth:`imposition.engines.base.Engine.run_child`) is a J
 ``inspect`` opens the PDF and plans the job (every typed input error, no output); ``impose`` also
 draws the plan with pikepdf and saves it to ``output``. ``max_cells_per_sheet`` and
 ``max_cells_per_job`` (optional; absent: no limit, as in the benchmark) bound the cells of one side
-and of the whole job. The result file receives either
+and of the whole job; ``content_budget`` (optional; :class:`imposition.job.ContentBudget` as JSON) bounds
+what the input's streams decode to, checked first (:func:`imposition.budget.check_content_budget`,
+``content_too_large``). The result file receives either
 ``{"ok": true, "sheets": n, "sides": n, "pages_in": n, "blank_pages": n, "warnings": [{"code", "message"}, …]}``
 or ``{"ok": false, "code": ..., "message": ...}``. Exit status 0 when a result was written. Before
 planning, every page's content is checked readable (:func:`imposition.source.content_damage`): a file
@@ -41,8 +43,9 @@ from typing import Any
 
 import pikepdf
 
+from .budget import check_content_budget
 from .errors import DamagedPdf, ImpositionError, MemoryLimitExceeded, PlateWarning, departure_error
-from .job import Layout, SlugInfo
+from .job import ContentBudget, Layout, SlugInfo
 from .planning import plan_imposition
 from .source import content_damage, open_source, page_boxes, qpdf_message
 
@@ -60,6 +63,8 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     path = Path(request["input"])
     open_warnings: list[str] = []
     with open_source(path, max_pages=int(request["max_pages"]), warnings_out=open_warnings) as pdf:
+        if request.get("content_budget"):
+            check_content_budget(pdf, ContentBudget.from_json(request["content_budget"]), path)
         repaired = content_damage(pdf, path, open_warnings)
         boxes = page_boxes(pdf)
         plan = plan_imposition(layout, boxes, slug=slug, max_cells_per_sheet=request.get("max_cells_per_sheet"),

@@ -21,7 +21,8 @@ The tree::
     │   ├── TooManyPages                  too_many_pages  no
     │   ├── TooManyCells                  too_many_cells  no
     │   ├── TimeLimitExceeded             time_limit      no
-    │   └── MemoryLimitExceeded           memory_limit    no
+    │   ├── MemoryLimitExceeded           memory_limit    no
+    │   └── ContentTooLarge               content_too_large no (streams decode past their budget)
     ├── EngineCancelled                   cancelled       no   (the caller asked the engine to stop)
     └── EngineFailure                     (the engine itself failed)
         ├── EngineCrashed                 engine_crashed  yes  (child process killed for an unknown reason)
@@ -215,6 +216,16 @@ class MemoryLimitExceeded(LimitExceeded):
     """The engine needed more than ``settings.engine_memory_limit_bytes`` of address space."""
 
     code = "memory_limit"
+
+
+class ContentTooLarge(LimitExceeded):
+    """The input's streams decode to more bytes, or its content holds more operators, than the content
+    budget allows (``settings.max_decoded_bytes_per_stream``, ``max_decoded_bytes_per_job``,
+    ``max_content_operators_per_stream``, ``max_content_operators_per_job``), or a stream uses a filter
+    whose output cannot be bounded; found while decoding, before anything is drawn
+    (:mod:`imposition.budget`)."""
+
+    code = "content_too_large"
 
 
 class EngineCancelled(ImpositionError):

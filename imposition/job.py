@@ -2,14 +2,14 @@
 
 :class:`Layout` is a validated :class:`~imposition.spec.LayoutSpec` resolved into the planner's terms
 (lengths in points, defaults filled in, the layout's kind as a string); :class:`SlugInfo` names the
-job and tenant. Both are frozen dataclasses that travel as JSON, and this module imports neither
+job and tenant; :class:`ContentBudget` bounds what the input's streams may decode to. All are frozen dataclasses that travel as JSON, and this module imports neither
 pydantic nor pikepdf, so the parent (which validates with pydantic) and the child (which plans and
 draws with pikepdf) share them without paying for the other side's imports.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from .sheets import EPSILON_PT, pt_to_mm
@@ -38,6 +38,36 @@ class SlugInfo:
     job_id: str
     tenant_id: str
     date: str | None = None
+
+
+@dataclass(frozen=True)
+class ContentBudget:
+    """The limits, as the settings of the same names (``service.settings.Settings``).
+
+    Attributes:
+        max_decoded_bytes_per_stream: most bytes one stream (a page's content: all its streams
+            together) may decode to.
+        max_decoded_bytes_per_job: most bytes all counted streams of the input may decode to.
+        max_content_operators_per_stream: most operators one content stream may hold.
+        max_content_operators_per_job: most operators all content streams of the input may hold.
+    """
+
+    max_decoded_bytes_per_stream: int
+    max_decoded_bytes_per_job: int
+    max_content_operators_per_stream: int
+    max_content_operators_per_job: int
+
+    @classmethod
+    def of(cls, settings: object) -> "ContentBudget":
+        """The budget of ``settings`` (any object with the four attributes)."""
+        return cls(**{field.name: getattr(settings, field.name) for field in fields(cls)})
+
+    def to_json(self) -> dict[str, int]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, int]) -> "ContentBudget":
+        return cls(**{field.name: int(data[field.name]) for field in fields(cls)})
 
 
 @dataclass(frozen=True)

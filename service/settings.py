@@ -260,6 +260,25 @@ class Settings(BaseSettings):
         description="Most cells all sides of one job may hold (step and repeat multiplies pages by copies): "
         "about 5 s and 300 MiB of the engine's budget; more fails as too_many_cells before any is laid out.",
     )
+    # the content budget (imposition.budget; DESIGN-NOTES "Bomb-proof input"): checked while decoding,
+    # before anything is drawn; past it the job fails as content_too_large
+    max_decoded_bytes_per_stream: int = Field(
+        default=256 * 1024**2, gt=0,
+        description="Most bytes one stream the plate can carry may decode to (a page's content: its streams "
+        "together; an image: its samples as declared). A flate bomb stops here after about 0.2 s of inflating.",
+    )
+    max_decoded_bytes_per_job: int = Field(
+        default=8 * 1024**3, gt=0,
+        description="Most bytes all streams the plate can carry may decode to, each counted once: about 10 times "
+        "max_input_bytes of JPEG photographs, and at most about 6 s of inflating.",
+    )
+    max_content_operators_per_stream: int = Field(
+        default=10_000_000, gt=0,
+        description="Most operators one content stream (a page's content, a form, an appearance, a pattern) may hold.",
+    )
+    max_content_operators_per_job: int = Field(
+        default=50_000_000, gt=0, description="Most operators all content streams of the input may hold together."
+    )
     pdftoolbox_path: str = "pdfToolbox"
     pdftoolbox_process_plan: str = ""
     pdftoolbox_variables: dict[str, str] = Field(default_factory=dict)

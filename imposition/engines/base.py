@@ -24,7 +24,7 @@ from ..errors import (
     EngineCancelled, EngineCrashed, ImpositionError, InputTooLarge, MemoryLimitExceeded, PlateWarning, error_from_code,
 )
 from ..isolation import run_limited
-from ..job import SlugInfo
+from ..job import ContentBudget, SlugInfo
 from ..spec import LayoutSpec, parse_layout
 
 if TYPE_CHECKING:
@@ -208,6 +208,7 @@ class Engine(ABC):
             "max_pages": self.settings.max_pages,
             "max_cells_per_sheet": self.settings.max_cells_per_sheet,
             "max_cells_per_job": self.settings.max_cells_per_job,
+            "content_budget": ContentBudget.of(self.settings).to_json(),
             "result": str(result_path),
         }
         request_path.write_text(json.dumps(request))

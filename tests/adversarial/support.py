@@ -1,4 +1,5 @@
-"""Helpers of the adversarial tests: hostile PDFs written byte by byte, raw SQS messages, submissions.
+"""Helpers of the adversarial tests: hostile PDFs written byte by byte, decompression bombs, raw SQS
+messages, submissions.
 
 Queue depths and job waits come from the shared helpers (``tests.admission.helpers.queue_messages``,
 ``tests.support.cluster.Cluster.final``)."""
@@ -7,8 +8,16 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import uuid
+import zlib
+from pathlib import Path
+
+import pikepdf
+from pikepdf import Array, Dictionary, Name
+
+from tests.imposition.imposition_pdfs import add_page
 
 #: A page's content: one filled square.
 SQUARE = b"0 0 1 rg 10 10 100 100 re f"
@@ -90,3 +99,115 @@ def module_worker(tmp_path_factory, name: str):
         yield process
     finally:
         process.stop()
+
+
+#: Adler-32's modulus (RFC 1950 §8.2).
+_ADLER_MODULUS = 65521
+
+
+def flate_bomb(inflated_bytes: int, *, byte: int = 0x20, piece_bytes: int = 1 << 20) -> bytes:
+    """A valid zlib stream that inflates to ``inflated_bytes`` (a multiple of ``piece_bytes``) copies of
+    ``byte``, built in milliseconds without holding what it inflates to: one piece is compressed and
+    ended with a full flush (so every later piece compresses to the same bytes), repeated, then closed
+    with an empty final block and the Adler-32 of the whole, worked out in closed form."""
+    piece = bytes([byte]) * piece_bytes
+    packer = zlib.compressobj(9)
+    first = packer.compress(piece) + packer.flush(zlib.Z_FULL_FLUSH)
+    again = packer.compress(piece) + packer.flush(zlib.Z_FULL_FLUSH)
+    n = inflated_bytes
+    low = (1 + n * byte) % _ADLER_MODULUS
+    high = (n + byte * (n * (n + 1) // 2)) % _ADLER_MODULUS
+    return first + again * (n // piece_bytes - 1) + b"\x03\x00" + ((high << 16) | low).to_bytes(4, "big")
+
+
+def lzw_bomb(inflated_at_least: int, *, byte: int = 0x20) -> bytes:
+    """LZW data (PDF 32000-1 §7.4.4, EarlyChange 1) of at least ``inflated_at_least`` copies of ``byte``:
+    the codes an encoder writes for one repeated byte (each new code one byte longer than the last),
+    the table cleared whenever it is full, written directly."""
+    out, buffer, held, produced, width = bytearray(), 0, 0, 0, 9
+
+    def put(code: int, width: int) -> None:
+        nonlocal buffer, held
+        buffer, held = (buffer << width) | code, held + width
+        while held >= 8:
+            held -= 8
+            out.append((buffer >> held) & 0xFF)
+        buffer &= (1 << held) - 1
+
+    while produced < inflated_at_least:
+        put(256, width)  # clear, in the width the table had
+        put(byte, 9)
+        produced += 1
+        size, width = 258, 9  # the next code the decoder will add
+        for code in range(258, 4095):
+            put(code, width)
+            produced += code - 256
+            size += 1
+            width = 9 if size + 1 < 512 else 10 if size + 1 < 1024 else 11 if size + 1 < 2048 else 12
+            if produced >= inflated_at_least:
+                break
+    put(257, width)
+    if held:
+        out.append((buffer << (8 - held)) & 0xFF)
+    return bytes(out)
+
+
+GIB = 1024**3
+
+
+@functools.cache
+def four_gib_twice_flated() -> bytes:
+    """Four GiB of spaces: a 4 MiB zlib stream, compressed again into about 10 KB."""
+    return zlib.compress(flate_bomb(4 * GIB), 9)
+
+
+def _bomb_stream(pdf: pikepdf.Pdf, *, chain: str = "flate-flate", **entries) -> pikepdf.Stream:
+    """A stream of ``pdf`` that decodes to GiBs (``chain``: which filters), with ``entries`` added."""
+    stream = pikepdf.Stream(pdf, b"")
+    if chain == "flate-flate":
+        stream.write(four_gib_twice_flated(), filter=Array([Name.FlateDecode, Name.FlateDecode]))
+    elif chain == "a85-flate-flate-flate":  # four filters, ASCII85 outside
+        data = base64.a85encode(zlib.compress(four_gib_twice_flated(), 9))
+        stream.write(data, filter=Array([Name.ASCII85Decode, Name.FlateDecode, Name.FlateDecode, Name.FlateDecode]))
+    elif chain == "flate-lzw":  # LZW codes (1 GiB of spaces), compressed
+        stream.write(zlib.compress(lzw_bomb(GIB), 9), filter=Array([Name.FlateDecode, Name.LZWDecode]))
+    for key, value in entries.items():
+        stream[f"/{key}"] = value
+    return stream
+
+
+def save_as_written(pdf: pikepdf.Pdf, path: Path) -> Path:
+    """Save ``pdf`` with its streams as written (qpdf would otherwise decode a bomb to recompress it)."""
+    pdf.save(path, stream_decode_level=pikepdf.StreamDecodeLevel.none, compress_streams=False)
+    return path
+
+
+def bomb_pdf(path: Path, where: str, chain: str = "flate-flate") -> Path:
+    """A one-page PDF (a few KB) with a 4 GiB bomb ``where``: ``content`` (the page's content
+    stream), ``form`` (a form XObject it draws), ``appearance`` (a printing annotation's normal
+    appearance), ``image`` (an image XObject it draws), ``unused`` (an embedded file no page reaches)."""
+    with pikepdf.new() as pdf:
+        page = add_page(pdf, 1)
+        if where == "content":
+            page.obj.Contents = _bomb_stream(pdf, chain=chain)
+        elif where == "form":
+            form = _bomb_stream(pdf, chain=chain, Type=Name.XObject, Subtype=Name.Form, BBox=[0, 0, 100, 100])
+            page.obj.Resources.XObject = Dictionary(Fm0=form)
+            page.obj.Contents = pdf.make_stream(b"q /Fm0 Do Q")
+        elif where == "appearance":
+            appearance = _bomb_stream(pdf, chain=chain, Type=Name.XObject, Subtype=Name.Form, BBox=[0, 0, 50, 50])
+            page.obj.Annots = pdf.make_indirect(Array([pdf.make_indirect(Dictionary(
+                Type=Name.Annot, Subtype=Name.Square, Rect=[10, 10, 60, 60], F=4, AP=Dictionary(N=appearance),
+            ))]))
+        elif where == "image":
+            image = _bomb_stream(pdf, chain=chain, Type=Name.XObject, Subtype=Name.Image, Width=65536, Height=65536,
+                                 ColorSpace=Name.DeviceGray, BitsPerComponent=8)
+            page.obj.Resources.XObject = Dictionary(Im0=image)
+            page.obj.Contents = pdf.make_stream(b"q 100 0 0 100 10 10 cm /Im0 Do Q")
+        elif where == "unused":
+            attachment = _bomb_stream(pdf, chain=chain, Type=Name.EmbeddedFile)
+            spec = Dictionary(Type=Name.Filespec, F=pikepdf.String("bomb.bin"), EF=Dictionary(F=attachment))
+            pdf.Root.Names = Dictionary(EmbeddedFiles=Dictionary(Names=Array([pikepdf.String("bomb.bin"), spec])))
+        else:
+            raise ValueError(where)
+        return save_as_written(pdf, path)

@@ -79,8 +79,12 @@ def decompression_bomb(path, inflated_bytes):
 
 
 def test_memory_budget_stops_a_decompression_bomb(settings, tmp_path, children_before):
+    """A content budget above what the memory budget holds (an operator's setting): RLIMIT_AS stops
+    the stream the content budget lets through (with the default budget it is content_too_large,
+    test_imp_bombs)."""
     source = decompression_bomb(tmp_path / "bomb.pdf", 768 * 1024 * 1024)
-    engine = PikepdfEngine(settings.model_copy(update={"engine_memory_limit_bytes": 400 * 1024 * 1024}))
+    engine = PikepdfEngine(settings.model_copy(update={"engine_memory_limit_bytes": 400 * 1024 * 1024,
+                                                       "max_decoded_bytes_per_stream": 1024**3}))
     with pytest.raises(MemoryLimitExceeded) as caught:
         engine.impose(source, parse_layout(BOOKLET), tmp_path / "plate.pdf")
     assert caught.value.code == "memory_limit" and not caught.value.retryable

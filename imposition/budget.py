@@ -1,0 +1,601 @@
+"""The content budget: what the input's streams decode to and how many operators its content holds,
+measured while decoding with a cap, before qpdf decodes any of it.
+
+Runs inside the engine's child process (:mod:`imposition.child`). Which streams count, how each filter
+is bounded and why: ``DESIGN-NOTES.md``, "Bomb-proof input".
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pikepdf
+from pikepdf import Array, Dictionary, Name
+
+from .errors import ContentTooLarge
+from .job import ContentBudget
+from .source import inherited
+
+#: Largest piece a decoding stage hands on at once (bytes): what a bomb can make the engine hold.
+CHUNK_BYTES = 1 << 20
+#: Bytes of a DCT (JPEG) stream searched for its frame header.
+JPEG_HEADER_WINDOW_BYTES = 1 << 16
+#: Components assumed for an image whose colour space does not say (the most a print colour space has
+#: among the device spaces: CMYK).
+DEFAULT_COMPONENTS = 4
+
+
+@dataclass(frozen=True)
+class ContentUse:
+    """What :func:`check_content_budget` measured: ``decoded_bytes`` of every counted stream, ``operators``
+    of every content stream, ``streams`` counted."""
+
+    decoded_bytes: int
+    operators: int
+    streams: int
+
+
+class _Over(Exception):
+    """A count passed its cap: ``produced`` is how far it got, ``operators`` whether it counted
+    operators (else decoded bytes)."""
+
+    def __init__(self, produced: int, *, operators: bool = False) -> None:
+        super().__init__(produced)
+        self.produced = produced
+        self.operators = operators
+
+
+class _Unbounded(Exception):
+    """The stream's decoded size cannot be bounded (an unknown filter, an image codec not last…)."""
+
+
+# --- decoding stages: each takes the chunks of its input and yields chunks of its output -------------
+
+def _capped(chunks: Iterable[bytes], cap: int) -> Iterator[bytes]:
+    """``chunks`` unchanged; raises _Over as soon as more than ``cap`` bytes went through."""
+    produced = 0
+    for chunk in chunks:
+        produced += len(chunk)
+        if produced > cap:
+            raise _Over(produced)
+        yield chunk
+
+
+def _inflate(chunks: Iterable[bytes], _parms: Dictionary | None) -> Iterator[bytes]:
+    """FlateDecode (zlib, RFC 1950), at most CHUNK_BYTES at a time; ends where zlib finds the stream's end
+    or an error (qpdf, which decodes with zlib too, stops there as well)."""
+    inflater = zlib.decompressobj()
+    try:
+        for data in chunks:
+            while True:
+                out = inflater.decompress(data, CHUNK_BYTES)
+                if out:
+                    yield out
+                data = inflater.unconsumed_tail
+                if inflater.eof:
+                    return
+                if not data and len(out) < CHUNK_BYTES:
+                    break
+        tail = inflater.flush()
+        if tail:
+            yield tail
+    except zlib.error:
+        return
+
+
+def _lzw(chunks: Iterable[bytes], parms: Dictionary | None) -> Iterator[bytes]:
+    """LZWDecode (PDF 32000-1 §7.4.4), honouring /EarlyChange (default 1)."""
+    early = parms.get("/EarlyChange", 1) if isinstance(parms, Dictionary) else 1
+    early = 0 if early == 0 else 1
+    table: list[bytes] = [bytes([value]) for value in range(256)] + [b"", b""]
+    width, buffer, held, previous = 9, 0, 0, None
+    out = bytearray()
+    for chunk in chunks:
+        for byte in chunk:
+            buffer, held = (buffer << 8) | byte, held + 8
+            while held >= width:
+                held -= width
+                code = (buffer >> held) & ((1 << width) - 1)
+                if code == 256:
+                    del table[258:]
+                    width, previous = 9, None
+                    continue
+                if code == 257:
+                    yield bytes(out)
+                    return
+                if code < len(table) and (previous is not None or code < 256):
+                    entry = table[code]
+                    if previous is not None and len(table) < 4096:
+                        table.append(previous + entry[:1])
+                elif code == len(table) and previous is not None:
+                    entry = previous + previous[:1]
+                    table.append(entry)
+                else:
+                    yield bytes(out)
+                    return  # not LZW data: qpdf stops too
+                out += entry
+                previous = entry
+                width = 9 if len(table) + early < 512 else 10 if len(table) + early < 1024 else \
+                    11 if len(table) + early < 2048 else 12
+                if len(out) >= CHUNK_BYTES:
+                    yield bytes(out)
+                    out.clear()
+            buffer &= (1 << held) - 1
+    yield bytes(out)
+
+
+_WHITESPACE = b" \t\r\n\f\x00"
+
+
+def _ascii_hex(chunks: Iterable[bytes], _parms: Dictionary | None) -> Iterator[bytes]:
+    """ASCIIHexDecode: two hex digits a byte, whitespace ignored, ``>`` ends it."""
+    carry = b""
+    try:
+        for chunk in chunks:
+            end = chunk.find(b">")
+            data = carry + (chunk if end < 0 else chunk[:end]).translate(None, _WHITESPACE)
+            cut = len(data) & ~1
+            yield binascii.unhexlify(data[:cut])
+            carry = data[cut:]
+            if end >= 0:
+                break
+        if carry:
+            yield binascii.unhexlify(carry + b"0")
+    except (binascii.Error, ValueError):
+        return
+
+
+def _ascii85(chunks: Iterable[bytes], _parms: Dictionary | None) -> Iterator[bytes]:
+    """ASCII85Decode: five characters make four bytes, ``z`` four zero bytes, ``~>`` ends it."""
+    carry = b""
+    try:
+        for chunk in chunks:
+            end = chunk.find(b"~")
+            data = carry + (chunk if end < 0 else chunk[:end]).translate(None, _WHITESPACE)
+            after_z = len(data) - data.rfind(b"z") - 1  # a group never spans a ``z``
+            cut = len(data) - after_z % 5
+            yield base64.a85decode(data[:cut])
+            carry = data[cut:]
+            if end >= 0:
+                break
+        if carry:
+            yield base64.a85decode(carry)
+    except ValueError:
+        return
+
+
+def _run_length(chunks: Iterable[bytes], _parms: Dictionary | None) -> Iterator[bytes]:
+    """RunLengthDecode (§7.4.5): a length byte, then 1–128 literal bytes or one byte repeated 2–128 times."""
+    carry = b""
+    for chunk in chunks:
+        data, at, out = carry + chunk, 0, bytearray()
+        while at < len(data):
+            length = data[at]
+            if length == 128:
+                yield bytes(out)
+                return
+            if length < 128:
+                if at + length + 2 > len(data):
+                    break
+                out += data[at + 1 : at + length + 2]
+                at += length + 2
+            else:
+                if at + 2 > len(data):
+                    break
+                out += data[at + 1 : at + 2] * (257 - length)
+                at += 2
+            if len(out) >= CHUNK_BYTES:
+                yield bytes(out)
+                out = bytearray()
+        yield bytes(out)
+        carry = data[at:]
+
+
+def _passed_through(chunks: Iterable[bytes], _parms: Dictionary | None) -> Iterator[bytes]:
+    """/Crypt: qpdf has decrypted the data already when it hands over the raw bytes."""
+    yield from chunks
+
+
+#: The general-purpose filters by name (and the abbreviations of §8.9.7, which qpdf also accepts).
+_STAGES = {
+    "/FlateDecode": _inflate, "/Fl": _inflate,
+    "/LZWDecode": _lzw, "/LZW": _lzw,
+    "/ASCIIHexDecode": _ascii_hex, "/AHx": _ascii_hex,
+    "/ASCII85Decode": _ascii85, "/A85": _ascii85,
+    "/RunLengthDecode": _run_length, "/RL": _run_length,
+    "/Crypt": _passed_through,
+}
+#: Image codecs: the decoded size is the image's samples, not something the engine decodes.
+_IMAGE_CODECS = frozenset({"/DCTDecode", "/DCT", "/JPXDecode", "/JBIG2Decode", "/CCITTFaxDecode", "/CCF"})
+#: Components of the colour spaces given by name (§8.6).
+_COMPONENTS = {"/DeviceGray": 1, "/G": 1, "/CalGray": 1, "/DeviceRGB": 3, "/RGB": 3, "/CalRGB": 3, "/Lab": 3,
+               "/DeviceCMYK": 4, "/CMYK": 4, "/Indexed": 1, "/I": 1, "/Separation": 1, "/Pattern": 1}
+
+
+def _components(colour_space: pikepdf.Object | None) -> int:
+    if isinstance(colour_space, Name):
+        return _COMPONENTS.get(str(colour_space), DEFAULT_COMPONENTS)
+    if isinstance(colour_space, Array) and len(colour_space) > 0:
+        family = str(colour_space[0])
+        if family == "/ICCBased" and len(colour_space) > 1 and isinstance(colour_space[1], pikepdf.Stream):
+            count = colour_space[1].get("/N")
+            return int(count) if isinstance(count, int) and 0 < count <= 32 else DEFAULT_COMPONENTS
+        if family == "/DeviceN" and len(colour_space) > 1 and isinstance(colour_space[1], Array):
+            return max(1, len(colour_space[1]))
+        return _COMPONENTS.get(family, DEFAULT_COMPONENTS)
+    return DEFAULT_COMPONENTS
+
+
+def _jpeg_frame_bytes(head: bytes) -> int:
+    """Sample bytes of the JPEG frame whose header (SOFn, ITU T.81 §B.2.2) is in ``head``, or 0."""
+    at = 2 if head[:2] == b"\xff\xd8" else 0
+    while at + 4 <= len(head):
+        if head[at] != 0xFF:
+            return 0
+        marker = head[at + 1]
+        if marker == 0xFF:
+            at += 1
+            continue
+        length = int.from_bytes(head[at + 2 : at + 4], "big")
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            frame = head[at + 4 : at + 10]
+            if len(frame) < 6:
+                return 0
+            precision, height, width, components = frame[0], int.from_bytes(frame[1:3], "big"), \
+                int.from_bytes(frame[3:5], "big"), frame[5]
+            return height * width * components * max(1, precision // 8)
+        at += 2 + length
+    return 0
+
+
+def _image_bytes(stream: pikepdf.Stream, codec: str, head: bytes) -> int:
+    """What the image codec ``codec`` decodes ``stream`` to: its rows of samples as the dictionary
+    declares them (/Width, /Height, the colour space's components, /BitsPerComponent), and for a JPEG
+    its own frame when that is larger (the decoder fills the frame its header names).
+
+    Raises:
+        _Unbounded: no usable /Width or /Height (and, for a JPEG, no frame header).
+    """
+    width, height = stream.get("/Width"), stream.get("/Height")
+    if codec in ("/JBIG2Decode", "/CCITTFaxDecode", "/CCF") or stream.get("/ImageMask") is True:
+        components, bits = 1, 1
+    else:
+        bits = stream.get("/BitsPerComponent", 8)
+        bits = bits if isinstance(bits, int) and 0 < bits <= 16 else 8
+        components = _components(stream.get("/ColorSpace"))  # JPX may leave it out: DEFAULT_COMPONENTS
+    declared = 0
+    if isinstance(width, int) and isinstance(height, int) and width > 0 and height > 0:
+        declared = height * ((width * components * bits + 7) // 8)
+    frame = _jpeg_frame_bytes(head) if codec in ("/DCTDecode", "/DCT") else 0
+    if not declared and not frame:
+        raise _Unbounded(f"image codec {codec} without a /Width and /Height")
+    return max(declared, frame)
+
+
+def _filters(stream: pikepdf.Stream) -> list[tuple[str, Dictionary | None]]:
+    """The stream's filters in the order they decode, each with its /DecodeParms (or None)."""
+    filters = stream.get("/Filter")
+    names = [filters] if isinstance(filters, Name) else list(filters) if isinstance(filters, Array) else []
+    parms = stream.get("/DecodeParms")
+    parm_list = list(parms) if isinstance(parms, Array) else [parms] * len(names)
+    parm_list += [None] * (len(names) - len(parm_list))
+    return [(str(name), parm if isinstance(parm, Dictionary) else None) for name, parm in zip(names, parm_list)]
+
+
+def _raw_chunks(raw: bytes) -> Iterator[bytes]:
+    view = memoryview(raw)
+    for at in range(0, len(raw), CHUNK_BYTES):
+        yield bytes(view[at : at + CHUNK_BYTES])
+
+
+# --- operators -----------------------------------------------------------------------------------
+
+#: What holds no operator: strings (one level of nested parentheses read whole), comments and hex
+#: strings (PDF 32000-1 §7.2–7.3); each becomes a space before operators are counted.
+_NOT_OPERATORS = re.compile(rb"\((?:[^()\\]|\\.|\((?:[^()\\]|\\.)*\))*\)|%[^\r\n]*|<[0-9A-Fa-f\s]*>", re.S)
+
+
+def _character_classes() -> bytes:
+    """A ``bytes.translate`` table: white space and delimiters to a space, the characters an operator
+    starts with (letters, ``'``, ``"``) to ``a``, ``/`` (a name) to itself, anything else to ``0``."""
+    table = bytearray(b"0" * 256)
+    for character in b" \t\r\n\f\x00()<>[]{}":
+        table[character] = ord(" ")
+    for character in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'\"":
+        table[character] = ord("a")
+    table[ord("/")] = ord("/")
+    return bytes(table)
+
+
+_CLASSES = _character_classes()
+
+
+def _operators(data: bytes) -> int:
+    """The operators in ``data`` (whole tokens): every token that starts with a letter or a quote
+    (§8.2, Table 51: no operand does; ``true``, ``false`` and ``null`` count too, and inline image
+    data is read as tokens, so a few too many at most). C-speed string operations only: about
+    60 MB/s of text-heavy content, faster without strings."""
+    if b"(" in data or b"%" in data or b"<" in data:  # memchr: content without them skips the regex
+        data = _NOT_OPERATORS.sub(b" ", data)
+    classes = data.translate(_CLASSES)
+    return classes.count(b" a") + (classes[:1] == b"a")
+
+
+class _OperatorCount:
+    """Operators of a content stream fed in chunks, cut at whitespace; raises _Over past ``cap``."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.count = 0
+        self._carry = b""
+
+    def feed(self, chunk: bytes) -> None:
+        data = self._carry + chunk
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r"), data.rfind(b" "))
+        if cut < 0 and len(data) < 4 * CHUNK_BYTES:
+            self._carry = data
+            return
+        cut = len(data) - 1 if cut < 0 else cut
+        self._add(_operators(data[: cut + 1]))
+        self._carry = data[cut + 1 :]
+
+    def finish(self) -> int:
+        self._add(_operators(self._carry))
+        self._carry = b""
+        return self.count
+
+    def _add(self, count: int) -> None:
+        self.count += count
+        if self.count > self.cap:
+            raise _Over(self.count, operators=True)
+
+
+def measure(stream: pikepdf.Stream, bytes_cap: int, operators_cap: int | None) -> tuple[int, int]:
+    """Decode ``stream`` in pieces, counting; nothing of it is kept.
+
+    Args:
+        stream: the stream (its raw data is read whole: it is part of the input file).
+        bytes_cap: most decoded bytes allowed, checked after every filter of the chain.
+        operators_cap: most operators allowed, or None for a stream that is not content.
+
+    Returns:
+        ``(decoded bytes, operators)``; operators 0 when not counted. Behind a PNG or TIFF predictor
+        the bytes are those before the predictor (at least as many) and the operators are bounded as
+        half of them (a one-letter operator and a separator).
+
+    Raises:
+        _Over: past a cap (``produced``: where it stopped); _Unbounded: cannot be bounded.
+        pikepdf.PdfError: qpdf cannot read the raw data.
+    """
+    filters = _filters(stream)
+    raw = stream.read_raw_bytes()
+    chunks: Iterable[bytes] = _capped(_raw_chunks(raw), bytes_cap) if not filters else _raw_chunks(raw)
+    exact = True
+    for index, (name, parms) in enumerate(filters):
+        if name in _IMAGE_CODECS:
+            if index != len(filters) - 1:
+                raise _Unbounded(f"image codec {name} followed by another filter")
+            head = b""
+            for chunk in chunks:  # the codec's input: bounded by the stages before it
+                head += chunk[: JPEG_HEADER_WINDOW_BYTES - len(head)]
+            size = _image_bytes(stream, name, head)
+            if size > bytes_cap:
+                raise _Over(size)
+            return size, 0
+        stage = _STAGES.get(name)
+        if stage is None:
+            raise _Unbounded(f"filter {name}, which the engine cannot decode")
+        predictor = parms.get("/Predictor") if parms is not None else None
+        if isinstance(predictor, int) and predictor > 1:
+            exact = False
+        chunks = _capped(stage(chunks, parms), bytes_cap)
+    size = 0
+    counter = _OperatorCount(operators_cap) if operators_cap is not None and exact else None
+    for chunk in chunks:
+        size += len(chunk)
+        if counter is not None:
+            counter.feed(chunk)
+    if operators_cap is None:
+        return size, 0
+    operators = counter.finish() if counter is not None else (size + 1) // 2
+    if operators > operators_cap:
+        raise _Over(operators, operators=True)
+    return size, operators
+
+
+# --- which streams count ---------------------------------------------------------------------------
+
+#: What can hold a stream or lead to one.
+_CONTAINERS = (Dictionary, Array, pikepdf.Stream)
+#: Entries whose values are content streams, or dictionaries of them: annotation appearances
+#: (§12.5.5, with their appearance states) and Type 3 glyph descriptions (§9.6.5).
+_CONTENT_KEYS = ("/AP", "/CharProcs")
+
+
+def _is_content(stream: pikepdf.Stream) -> bool:
+    """A form XObject or a tiling pattern: a content stream of its own (§8.10, §8.7.3)."""
+    return stream.get("/Subtype") == Name.Form or stream.get("/PatternType") == 1
+
+
+def _kind(stream: pikepdf.Stream, content: bool) -> str:
+    subtype = stream.get("/Subtype")
+    if subtype == Name.Form:
+        return "a form XObject"
+    if subtype == Name.Image:
+        return "an image"
+    return "a content stream" if content else "a stream"
+
+
+class _Meter:
+    """The walk over what the plate can carry, with the job's running totals."""
+
+    def __init__(self, budget: ContentBudget, path: Path) -> None:
+        self.budget = budget
+        self.path = path
+        self.decoded_bytes = 0
+        self.operators = 0
+        self.streams = 0
+        self.where = ""
+        self._seen: set[tuple[int, int]] = set()
+        self._measured: dict[tuple[int, int], tuple[int, int]] = {}
+
+    def _refuse(self, what: str, produced: int, setting: str, limit: int, unit: str) -> ContentTooLarge:
+        return ContentTooLarge(f"{self.path.name}: {self.where}{what} holds more than {setting}={limit} {unit} "
+                               f"(refused after {produced} {unit})")
+
+    def stream(self, stream: pikepdf.Stream, content: bool, *, stream_bytes_left: int | None = None,
+               stream_operators_left: int | None = None, what: str | None = None) -> tuple[int, int]:
+        """Measure ``stream`` once (by object), add it to the job's totals; returns ``(bytes, operators)``."""
+        key = stream.objgen if stream.is_indirect else None
+        if key is not None and key in self._measured:
+            return self._measured[key]
+        budget = self.budget
+        per_stream_bytes = budget.max_decoded_bytes_per_stream if stream_bytes_left is None else stream_bytes_left
+        per_stream_operators = budget.max_content_operators_per_stream if stream_operators_left is None \
+            else stream_operators_left
+        job_bytes_left = budget.max_decoded_bytes_per_job - self.decoded_bytes
+        job_operators_left = budget.max_content_operators_per_job - self.operators
+        bytes_cap = min(per_stream_bytes, job_bytes_left)
+        operators_cap = min(per_stream_operators, job_operators_left) if content else None
+        name = what or f"{_kind(stream, content)}" + (f" (object {key[0]} {key[1]})" if key else "")
+        try:
+            size, operators = measure(stream, bytes_cap, operators_cap)
+        except _Over as over:
+            counting_bytes = not over.operators
+            if counting_bytes and per_stream_bytes <= job_bytes_left:
+                raise self._refuse(name, over.produced, "max_decoded_bytes_per_stream",
+                                   budget.max_decoded_bytes_per_stream, "decoded bytes") from None
+            if counting_bytes:
+                raise self._refuse(f"{name}, with the streams before it,", self.decoded_bytes + over.produced,
+                                   "max_decoded_bytes_per_job", budget.max_decoded_bytes_per_job,
+                                   "decoded bytes") from None
+            if per_stream_operators <= job_operators_left:
+                raise self._refuse(name, over.produced, "max_content_operators_per_stream",
+                                   budget.max_content_operators_per_stream, "operators") from None
+            raise self._refuse(f"{name}, with the content before it,", self.operators + over.produced,
+                               "max_content_operators_per_job", budget.max_content_operators_per_job,
+                               "operators") from None
+        except _Unbounded as unbounded:
+            raise ContentTooLarge(
+                f"{self.path.name}: {self.where}{name} cannot be held to max_decoded_bytes_per_stream="
+                f"{budget.max_decoded_bytes_per_stream}: it uses {unbounded}"
+            ) from None
+        except (pikepdf.PdfError, pikepdf.QpdfRuntimeError):
+            size, operators = 0, 0  # unreadable: the damage check names it (imposition.source.content_damage)
+        self.decoded_bytes += size
+        self.operators += operators
+        self.streams += 1
+        if key is not None:
+            self._measured[key] = (size, operators)
+        return size, operators
+
+    def page_contents(self, contents: pikepdf.Object | None) -> None:
+        """A page's /Contents: one stream, or an array whose streams count as one (§7.8.2: they are
+        read as if concatenated)."""
+        parts = list(contents) if isinstance(contents, Array) else [contents]
+        streams = [part for part in parts if isinstance(part, pikepdf.Stream)]
+        if len(streams) == 1 and not isinstance(contents, Array):
+            # the stream becomes the page's form as it is: what its dictionary reaches is copied too
+            self.walk([(streams[0], True)], what="its content stream")
+            return
+        budget = self.budget
+        total_bytes = total_operators = 0
+        for index, part in enumerate(streams):
+            name = f"its content ({len(streams)} streams, up to part {index + 1})"
+            if part.is_indirect and part.objgen in self._measured:
+                # measured before (another page, or twice in this array): the engine concatenates
+                # the parts into a new stream of this page's, so they count again
+                size, operators = self._measured[part.objgen]
+                self._charge(size, operators, name)
+            else:
+                size, operators = self.stream(
+                    part, True, what=name, stream_bytes_left=budget.max_decoded_bytes_per_stream - total_bytes,
+                    stream_operators_left=budget.max_content_operators_per_stream - total_operators,
+                )
+            total_bytes += size
+            total_operators += operators
+            if total_bytes > budget.max_decoded_bytes_per_stream:
+                raise self._refuse(name, total_bytes, "max_decoded_bytes_per_stream",
+                                   budget.max_decoded_bytes_per_stream, "decoded bytes")
+            if total_operators > budget.max_content_operators_per_stream:
+                raise self._refuse(name, total_operators, "max_content_operators_per_stream",
+                                   budget.max_content_operators_per_stream, "operators")
+            if part.is_indirect:
+                self._seen.add(part.objgen)
+
+    def _charge(self, size: int, operators: int, name: str) -> None:
+        """Add a stream measured before to the job's totals again; raises past a job limit."""
+        budget = self.budget
+        self.decoded_bytes += size
+        self.operators += operators
+        if self.decoded_bytes > budget.max_decoded_bytes_per_job:
+            raise self._refuse(f"{name}, with the streams before it,", self.decoded_bytes,
+                               "max_decoded_bytes_per_job", budget.max_decoded_bytes_per_job, "decoded bytes")
+        if self.operators > budget.max_content_operators_per_job:
+            raise self._refuse(f"{name}, with the content before it,", self.operators,
+                               "max_content_operators_per_job", budget.max_content_operators_per_job, "operators")
+
+    def walk(self, pending: list[tuple[pikepdf.Object, bool]], what: str | None = None) -> None:
+        """Measure every stream reachable from ``pending`` (``(object, content)`` pairs: ``content``
+        marks the streams, and the values of a dictionary, that are content streams); ``what`` names
+        the first one in messages."""
+        while pending:
+            obj, content = pending.pop()
+            if not isinstance(obj, _CONTAINERS):
+                continue
+            if obj.is_indirect:
+                if obj.objgen in self._seen:
+                    continue
+                self._seen.add(obj.objgen)
+            if isinstance(obj, pikepdf.Stream):
+                self.stream(obj, content or _is_content(obj), what=what)
+                what = None
+                pending.extend((value, False) for _, value in obj.stream_dict.items() if isinstance(value, _CONTAINERS))
+            elif isinstance(obj, Dictionary):
+                pending.extend((value, content or key in _CONTENT_KEYS) for key, value in obj.items()
+                               if isinstance(value, _CONTAINERS))
+            else:
+                pending.extend((value, content) for value in obj if isinstance(value, _CONTAINERS))
+
+
+def check_content_budget(pdf: pikepdf.Pdf, budget: ContentBudget, path: Path) -> ContentUse:
+    """Measure every stream the plate can carry against ``budget``; raise at the first one past it.
+
+    Counted, each object once: every page's content, its resources (inherited ones too) and group
+    with everything they reach (forms, images, fonts, patterns, shadings, colour profiles, soft
+    masks…), the appearance streams of its annotations with what they reach, the catalog's output
+    intents and the interactive form's default resources. Nothing else of the input reaches a plate
+    (:func:`imposition.drawing.draw_plan` keeps only these), so a stream no page reaches is neither
+    decoded nor copied. Only raw stream data is read: qpdf decodes nothing here (and warns of nothing
+    that :func:`imposition.source.content_damage` should hear about).
+
+    Returns:
+        What was counted.
+
+    Raises:
+        ContentTooLarge: ``content_too_large``, naming the page, the stream, the setting and its limit.
+    """
+    meter = _Meter(budget, path)
+    for number, page in enumerate(pdf.pages, start=1):
+        obj = page.obj
+        meter.where = f"page {number}: "
+        meter.page_contents(obj.get("/Contents"))
+        pending: list[tuple[pikepdf.Object, bool]] = [(inherited(obj, "/Resources"), False),
+                                                      (obj.get("/Group"), False)]
+        annotations = obj.get("/Annots")
+        if isinstance(annotations, Array):
+            pending.extend((annotation.get("/AP"), True) for annotation in annotations
+                           if isinstance(annotation, Dictionary))
+        meter.walk([item for item in pending if item[0] is not None])
+    meter.where = "the catalog: "
+    root = pdf.Root
+    acro_form = root.get("/AcroForm")
+    meter.walk([(root.get("/OutputIntents"), False),
+                (acro_form.get("/DR") if isinstance(acro_form, Dictionary) else None, False)])
+    return ContentUse(meter.decoded_bytes, meter.operators, meter.streams)
