@@ -103,6 +103,8 @@ class Layout:
         on_warning: ``warn`` (warnings go into the report) or ``fail`` (the first one fails the job).
         fold_scheme: the JDF fold catalogue name of a booklet's sheet (:mod:`imposition.folds`), or
             None for sections of 2-up sheets folded once and nested.
+        fold_scheme_implied: ``fold_scheme`` was chosen for ``signature_pages`` (the layout named no
+            scheme): the planner fails the job when the sheet cannot hold its pages at 100 %.
         collation_marks: back-step marks on each signature's spine (perfect bound).
         collation_mark_width_pt, collation_mark_height_pt: size of one collation mark.
         registration_marks: registration targets at the middle of each edge of the block.
@@ -137,6 +139,7 @@ class Layout:
     gripper_pt: float = 0.0
     on_warning: str = "warn"
     fold_scheme: str | None = None
+    fold_scheme_implied: bool = False
     collation_marks: bool = False
     collation_mark_width_pt: float = 0.0
     collation_mark_height_pt: float = 0.0

@@ -43,7 +43,7 @@ from pikepdf import Matrix
 
 from .errors import ImpositionError, InvalidLayout, PageTooLarge, PlateWarning, TooManyCells, page_ranges, shown
 from .geometry import EPSILON_PT, PageBoxes, Rect, available_bleed, displayed_size, fit_scale, placement_matrix
-from .folds import FOLD_SCHEMES
+from .folds import FOLD_SCHEMES, SCHEME_FOR_SIGNATURE_PAGES
 from .job import PERFECT_BOUND, STEP_AND_REPEAT, Layout, SlugInfo
 from .marks import (
     COLOUR_BAR_PATCHES, MARK_LINE_WIDTH_PT, SLUG_ASCENT_EM, SLUG_DESCENT_EM, SLUG_FONT_SIZE_PT, Mark, Patch, Target,
@@ -316,6 +316,55 @@ def _choose_frame(
         assert first_error is not None
         raise first_error
     return best[1]
+
+
+def _holds_at_full_size(
+    layout: Layout, page_sizes: Sequence[tuple[float, float]], max_cells_per_sheet: int | None
+) -> bool:
+    """True when some orientation the layout allows holds every page at 100 % in its cells, with the
+    room for bleed, marks and slug reserved (:func:`_reserve_pt`)."""
+    for sheet_size in layout.sheet_sizes_pt():
+        try:
+            frame = _sized(layout, sheet_size, page_sizes, max_cells_per_sheet, reserve=True)
+        except (InvalidLayout, TooManyCells):
+            continue
+        if frame is not None and _too_large(frame, page_sizes) is None:
+            return True
+    return False
+
+
+def _check_signature_fits(
+    layout: Layout, page_sizes: Sequence[tuple[float, float]], max_cells_per_sheet: int | None
+) -> None:
+    """A fold scheme chosen for ``signature_pages`` (``layout.fold_scheme_implied``) must hold the
+    pages at 100 %: the layout asked for that many pages a sheet, so neither scaling nor 2-up sections
+    may stand in for it.
+
+    Raises:
+        InvalidLayout: no allowed orientation holds the scheme's pages at 100 % with the reserved room;
+            the message names ``signature_pages``, the pages a side asked for and the most pages a side
+            of a catalogue scheme (:data:`~imposition.folds.SCHEME_FOR_SIGNATURE_PAGES`) that fit.
+    """
+    if _holds_at_full_size(layout, page_sizes, max_cells_per_sheet):
+        return
+    scheme = FOLD_SCHEMES[layout.fold_scheme or ""]
+    fitting = [
+        FOLD_SCHEMES[name] for count, name in sorted(SCHEME_FOR_SIGNATURE_PAGES.items(), reverse=True)
+        if count < scheme.pages and _holds_at_full_size(
+            replace(layout, columns=FOLD_SCHEMES[name].columns, rows=FOLD_SCHEMES[name].rows, fold_scheme=name),
+            page_sizes, max_cells_per_sheet)
+    ]
+    width, height = (pt_to_mm(v) for v in layout.sheet_size_pt)
+    largest = max(page_sizes, key=lambda size: size[0] * size[1])
+    holds = (f"holds {fitting[0].pages // 2} pages a side ({fitting[0].name}, signature_pages {fitting[0].pages})"
+             if fitting else "holds fewer than 2 pages a side")
+    raise InvalidLayout(
+        f"signature_pages={scheme.pages} folds one sheet as {scheme.name}, {scheme.pages // 2} pages a side "
+        f"({scheme.columns} × {scheme.rows}); the {width:.0f} × {height:.0f} mm sheet "
+        f"(orientation {layout.orientation}), less margins, gripper, bleed and marks, {holds} of "
+        f"{pt_to_mm(largest[0]):.1f} × {pt_to_mm(largest[1]):.1f} mm at 100 %; give a smaller signature_pages, a larger "
+        f"sheet, fold_scheme {scheme.name!r} to scale the pages to fit, or fold_scheme 'sections' for nested 2-up sheets"
+    )
 
 
 @dataclass(frozen=True)
@@ -633,6 +682,8 @@ def plan_imposition(
             if number > len(pages):
                 raise InvalidLayout(f"{name}={shown(number)}: the document has only {len(pages)} pages")
         considered = sorted({number - 1 for _, number in listed})
+    if layout.fold_scheme_implied:
+        _check_signature_fits(layout, [displayed_size(page) for page in pages], max_cells_per_sheet)
     frame = _choose_frame(layout, [displayed_size(pages[i]) for i in considered], max_cells_per_sheet)
     if layout.kind == STEP_AND_REPEAT and layout.gang:
         try:

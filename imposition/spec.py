@@ -31,7 +31,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from .errors import InvalidLayout, clipped, shown
-from .folds import FOLD_SCHEME_NAMES, FOLD_SCHEMES
+from .folds import FOLD_SCHEME_NAMES, FOLD_SCHEMES, SCHEME_FOR_SIGNATURE_PAGES, SECTIONS, FoldScheme
 from .job import Layout
 from .sheets import mm_to_pt, preset_names, preset_size_mm
 
@@ -189,7 +189,7 @@ class LayoutSpec(_Strict):
         """
         pages = getattr(self, "pages", None)
         gang = getattr(self, "gang", None)
-        scheme = FOLD_SCHEMES.get(getattr(self, "fold_scheme", None) or "")
+        scheme, implied = self.scheme() if isinstance(self, _Booklet) else (None, False)
         return Layout(
             kind=self.layout,
             sheet_size_pt=self.sheet_size_pt(),
@@ -215,6 +215,7 @@ class LayoutSpec(_Strict):
             gripper_pt=mm_to_pt(self.gripper_mm),
             on_warning=self.on_warning,
             fold_scheme=scheme.name if scheme else None,
+            fold_scheme_implied=implied,
             collation_marks=getattr(self, "collation_marks", False),
             collation_mark_width_pt=mm_to_pt(getattr(self, "collation_mark_width_mm", 0.0)),
             collation_mark_height_pt=mm_to_pt(getattr(self, "collation_mark_height_mm", 0.0)),
@@ -228,6 +229,8 @@ class LayoutSpec(_Strict):
 
 #: A fold scheme of :mod:`imposition.folds` (its names, the one list).
 FoldSchemeName = Literal[FOLD_SCHEME_NAMES]  # type: ignore[valid-type]
+#: A booklet's ``fold_scheme``: a scheme, or ``sections`` (nested 2-up sheets folded once).
+FoldSchemeOrSections = Literal[(*FOLD_SCHEME_NAMES, SECTIONS)]  # type: ignore[valid-type]
 
 
 class _Booklet(LayoutSpec):
@@ -236,9 +239,13 @@ class _Booklet(LayoutSpec):
     ``fold_scheme`` names a sheet of the JDF fold catalogue (:mod:`imposition.folds`): ``F4-1`` (2
     pages a side, one fold), ``F8-7`` (4 a side, two right-angle folds), ``F16-7`` (8 a side, three),
     ``F32-5`` (16 a side, four right-angle folds) or ``F32-9`` (16 a side); each sheet folds into one
-    signature, pages whose heads meet across a fold are turned 180°. None (the default) keeps two
-    pages a side, sheets folded once and nested. ``creep_mm`` moves a page toward the spine by that
-    much per leaf outside it (per sheet, for nested sheets).
+    signature, pages whose heads meet across a fold are turned 180°. ``sections`` asks for two pages a
+    side, sheets folded once and nested. ``signature_pages`` (4, 8, 16 or 32) without a
+    ``fold_scheme`` folds each sheet into a signature of that many pages, by the catalogue scheme of
+    :data:`~imposition.folds.SCHEME_FOR_SIGNATURE_PAGES` (F4-1, F8-7, F16-7, F32-5); the planner then
+    fails the job (``invalid_layout`` naming ``signature_pages``) when the sheet cannot hold that
+    scheme's pages at 100 %, never falling back to 2-up. ``creep_mm`` moves a page toward the spine by
+    that much per leaf outside it (per sheet, for nested sheets).
     """
 
     duplex: Duplex = "sheetwise"
@@ -246,14 +253,46 @@ class _Booklet(LayoutSpec):
     blank_pages_at: BlankPagesAt = "end"
     creep_mm: float = Field(default=0.0, ge=0, le=5, description="shift toward the spine per sheet")
     fold_marks: bool = False
-    fold_scheme: FoldSchemeName | None = None
+    fold_scheme: FoldSchemeOrSections | None = None
+    signature_pages: Literal[4, 8, 16, 32] | None = None
+
+    @model_validator(mode="after")
+    def _signature_of_the_scheme(self) -> "_Booklet":
+        scheme = FOLD_SCHEMES.get(self.fold_scheme or "")
+        if scheme is not None and self.signature_pages not in (None, scheme.pages):
+            raise ValueError(
+                f"signature_pages={self.signature_pages}: fold_scheme {self.fold_scheme!r} folds one sheet into "
+                f"{scheme.pages} pages; give signature_pages {scheme.pages} or leave it out"
+            )
+        if self.layout == "saddle_stitch" and self.fold_scheme == SECTIONS and self.signature_pages not in (None, 4):
+            raise ValueError(
+                f"signature_pages={self.signature_pages}: saddle stitch with fold_scheme 'sections' nests 2-up sheets "
+                f"of 4 pages each; give signature_pages 4, leave it out, or leave out fold_scheme for "
+                f"{self.signature_pages}-page sheets"
+            )
+        return self
+
+    def scheme(self) -> tuple[FoldScheme | None, bool]:
+        """The fold scheme of every sheet and whether it was implied by ``signature_pages``:
+        ``fold_scheme``'s own; with none named, the catalogue scheme for ``signature_pages``
+        (:data:`~imposition.folds.SCHEME_FOR_SIGNATURE_PAGES`); ``(None, False)`` for nested 2-up sheets
+        (``fold_scheme: sections``, or neither field given)."""
+        if self.fold_scheme == SECTIONS:
+            return None, False
+        if self.fold_scheme is not None:
+            return FOLD_SCHEMES[self.fold_scheme], False
+        if self.signature_pages is not None:
+            return FOLD_SCHEMES[SCHEME_FOR_SIGNATURE_PAGES[self.signature_pages]], True
+        return None, False
 
 
 class SaddleStitch(_Booklet):
-    """A saddle-stitched booklet: sheets nested, folded once, stapled through the fold.
+    """A saddle-stitched booklet: sheets nested, folded, stapled through the spine fold.
 
-    Pages are padded with blanks to a multiple of 4. ``creep_mm`` moves the pages of each inner sheet
-    toward the spine by that much more than the sheet outside it (shingling).
+    Pages are padded with blanks to a multiple of 4 (2-up sheets), or to whole signatures of a fold
+    scheme's sheets (``fold_scheme``, or ``signature_pages`` pages a sheet), the outer signature
+    carrying the first and the last pages. ``creep_mm`` moves the pages of each inner sheet toward the
+    spine by that much more than the sheet outside it (shingling).
     """
 
     layout: Literal["saddle_stitch"]
@@ -262,31 +301,21 @@ class SaddleStitch(_Booklet):
 class PerfectBound(_Booklet):
     """A perfect-bound book: folded signatures of ``signature_pages`` gathered in order and glued.
 
-    Without ``fold_scheme``, each signature is a section of ``signature_pages / 4`` nested sheets
-    (default 16 pages), two pages per side, folded once; the last section shrinks to the smallest
-    multiple of 4 that holds the rest. With ``fold_scheme``, each signature is one sheet of that
-    scheme (``signature_pages``, if given, must be its page count) and pages are padded with blanks
-    to whole signatures. Creep applies within a signature. ``collation_marks`` prints a back-step
-    mark on the spine of each signature (``collation_mark_width_mm`` across the spine fold,
-    ``collation_mark_height_mm`` along it), one step lower per signature, so that the gathered book
-    shows a staircase (the steps start again at the head when they reach the foot).
+    Each signature is one sheet of a fold scheme (``fold_scheme``, or the catalogue scheme for
+    ``signature_pages``: :meth:`_Booklet.scheme`), pages padded with blanks to whole signatures. With
+    ``fold_scheme: sections``, or neither field given, a signature is a section of
+    ``signature_pages / 4`` nested 2-up sheets folded once (default 16 pages), the last section shrunk
+    to the smallest multiple of 4 that holds the rest. Creep applies within a signature.
+    ``collation_marks`` prints a back-step mark on the spine of each signature
+    (``collation_mark_width_mm`` across the spine fold, ``collation_mark_height_mm`` along it), one
+    step lower per signature, so that the gathered book shows a staircase (the steps start again at the
+    head when they reach the foot).
     """
 
     layout: Literal["perfect_bound"]
-    signature_pages: Literal[4, 8, 16, 32] | None = None
     collation_marks: bool = False
     collation_mark_width_mm: float = Field(default=3.0, ge=1, le=10)
     collation_mark_height_mm: float = Field(default=5.0, ge=2, le=30)
-
-    @model_validator(mode="after")
-    def _signature_of_the_scheme(self) -> "PerfectBound":
-        scheme = FOLD_SCHEMES.get(self.fold_scheme or "")
-        if scheme is not None and self.signature_pages not in (None, scheme.pages):
-            raise ValueError(
-                f"signature_pages={self.signature_pages}: fold_scheme {self.fold_scheme!r} folds one sheet into "
-                f"{scheme.pages} pages; give signature_pages {scheme.pages} or leave it out"
-            )
-        return self
 
     def signature_pages_or_default(self) -> int:
         """Pages per signature: ``signature_pages``, else the fold scheme's, else 16."""

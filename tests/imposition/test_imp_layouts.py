@@ -171,13 +171,13 @@ def test_creep_moves_each_inner_leaf_toward_the_spine(engine, tmp_path, kind, ex
     assert seen == set(expected)
 
 
-@pytest.mark.parametrize("scheme, pages, sheets", [("F8-7", 8, 1), (None, 16, 4)])
+@pytest.mark.parametrize("scheme, pages, sheets", [("F8-7", 8, 1), ("sections", 16, 4)])
 def test_collation_marks_step_down_the_spine_one_signature_after_another(engine, tmp_path, scheme, pages, sheets):
     """Three signatures: F8-7 sheets, or sections of four nested 2-up sheets (16 pages); the mark is
     on the outermost sheet's front only, 3 × 5 mm centred on the spine fold, 5 mm lower each time."""
     source = labelled_pdf(tmp_path / "in.pdf", 3 * pages, PAGE_PT)
     layout = {"layout": "perfect_bound", "sheet": "A4", "orientation": "portrait", "collation_marks": True}
-    layout.update({"fold_scheme": scheme} if scheme else {"signature_pages": pages})
+    layout.update({"fold_scheme": scheme, "signature_pages": pages})
     output, _ = impose(engine, source, layout, tmp_path)
     sides = placements(output, source)
     assert len(sides) == 3 * sheets * 2
@@ -301,6 +301,10 @@ def test_registration_marks_and_colour_bar_without_room_warn_or_fail_typed(engin
     ({"layout": "perfect_bound", "sheet": "SRA2", "fold_scheme": "F32-5", "signature_pages": 16},
      "signature_pages=16: fold_scheme 'F32-5' folds one sheet into 32 pages"),
     ({"layout": "perfect_bound", "sheet": "SRA2", "fold_scheme": "F12-1"}, "fold_scheme='F12-1': Input should be"),
+    ({"layout": "saddle_stitch", "sheet": "SRA2", "fold_scheme": "sections", "signature_pages": 16},
+     "signature_pages=16: saddle stitch with fold_scheme 'sections' nests 2-up sheets of 4 pages"),
+    ({"layout": "saddle_stitch", "sheet": "SRA2", "fold_scheme": "F8-7", "signature_pages": 16},
+     "signature_pages=16: fold_scheme 'F8-7' folds one sheet into 8 pages"),
     ({"layout": "step_and_repeat", "sheet": "SRA3", "pages": [1], "gang": [{"page": 1}]}, "gang and pages"),
     ({"layout": "step_and_repeat", "sheet": "SRA3", "duplex": "sheetwise", "gang": [{"page": 1}]},
      "gang with duplex='sheetwise'"),
@@ -316,3 +320,88 @@ def test_new_layout_fields_are_refused_naming_the_field_and_the_limit(layout, wo
     with pytest.raises(InvalidLayout) as caught:
         parse_layout(layout)
     assert words in str(caught.value)
+
+
+# --- signature_pages without a fold_scheme: the catalogue scheme, never 2-up sections in disguise ------------
+
+A6_PT = (105 * MM, 148 * MM)
+#: The scheme the README promises for each signature_pages when no fold_scheme is named.
+FOLD_SCHEMES_BY_PAGES = {4: "F4-1", 8: "F8-7", 16: "F16-7", 32: "F32-5"}
+
+
+def test_signature_pages_32_folds_one_sra2_sheet_per_signature(engine, tmp_path):
+    """Issue 13's own case: 32-page signatures of A6 pages on SRA2 (450 × 640 mm), no fold_scheme named:
+    F32-5, one sheet per signature with 16 pages a side at 100 %, folding in software into 1…32, 33…64."""
+    source = labelled_pdf(tmp_path / "in.pdf", 64, A6_PT)
+    output, report = impose(engine, source, {"layout": "perfect_bound", "sheet": "SRA2", "orientation": "portrait",
+                                             "signature_pages": 32}, tmp_path)
+    assert (report.sheets, report.sides, report.blank_pages, report.warnings) == (2, 4, 0, ())
+    sides = placements(output, source)
+    assert [len(side) for side in sides] == [16] * 4
+    assert all(placed.scale == pytest.approx(1) for side in sides for placed in side)
+    for signature in range(2):
+        leaves = leaves_of(output, source, 2 * signature, 450 * MM)
+        reading, upright = fold_in_software(leaves, FOLD_SEQUENCES["F32-5"])
+        assert reading == list(range(32 * signature + 1, 32 * signature + 33))
+        assert upright
+
+
+@pytest.mark.parametrize("sheet, size, asked, fits", [
+    ("SRA3", A6_PT, 32, "holds 8 pages a side (F16-7, signature_pages 16)"),
+    ("A4", (148 * MM, 210 * MM), 16, "holds 2 pages a side (F4-1, signature_pages 4)"),
+    ("A5", (148 * MM, 210 * MM), 8, "holds fewer than 2 pages a side"),
+])
+def test_signature_pages_the_sheet_cannot_hold_fail_naming_the_field(engine, tmp_path, sheet, size, asked, fits):
+    """A sheet too small for the asked signature at 100 % fails the job (no plate), naming
+    signature_pages, the pages a side asked for and the pages a side that fit; it is not imposed as
+    2-up sections, nor scaled, even under the default scaling."""
+    source = labelled_pdf(tmp_path / "in.pdf", asked, size)
+    with pytest.raises(InvalidLayout) as caught:
+        impose(engine, source, {"layout": "perfect_bound", "sheet": sheet, "signature_pages": asked}, tmp_path)
+    message = str(caught.value)
+    assert f"signature_pages={asked} folds one sheet as {FOLD_SCHEMES_BY_PAGES[asked]}, {asked // 2} pages a side" in message
+    assert fits in message and "fold_scheme 'sections'" in message
+    assert not (tmp_path / "plate.pdf").exists()
+
+
+@pytest.mark.parametrize("length_mm, fits", [(5, True), (10, False)])
+def test_the_room_for_marks_counts_before_a_signature_is_chosen(engine, tmp_path, length_mm, fits):
+    """F32-5 of A6 pages leaves 15 mm each side of SRA2 portrait: crop marks 3 + 5 mm and registration
+    targets (1 + 5 mm) fit beside the block and are drawn; with 10 mm marks they cannot, and the job
+    fails rather than shrinking the pages or dropping the marks."""
+    source = labelled_pdf(tmp_path / "in.pdf", 32, A6_PT)
+    layout = {"layout": "perfect_bound", "sheet": "SRA2", "orientation": "portrait", "signature_pages": 32,
+              "crop_marks": True, "crop_mark_length_mm": length_mm, "registration_marks": True}
+    if not fits:
+        with pytest.raises(InvalidLayout, match="signature_pages=32 folds one sheet as F32-5"):
+            impose(engine, source, layout, tmp_path)
+        return
+    output, report = impose(engine, source, layout, tmp_path)
+    assert (report.sheets, report.warnings) == (1, ())
+    assert all(placed.scale == pytest.approx(1) for side in placements(output, source) for placed in side)
+    assert len([c for c in circles(output, 0) if c.colour == "All"]) == 4
+
+
+def test_fold_scheme_sections_keeps_nested_2up_sheets_when_asked(engine, tmp_path):
+    """The old signature, asked for by name: 32 pages a signature as 8 nested 2-up sheets."""
+    source = labelled_pdf(tmp_path / "in.pdf", 32, A6_PT)
+    output, report = impose(engine, source, {"layout": "perfect_bound", "sheet": "SRA2", "orientation": "portrait",
+                                             "signature_pages": 32, "fold_scheme": "sections"}, tmp_path)
+    assert (report.sheets, report.sides) == (8, 16)
+    sides = placements(output, source)
+    assert {len(side) for side in sides} == {2}
+    front, back = ({p.label for p in side} for side in sides[:2])
+    assert (front, back) == ({"P32", "P1"}, {"P2", "P31"})  # the outermost sheet of the one section
+
+
+def test_saddle_stitch_signature_pages_folds_nested_catalogue_sheets(engine, tmp_path):
+    """Saddle stitch asking for 8 pages a sheet folds F8-7 sheets, nested, exactly as naming F8-7 does;
+    without signature_pages it stays 2-up (handed cases 1 and 2)."""
+    source = SAMPLES / "a5_16p.pdf"
+    base = {"layout": "saddle_stitch", "sheet": "SRA3", "orientation": "portrait"}
+    implied, report = impose(engine, source, {**base, "signature_pages": 8}, tmp_path, "implied.pdf")
+    named, _ = impose(engine, source, {**base, "fold_scheme": "F8-7"}, tmp_path, "named.pdf")
+    assert (report.sheets, report.sides, report.warnings) == (2, 4, ())
+    assert placements(implied, source) == placements(named, source)
+    plain, report = impose(engine, source, base, tmp_path, "plain.pdf")
+    assert report.sheets == 4 and {len(side) for side in placements(plain, source)} == {2}

@@ -211,7 +211,8 @@ def test_the_same_job_gives_the_same_bytes(engine, case, tmp_path):
 
 LAYOUTS = [
     {"layout": "saddle_stitch", "sheet": "A4"},
-    {"layout": "perfect_bound", "sheet": "A4", "signature_pages": 8},
+    {"layout": "perfect_bound", "sheet": "A4", "signature_pages": 8, "fold_scheme": "sections"},
+    {"layout": "perfect_bound", "sheet": "SRA2", "signature_pages": 8},  # F8-7: one sheet per signature
     {"layout": "n_up", "sheet": "SRA3", "columns": 2, "rows": 2},
     {"layout": "cut_and_stack", "sheet": "SRA3", "columns": 2, "rows": 2, "duplex": "sheetwise"},
 ]
@@ -227,5 +228,14 @@ def test_the_engine_places_every_page_exactly_once(engine, tmp_path_factory, pag
     found = sorted(int(l.text[1:]) for side in big_labels(output) for l in side)
     assert found == list(range(1, page_count + 1))
     assert report.pages_in == page_count
-    assert report.blank_pages == (-page_count % 4 if "signature_pages" in layout or layout["layout"] == "saddle_stitch"
-                                  else page_count % 2 if "duplex" in layout else 0)
+    assert report.blank_pages == expected_blanks(layout, page_count)
+
+
+def expected_blanks(layout, page_count):
+    """Padding: 2-up booklets to a multiple of 4, a fold scheme's signatures to whole ones, duplex grids
+    to whole leaves."""
+    if layout["layout"] == "saddle_stitch" or layout.get("fold_scheme") == "sections":
+        return -page_count % 4
+    if "signature_pages" in layout:
+        return -page_count % layout["signature_pages"]
+    return page_count % 2 if "duplex" in layout else 0

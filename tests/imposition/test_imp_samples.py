@@ -21,11 +21,14 @@ CASES = Path(__file__).resolve().parents[1] / "data" / "cases"
 #: 16 A5 pages: booklets and signatures print 4 pages a sheet on 2 sides; 2 × 2 grids 4 a side;
 #: step-and-repeat fills one sheet with page 1. A layout asking for bleed imposes handed case 7's
 #: 8 pages with 3 mm of bleed (the 16-page sample has none): work and turn puts their 4 fronts and
-#: 4 backs on one plate. The 32-page signature (16 pages a side on SRA2) imposes 32 A6 pages; F16-7
-#: puts all 16 A5 pages on one sheet, F8-7 8 on each of 2 sheets; the gang-up 3 + 1 copies on a side.
+#: 4 backs on one plate. The 32-page signatures (16 pages a side on SRA2, F32-5 named or chosen for
+#: ``signature_pages: 32``) impose 32 A6 pages; F16-7 puts all 16 A5 pages on one sheet, F8-7 8 on each
+#: of 2 sheets; ``perfect_bound_16`` asks for nested 2-up sections (``fold_scheme: sections``); the
+#: gang-up 3 + 1 copies on a side.
 EXPECTED_SIDES = {
     "perfect_bound_f16_7_sra2.json": 2,
     "perfect_bound_f32_5_sra2.json": 2,
+    "perfect_bound_32_sra2.json": 2,
     "saddle_stitch_f8_7_sra3.json": 4,
     "step_and_repeat_gang_sra3.json": 1,
     "n_up_registration_sra2.json": 4,
@@ -51,7 +54,8 @@ def on_line(marks, *, x=None, y=None):
 def test_shipped_layout_imposes_with_everything_it_asks_for(tmp_path, name, sides):
     asked = json.loads((SAMPLES / "layouts" / name).read_text())
     source = CASES / "trim_bleed_3mm_8p.pdf" if asked.get("bleed_mm") else SAMPLES / "a5_16p.pdf"
-    if asked.get("fold_scheme", "").startswith("F32"):
+    scheme = parse_layout(asked).resolved().fold_scheme  # named, or chosen for signature_pages
+    if scheme and scheme.startswith("F32"):
         source = labelled_pdf(tmp_path / "a6_32p.pdf", 32, (105 * MM, 148 * MM))
     output = tmp_path / "plate.pdf"
     report = get_engine(get_settings()).impose(source, parse_layout(asked), output)
@@ -62,9 +66,8 @@ def test_shipped_layout_imposes_with_everything_it_asks_for(tmp_path, name, side
     for index, side in enumerate(placements(output, source)):
         drawn = segments(output, index)
         assert all(placed.scale == pytest.approx(1) for placed in side)
-        if asked.get("fold_scheme"):  # the scheme's grid, heads turned on some rows
-            scheme = FOLD_SCHEMES[asked["fold_scheme"]]
-            assert len(side) == scheme.leaves
+        if scheme:  # the scheme's grid, heads turned on some rows
+            assert len(side) == FOLD_SCHEMES[scheme].leaves
             assert {label.angle_degrees_ccw for label in angles[index]} == {0, 180}
         if asked.get("collation_marks"):  # a registration-colour mark on the spine of each front
             marks = [f for f in fills(output, index) if f.colour == "All"]
