@@ -22,7 +22,9 @@ How cells are laid out (print conventions):
   * Fold schemes (:mod:`imposition.folds`): the scheme's grid, pages against their spine edge,
     turned 180° where the scheme's folds need it; creep moves each page toward its spine by
     ``creep_pt`` per leaf outside its own (:attr:`~imposition.ordering.PageOrder.depth`) and per leaf
-    of the signatures nested outside it (saddle stitch). Fold marks sit on every fold line.
+    of the signatures nested outside it (saddle stitch). Fold marks sit on every fold line. A
+    scheme chosen for ``signature_pages`` must hold the pages at 100 % with that room reserved,
+    else the job fails naming ``signature_pages`` (never 2-up sheets or shrunk pages instead).
   * Registration targets sit at the middle of each edge of a plate's block (its pages' clips and
     marks), 1 mm beyond it; the colour bar runs across the head of the block, above everything; the
     collation mark of a signature sits on the spine of its outermost sheet's front, a step lower per
@@ -665,8 +667,9 @@ def plan_imposition(
         one plate per sheet for simplex, work and turn and work and tumble).
 
     Raises:
-        InvalidLayout: margins or gutters leave no room in any allowed orientation, or ``pages`` names a
-            page the document lacks.
+        InvalidLayout: margins or gutters leave no room in any allowed orientation, ``pages`` names a
+            page the document lacks, or the fold scheme chosen for ``signature_pages`` does not hold
+            the pages at 100 % (:func:`_check_signature_fits`).
         PageTooLarge: with ``scaling: none``, a page does not fit its cell in any allowed orientation.
         TooManyCells: a side would hold more than ``max_cells_per_sheet`` cells in every allowed
             orientation (step and repeat of a tiny page), or the job more than ``max_cells_per_job``;
