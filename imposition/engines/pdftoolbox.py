@@ -44,6 +44,7 @@ from ..errors import (
     PasswordRequired,
     without_paths,
 )
+from ..folds import SECTIONS
 from ..isolation import run_limited
 from ..spec import LayoutSpec, PerfectBound
 from .base import Engine, EngineJob, Placed
@@ -98,12 +99,17 @@ def layout_variables(spec: LayoutSpec) -> dict[str, str]:
     """The layout as pdfToolbox variables: every spec field (nested ones joined with ``_``, a list of
     objects by index: ``gang_0_page``, ``gang_0_copies``), plus
     ``sheet_width_pt`` and ``sheet_height_pt`` of the named sheet before orientation; a perfect-bound
-    layout's ``signature_pages`` is always given (16, or its fold scheme's, when the layout has none)."""
+    layout's ``signature_pages`` is always given (16, or its fold scheme's, when the layout has none),
+    and a booklet's ``fold_scheme`` is the scheme its sheets fold (named, chosen for
+    ``signature_pages``, or ``sections``), so that the process plan folds what our planner would."""
     variables: dict[str, str] = {}
     for key, value in spec.model_dump(mode="json").items():
         _flatten(key, value, variables)
     if isinstance(spec, PerfectBound):
         variables["signature_pages"] = str(spec.signature_pages_or_default())
+    resolved = spec.resolved()
+    if resolved.booklet:
+        variables["fold_scheme"] = resolved.fold_scheme or SECTIONS
     width_pt, height_pt = spec.sheet_size_pt()
     variables["sheet_width_pt"] = f"{width_pt:.4f}"
     variables["sheet_height_pt"] = f"{height_pt:.4f}"

@@ -43,6 +43,20 @@ def test_the_command_is_an_argument_list_from_the_settings(stand_in_settings, ca
     assert any(arg.startswith("--setvariable=sheet_width_pt:907.08") for arg in command)
 
 
+@pytest.mark.parametrize("layout, variables", [
+    ({"layout": "perfect_bound", "sheet": "SRA2", "signature_pages": 32}, ["signature_pages:32", "fold_scheme:F32-5"]),
+    ({"layout": "perfect_bound", "sheet": "SRA2", "signature_pages": 32, "fold_scheme": "sections"},
+     ["signature_pages:32", "fold_scheme:sections"]),
+    ({"layout": "saddle_stitch", "sheet": "A4"}, ["fold_scheme:sections"]),
+])
+def test_the_process_plan_is_told_the_fold_scheme_the_planner_would_fold(stand_in_settings, case, tmp_path,
+                                                                       layout, variables):
+    job = EngineJob(case("a5_8p.pdf"), parse_layout(layout), tmp_path / "o.pdf", tmp_path, None, None, 0.0, 1.0)
+    command = PdfToolboxEngine(stand_in_settings).command(job)
+    assert all(f"--setvariable={variable}" in command for variable in variables)
+    assert sum(arg.startswith("--setvariable=fold_scheme:") for arg in command) == 1
+
+
 @pytest.mark.parametrize(
     "exit_code, error, retryable",
     [
