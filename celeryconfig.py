@@ -45,6 +45,7 @@ task_routes = {
     "imposition.sweep": {"queue": _settings.maintenance_queue},
     "imposition.deliver_webhook": {"queue": _settings.notifications_queue},
     "imposition.sample_queues": {"queue": _settings.maintenance_queue},
+    "imposition.drain_webhook_outbox": {"queue": _settings.maintenance_queue},
 }
 
 task_serializer = "json"
@@ -69,6 +70,11 @@ beat_schedule = {
     "sweep-expired-leases": {
         "task": "imposition.sweep",
         "schedule": _settings.sweep_interval_s,
+        "options": {"queue": _settings.maintenance_queue, "MessageGroupId": MAINTENANCE_GROUP},
+    },
+    "drain-webhook-outbox": {  # webhooks.tasks.drain_outbox: the outbox's safety net (issue 15)
+        "task": "imposition.drain_webhook_outbox",
+        "schedule": _settings.webhook_outbox_drain_interval_s,
         "options": {"queue": _settings.maintenance_queue, "MessageGroupId": MAINTENANCE_GROUP},
     },
     "sample-queues": {  # observability.sampler: SQS depths and CloudWatch ages as gauges

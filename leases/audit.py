@@ -55,7 +55,7 @@ from typing import NamedTuple
 from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
-from leases import nodes, sweeper, waiting
+from leases import nodes, outbox, sweeper, waiting
 from leases.errors import LeaseContention
 from leases.models import CLUSTER_SLOTS_KEY, ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem
 from leases.transactions import (
@@ -428,8 +428,9 @@ def _repair_stranded(job: JobItem, publish: Callable[[str, str], None]) -> str |
         publish(job.tenant_id, job.job_id, after_attempt=int(job.attempts or 0))
         actions = requeue_actions(job.tenant_id, time.time())
     else:
-        actions = [JobItem.status.set(JobStatus.FAILED.value), JobItem.finished_at.set(time.time()),
-                   JobItem.lease_token.remove()]
+        now = time.time()
+        actions = [JobItem.status.set(JobStatus.FAILED.value), JobItem.finished_at.set(now),
+                   JobItem.lease_token.remove(), *outbox.intent_actions(now)]
     actions += [JobItem.error.set(reason), JobItem.error_code.set("stranded")]
 
     def attempt() -> bool:

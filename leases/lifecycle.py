@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from pynamodb.exceptions import TransactWriteError
 
+from leases import outbox
 from leases.errors import WrongJobStatus
 from leases.models import JobItem, JobStatus, TenantItem
 from leases.transactions import (
@@ -114,7 +115,7 @@ def cancel(job_id: str) -> Outcome:
                    actions=[JobItem.status.set(JobStatus.FAILED.value), JobItem.finished_at.set(t),
                             JobItem.error.set(f"cancelled by an operator while {job.status}"),
                             JobItem.error_code.set(CANCELLED_CODE), JobItem.queued_tenant.remove(),
-                            JobItem.waiting_tenant.remove(), JobItem.due_at.remove()],
+                            JobItem.waiting_tenant.remove(), JobItem.due_at.remove(), *outbox.intent_actions(t)],
                    condition=(JobItem.status == job.status) & (JobItem.tenant_id == job.tenant_id))
         return JobStatus.FAILED.value
 
@@ -171,7 +172,7 @@ def retry(job_id: str, *, max_attempts: int | None = None) -> Outcome:
                             JobItem.output_key.remove(), JobItem.sheets.remove(), JobItem.sides.remove(),
                             JobItem.warnings.remove(), JobItem.lease_token.remove(),
                             JobItem.webhook_status.remove(), JobItem.webhook_error.remove(),
-                            JobItem.webhook_delivered_at.remove()],
+                            JobItem.webhook_delivered_at.remove(), *outbox.settle_actions()],
                    condition=(JobItem.status == JobStatus.FAILED.value) & (JobItem.tenant_id == job.tenant_id)
                    & _same_finish(job))
         return JobStatus.QUEUED.value if queued else JobStatus.WAITING.value

@@ -15,7 +15,8 @@
     :class:`JobsByTenantIndex` (partition ``tenant_id``, sort ``submitted_at``) serves per-tenant
     reports; two sparse indexes hold only the jobs of one status, per tenant, oldest submission
     first: :class:`WaitingJobsIndex` (``waiting``: the hand-off's FIFO) and
-    :class:`QueuedJobsIndex` (``queued``: the sweeper's lost-message check).
+    :class:`QueuedJobsIndex` (``queued``: the sweeper's lost-message check); a third,
+    :class:`WebhookOutboxIndex`, holds the final jobs whose webhook is not settled (the outbox).
 
 ``TokenClaimItem`` (table ``tokens``)
     one per (tenant, idempotency token) submitted within the idempotency TTL: the durable claim of
@@ -207,6 +208,18 @@ class QueuedJobsIndex(GlobalSecondaryIndex["JobItem"]):
     submitted_at = NumberAttribute(range_key=True)
 
 
+class WebhookOutboxIndex(GlobalSecondaryIndex["JobItem"]):
+    """Final jobs whose webhook is not settled yet, by when the outbox drain may send a round
+    (sparse: only they have ``outbox_partition``; :mod:`leases.outbox`)."""
+
+    class Meta:
+        index_name = "by-webhook-due"
+        projection = AllProjection()
+
+    outbox_partition = UnicodeAttribute(hash_key=True)
+    webhook_due_at = NumberAttribute(range_key=True)
+
+
 class JobItem(Model):
     """One imposition job and its whole history."""
 
@@ -259,6 +272,12 @@ class JobItem(Model):
     webhook_attempts = NumberAttribute(null=True)
     webhook_error = UnicodeAttribute(null=True)
     webhook_delivered_at = NumberAttribute(null=True)
+    #: The webhook outbox (:mod:`leases.outbox`): set by the transaction that writes the final status,
+    #: removed when the event is settled (delivered, gave up, no endpoint). ``webhook_due_at``: when the
+    #: drain may send a round if nothing settled it by then; ``webhook_drained_at``: the drain's last round.
+    outbox_partition = UnicodeAttribute(null=True)
+    webhook_due_at = NumberAttribute(null=True)
+    webhook_drained_at = NumberAttribute(null=True)
     #: Operator retries of a failed job (``imposition job retry``, :mod:`leases.lifecycle`); absent
     #: means never retried. Also tells the webhook event of each run apart (its event id).
     retries = NumberAttribute(null=True)
@@ -269,6 +288,7 @@ class JobItem(Model):
     by_tenant = JobsByTenantIndex()
     by_waiting = WaitingJobsIndex()
     by_queued = QueuedJobsIndex()
+    by_webhook_due = WebhookOutboxIndex()
 
     @property
     def job_status(self) -> JobStatus:

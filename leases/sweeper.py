@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from pynamodb.exceptions import DoesNotExist, UpdateError
 
-from leases import nodes, waiting
+from leases import nodes, outbox, waiting
 from leases.models import LEASE_EXPIRY_PARTITION, PENDING_PARTITION, JobItem, JobStatus, LeaseItem, TenantItem
 from leases.transactions import NamedTransaction, fenced_release, requeue_actions
 from service.settings import get_settings
@@ -83,7 +83,7 @@ def reclaim(lease: LeaseItem, *, now: float, requeue: bool, reason: str) -> bool
     else:
         job_actions = [JobItem.status.set(JobStatus.FAILED.value), JobItem.lease_token.remove(),
                        JobItem.finished_at.set(now), JobItem.error.set(reason),
-                       JobItem.error_code.set("lease_expired")]
+                       JobItem.error_code.set("lease_expired"), *outbox.intent_actions(now)]
 
     def job_item(tx: NamedTransaction, release_id: str) -> None:
         tx.add("update", "job", JobItem(lease.job_id),

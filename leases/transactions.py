@@ -65,6 +65,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from leases import outbox
 from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost, TenantMismatch
 from leases.models import CLUSTER_SLOTS_KEY, ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem
 from service.settings import get_settings
@@ -647,6 +648,7 @@ def commit_success(
 ) -> None:
     """Record ``succeeded`` with the plate's key and release the slot, all fenced by the token.
 
+    The job's webhook event is put in the outbox by the same write (:mod:`leases.outbox`).
     ``warnings`` are the engine's typed warnings (``[{"code", "message"}, …]``), stored as
     ``JobItem.warnings`` (an empty list when there are none). ``hand_off``: the tenant's next
     waiting job, handed the place in the same transaction (see :func:`fenced_release`).
@@ -668,6 +670,7 @@ def commit_success(
             JobItem.lease_token.remove(),
             JobItem.error.remove(),
             JobItem.error_code.remove(),
+            *outbox.intent_actions(t),
         ],
         what="commit",
         hand_off=hand_off,
@@ -694,7 +697,7 @@ def release_for_retry(lease: Lease, *, error: str, error_code: str, delay_s: flo
 def fail_job(lease: Lease, *, error: str, error_code: str, now: float | None = None,
              hand_off: HandOff | None = None) -> None:
     """Record ``failed`` with the reason and free the slot (or hand it to ``hand_off``, as
-    :func:`commit_success`).
+    :func:`commit_success`); the webhook event goes to the outbox.
 
     Raises:
         LeaseLost, LeaseContention: as :func:`commit_success`.
@@ -708,6 +711,7 @@ def fail_job(lease: Lease, *, error: str, error_code: str, now: float | None = N
             JobItem.lease_token.remove(),
             JobItem.error.set(error),
             JobItem.error_code.set(error_code),
+            *outbox.intent_actions(t),
         ],
         what="fail",
         hand_off=hand_off,

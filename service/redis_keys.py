@@ -51,6 +51,11 @@ class KeyKind(Enum):
     RECENT_CAP_DEFER = ("recent", "cap_defer", True)
     #: observability.recent: lease recoveries of one tenant in one time bucket (id: bucket start).
     RECENT_LEASE_RECOVERED = ("recent", "lease_recovered", True)
+    #: webhooks.fairness: one of the tenant's delivery slots, a redis-py lock (id: the slot's number).
+    WEBHOOK_DELIVERING = ("webhooks", "delivering", True)
+    #: webhooks.signing: an accepted webhook request, for the replay check (no tenant; id:
+    #: ``<event id>.<signature timestamp>``).
+    WEBHOOK_REPLAY = ("webhooks", "replay", True)
 
     @property
     def area(self) -> str:

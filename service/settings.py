@@ -239,6 +239,32 @@ class Settings(BaseSettings):
         default=30.0, gt=0, description="After the soft time limit, time a round has to record itself as failed "
         "and publish the next round before Celery kills the pool child (hard time limit)."
     )
+    webhook_outbox_grace_s: float = Field(
+        default=300.0, gt=0, description="The outbox (leases.outbox): how long after a job's end, or after the "
+        "next round of a failed delivery should have ended, the drain sends a round itself. Keep it above the "
+        "round's hard time limit (webhooks.delivery.round_time_limits), or the drain duplicates a running round.",
+    )
+    webhook_outbox_drain_interval_s: float = Field(
+        default=60.0, gt=0, description="Beat period of the outbox drain (imposition.drain_webhook_outbox)."
+    )
+    webhook_outbox_drain_batch: int = Field(
+        default=500, ge=1, description="Most overdue events one drain sends rounds for; the rest wait for the next."
+    )
+    webhook_tenant_concurrency: int = Field(
+        default=1, ge=1, description="Webhook rounds of one tenant that may POST at once, across every "
+        "notifications worker (a Redis semaphore, webhooks.fairness); keep it below the notifications "
+        "workers' total concurrency, so one tenant's hanging endpoint leaves slots to the others.",
+    )
+    webhook_tenant_busy_delay_s: int = Field(
+        default=1, ge=1, le=SQS_MAX_DELAY_S, description="SQS DelaySeconds of a round put back because its tenant "
+        "had webhook_tenant_concurrency rounds running; doubled per put-back, at most the running round's "
+        "remaining time limit.",
+    )
+    webhook_replay_store: Literal["redis", "memory"] = Field(
+        default="redis", description="Where webhooks.verify_webhook remembers accepted requests when the caller "
+        "passes no replay store: redis (redis_url, shared by every receiving process, so a replay sent to "
+        "another process is refused) or memory (this process only).",
+    )
     webhook_allow_private_addresses: bool = Field(
         default=False, description="Allow webhook URLs whose host is or resolves to a loopback, private, "
         "link-local or other non-public address (local runs and tests only: otherwise an SSRF hole)."

@@ -12,10 +12,11 @@ Public API::
     verify_webhook(headers, body, secret, tolerance_s=300, *, replay_store=None, now_s=None) -> dict
     signed_headers(body, secret, event_id, *, timestamp_s=None) -> dict
     compute_signature(secret, timestamp_s, body) -> str
-    MemoryReplayStore(), RedisReplayStore(client)
+    MemoryReplayStore(), RedisReplayStore(client), default_replay_store() (Redis unless configured to memory)
     SIGNATURE_HEADER = "Imposition-Signature", EVENT_ID_HEADER = "Imposition-Event-Id"
     errors: WebhookError > WebhookVerificationError > MalformedSignature | InvalidSignature |
-            StaleTimestamp | ReplayedEvent;  WebhookError > WebhookConfigError > UnsafeWebhookDestination
+            StaleTimestamp | ReplayedEvent;  WebhookError > ReplayStoreUnavailable;
+            WebhookError > WebhookConfigError > UnsafeWebhookDestination
 
 This package's ``__init__`` imports no Celery or AWS code, so a tenant can use the verifier alone.
 """
@@ -26,6 +27,7 @@ from webhooks.errors import (
     InvalidSignature,
     MalformedSignature,
     ReplayedEvent,
+    ReplayStoreUnavailable,
     StaleTimestamp,
     UnsafeWebhookDestination,
     WebhookConfigError,
@@ -39,6 +41,7 @@ from webhooks.signing import (
     RedisReplayStore,
     ReplayStore,
     compute_signature,
+    default_replay_store,
     signed_headers,
     verify_webhook,
 )
@@ -51,6 +54,7 @@ __all__ = [
     "MemoryReplayStore",
     "RedisReplayStore",
     "ReplayStore",
+    "ReplayStoreUnavailable",
     "ReplayedEvent",
     "StaleTimestamp",
     "UnsafeWebhookDestination",
@@ -58,6 +62,7 @@ __all__ = [
     "WebhookError",
     "WebhookVerificationError",
     "compute_signature",
+    "default_replay_store",
     "signed_headers",
     "verify_webhook",
 ]

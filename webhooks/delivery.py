@@ -25,6 +25,14 @@ message is then requeued, not acked (see :mod:`webhooks.tasks`).
 
 A tenant with no webhook endpoint has nobody to confirm its jobs: the round confirms on its behalf
 (:func:`admission.confirm`) and records ``no_endpoint``.
+
+**Fairness.** The POSTs of a round run in one of the tenant's delivery slots
+(:func:`webhooks.fairness.delivery_slot`); a round that finds them all taken POSTs nothing and
+reports ``busy``, and the task puts it back on the queue with a delay.
+
+**The outbox.** The final write of the job put the event in the outbox (:mod:`leases.outbox`);
+recording ``delivered``, ``gave_up`` or ``no_endpoint`` takes it out, recording ``retrying`` moves
+the time the outbox drain may step in past the next round.
 """
 
 from __future__ import annotations
@@ -46,8 +54,10 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from leases import outbox
 from leases.models import JobItem
 from service.settings import Settings, get_settings
+from webhooks import fairness
 from webhooks.destinations import guarded_session
 from webhooks.endpoints import WebhookEndpoint, endpoint_for, loggable_url
 from webhooks.errors import UnsafeWebhookDestination
@@ -56,9 +66,11 @@ from webhooks.signing import signed_headers
 
 log = logging.getLogger(__name__)
 
-#: Values of ``JobItem.webhook_status``.
-PENDING, RETRYING, DELIVERED, GAVE_UP, NO_ENDPOINT, NOT_SENT = (
-    "pending", "retrying", "delivered", "gave_up", "no_endpoint", "not_sent")
+#: Values of ``JobItem.webhook_status`` (``pending``: written with the job's final status, the outbox).
+PENDING = outbox.PENDING
+RETRYING, DELIVERED, GAVE_UP, NO_ENDPOINT = "retrying", "delivered", "gave_up", "no_endpoint"
+#: :attr:`RoundReport.status` of a round that POSTed nothing: the tenant's delivery slots were all taken.
+BUSY = "busy"
 #: Statuses after which no round delivers again.
 SETTLED = frozenset({DELIVERED, GAVE_UP, NO_ENDPOINT})
 
@@ -72,15 +84,18 @@ class RoundReport:
     """What one delivery round did.
 
     Attributes:
-        status: ``delivered``, ``no_endpoint``, ``failed`` (retry in a later round), or ``skipped``
-            (already settled, or the job is unknown or not final).
+        status: ``delivered``, ``no_endpoint``, ``failed`` (retry in a later round), ``busy``
+            (:data:`BUSY`: nothing POSTed, run it again later), or ``skipped`` (already settled, or
+            the job is unknown or not final).
         attempts: HTTP attempts made in this round.
         error: the last attempt's error, if it failed.
+        retry_after_s: for ``busy``, seconds until the tenant's first slot frees at the latest.
     """
 
     status: str
     attempts: int = 0
     error: str | None = None
+    retry_after_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -161,15 +176,22 @@ def post_with_retries(endpoint: WebhookEndpoint, body: bytes, evt_id: str) -> Ro
     return RoundReport(DELIVERED, retrying.statistics.get("attempt_number", 1))
 
 
-def record(job_id: str, status: str, *, attempts: int = 0, error: str | None = None) -> bool:
+def record(job_id: str, status: str, *, attempts: int = 0, error: str | None = None,
+           due_at: float | None = None) -> bool:
     """Write a round's outcome on the job item; return False if it was already ``delivered``.
 
-    ``delivered`` is never overwritten (a duplicate round that failed after another succeeded).
+    ``delivered`` is never overwritten (a duplicate round that failed after another succeeded). A
+    status of :data:`SETTLED` takes the event out of the outbox; ``due_at`` (epoch s) moves the time
+    the outbox drain may send a round itself (:mod:`leases.outbox`).
     """
     actions = [JobItem.webhook_status.set(status), JobItem.webhook_attempts.add(attempts)]
     actions.append(JobItem.webhook_error.set(error) if error else JobItem.webhook_error.remove())
     if status == DELIVERED:
         actions.append(JobItem.webhook_delivered_at.set(time.time()))
+    if status in SETTLED:
+        actions += outbox.settle_actions()
+    elif due_at is not None:
+        actions += outbox.postpone_actions(due_at)
     try:
         JobItem(job_id).update(
             actions=actions,
@@ -208,7 +230,12 @@ def deliver_round(job_id: str, tenant_id: str) -> RoundReport:
         log.info("webhook of job %s: tenant %s has no endpoint; confirmed on its behalf", job_id, tenant_id)
         return RoundReport(NO_ENDPOINT)
     body = encode(job_event(job))
-    report = post_with_retries(endpoint, body, event_id(job_id, int(job.retries or 0)))
+    try:
+        with fairness.delivery_slot(tenant_id, hold_s=round_time_limits().hard_s):
+            report = post_with_retries(endpoint, body, event_id(job_id, int(job.retries or 0)))
+    except fairness.TenantBusy as busy:
+        log.info("webhook of job %s: %s; put back", job_id, busy)
+        return RoundReport(BUSY, error=str(busy), retry_after_s=busy.retry_after_s)
     if report.status == DELIVERED:
         record(job_id, DELIVERED, attempts=report.attempts)
         log.info("webhook of job %s delivered to %s after %s attempt(s)",

@@ -6,6 +6,8 @@
     │   ├── InvalidSignature         no v1 signature matches: wrong secret or tampered body
     │   ├── StaleTimestamp           |now - t| exceeds the tolerance (old capture or skewed clock)
     │   └── ReplayedEvent            the same event id and timestamp were accepted before
+    ├── ReplayStoreUnavailable       tenant side: the replay store cannot be reached (answer 503:
+    │                                the sender delivers again later)
     └── WebhookConfigError           a webhook URL or secret that cannot be used (names the field)
         └── UnsafeWebhookDestination the URL's host is or resolves to a non-public address (SSRF guard)
 
@@ -48,6 +50,11 @@ class StaleTimestamp(WebhookVerificationError):
 
 class ReplayedEvent(WebhookVerificationError):
     """This exact signed request (event id and timestamp) was accepted before."""
+
+
+class ReplayStoreUnavailable(WebhookError):
+    """The replay store (Redis) could not be asked whether a request was accepted before; the
+    request is neither accepted nor refused as a forgery (verification fails closed)."""
 
 
 class WebhookConfigError(WebhookError, ValueError):

@@ -5,7 +5,8 @@ first line of stdout), then serves:
 
 ``POST /hooks/<tenant_id>``
     verifies the request with :func:`webhooks.signing.verify_webhook` under the tenant's secret
-    (read from the tenants table) and, if it verifies, confirms the job with
+    (read from the tenants table; replays remembered in Redis by default, so several receivers
+    refuse each other's replays; 503 while Redis is unreachable) and, if it verifies, confirms the job with
     :func:`admission.confirm` (lowering the tenant's in-flight count) and answers 200. A request
     that fails verification gets 400 and confirms nothing, whatever its headers and body hold
     (a malformed ``Content-Length`` too); an unknown tenant gets 404.
@@ -32,8 +33,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from service.settings import get_settings
 from service.tenancy import TenancyError, validate_tenant_id
 from webhooks.endpoints import endpoint_for
-from webhooks.errors import WebhookVerificationError
-from webhooks.signing import MemoryReplayStore, ReplayStore, verify_webhook
+from webhooks.errors import ReplayStoreUnavailable, WebhookVerificationError
+from webhooks.signing import ReplayStore, verify_webhook
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,6 @@ def make_server(host: str = "127.0.0.1", port: int = 0, *, tolerance_s: float | 
     import admission  # noqa: PLC0415 (keeps ``--help`` fast)
 
     tolerance = get_settings().webhook_tolerance_s if tolerance_s is None else tolerance_s
-    replays = replay_store or MemoryReplayStore()
     confirmations = Confirmations()
 
     class Handler(BaseHTTPRequestHandler):
@@ -118,7 +118,11 @@ def make_server(host: str = "127.0.0.1", port: int = 0, *, tolerance_s: float | 
                 self._answer(HTTPStatus.NOT_FOUND, {"error": "no webhook configured for this tenant"})
                 return
             try:
-                event = verify_webhook(self.headers, body, endpoint.secret, tolerance, replay_store=replays)
+                event = verify_webhook(self.headers, body, endpoint.secret, tolerance, replay_store=replay_store)
+            except ReplayStoreUnavailable as exc:  # neither accepted nor a forgery: the sender tries again
+                log.warning("tenant %s: webhook not verified, replay store down: %s", tenant_id, exc)
+                self._answer(HTTPStatus.SERVICE_UNAVAILABLE, {"error": type(exc).__name__})
+                return
             except WebhookVerificationError as exc:
                 confirmations.add(tenant_id)
                 log.warning("tenant %s: rejected a webhook: %s: %s", tenant_id, type(exc).__name__, exc)

@@ -8,7 +8,9 @@ Every request carries two headers::
 Signing the timestamp together with the body means a captured request cannot be re-sent with a
 fresh timestamp; the receiver rejects timestamps further than ``tolerance_s`` from its clock (300 s,
 Stripe's default) and remembers each accepted (event id, timestamp) for that long, so a replay
-within the tolerance is rejected too. Several ``v1=`` entries may appear (secret rotation); one
+within the tolerance is rejected too. By default it remembers them in Redis (``Settings.redis_url``,
+:class:`RedisReplayStore`), shared by every receiving process, so a replay sent to another process
+is refused as well (``IMPOSITION_WEBHOOK_REPLAY_STORE=memory``: this process only). Several ``v1=`` entries may appear (secret rotation); one
 match is enough. Comparisons use :func:`hmac.compare_digest` (constant time).
 
 A legitimate redelivery of the same event carries a new timestamp and signature, so it verifies;
@@ -17,9 +19,11 @@ the tenant recognises it by its event id (and :func:`admission.confirm` is idemp
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -30,6 +34,7 @@ from webhooks.errors import (
     InvalidSignature,
     MalformedSignature,
     ReplayedEvent,
+    ReplayStoreUnavailable,
     StaleTimestamp,
 )
 
@@ -92,23 +97,59 @@ class MemoryReplayStore:
 
 
 class RedisReplayStore:
-    """A :class:`ReplayStore` in Redis (``SET key NX EX``), shared by every receiver process.
+    """A :class:`ReplayStore` in Redis (``SET key NX PX``), shared by every receiver process.
+
+    Keys are ``<namespace>:webhooks:_:replay:<key>`` (:func:`service.redis_keys.redis_key`).
 
     Args:
         client: a redis-py client.
-        prefix: key namespace.
+
+    Raises (from :meth:`remember`):
+        MalformedSignature: ``key`` holds a character outside ``[A-Za-z0-9._-]`` (event ids never do).
+        ReplayStoreUnavailable: Redis could not be reached.
     """
 
-    def __init__(self, client, prefix: str = "imposition:webhook-replay") -> None:
+    def __init__(self, client) -> None:
         self.client = client
-        self.prefix = prefix
 
     def remember(self, key: str, ttl_s: float) -> bool:
         """See :meth:`ReplayStore.remember`."""
-        return bool(self.client.set(f"{self.prefix}:{key}", 1, nx=True, px=max(1, int(ttl_s * 1000))))
+        from redis.exceptions import RedisError  # noqa: PLC0415 (the verifier alone needs no Redis)
+
+        from service.redis_keys import KeyKind, redis_key  # noqa: PLC0415
+
+        try:
+            name = redis_key(KeyKind.WEBHOOK_REPLAY, None, key)
+        except ValueError:
+            raise MalformedSignature(f"{EVENT_ID_HEADER}: only A-Z a-z 0-9 . _ - are accepted") from None
+        try:
+            return bool(self.client.set(name, 1, nx=True, px=max(1, int(ttl_s * 1000))))
+        except RedisError as exc:
+            raise ReplayStoreUnavailable(f"replay store unreachable: {type(exc).__name__}") from exc
 
 
 _process_store = MemoryReplayStore()
+
+
+@functools.lru_cache(maxsize=None)
+def _redis_store(url: str, pid: int) -> RedisReplayStore:
+    import redis  # noqa: PLC0415
+
+    from service.settings import get_settings  # noqa: PLC0415
+
+    timeout_s = get_settings().admission_redis_timeout_s
+    return RedisReplayStore(redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s))
+
+
+def default_replay_store() -> ReplayStore:
+    """The replay store :func:`verify_webhook` uses when given none: Redis at ``Settings.redis_url``
+    (one client per process), or this process's memory with ``Settings.webhook_replay_store = "memory"``."""
+    from service.settings import get_settings  # noqa: PLC0415
+
+    settings = get_settings()
+    if settings.webhook_replay_store == "memory":
+        return _process_store
+    return _redis_store(settings.redis_url, os.getpid())
 
 
 def _text(value: object) -> str | None:
@@ -204,8 +245,8 @@ def verify_webhook(
         body: the raw request body, exactly as received.
         secret: the tenant's webhook secret.
         tolerance_s: largest accepted ``|now - t|``, seconds (default 300, Stripe's).
-        replay_store: where accepted requests are remembered (default: one per process, in memory;
-            use :class:`RedisReplayStore` when several processes receive).
+        replay_store: where accepted requests are remembered (default :func:`default_replay_store`:
+            Redis, shared by every receiving process, unless configured to ``memory``).
         now_s: epoch seconds to use as now (tests).
 
     Raises:
@@ -213,6 +254,7 @@ def verify_webhook(
         :class:`webhooks.errors.WebhookVerificationError`, whatever the headers and the body hold:
         a header sent twice or as a list, non-ASCII header text, a body that is neither bytes nor
         UTF-8-encodable text are all ``MalformedSignature``).
+        ReplayStoreUnavailable: the replay store could not be reached (fail closed: answer 503).
     """
     raw = _raw_body(body)
     signature = _header(headers, SIGNATURE_HEADER)
@@ -233,7 +275,7 @@ def verify_webhook(
         raise MalformedSignature("body is not JSON") from None
     if not isinstance(event, dict) or event.get("id") != event_id:
         raise MalformedSignature(f"{EVENT_ID_HEADER} does not match the body's id")
-    store = _process_store if replay_store is None else replay_store
-    if not store.remember(f"{event_id}:{timestamp}", ttl_s=timestamp + tolerance_s - now + 1):
+    store = default_replay_store() if replay_store is None else replay_store
+    if not store.remember(f"{event_id}.{timestamp}", ttl_s=timestamp + tolerance_s - now + 1):
         raise ReplayedEvent(f"event {event_id} signed at t={timestamp} was already accepted")
     return event

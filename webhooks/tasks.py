@@ -1,12 +1,26 @@
 """The webhook delivery task and its trigger (DESIGN §1: webhook to the tenant → tenant confirms).
 
-Triggers: :data:`tasks.signals.job_finished` (outcome ``succeeded`` or ``failed``; ``retrying`` is
-ignored), which :class:`tasks.base.FairTask` sends *after* the lease is released, and
+Every final status is written together with the intent to notify (the outbox, :mod:`leases.outbox`:
+``webhook_status = pending``, in the same transaction). The normal path is immediate: on
+:data:`tasks.signals.job_finished` (outcome ``succeeded`` or ``failed``; ``retrying`` is ignored),
+which :class:`tasks.base.FairTask` sends *after* the lease is released, and on
 :data:`tasks.signals.lease_recovered` with ``requeued=False`` (the sweeper failed a job that was out
-of attempts). The receivers only record ``webhook_status = pending`` and publish a message, so
-delivery never holds an imposition slot and never makes a job wait for a tenant's endpoint.
+of attempts), the receivers publish the first round, so delivery never holds an imposition slot
+and never makes a job wait for a tenant's endpoint. The safety net is :func:`drain_outbox`
+(``imposition.drain_webhook_outbox``, sent by beat every ``webhook_outbox_drain_interval_s`` to the
+``maintenance`` queue): it sends a round for every event nothing settled within
+``webhook_outbox_grace_s`` (a worker killed between its commit and the publish, a publish refused,
+a round message lost), so every final job's webhook is delivered or recorded ``gave_up``, and a
+tenant without an endpoint is confirmed.
 
-Task ``imposition.deliver_webhook`` (kwargs ``job_id``, ``tenant_id``, ``round_number``, ``first_round_at``)
+**Fair across tenants.** A round POSTs only in one of its tenant's delivery slots
+(:mod:`webhooks.fairness`, ``webhook_tenant_concurrency`` per tenant); one that finds them all taken
+is published again with ``busy_deferrals + 1`` and an SQS delay (``webhook_tenant_busy_delay_s``
+doubled per put-back, at most until the running round's time limit), and its notifications slot
+takes the next message. It is not a round: nothing is recorded, the give-up clock runs on.
+
+Task ``imposition.deliver_webhook`` (kwargs ``job_id``, ``tenant_id``, ``round_number``, ``first_round_at``,
+``busy_deferrals``)
 runs on its own queue ``notifications`` (``celery -A tasks worker -Q notifications -c 2``); every
 message carries the tenant's ``MessageGroupId``, so one tenant's failing endpoint cannot crowd out
 the others' deliveries on that queue either. Timeline of one event::
@@ -37,16 +51,20 @@ from __future__ import annotations
 import logging
 import time
 
+from pynamodb.exceptions import DoesNotExist
+
+from leases import outbox
 from leases.models import JobItem
 from service.settings import SQS_MAX_DELAY_S, get_settings
 from service.tenancy import message_group_id
 from tasks import signals
 from tasks.celery_app import app
-from webhooks import delivery
+from webhooks import delivery, fairness
 
 log = logging.getLogger(__name__)
 
 TASK_NAME = "imposition.deliver_webhook"
+DRAIN_TASK_NAME = "imposition.drain_webhook_outbox"
 #: job_finished outcomes that end a job and so send its tenant an event.
 FINAL_OUTCOMES = frozenset({"succeeded", "failed"})
 
@@ -58,7 +76,7 @@ def redelivery_delay_s(round_number: int) -> int:
 
 
 def publish_delivery(tenant_id: str, job_id: str, *, round_number: int = 1, first_round_at: float | None = None,
-                     delay_s: int = 0) -> None:
+                     delay_s: int = 0, busy_deferrals: int = 0) -> None:
     """Publish one delivery round of ``job_id``'s event, held by SQS for ``delay_s`` (0–900) seconds.
 
     Raises:
@@ -69,7 +87,7 @@ def publish_delivery(tenant_id: str, job_id: str, *, round_number: int = 1, firs
         raise ValueError(f"delay_s={delay_s} is outside 0–{SQS_MAX_DELAY_S} s (SQS DelaySeconds limit)")
     deliver_webhook.apply_async(
         kwargs={"job_id": job_id, "tenant_id": tenant_id, "round_number": round_number,
-                "first_round_at": first_round_at},
+                "first_round_at": first_round_at, "busy_deferrals": busy_deferrals},
         queue=get_settings().notifications_queue,
         MessageGroupId=message_group_id(tenant_id),
         DelaySeconds=delay_s,
@@ -84,14 +102,21 @@ def publish_delivery(tenant_id: str, job_id: str, *, round_number: int = 1, firs
 ROUND_TIME_LIMITS = delivery.round_time_limits()
 
 
+def outbox_due_at(now: float, delay_s: float = 0) -> float:
+    """When the outbox drain may step in for a round that starts in ``delay_s``: after that round's
+    hard time limit and ``webhook_outbox_grace_s`` more (epoch s)."""
+    return now + delay_s + delivery.round_time_limits().hard_s + get_settings().webhook_outbox_grace_s
+
+
 @app.task(name=TASK_NAME, acks_late=True, ignore_result=True, acks_on_failure=False, acks_on_timeout=False,
           soft_time_limit=ROUND_TIME_LIMITS.soft_s, time_limit=ROUND_TIME_LIMITS.hard_s)
 def deliver_webhook(*, job_id: str, tenant_id: str, round_number: int = 1,
-                    first_round_at: float | None = None) -> dict:
-    """Run one delivery round; if it failed, schedule the next through SQS or give up.
+                    first_round_at: float | None = None, busy_deferrals: int = 0) -> dict:
+    """Run one delivery round; if it failed, schedule the next through SQS or give up; if its tenant's
+    delivery slots were all taken, publish it again with a delay.
 
     Returns ``{"job_id", "status", "round"}``; status is a :class:`webhooks.delivery.RoundReport`
-    status, or ``retrying`` / ``gave_up`` for a failed round.
+    status (``busy``: put back), or ``retrying`` / ``gave_up`` for a failed round.
     """
     started = time.time() if first_round_at is None else float(first_round_at)
     try:
@@ -101,6 +126,11 @@ def deliver_webhook(*, job_id: str, tenant_id: str, round_number: int = 1,
         log.warning("webhook of job %s (tenant %s): round %s could not run: %s: %s",
                     job_id, tenant_id, round_number, type(exc).__name__, exc)
         report = delivery.RoundReport("failed", 0, f"round could not run: {type(exc).__name__}")
+    if report.status == delivery.BUSY:
+        publish_delivery(tenant_id, job_id, round_number=round_number, first_round_at=started,
+                         delay_s=fairness.busy_delay_s(busy_deferrals, report.retry_after_s or 1),
+                         busy_deferrals=busy_deferrals + 1)
+        return {"job_id": job_id, "status": delivery.BUSY, "round": round_number}
     if report.status != "failed":
         return {"job_id": job_id, "status": report.status, "round": round_number}
     delay_s = redelivery_delay_s(round_number)
@@ -109,34 +139,81 @@ def deliver_webhook(*, job_id: str, tenant_id: str, round_number: int = 1,
         log.error("webhook of job %s (tenant %s): gave up after %s round(s): %s",
                   job_id, tenant_id, round_number, report.error)
         return {"job_id": job_id, "status": delivery.GAVE_UP, "round": round_number}
-    _record_quietly(job_id, delivery.RETRYING, report)
+    _record_quietly(job_id, delivery.RETRYING, report, due_at=outbox_due_at(time.time(), delay_s))
     publish_delivery(tenant_id, job_id, round_number=round_number + 1, first_round_at=started, delay_s=delay_s)
     return {"job_id": job_id, "status": delivery.RETRYING, "round": round_number}
 
 
-def _record_quietly(job_id: str, status: str, report: delivery.RoundReport) -> None:
+def _record_quietly(job_id: str, status: str, report: delivery.RoundReport, *, due_at: float | None = None) -> None:
     """Record a failed round; if even that fails, log it (the next round is scheduled regardless)."""
     try:
-        delivery.record(job_id, status, attempts=report.attempts, error=report.error)
+        delivery.record(job_id, status, attempts=report.attempts, error=report.error, due_at=due_at)
     except Exception as exc:  # noqa: BLE001
         log.error("webhook of job %s: could not record %s: %s", job_id, status, exc)
 
 
 def queue_webhook(tenant_id: str, job_id: str) -> None:
-    """Record ``pending`` on the job item and publish the first delivery round; never raises.
+    """Publish the first delivery round of a job that just ended; never raises.
 
-    ``pending`` is written before the publish, so a fast first round is never overwritten by it. A
-    failed publish is recorded as ``not_sent`` (the job's own outcome is committed already).
+    ``pending`` was written with the job's final status (the outbox); a failed publish is left to
+    :func:`drain_outbox`, which sends the round once ``webhook_outbox_grace_s`` has passed.
     """
     try:
-        delivery.record(job_id, delivery.PENDING)
         publish_delivery(tenant_id, job_id, first_round_at=time.time())
     except Exception as exc:  # noqa: BLE001 - a signal receiver must not fail the job that sent it
-        log.error("webhook of job %s (tenant %s) not queued: %s", job_id, tenant_id, exc)
+        log.error("webhook of job %s (tenant %s) not queued (the outbox drain will send it): %s",
+                  job_id, tenant_id, exc)
+
+
+@app.task(name=DRAIN_TASK_NAME, acks_late=True, ignore_result=True)
+def drain_outbox() -> dict:
+    """Send a round for every outbox entry due now (:mod:`leases.outbox`); returns counts.
+
+    Each entry is read again (the index lags) and claimed (its ``webhook_due_at`` moved past the
+    round it is about to get, conditionally, so two drains never both send it) before its round is
+    published, with the job's end as the round's ``first_round_at`` (the give-up clock starts when
+    the job ended). An entry that already had a drain round after its give-up deadline and is still
+    not settled (its rounds keep dying before they record anything) is recorded ``gave_up``. An entry
+    whose step fails is logged and left for the next drain.
+
+    Returns:
+        ``{"sent": n, "gave_up": n, "failed": n}``.
+    """
+    now = time.time()
+    s = get_settings()
+    counts = {"sent": 0, "gave_up": 0, "failed": 0}
+    for entry in outbox.due(now, limit=s.webhook_outbox_drain_batch):
         try:
-            delivery.record(job_id, delivery.NOT_SENT, error=f"not queued: {type(exc).__name__}")
-        except Exception as record_exc:  # noqa: BLE001
-            log.error("webhook of job %s: could not record not_sent: %s", job_id, record_exc)
+            job = JobItem.get(entry.job_id, consistent_read=True)
+        except DoesNotExist:
+            continue
+        except Exception as exc:  # noqa: BLE001 - the next drain tries again
+            log.warning("outbox: could not read job %s: %s", entry.job_id, exc)
+            counts["failed"] += 1
+            continue
+        if job.outbox_partition is None or job.webhook_due_at is None or float(job.webhook_due_at) >= now:
+            continue  # settled, or moved on, since the index was read
+        first_round_at = float(job.finished_at or now)
+        try:
+            if job.webhook_drained_at is not None and (
+                    float(job.webhook_drained_at) > first_round_at + s.webhook_give_up_after_s):
+                delivery.record(job.job_id, delivery.GAVE_UP,
+                                error=f"no delivery round finished within webhook_give_up_after_s="
+                                      f"{s.webhook_give_up_after_s:g} s of the job's end")
+                log.error("webhook of job %s (tenant %s): gave up (outbox)", job.job_id, job.tenant_id)
+                counts["gave_up"] += 1
+                continue
+            if not outbox.claim(job, now=now, due_at=outbox_due_at(now)):
+                continue
+            publish_delivery(job.tenant_id, job.job_id, first_round_at=first_round_at)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("outbox: round of job %s (tenant %s) not sent: %s", job.job_id, job.tenant_id, exc)
+            counts["failed"] += 1
+            continue
+        log.warning("outbox: webhook of job %s (tenant %s) unsettled %.0f s after the job ended; round sent",
+                    job.job_id, job.tenant_id, now - first_round_at)
+        counts["sent"] += 1
+    return counts
 
 
 @signals.job_finished.connect

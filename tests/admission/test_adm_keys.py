@@ -8,6 +8,7 @@ import pytest
 
 import admission
 from observability import recent
+from webhooks import default_replay_store, fairness
 from service.redis_keys import NO_TENANT, SEPARATOR, KeyKind, redis_key
 from service.settings import get_settings
 from service.tenancy import InvalidTenantId
@@ -56,9 +57,11 @@ def test_every_key_the_service_writes_parses_as_a_known_kind(redis_db, new_tenan
     admission.get_admission().remember_token(tenant, "tok-3", "job-3", ttl_s=60)
     recent.record("cap_defer", tenant)
     recent.record("lease_recovered", tenant)
+    assert default_replay_store().remember(f"evt_{tenant}.1700000000", ttl_s=60)
     events = redis_lib.Redis.from_url(get_settings().events_url, decode_responses=True)
     try:
-        keys = redis_db.keys(f"{REDIS_NAMESPACE}:*") + events.keys(f"{REDIS_NAMESPACE}:*")
+        with fairness.delivery_slot(tenant, hold_s=60):  # a webhook round's slot, held while the keys are read
+            keys = redis_db.keys(f"{REDIS_NAMESPACE}:*") + events.keys(f"{REDIS_NAMESPACE}:*")
         kinds = {(k.area, k.kind_name): k for k in KeyKind}
         found = set()
         for key in keys:

@@ -35,13 +35,14 @@ def hook_url(port: int, tenant_id: str) -> str:
 
 @pytest.fixture
 def start_receiver(tmp_path):
-    """Start receivers (``port`` default: a free one); all are stopped after the test."""
+    """Start receivers (``port`` default: a free one; ``env``: extra environment); all are stopped
+    after the test."""
     from webhooks.receiver import ReceiverProcess
 
     started: list[ReceiverProcess] = []
 
-    def start(port: int | None = None) -> ReceiverProcess:
-        receiver = ReceiverProcess(tmp_path / f"receiver-{len(started)}.log", port=port or 0)
+    def start(port: int | None = None, env: dict[str, str] | None = None) -> ReceiverProcess:
+        receiver = ReceiverProcess(tmp_path / f"receiver-{len(started)}.log", port=port or 0, env=env)
         started.append(receiver)
         return receiver
 

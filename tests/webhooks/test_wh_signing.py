@@ -99,14 +99,14 @@ def test_a_forged_request_does_not_poison_the_replay_store():
     assert _verify(signed_headers(BODY, SECRET, "evt_job1", timestamp_s=now), store=store)
 
 
-def test_replays_are_caught_across_processes_with_the_redis_store():
+def test_replays_are_caught_across_stores_sharing_one_redis():
     from service.settings import get_settings
 
     client = redis.Redis.from_url(get_settings().redis_url)
-    prefix = f"{get_settings().redis_key_namespace}:webhook-replay"  # this session's keys only
+    prefix = f"{get_settings().redis_key_namespace}:webhooks:_:replay"  # this session's keys only
     client.delete(*client.keys(f"{prefix}:*") or ["-"])
     try:
-        first, second = RedisReplayStore(client, prefix), RedisReplayStore(client, prefix)  # two receivers, one Redis
+        first, second = RedisReplayStore(client), RedisReplayStore(client)  # two receivers, one Redis
         headers = signed_headers(BODY, SECRET, "evt_job1")
         assert _verify(headers, store=first)
         with pytest.raises(ReplayedEvent):
