@@ -266,8 +266,9 @@ class JobItem(Model):
     #: The engine's typed warnings of a succeeded job: ``[{"code", "message"}, …]`` (departures from
     #: the layout: scaled to fit, marks, bleed or slug not drawn whole, a repaired input).
     warnings = JSONAttribute(null=True)
-    #: Webhook delivery (package ``webhooks``): ``pending`` → ``retrying`` → ``delivered`` | ``gave_up``,
-    #: or ``no_endpoint`` (the tenant has no webhook URL); HTTP attempts so far, last error, when delivered.
+    #: Webhook delivery (package ``webhooks``): ``pending`` (written with the final status: the outbox)
+    #: → ``retrying`` → ``delivered`` | ``gave_up``, or ``no_endpoint`` (the tenant has no webhook URL);
+    #: HTTP attempts so far, last error, when delivered.
     webhook_status = UnicodeAttribute(null=True)
     webhook_attempts = NumberAttribute(null=True)
     webhook_error = UnicodeAttribute(null=True)

@@ -257,8 +257,12 @@ class Settings(BaseSettings):
     )
     webhook_tenant_busy_delay_s: int = Field(
         default=1, ge=1, le=SQS_MAX_DELAY_S, description="SQS DelaySeconds of a round put back because its tenant "
-        "had webhook_tenant_concurrency rounds running; doubled per put-back, at most the running round's "
-        "remaining time limit.",
+        "had webhook_tenant_concurrency rounds running; doubled per put-back of the same round, up to "
+        "webhook_tenant_busy_delay_max_s.",
+    )
+    webhook_tenant_busy_delay_max_s: int = Field(
+        default=15, ge=1, le=SQS_MAX_DELAY_S, description="Longest SQS delay of a round put back for its tenant's "
+        "running rounds (a tenant whose endpoint hangs costs at most one receive per pending event this often).",
     )
     webhook_replay_store: Literal["redis", "memory"] = Field(
         default="redis", description="Where webhooks.verify_webhook remembers accepted requests when the caller "

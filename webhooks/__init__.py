@@ -1,9 +1,11 @@
 """Webhooks: a signed event to the tenant when its job ends; the tenant verifies it and confirms.
 
 Service side: :mod:`webhooks.tasks` (the ``imposition.deliver_webhook`` task on the
-``notifications`` queue, triggered by :data:`tasks.signals.job_finished`), :mod:`webhooks.delivery`
-(one round of signed POSTs with tenacity), :mod:`webhooks.endpoints` (URL and secret per tenant),
-:mod:`webhooks.destinations` (the SSRF guard: public addresses only).
+``notifications`` queue, triggered by :data:`tasks.signals.job_finished`, and the outbox drain
+``imposition.drain_webhook_outbox``, the safety net: :mod:`leases.outbox`), :mod:`webhooks.delivery`
+(one round of signed POSTs with tenacity), :mod:`webhooks.fairness` (per-tenant delivery slots),
+:mod:`webhooks.endpoints` (URL and secret per tenant), :mod:`webhooks.destinations` (the SSRF
+guard: public addresses only).
 Tenant side: :func:`verify_webhook` and :func:`admission.confirm`; :mod:`webhooks.receiver` is a demo
 receiver process (``python -m webhooks.receiver --port 0``).
 

@@ -86,7 +86,9 @@ def delivery_slot(tenant_id: str, *, hold_s: float) -> Iterator[None]:
 
 
 def busy_delay_s(busy_deferrals: int, retry_after_s: float) -> int:
-    """SQS delay of a round put back for the ``busy_deferrals + 1``-th time: the base delay doubled
-    per put-back, at most until the running round's time limit frees its slot, 1–900 s."""
-    base = get_settings().webhook_tenant_busy_delay_s
-    return int(max(1, min(base * 2 ** max(0, busy_deferrals), math.ceil(retry_after_s), SQS_MAX_DELAY_S)))
+    """SQS delay of a round put back for the ``busy_deferrals + 1``-th time (seconds, 1–900): the
+    base delay doubled per put-back, at most ``webhook_tenant_busy_delay_max_s`` and at most until
+    the running round's time limit frees its slot (``retry_after_s``)."""
+    s = get_settings()
+    doubled = s.webhook_tenant_busy_delay_s * 2 ** min(max(0, busy_deferrals), 20)
+    return int(max(1, min(doubled, s.webhook_tenant_busy_delay_max_s, math.ceil(retry_after_s), SQS_MAX_DELAY_S)))

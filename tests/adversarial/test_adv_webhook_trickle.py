@@ -21,13 +21,13 @@ import threading
 import time
 import uuid
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from tests.conftest import reset_aws
 from tests.support.processes import start_worker, wait_for
-from tests.webhooks.conftest import finished_job, job_item
+from tests.webhooks.conftest import finished_job, job_item, serving
 
 #: Short delivery clocks; the read timeout (2 s) is longer than the trickle's pace (1 byte/s), and
 #: the round's time limits (soft 0.5 + 0.5 + 2 + 0.5 = 3.5 s, hard 5.5 s) stay below the session's
@@ -76,12 +76,8 @@ class _Endpoint(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def endpoint():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Endpoint)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    server.server_close()
+    with serving(_Endpoint) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,12 @@ session's ``pytest_configure`` has set the environment (``pytest tests/webhooks`
 
 from __future__ import annotations
 
+import contextlib
 import secrets
+import threading
 import time
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -31,6 +34,20 @@ NOTIFIER_ENV = {
 def hook_url(port: int, tenant_id: str) -> str:
     """``http://127.0.0.1:<port>/hooks/<tenant_id>``."""
     return f"http://127.0.0.1:{port}/hooks/{tenant_id}"
+
+
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]):
+    """Serve ``handler`` on a free port of 127.0.0.1 in this process (a thread per request) for the
+    block; yields ``http://127.0.0.1:<port>``."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.fixture

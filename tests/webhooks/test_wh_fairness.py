@@ -1,0 +1,134 @@
+"""Fair notifications (issue 16): one tenant's hanging endpoint delays another tenant's webhooks by
+at most one delivery timeout.
+
+A real notifications worker with two slots and ``webhook_tenant_concurrency`` 1. Tenant ``hang``
+has four finished jobs whose endpoint reads each request and never answers (each round ends at the
+read timeout); once its first round hangs, tenant ``ok`` finishes a job. Without the per-tenant
+limit, ``hang``'s second round takes the other slot too and ``ok`` waits for a hung round to end;
+with it, ``hang`` never has more than one request open, its other rounds are put back, and ``ok``'s
+webhook arrives while ``hang``'s first round is still hanging, so within one delivery timeout.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from http.server import BaseHTTPRequestHandler
+
+import pytest
+
+from tests.conftest import reset_aws
+from tests.support.processes import start_worker, wait_for
+from tests.webhooks.conftest import finished_job, job_item, serving
+
+#: A round ends at the 8 s read timeout of its one POST (the attempt budget is spent by then);
+#: the time limits (soft 0.5 + 0.5 + 8 + 0.5 = 9.5 s, hard 11.5 s) stay below the session's 13 s
+#: visibility timeout.
+NOTIFIER_ENV = {
+    "IMPOSITION_WEBHOOK_ATTEMPT_BUDGET_S": "0.5",
+    "IMPOSITION_WEBHOOK_BACKOFF_INITIAL_S": "0.1",
+    "IMPOSITION_WEBHOOK_BACKOFF_MAX_S": "0.3",
+    "IMPOSITION_WEBHOOK_REDELIVERY_DELAY_S": "1",
+    "IMPOSITION_WEBHOOK_CONNECT_TIMEOUT_S": "0.5",
+    "IMPOSITION_WEBHOOK_READ_TIMEOUT_S": "8",
+    "IMPOSITION_WEBHOOK_ROUND_OVERHEAD_S": "0.5",
+    "IMPOSITION_WEBHOOK_HARD_LIMIT_GRACE_S": "2",
+    "IMPOSITION_WEBHOOK_TENANT_CONCURRENCY": "1",
+}
+SECRET = "fairness-webhook-secret-0123456789abcdef"
+
+
+class _Endpoint(BaseHTTPRequestHandler):
+    """``/ok/<tenant>`` answers 204 at once and notes how many ``/hang/`` requests were open and
+    made so far; ``/hang/<tenant>`` reads the request and never answers; it counts as open until the
+    client hangs up (or the server stops)."""
+
+    stop = threading.Event()
+    lock = threading.Lock()
+    calls: Counter[str] = Counter()
+    open_now: Counter[str] = Counter()
+    most_open: Counter[str] = Counter()
+    #: ok path → (hang requests made, hang requests open) when it arrived.
+    seen_at_ok: dict[str, tuple[int, int]] = {}
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _client_gone(self) -> bool:
+        """True once the client closed the connection (its read timeout ended the POST)."""
+        readable, _, _ = select.select([self.connection], [], [], 0)
+        try:
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        kind = self.path.split("/")[1]
+        with self.lock:
+            self.calls[kind] += 1
+            if kind == "ok":
+                self.seen_at_ok[self.path] = (self.calls["hang"], self.open_now["hang"])
+            else:
+                self.open_now[kind] += 1
+                self.most_open[kind] = max(self.most_open[kind], self.open_now[kind])
+        if kind == "ok":
+            self.send_response(204)
+            self.end_headers()
+            return
+        try:
+            while not self.stop.wait(0.05) and not self._client_gone():
+                pass
+        finally:
+            with self.lock:
+                self.open_now[kind] -= 1
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    with serving(_Endpoint) as url:
+        yield url
+        _Endpoint.stop.set()
+
+
+@pytest.fixture(scope="module")
+def notifier(endpoint, tmp_path_factory):
+    reset_aws()
+    worker = start_worker(tmp_path_factory.mktemp("fair-webhooks"), queue="notifications", concurrency=2,
+                          name="fair-notifier", env=NOTIFIER_ENV)
+    yield worker
+    _Endpoint.stop.set()  # hung requests end at once, so the warm shutdown does not wait out a round
+    worker.stop()
+
+
+def test_a_hanging_tenant_holds_one_slot_and_another_tenants_webhook_arrives_within_one_round(endpoint, notifier):
+    from webhooks.endpoints import set_webhook
+    from webhooks.tasks import publish_delivery
+
+    run = uuid.uuid4().hex[:6]
+    hang, ok = f"hang-{run}", f"ok-{run}"
+    set_webhook(hang, f"{endpoint}/hang/{hang}", SECRET)
+    set_webhook(ok, f"{endpoint}/ok/{ok}", SECRET)
+    hung_jobs = [finished_job(hang) for _ in range(4)]
+    for job_id in hung_jobs:
+        publish_delivery(hang, job_id, first_round_at=time.time())
+    wait_for(lambda: _Endpoint.calls["hang"] >= 1, 30, what="the hanging tenant's first round to start")
+
+    job_id = finished_job(ok)
+    published_at = time.time()
+    publish_delivery(ok, job_id, first_round_at=published_at)
+    wait_for(lambda: job_item(job_id).webhook_status == "delivered", 30, what="the other tenant's webhook")
+
+    made, still_open = _Endpoint.seen_at_ok[f"/ok/{ok}"]
+    print(f"\nother tenant's webhook delivered {job_item(job_id).webhook_delivered_at - published_at:.1f} s "
+          f"after its job ended; the hanging round lasts 8 s")
+    assert (made, still_open) == (1, 1), "it waited for a hung round to end"
+    # the hanging tenant's other rounds were put back while its first one hung, never run beside it
+    assert "put back" in notifier.log()
+    wait_for(lambda: _Endpoint.calls["hang"] >= 2, 40, what="the hanging tenant's next round")
+    assert _Endpoint.most_open["hang"] == 1
+    assert all(job_item(j).webhook_status in ("pending", "retrying", None) for j in hung_jobs)
