@@ -132,3 +132,39 @@ def test_a_hanging_tenant_holds_one_slot_and_another_tenants_webhook_arrives_wit
     wait_for(lambda: _Endpoint.calls["hang"] >= 2, 40, what="the hanging tenant's next round")
     assert _Endpoint.most_open["hang"] == 1
     assert all(job_item(j).webhook_status in ("pending", "retrying", None) for j in hung_jobs)
+
+
+def test_delivery_slots_are_per_tenant_bounded_and_free_themselves(redis_db, settings_env):
+    from webhooks import fairness
+
+    settings_env(IMPOSITION_WEBHOOK_TENANT_CONCURRENCY="1")
+    run = uuid.uuid4().hex[:6]
+    busy, other = f"busy-{run}", f"other-{run}"
+    with fairness.delivery_slot(busy, hold_s=30):
+        with pytest.raises(fairness.TenantBusy) as refused:
+            with fairness.delivery_slot(busy, hold_s=30):
+                pass
+        assert 0 < refused.value.retry_after_s <= 30
+        with fairness.delivery_slot(other, hold_s=30):  # another tenant's slots are its own
+            pass
+    with fairness.delivery_slot(busy, hold_s=30):  # released at the end of the block
+        pass
+    # a holder that never releases (a child killed mid-round) holds it for hold_s at most
+    redis_db.set(fairness.slot_keys(busy)[0], "killed-holder", px=300)
+    with pytest.raises(fairness.TenantBusy):
+        with fairness.delivery_slot(busy, hold_s=30):
+            pass
+    wait_for(lambda: redis_db.get(fairness.slot_keys(busy)[0]) is None, 10, what="the dead holder's slot to expire")
+    with fairness.delivery_slot(busy, hold_s=30):
+        pass
+
+
+def test_with_redis_unreachable_a_round_goes_ahead_without_the_limit(settings_env):
+    from tests.admission.helpers import free_port
+    from webhooks import fairness
+
+    settings_env(IMPOSITION_REDIS_URL=f"redis://127.0.0.1:{free_port()}/13")
+    ran = []
+    with fairness.delivery_slot(f"t-{uuid.uuid4().hex[:6]}", hold_s=30):
+        ran.append(True)
+    assert ran == [True]
