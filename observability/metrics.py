@@ -34,6 +34,8 @@ metric                                          moved by
 ``jobs_waiting{tenant}``, ``slots_borrowed{tenant}``,  the beat task ``imposition.sample_queues``: the tenant
 ``cluster_slots``                               item's ``waiting`` counter (parked jobs), its leases above its cap;
                                                 the live nodes' slots (the slot registry)
+``webhook_rounds_drained_total{tenant}``        ``webhook_drained``: the outbox drain sent a round
+``webhook_rounds_put_back_total{tenant}``       ``webhook_put_back``: a round waited for its tenant's slot
 ``poison_messages_total{queue,reason}``         ``poison_message``
 ``sqs_messages{queue,state}``,                  the beat task ``imposition.sample_queues``
 ``sqs_oldest_message_age_seconds{queue}``
@@ -126,6 +128,14 @@ class ServiceMetrics:
                                     multiprocess_mode="mostrecent", registry=r)
         self.cluster_slots = Gauge("cluster_slots", "Slots of the live worker nodes (the slot registry).",
                                    multiprocess_mode="mostrecent", registry=r)
+        self.webhook_rounds_drained = Counter(
+            "webhook_rounds_drained", "Webhook rounds the outbox drain sent for events nothing had settled.",
+            t, registry=r,
+        )
+        self.webhook_rounds_put_back = Counter(
+            "webhook_rounds_put_back", "Webhook rounds put back because their tenant's delivery slots were taken.",
+            t, registry=r,
+        )
         self.poison_messages = Counter(
             "poison_messages", "Messages that could not be run, left for the dead-letter queue.",
             ("queue", "reason"), registry=r,
@@ -285,6 +295,18 @@ def on_lease_recovered(sender=None, lease=None, requeued=True, **_: object) -> N
     if not requeued:
         m.jobs.labels(tenant, "failed").inc()
     _record_recent("lease_recovered", tenant)
+
+
+@signals.webhook_drained.connect
+def on_webhook_drained(sender=None, tenant_id=None, **_: object) -> None:
+    """The outbox drain sent a round for an unsettled webhook event (a lost first round)."""
+    get_metrics().webhook_rounds_drained.labels(tenant_id).inc()
+
+
+@signals.webhook_put_back.connect
+def on_webhook_put_back(sender=None, tenant_id=None, **_: object) -> None:
+    """A webhook round waited for its tenant's delivery slot (per-tenant fairness)."""
+    get_metrics().webhook_rounds_put_back.labels(tenant_id).inc()
 
 
 @signals.poison_message.connect

@@ -26,6 +26,10 @@ lease_released    ``lease``, ``outcome``: sent right after the holder's release 
 lease_lost        ``lease``, ``detail``
 lease_recovered   ``lease`` (the reclaimed :class:`leases.models.LeaseItem`), ``requeued`` (bool),
                   ``swept_at`` (the sweep's ``now``, epoch s: the lease existed at least until then)
+webhook_drained   ``tenant_id``, ``job_id``, ``unsettled_s`` (since the job ended): the outbox drain sent a
+                  round for an event nothing had settled (:func:`webhooks.tasks.drain_outbox`)
+webhook_put_back  ``tenant_id``, ``job_id``: a delivery round found its tenant's delivery slots taken
+                  and was published again with a delay (:mod:`webhooks.fairness`)
 poison_message    ``queue`` (name), ``reason`` (``"undecodable"``/``"unknown_format"``/
                   ``"unknown_task"``/``"invalid_task"``/``"invalid_fields"``), ``message_id``
 ================  ==========================================================================
@@ -46,3 +50,5 @@ lease_released = Signal(name="lease_released", providing_args={"lease", "outcome
 lease_lost = Signal(name="lease_lost", providing_args={"lease", "detail"})
 lease_recovered = Signal(name="lease_recovered", providing_args={"lease", "requeued", "swept_at"})
 poison_message = Signal(name="poison_message", providing_args={"queue", "reason", "message_id"})
+webhook_drained = Signal(name="webhook_drained", providing_args={"tenant_id", "job_id", "unsettled_s"})
+webhook_put_back = Signal(name="webhook_put_back", providing_args={"tenant_id", "job_id"})

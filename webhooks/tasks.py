@@ -130,6 +130,7 @@ def deliver_webhook(*, job_id: str, tenant_id: str, round_number: int = 1,
         publish_delivery(tenant_id, job_id, round_number=round_number, first_round_at=started,
                          delay_s=fairness.busy_delay_s(busy_deferrals, report.retry_after_s or 1),
                          busy_deferrals=busy_deferrals + 1)
+        signals.webhook_put_back.send(sender=deliver_webhook, tenant_id=tenant_id, job_id=job_id)
         return {"job_id": job_id, "status": delivery.BUSY, "round": round_number}
     if report.status != "failed":
         return {"job_id": job_id, "status": report.status, "round": round_number}
@@ -212,6 +213,8 @@ def drain_outbox() -> dict:
             continue
         log.warning("outbox: webhook of job %s (tenant %s) unsettled %.0f s after the job ended; round sent",
                     job.job_id, job.tenant_id, now - first_round_at)
+        signals.webhook_drained.send(sender=drain_outbox, tenant_id=job.tenant_id, job_id=job.job_id,
+                                     unsettled_s=now - first_round_at)
         counts["sent"] += 1
     return counts
 

@@ -157,3 +157,11 @@ def test_a_tenant_seen_once_has_every_tenant_series_at_zero(tenant):
     assert families >= {"cap_defer", "lease_contention_defer", "lease_recovered", "lease_lost", "jobs",
                         "job_attempts", "job_retries", "queue_wait_seconds", "first_receive_wait_seconds",
                         "job_duration_seconds", "leases_held"}
+
+
+def test_webhook_rounds_drained_and_put_back_are_counted_per_tenant(tenant):
+    signals.webhook_drained.send(sender=None, tenant_id=tenant, job_id="j1", unsettled_s=301.0)
+    signals.webhook_put_back.send(sender=None, tenant_id=tenant, job_id="j2")
+    signals.webhook_put_back.send(sender=None, tenant_id=tenant, job_id="j2")
+    assert value("webhook_rounds_drained_total", tenant=tenant) == 1
+    assert value("webhook_rounds_put_back_total", tenant=tenant) == 2
