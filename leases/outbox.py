@@ -7,6 +7,8 @@ outbox")::
     final write (commit, fail, the sweeper's give-up, cancel, a stranded repair)
         + webhook_status = pending, outbox_partition = "outbox", webhook_due_at = now + grace
     round fails, next one in d s   webhook_due_at = now + d + round hard limit + grace
+    round put back (tenant busy)    the same, with d the longest put-back delay, when the entry
+                                    would otherwise fall due before that round can end
     delivered | gave_up | no_endpoint   outbox_partition and webhook_due_at removed (settled)
     the drain (beat, every webhook_outbox_drain_interval_s): each entry of the sparse index
         by-webhook-due with webhook_due_at < now: claim it (webhook_due_at moved on, conditionally),
@@ -53,6 +55,23 @@ def due(now: float, *, limit: int | None = None) -> Iterator[JobItem]:
     The index is eventually consistent: read the job again before acting on an entry.
     """
     return JobItem.by_webhook_due.query(OUTBOX_PARTITION, JobItem.webhook_due_at < now, limit=limit)
+
+
+def postpone(job_id: str, due_at: float) -> bool:
+    """Move the outbox entry of ``job_id`` to ``due_at`` (epoch s) if it is still in the outbox; True
+    if it was (a round put back behind its tenant's running rounds keeps the drain away this way).
+
+    Raises:
+        pynamodb.exceptions.UpdateError: DynamoDB failed otherwise.
+    """
+    try:
+        JobItem(job_id).update(actions=postpone_actions(due_at),
+                               condition=JobItem.outbox_partition == OUTBOX_PARTITION)
+    except UpdateError as exc:
+        if exc.cause_response_code != "ConditionalCheckFailedException":
+            raise
+        return False
+    return True
 
 
 def claim(job: JobItem, *, now: float, due_at: float) -> bool:

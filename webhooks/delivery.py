@@ -123,6 +123,12 @@ def round_time_limits(settings: Settings | None = None) -> RoundTimeLimits:
     return RoundTimeLimits(soft_s=soft_s, hard_s=soft_s + s.webhook_hard_limit_grace_s)
 
 
+def outbox_due_at(now: float, delay_s: float = 0) -> float:
+    """When the outbox drain may step in for a round that starts in ``delay_s`` seconds: after that
+    round's hard time limit (:func:`round_time_limits`) and ``webhook_outbox_grace_s`` more (epoch s)."""
+    return now + delay_s + round_time_limits().hard_s + get_settings().webhook_outbox_grace_s
+
+
 @functools.lru_cache(maxsize=None)
 def _session(pid: int) -> requests.Session:
     return guarded_session()
@@ -205,6 +211,20 @@ def record(job_id: str, status: str, *, attempts: int = 0, error: str | None = N
     return True
 
 
+def _keep_drain_away(job: JobItem) -> None:
+    """A round put back: if its outbox entry falls due before the round can have run (the longest
+    put-back delay and a round's time limit), move the entry on, so the drain sends no copy of a
+    round that is only waiting for its tenant's slot. Best effort (at worst the drain sends a copy)."""
+    now = time.time()
+    latest_end = outbox_due_at(now, get_settings().webhook_tenant_busy_delay_max_s)
+    if job.webhook_due_at is None or float(job.webhook_due_at) >= latest_end - get_settings().webhook_outbox_grace_s:
+        return
+    try:
+        outbox.postpone(job.job_id, latest_end)
+    except Exception as exc:  # noqa: BLE001
+        log.info("webhook of job %s: outbox entry not moved on (%s); the drain may send a copy", job.job_id, exc)
+
+
 def deliver_round(job_id: str, tenant_id: str) -> RoundReport:
     """Run one delivery round for ``job_id`` (see module docstring) and record it.
 
@@ -235,6 +255,7 @@ def deliver_round(job_id: str, tenant_id: str) -> RoundReport:
             report = post_with_retries(endpoint, body, event_id(job_id, int(job.retries or 0)))
     except fairness.TenantBusy as busy:
         log.info("webhook of job %s: %s; put back", job_id, busy)
+        _keep_drain_away(job)
         return RoundReport(BUSY, error=str(busy), retry_after_s=busy.retry_after_s)
     if report.status == DELIVERED:
         record(job_id, DELIVERED, attempts=report.attempts)

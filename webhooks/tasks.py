@@ -16,8 +16,10 @@ tenant without an endpoint is confirmed.
 **Fair across tenants.** A round POSTs only in one of its tenant's delivery slots
 (:mod:`webhooks.fairness`, ``webhook_tenant_concurrency`` per tenant); one that finds them all taken
 is published again with ``busy_deferrals + 1`` and an SQS delay (``webhook_tenant_busy_delay_s``
-doubled per put-back, at most until the running round's time limit), and its notifications slot
-takes the next message. It is not a round: nothing is recorded, the give-up clock runs on.
+doubled per put-back, at most ``webhook_tenant_busy_delay_max_s`` and until the running round's
+time limit), and its notifications slot takes the next message. It is not a round: nothing is
+recorded (but its outbox entry is moved on when the drain would otherwise send a copy before it
+can run), the give-up clock runs on.
 
 Task ``imposition.deliver_webhook`` (kwargs ``job_id``, ``tenant_id``, ``round_number``, ``first_round_at``,
 ``busy_deferrals``)
@@ -102,12 +104,6 @@ def publish_delivery(tenant_id: str, job_id: str, *, round_number: int = 1, firs
 ROUND_TIME_LIMITS = delivery.round_time_limits()
 
 
-def outbox_due_at(now: float, delay_s: float = 0) -> float:
-    """When the outbox drain may step in for a round that starts in ``delay_s``: after that round's
-    hard time limit and ``webhook_outbox_grace_s`` more (epoch s)."""
-    return now + delay_s + delivery.round_time_limits().hard_s + get_settings().webhook_outbox_grace_s
-
-
 @app.task(name=TASK_NAME, acks_late=True, ignore_result=True, acks_on_failure=False, acks_on_timeout=False,
           soft_time_limit=ROUND_TIME_LIMITS.soft_s, time_limit=ROUND_TIME_LIMITS.hard_s)
 def deliver_webhook(*, job_id: str, tenant_id: str, round_number: int = 1,
@@ -140,7 +136,7 @@ def deliver_webhook(*, job_id: str, tenant_id: str, round_number: int = 1,
         log.error("webhook of job %s (tenant %s): gave up after %s round(s): %s",
                   job_id, tenant_id, round_number, report.error)
         return {"job_id": job_id, "status": delivery.GAVE_UP, "round": round_number}
-    _record_quietly(job_id, delivery.RETRYING, report, due_at=outbox_due_at(time.time(), delay_s))
+    _record_quietly(job_id, delivery.RETRYING, report, due_at=delivery.outbox_due_at(time.time(), delay_s))
     publish_delivery(tenant_id, job_id, round_number=round_number + 1, first_round_at=started, delay_s=delay_s)
     return {"job_id": job_id, "status": delivery.RETRYING, "round": round_number}
 
@@ -204,7 +200,7 @@ def drain_outbox() -> dict:
                 log.error("webhook of job %s (tenant %s): gave up (outbox)", job.job_id, job.tenant_id)
                 counts["gave_up"] += 1
                 continue
-            if not outbox.claim(job, now=now, due_at=outbox_due_at(now)):
+            if not outbox.claim(job, now=now, due_at=delivery.outbox_due_at(now)):
                 continue
             publish_delivery(job.tenant_id, job.job_id, first_round_at=first_round_at)
         except Exception as exc:  # noqa: BLE001

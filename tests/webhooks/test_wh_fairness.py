@@ -168,3 +168,25 @@ def test_with_redis_unreachable_a_round_goes_ahead_without_the_limit(settings_en
     with fairness.delivery_slot(f"t-{uuid.uuid4().hex[:6]}", hold_s=30):
         ran.append(True)
     assert ran == [True]
+
+
+def test_a_round_put_back_moves_its_outbox_entry_on_so_the_drain_sends_no_copy(redis_db, settings_env):
+    from leases import outbox
+    from webhooks import delivery, fairness
+    from webhooks.endpoints import set_webhook
+
+    settings_env(IMPOSITION_WEBHOOK_TENANT_CONCURRENCY="1")
+    tenant = f"putback-{uuid.uuid4().hex[:6]}"
+    set_webhook(tenant, f"http://127.0.0.1:9/{tenant}", SECRET)  # never reached: the round is put back
+    job_id = finished_job(tenant)
+    now = time.time()
+    job_item(job_id).update(actions=[*outbox.intent_actions(now - 3600)])  # overdue: the drain's next pick
+
+    with fairness.delivery_slot(tenant, hold_s=30):  # another round of the tenant is running
+        report = delivery.deliver_round(job_id, tenant)
+
+    assert report.status == delivery.BUSY and 0 < report.retry_after_s <= 30
+    item = job_item(job_id)
+    assert item.webhook_status == "pending" and item.outbox_partition == outbox.OUTBOX_PARTITION
+    assert float(item.webhook_due_at) >= delivery.outbox_due_at(now)  # past the put-back round's end
+    assert not [j for j in outbox.due(time.time()) if j.job_id == job_id]
