@@ -58,6 +58,7 @@ task_acks_late = True
 task_reject_on_worker_lost = True  # a killed child's message is requeued; see tasks/base.py "Who brings a job back"
 worker_prefetch_multiplier = 1
 worker_concurrency = _settings.slots_per_node
+worker_proc_alive_timeout = _settings.worker_process_start_timeout_s
 worker_enable_remote_control = False
 worker_consumer = "tasks.worker:ServiceConsumer"
 # Monitoring events for Flower go to the Redis side channel (observability.events), never to SQS:

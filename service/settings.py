@@ -99,6 +99,11 @@ class Settings(BaseSettings):
 
     # --- fairness: slots and caps (DESIGN §2) ------------------------------------------------------
     slots_per_node: int = Field(default=8, ge=1, description="Licensed press-tool slots per node.")
+    worker_process_start_timeout_s: float = Field(
+        default=30.0, gt=0, description="Celery's worker_proc_alive_timeout: how long a new pool child may take "
+        "to come up (each warms its AWS clients and broker channel) before the pool kills and replaces it. "
+        "Celery's 4 s default made a loaded 2-core machine kill every new child before it was up, and no job ran.",
+    )
     default_cap: int = Field(default=4, ge=1, description="Leases one tenant may hold at once.")
     reserve_slots: int = Field(
         default=1, ge=0,

@@ -111,6 +111,7 @@ def test_a_tenant_without_an_endpoint_is_confirmed_though_its_worker_died_after_
 def test_a_job_failed_by_the_sweeper_and_a_cancelled_job_get_their_webhooks(cluster, receiver):
     tenant = _tenant("final", receiver)
     poison = cluster.submit(tenant, faults={"kill-every-attempt": ""}, max_attempts=1)
+    wait_for(lambda: cluster.events_of(poison, "acquired"), 60, what="the poison job's one attempt to start")
     set_cap(tenant, 0)  # paused: the next job waits at the door, and is cancelled there
     parked = cluster.submit(tenant)
     assert JobItem.get(parked, consistent_read=True).status == "waiting"
