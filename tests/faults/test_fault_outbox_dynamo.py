@@ -22,12 +22,11 @@ import pytest
 import admission
 from leases.models import JobItem
 from tests.conftest import reset_aws
-from tests.faults.test_fault_outbox import OUTBOX_ENV
+from tests.faults.test_fault_outbox import OUTBOX_ENV, receiver  # noqa: F401 (the receiver fixture)
 from tests.support.cluster import Cluster
 from tests.support.fault_proxy import FaultProxy
 from tests.support.processes import wait_for
 from webhooks.endpoints import set_webhook
-from webhooks.receiver import ReceiverProcess
 
 #: How long DynamoDB answers 503, seconds (shorter than the session's 9 s lease TTL).
 BLIP_S = 4.0
@@ -46,13 +45,6 @@ def cluster(tmp_path_factory, proxy):
                 env={**OUTBOX_ENV, "AWS_ENDPOINT_URL_DYNAMODB": proxy.url}, notifications=True)
     yield c
     c.stop()
-
-
-@pytest.fixture(scope="module")
-def receiver(tmp_path_factory):
-    r = ReceiverProcess(tmp_path_factory.mktemp("outbox-dynamo-receiver") / "receiver.log")
-    yield r
-    r.stop()
 
 
 def test_every_job_that_ends_through_a_dynamodb_blip_gets_its_webhook(cluster, receiver, proxy):
