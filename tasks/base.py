@@ -272,7 +272,7 @@ class FairTask(Task):
             return self._on_lease_lost(lease, str(exc))
         signals.lease_released.send(sender=self, lease=lease, outcome="succeeded")
         self._hand_off(tenant_id, successor)
-        job = transactions.read_job(job.job_id)  # in-place retries: the status is committed already
+        job = self._read_committed(job, JobStatus.SUCCEEDED)
         signals.job_finished.send(sender=self, job=job, outcome="succeeded", error=None)
         return {"outcome": "succeeded", "job_id": job_id, "tenant_id": tenant_id}
 
@@ -423,9 +423,23 @@ class FairTask(Task):
             return self._on_lease_lost(lease, str(lost))
         signals.lease_released.send(sender=self, lease=lease, outcome=outcome)
         self._hand_off(lease.tenant_id, successor)
-        job = transactions.read_job(lease.job_id)  # in-place retries: the status is committed already
+        committed = JobStatus.FAILED if outcome == "failed" else JobStatus.QUEUED
+        job = self._read_committed(JobItem(lease.job_id, tenant_id=lease.tenant_id), committed)
         signals.job_finished.send(sender=self, job=job, outcome=outcome, error=reason)
         return None
+
+    @staticmethod
+    def _read_committed(known: JobItem, status: JobStatus) -> JobItem:
+        """The job as its release committed it (read back, with in-place retries), for
+        :data:`signals.job_finished`; if DynamoDB cannot answer, ``known`` with the committed
+        ``status``, so the job's end is still reported (its webhook is in the outbox either way)."""
+        try:
+            return transactions.read_job(known.job_id)
+        except Exception as exc:  # noqa: BLE001 - the release is committed; only the read-back failed
+            log.warning("could not read job %s back after its release (%s); reporting it as %s",
+                        known.job_id, exc, status.value)
+            known.status = status.value
+            return known
 
     def _on_job_error(self, job: JobItem, lease: transactions.Lease, heartbeat, exc: Exception) -> dict:
         """Record a failed attempt: retry it as a new message, or fail the job. Fenced throughout."""
