@@ -14,8 +14,9 @@ Public API::
     confirm(job_id, *, tenant_id=None) -> bool                 # idempotent
     in_flight(tenant_id) -> int
     limits_for(tenant_id) -> TenantLimits;  set_limits(tenant_id, ...)
+    check_registered(tenant_id)        # UnknownTenant unless registered (or auto_register_tenants)
     Admission (one Redis), get_admission(), reset()
-    errors: AdmissionError > AdmissionRefused > DuplicateSubmission | DuplicateJobId | RateLimited
+    errors: AdmissionError > AdmissionRefused > UnknownTenant | DuplicateSubmission | DuplicateJobId | RateLimited
                                               | InFlightLimitReached;
             AdmissionError > AdmissionUnavailable
 """
@@ -31,8 +32,9 @@ from admission.errors import (
     DuplicateSubmission,
     InFlightLimitReached,
     RateLimited,
+    UnknownTenant,
 )
-from admission.limits import TenantLimits, limits_for, set_limits
+from admission.limits import TenantLimits, check_registered, limits_for, set_limits
 
 
 def admit(tenant_id: str, token: str, job_id: str, *, now_s: float | None = None) -> int:
@@ -65,8 +67,10 @@ __all__ = [
     "InFlightLimitReached",
     "RateLimited",
     "TenantLimits",
+    "UnknownTenant",
     "abandon",
     "admit",
+    "check_registered",
     "confirm",
     "get_admission",
     "in_flight",

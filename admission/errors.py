@@ -2,6 +2,7 @@
 
     AdmissionError                      every error of this package
     ├── AdmissionRefused                the submission was checked and refused; nothing was published
+    │   ├── UnknownTenant               no such tenant registered (code ``unknown_tenant``)
     │   ├── DuplicateSubmission         the token is already in flight or completed (.job_id)
     │   ├── DuplicateJobId              a caller-chosen job id is already taken, by any tenant (.job_id)
     │   ├── RateLimited                 the tenant's rate limit is spent (.retry_after_s)
@@ -29,6 +30,21 @@ class AdmissionRefused(AdmissionError):
     def __init__(self, tenant_id: str, message: str) -> None:
         super().__init__(message)
         self.tenant_id = tenant_id
+
+
+class UnknownTenant(AdmissionRefused):
+    """No tenant ``tenant_id`` is registered (``imposition tenant create``), and
+    ``Settings.auto_register_tenants`` is off: nothing was admitted, written or published.
+
+    Attributes:
+        code: ``"unknown_tenant"``.
+    """
+
+    code = "unknown_tenant"
+
+    def __init__(self, tenant_id: str) -> None:
+        super().__init__(tenant_id, f"unknown_tenant: tenant {tenant_id!r} is not registered; register it with "
+                                    f"`imposition tenant create {tenant_id}` (or set IMPOSITION_AUTO_REGISTER_TENANTS=true)")
 
 
 class DuplicateSubmission(AdmissionRefused):

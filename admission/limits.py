@@ -4,6 +4,9 @@ tenants table (``TenantItem.rate_limit_per_min``, ``admission_in_flight_cap``, `
 Every submitting process keeps a tenant's limits for ``Settings.admission_limits_cache_s`` seconds
 (a small in-process TTL cache), so a change made with ``imposition tenant set-limits`` applies
 everywhere within that time, without a restart, and admission costs no DynamoDB read per job.
+The same read tells whether the tenant is registered (:func:`check_registered`); only a registered
+tenant's limits are cached (tenants are never deleted), so a tenant created a moment ago is
+admitted at once everywhere.
 """
 
 from __future__ import annotations
@@ -14,10 +17,14 @@ from dataclasses import dataclass
 
 from pynamodb.exceptions import DoesNotExist, PynamoDBException
 
-from admission.errors import AdmissionUnavailable
+import logging
+
+from admission.errors import AdmissionUnavailable, UnknownTenant
 from leases.models import TenantItem
 from service.settings import get_settings
 from service.tenancy import validate_tenant_id
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -28,11 +35,14 @@ class TenantLimits:
         rate_limit_per_min: jobs admitted in any 60 s window (>= 1).
         in_flight_cap: submitted-but-unconfirmed jobs allowed at once (>= 1).
         idempotency_ttl_s: how long a token stays taken after its submission, seconds (>= 1).
+        registered: the tenant has an item in the tenants table (False: the defaults of a tenant
+            that does not exist).
     """
 
     rate_limit_per_min: int
     in_flight_cap: int
     idempotency_ttl_s: int
+    registered: bool = True
 
 
 _cache: dict[str, tuple[float, TenantLimits]] = {}
@@ -41,14 +51,16 @@ _cache_lock = threading.Lock()
 
 def _read_limits(tenant_id: str) -> TenantLimits:
     settings = get_settings()
+    registered = True
     try:
         item = TenantItem.get(tenant_id, consistent_read=True)
     except DoesNotExist:
-        item = TenantItem(tenant_id)
+        item, registered = TenantItem(tenant_id), False
     return TenantLimits(
         rate_limit_per_min=int(item.rate_limit_per_min or settings.rate_limit_per_min),
         in_flight_cap=int(item.admission_in_flight_cap or settings.admission_in_flight_cap),
         idempotency_ttl_s=int(item.idempotency_ttl_s or settings.idempotency_ttl_s),
+        registered=registered,
     )
 
 
@@ -69,9 +81,32 @@ def limits_for(tenant_id: str) -> TenantLimits:
         limits = _read_limits(tenant_id)
     except PynamoDBException as exc:
         raise AdmissionUnavailable(f"tenant {tenant_id!r}: admission limits unreadable ({exc})") from exc
-    with _cache_lock:
-        _cache[tenant_id] = (now + get_settings().admission_limits_cache_s, limits)
+    if limits.registered:
+        with _cache_lock:
+            _cache[tenant_id] = (now + get_settings().admission_limits_cache_s, limits)
     return limits
+
+
+def check_registered(tenant_id: str) -> None:
+    """Refuse a submission for a tenant that is not registered, unless ``Settings.auto_register_tenants``
+    is on: then register it (default cap and limits) and log it. Costs no DynamoDB read for a
+    tenant whose limits are cached.
+
+    Raises:
+        service.tenancy.InvalidTenantId: not a canonical tenant id (``NonCanonicalTenantId`` names
+            the canonical spelling).
+        UnknownTenant: no such tenant, and auto-registration is off (nothing written).
+        AdmissionUnavailable: the tenants table could not be read.
+    """
+    from leases.transactions import ensure_tenant  # noqa: PLC0415 (keeps this module light to import)
+
+    if limits_for(tenant_id).registered:
+        return
+    if not get_settings().auto_register_tenants:
+        raise UnknownTenant(tenant_id)
+    ensure_tenant(tenant_id)
+    forget_cached_limits(tenant_id)
+    log.info("tenant %s registered on its first submission (auto_register_tenants is on)", tenant_id)
 
 
 def forget_cached_limits(tenant_id: str | None = None) -> None:

@@ -45,19 +45,9 @@ def set_cap(tenant_id: str, cap: int | None, *, burst_cap: int | None = None) ->
         leases.errors.LeaseContention: concurrent changes of the tier outlasted the retries.
     """
     validate_tenant_id(tenant_id)
-    max_cap = get_settings().max_cap
-    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or not 0 <= cap <= max_cap):
-        raise ValueError(f"cap={shown_value(cap)}: must be an integer from 0 to max_cap={max_cap}")
-    effective = get_settings().default_cap if cap is None else cap
-    if burst_cap is not None and (not isinstance(burst_cap, int) or isinstance(burst_cap, bool)
-                                  or not effective <= burst_cap <= max_cap):
-        raise ValueError(f"burst_cap={shown_value(burst_cap)}: must be an integer from the cap ({effective}) "
-                         f"to max_cap={max_cap}")
-    if burst_cap is not None and effective == 0 and burst_cap > 0:
-        raise ValueError(f"burst_cap={burst_cap}: a paused tenant (cap 0) cannot borrow; raise its cap first")
+    borrows = _checked_tier(cap, burst_cap)
     ensure_tenant(tenant_id)
     action = TenantItem.cap.remove() if cap is None else TenantItem.cap.set(cap)
-    borrows = burst_cap is not None and burst_cap != effective
     burst = TenantItem.burst_cap.set(burst_cap) if borrows else TenantItem.burst_cap.remove()
 
     def attempt() -> None:
@@ -79,6 +69,68 @@ def set_cap(tenant_id: str, cap: int | None, *, burst_cap: int | None = None) ->
             raise
 
     with_conflict_retries(attempt, what=f"set the cap of tenant {tenant_id}")
+
+
+def _checked_tier(cap: int | None, burst_cap: int | None) -> bool:
+    """Check a cap and burst cap as :func:`set_cap` takes them; True if the tier borrows (a burst
+    cap above the effective cap).
+
+    Raises:
+        ValueError: see :func:`set_cap`.
+    """
+    max_cap = get_settings().max_cap
+    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or not 0 <= cap <= max_cap):
+        raise ValueError(f"cap={shown_value(cap)}: must be an integer from 0 to max_cap={max_cap}")
+    effective = get_settings().default_cap if cap is None else cap
+    if burst_cap is not None and (not isinstance(burst_cap, int) or isinstance(burst_cap, bool)
+                                  or not effective <= burst_cap <= max_cap):
+        raise ValueError(f"burst_cap={shown_value(burst_cap)}: must be an integer from the cap ({effective}) "
+                         f"to max_cap={max_cap}")
+    if burst_cap is not None and effective == 0 and burst_cap > 0:
+        raise ValueError(f"burst_cap={burst_cap}: a paused tenant (cap 0) cannot borrow; raise its cap first")
+    return burst_cap is not None and burst_cap != effective
+
+
+class TenantExists(ValueError):
+    """``tenant create`` of a tenant that is registered already (nothing was changed)."""
+
+
+def create_tenant(tenant_id: str, *, cap: int | None = None, burst_cap: int | None = None,
+                  rate_limit_per_min: int | None = None, admission_in_flight_cap: int | None = None,
+                  webhook_url: str | None = None, webhook_secret: str | None = None) -> None:
+    """Register ``tenant_id`` with its whole configuration in one transaction: the tenant item, put
+    on condition that none exists (counters 0), and for a borrowing tier the cluster's count of
+    borrowing tiers. Absent values are the defaults (``Settings.default_cap``, no borrowing, the
+    admission defaults, no webhook).
+
+    The webhook URL and secret are the caller's to check (:func:`webhooks.endpoints.checked_webhook`:
+    this package does not resolve hosts).
+
+    Raises:
+        service.tenancy.InvalidTenantId: not a canonical tenant id (``NonCanonicalTenantId`` names the
+            lower-case form).
+        ValueError: a cap or burst cap as :func:`set_cap` refuses it, a limit below 1.
+        TenantExists: the tenant is registered already.
+    """
+    validate_tenant_id(tenant_id)
+    borrows = _checked_tier(cap, burst_cap)
+    for name, value in (("rate_limit_per_min", rate_limit_per_min), ("in_flight_cap", admission_in_flight_cap)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ValueError(f"{name}={shown_value(value)}: must be an integer >= 1")
+    item = TenantItem(tenant_id, in_flight=0, queued=0, waiting=0, occupied=0, updated_at=time.time(), cap=cap,
+                      burst_cap=burst_cap if borrows else None, rate_limit_per_min=rate_limit_per_min,
+                      admission_in_flight_cap=admission_in_flight_cap, webhook_url=webhook_url,
+                      webhook_secret=webhook_secret)
+    try:
+        with NamedTransaction(new_token()) as tx:
+            tx.add("save", "tenant", item, condition=TenantItem.tenant_id.does_not_exist())
+            if borrows:
+                tx.add("update", "cluster", slots_item(), actions=[ClusterItem.borrowers.add(1)])
+    except TransactWriteError as exc:
+        if classify(exc)[0] == CANCELLED:
+            raise TenantExists(f"tenant {tenant_id!r} is registered already; change it with `imposition tenant "
+                               "set-cap`, `set-limits` or `set-webhook`") from exc
+        raise
 
 
 def describe_tenant(tenant_id: str) -> dict:

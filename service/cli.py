@@ -2,7 +2,7 @@
 
 Commands: ``provision``, ``submit``, ``impose`` (the engine alone), ``jobs list``, ``job show``,
 ``job download``, ``job cancel``, ``job retry`` (:mod:`service.jobs`), ``dlq list|redrive|purge``
-(:mod:`service.dlq`), ``tenant list``, ``tenant show`` (:mod:`service.tenants`), ``tenant set-cap``,
+(:mod:`service.dlq`), ``tenant create``, ``tenant list``, ``tenant show`` (:mod:`service.tenants`), ``tenant set-cap``,
 ``tenant set-limits`` (admission), ``tenant set-webhook`` (webhooks), ``audit`` (leases), ``status``
 and ``capacity-report`` (observability). Commands owned by other packages are
 named in :data:`LAZY_COMMANDS` and imported only when run (click's "lazily loading subcommands"
@@ -208,6 +208,7 @@ LAZY_COMMANDS = {
         "retry": "service.jobs:job_retry",
     },
     "tenant": {
+        "create": "service.tenants:tenant_create",
         "list": "service.tenants:tenant_list",
         "show": "service.tenants:tenant_show",
         "set-limits": "admission.cli:set_limits_command",
@@ -246,16 +247,16 @@ def submit(tenant_id: str, token: str, layout_option: str, max_attempts: int | N
            input_pdf: Path) -> None:
     """Upload INPUT_PDF under the tenant's prefix, submit it, and print the job id.
 
-    Exit status 2: refused (tenancy, layout, an input that is empty, not a PDF or over
-    max_input_bytes: nothing uploaded; admission: duplicate, rate limit, in-flight cap); 3: admission unavailable (Redis unreachable; nothing was published).
+    Exit status 2: refused (tenancy: a malformed or upper-case tenant id, an unknown tenant; layout;
+    an input that is empty, not a PDF, damaged, encrypted, without pages or over max_input_bytes:
+    nothing uploaded; admission: duplicate, rate limit, in-flight cap); 3: admission unavailable (Redis unreachable; nothing was published).
     """
     from admission import AdmissionRefused, AdmissionUnavailable
     from imposition import ImpositionError
-    from tasks.submission import check_pdf_header, submit as do_submit
+    from tasks.submission import submit as do_submit
 
     layout = layout_text(layout_option)  # JSON text: parse_layout reads and validates it
-    try:
-        check_pdf_header(input_pdf)  # before admission and upload: names the caller's file
+    try:  # submit() checks the file at the door (before admission and upload), naming it
         job_id = do_submit(input_pdf, tenant_id=tenant_id, token=token, layout=layout, max_attempts=max_attempts,
                            on_duplicate=on_duplicate)
     except (ValueError, LookupError, AdmissionRefused, ImpositionError) as exc:  # typed refusals

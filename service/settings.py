@@ -115,6 +115,12 @@ class Settings(BaseSettings):
         description="A worker node that has not beaten for this long drops out of the slot registry (its slots "
         "no longer count for borrowing). Must be >= 2 x heartbeat_interval_s.",
     )
+    auto_register_tenants: bool = Field(
+        default=False,
+        description="A submission for a tenant with no item in the tenants table registers it (default cap and "
+        "limits) instead of being refused as unknown_tenant; off in production (`imposition tenant create` "
+        "registers tenants), on in `make run`.",
+    )
     max_cap: int = Field(
         default=1000, ge=1,
         description="Largest cap override `imposition tenant set-cap` accepts (a bound far above any node's "

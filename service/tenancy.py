@@ -2,9 +2,11 @@
 
 The canonical tenant id becomes the SQS ``MessageGroupId`` (``tenant-<id>``) and the S3 prefix
 ``tenants/<id>/``. SQS allows a ``MessageGroupId`` of 1–128 characters from alphanumerics and
-punctuation (SQS API reference, SendMessage); we allow the stricter set ``[A-Za-z0-9._-]``, starting
-with an alphanumeric, so the id is also safe as an S3 key segment and in a log line, and at most
-``128 - len("tenant-") = 121`` characters.
+punctuation (SQS API reference, SendMessage); we allow the stricter set ``[a-z0-9._-]``, starting
+with a letter or digit, so the id is also safe as an S3 key segment and in a log line, and at most
+``128 - len("tenant-") = 121`` characters. Lower case is the one canonical form: ``ACME`` is
+refused with its canonical spelling ``acme`` named (:class:`NonCanonicalTenantId`), so one shop can
+never become two tenants with two caps.
 
 A job id is ``[A-Za-z0-9_-]``, 1–64 characters (:func:`validate_job_id`): it becomes an S3 key
 segment, the Celery task id and a DynamoDB key, so it may hold no ``/``, ``.`` or space. The
@@ -17,6 +19,7 @@ Errors::
 
     TenancyError (ValueError)
     ├── InvalidTenantId     not a canonical tenant id
+    │   └── NonCanonicalTenantId   a valid id in another spelling (upper case): .canonical names it
     ├── InvalidJobId        not a canonical job id
     └── ForeignKeyRefused   an S3 key outside the tenant's own prefix
 """
@@ -33,7 +36,7 @@ MAINTENANCE_GROUP = "maintenance"
 #: SQS limit on a MessageGroupId's length (SQS API reference, SendMessage).
 SQS_MAX_MESSAGE_GROUP_ID_LEN = 128
 TENANT_ID_MAX_LEN = SQS_MAX_MESSAGE_GROUP_ID_LEN - len(MESSAGE_GROUP_PREFIX)
-_TENANT_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{TENANT_ID_MAX_LEN - 1}}}")
+_TENANT_ID = re.compile(rf"[a-z0-9][a-z0-9._-]{{0,{TENANT_ID_MAX_LEN - 1}}}")
 #: Longest job id: room for a UUID in any common spelling, far below every key limit it reaches.
 JOB_ID_MAX_LEN = 64
 _JOB_ID = re.compile(rf"[A-Za-z0-9_-]{{1,{JOB_ID_MAX_LEN}}}")
@@ -47,6 +50,19 @@ class TenancyError(ValueError):
 
 class InvalidTenantId(TenancyError):
     """The tenant id is empty, too long, or uses a character outside ``[A-Za-z0-9._-]``."""
+
+
+class NonCanonicalTenantId(InvalidTenantId):
+    """The tenant id is valid but for its case: tenant ids are lower case.
+
+    Attributes:
+        canonical: the canonical spelling (``tenant_id.lower()``).
+    """
+
+    def __init__(self, tenant_id: str) -> None:
+        self.canonical = tenant_id.lower()
+        super().__init__(f"tenant_id={shown_value(tenant_id)}: tenant ids are lower case; "
+                         f"the canonical form is {shown_value(self.canonical)}")
 
 
 class InvalidJobId(TenancyError):
@@ -67,12 +83,16 @@ def validate_tenant_id(tenant_id: object) -> str:
     """Return ``tenant_id`` if it is canonical.
 
     Raises:
-        InvalidTenantId: it is not a string of 1–121 characters from ``[A-Za-z0-9._-]`` starting
-            with an alphanumeric (limit derived from SQS's 128-character MessageGroupId).
+        NonCanonicalTenantId: it would be canonical in lower case (the message names that form).
+        InvalidTenantId: it is not a string of 1–121 characters from ``[a-z0-9._-]`` starting
+            with a letter or digit (limit derived from SQS's 128-character MessageGroupId).
     """
+    if isinstance(tenant_id, str) and not _TENANT_ID.fullmatch(tenant_id):
+        if tenant_id.isascii() and _TENANT_ID.fullmatch(tenant_id.lower()):
+            raise NonCanonicalTenantId(tenant_id)
     if not isinstance(tenant_id, str) or not _TENANT_ID.fullmatch(tenant_id):
         raise InvalidTenantId(
-            f"tenant_id={shown_value(tenant_id)}: must be 1–{TENANT_ID_MAX_LEN} characters from [A-Za-z0-9._-], "
+            f"tenant_id={shown_value(tenant_id)}: must be 1–{TENANT_ID_MAX_LEN} characters from [a-z0-9._-], "
             "starting with a letter or digit"
         )
     return tenant_id

@@ -1,4 +1,8 @@
-"""Tenants for operators: ``imposition tenant list`` and ``tenant show``.
+"""Tenants for operators: ``imposition tenant create``, ``tenant list`` and ``tenant show``.
+
+``tenant create`` registers a tenant with its whole configuration in one conditional write
+(:func:`leases.tenants.create_tenant`); a submission for a tenant never registered is refused
+(``unknown_tenant``) unless ``Settings.auto_register_tenants`` is on.
 
 Both read the tenants table (one item per tenant: cap, burst cap, admission overrides, webhook URL,
 and the counters ``in_flight``, ``queued``, ``waiting``, all from the same item, so they agree with
@@ -37,6 +41,47 @@ def tenant_view(item, default_cap: int) -> dict:
     }
 
 
+@click.command("create")
+@click.argument("tenant_id", type=TENANT_ID)
+@click.option("--cap", type=click.IntRange(min=0), default=None, help="Cap override (default: Settings.default_cap).")
+@click.option("--burst", "burst_cap", type=click.IntRange(min=0), default=None,
+              help="Borrowing: leases it may hold while the cluster has slots above its reserve (>= the cap).")
+@click.option("--rate-limit-per-min", type=click.IntRange(min=1), default=None, help="Jobs admitted in any 60 s window.")
+@click.option("--in-flight-cap", type=click.IntRange(min=1), default=None,
+              help="Submitted-but-unconfirmed jobs allowed at once (admission).")
+@click.option("--webhook", "webhook_url", default=None, help="Webhook URL (needs --secret-env).")
+@click.option("--secret-env", metavar="VAR", default=None,
+              help="Environment variable holding the webhook's signing secret (>= 32 characters).")
+def tenant_create(tenant_id: str, cap: int | None, burst_cap: int | None, rate_limit_per_min: int | None,
+                  in_flight_cap: int | None, webhook_url: str | None, secret_env: str | None) -> None:
+    """Register TENANT_ID (lower case) with its tier, admission limits and webhook, then print it
+    as ``tenant show`` does (never the secret). Exit status 2: a value out of range, a bad webhook,
+    or the tenant exists already (nothing changed)."""
+    from leases.tenants import TenantExists, create_tenant
+    from webhooks.cli import secret_from_env
+    from webhooks.endpoints import checked_webhook
+    from webhooks.errors import WebhookConfigError
+
+    secret = None
+    if webhook_url is not None:
+        secret = secret_from_env(secret_env)
+        try:
+            checked_webhook(webhook_url, secret)
+        except (WebhookConfigError, ValueError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--webhook") from exc
+    elif secret_env is not None:
+        raise click.UsageError("--secret-env needs --webhook URL")
+    try:
+        create_tenant(tenant_id, cap=cap, burst_cap=burst_cap, rate_limit_per_min=rate_limit_per_min,
+                      admission_in_flight_cap=in_flight_cap, webhook_url=webhook_url, webhook_secret=secret)
+    except TenantExists as exc:
+        raise click.UsageError(str(exc)) from exc
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--burst" if "burst_cap" in str(exc) else "--cap") from exc
+    click.echo(f"registered tenant {tenant_id}", err=True)
+    _show(tenant_id)
+
+
 @click.command("list")
 @click.option("--json", "as_json", is_flag=True, help="One JSON array instead of the table.")
 def tenant_list(as_json: bool) -> None:
@@ -63,6 +108,11 @@ def tenant_show(tenant_id: str) -> None:
     """Print a tenant as JSON: cap (and whether it is an override), burst, admission limits, webhook
     URL (the secret never: ``webhook_secret_set``), in flight, queued, waiting, live leases, and
     ``admission_in_flight`` (admitted, unconfirmed; ``null`` if Redis cannot be reached)."""
+    _show(tenant_id)
+
+
+def _show(tenant_id: str) -> None:
+    """Print ``tenant show``'s JSON of ``tenant_id``."""
     import admission
     from leases.tenants import describe_tenant
     from leases.waiting import read_tenant

@@ -3,7 +3,8 @@
 Order of one submission, each step undone if a later one fails, so a failed submission leaves
 nothing behind::
 
-    validate (tenant id, own input key, token, layout)
+    validate (tenant id, own input key, token, layout; submit(): the file, in the engine's child)
+      → registered tenant (unknown_tenant unless Settings.auto_register_tenants)
       → admission (Redis, the fast check: idempotency token, job id, rate limit, in-flight cap;
         see :mod:`admission`)
       → [submit(): upload the input]
@@ -41,7 +42,7 @@ from typing import Any, Literal
 import admission
 from admission import claims
 from imposition.errors import InputError, InputTooLarge, NotAPdf
-from leases import transactions, waiting
+from leases import waiting
 from leases.models import JobItem
 from service.settings import get_settings
 from service.tenancy import (
@@ -90,7 +91,10 @@ def submit_job(
 
     Raises:
         service.tenancy.InvalidTenantId, service.tenancy.InvalidJobId,
-            service.tenancy.ForeignKeyRefused: bad identity or key.
+            service.tenancy.ForeignKeyRefused: bad identity or key (``NonCanonicalTenantId``: an
+            upper-case spelling, the canonical one named).
+        admission.UnknownTenant: no such tenant registered and ``Settings.auto_register_tenants``
+            off (code ``unknown_tenant``; nothing written).
         imposition.errors.InvalidLayout: the layout fails validation (names field, value, limit).
         ValueError: an empty, too long or not UTF-8-encodable token, a max_attempts that is not an
             integer from 1 to ``Settings.max_attempts_limit``, a bad ``on_duplicate``.
@@ -118,17 +122,20 @@ def submit(
 ) -> str:
     """Upload the local PDF ``path`` under the tenant's prefix and submit it; return the job id.
 
-    Admission runs before the upload; the input goes to ``tenants/<tenant>/jobs/<job>/input.pdf``
-    and is deleted again if a later step fails. ``on_duplicate`` as in :func:`submit_job`.
+    The file is checked at the door first: a PDF header (:func:`check_pdf_header`), then opened and
+    planned per ``layout`` in the engine's limited child (:meth:`imposition.Engine.inspect`: a
+    hostile file is parsed only there), so an empty, non-PDF, damaged, encrypted or page-less file
+    is refused naming the caller's file, before admission, upload or publish. Admission runs before
+    the upload; the input goes to ``tenants/<tenant>/jobs/<job>/input.pdf`` and is deleted again if
+    a later step fails. ``on_duplicate`` as in :func:`submit_job`.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        imposition.errors.InputTooLarge: the file is larger than ``Settings.max_input_bytes``
-            (nothing uploaded: a worker would refuse it).
+        imposition.errors.InputTooLarge: the file is larger than ``Settings.max_input_bytes``.
+        imposition.errors.NotAPdf, NoPages, DamagedPdf, PasswordRequired, TooManyPages (all
+            ``InputError``), or any typed error of planning the layout on these pages: refused at
+            the door, nothing admitted, uploaded or published.
         everything :func:`submit_job` raises.
-
-    A file that is not a PDF is accepted here and fails its job on the worker (``not_a_pdf``);
-    ``imposition submit`` refuses it first (:func:`check_pdf_header`).
     """
     source = Path(path)
     if not source.is_file():
@@ -137,6 +144,10 @@ def submit(
     if size_bytes > limit_bytes:
         raise InputTooLarge(f"input PDF {shown_value(str(source))}: {size_bytes} bytes is more than max_input_bytes={limit_bytes}")
     spec, budget = _validated(tenant_id, token, layout, max_attempts, on_duplicate)
+    from imposition import get_engine  # noqa: PLC0415 (heavy import, only when submitting)
+
+    check_pdf_header(source)
+    get_engine(get_settings()).inspect(source, spec)
     job_id = new_job_id()
     return _admit_and_enqueue(tenant_id, token, job_id, spec, budget, derive_input_key(tenant_id, job_id),
                               on_duplicate=on_duplicate, upload_from=source)
@@ -149,7 +160,8 @@ PDF_HEADER_WINDOW_BYTES = 1024
 def check_pdf_header(path: Path) -> None:
     """Refuse ``path`` at the door unless it is a non-empty file with ``%PDF-`` in its first 1024
     bytes, naming the caller's file (a worker would fail the job as ``not_a_pdf`` seconds later,
-    naming only ``input.pdf``). The pages themselves are checked by the engine.
+    naming only ``input.pdf``); the cheap first step of :func:`submit`'s door check, before the
+    engine's child opens the file.
 
     Raises:
         imposition.errors.NotAPdf: empty, or no header.
@@ -192,7 +204,9 @@ def _validated(tenant_id: str, token: str, layout: dict[str, Any] | str, max_att
 
 def _admit_and_enqueue(tenant_id: str, token: str, job_id: str, spec, budget: int, input_key: str, *,
                        on_duplicate: str, upload_from: Path | None = None) -> str:
-    """Admission, then (upload →) job item → publish; on any failure after admission, undo all."""
+    """Registration, admission, then (upload →) job item → publish; on any failure after admission,
+    undo all."""
+    admission.check_registered(tenant_id)
     try:
         admission.admit(tenant_id, token, job_id)
     except admission.DuplicateSubmission as dup:
@@ -256,7 +270,6 @@ def _create_and_publish(tenant_id: str, token: str, job_id: str, spec, budget: i
         admission.AdmissionUnavailable: the claim transaction kept conflicting (nothing written).
         kombu/botocore/pynamodb errors: DynamoDB or the publish failed.
     """
-    transactions.ensure_tenant(tenant_id)
     job = JobItem(
         job_id,
         tenant_id=tenant_id,

@@ -8,6 +8,9 @@ real AWS: the AWS credentials are fake.
 Clocks are shortened for the session (lease TTL 9 s, heartbeat 1 s, sweep 2 s, defer 1 s) so that
 crash recovery happens within seconds; their relations are the production ones.
 
+Tenants: ``auto_register_tenants`` is on for the session (see ``SESSION_ENV``); the admission and
+operator tests turn it off and register every tenant they use.
+
 Redis: database 13 for admission control and 12 for monitoring events (never database 0, which
 ``make run`` uses). Every key the session writes lies under its own namespace,
 ``imposition-test-<random>`` (``IMPOSITION_REDIS_KEY_NAMESPACE``), and the tests delete only that
@@ -37,6 +40,9 @@ SESSION_ENV = {
     "IMPOSITION_ENGINE_TIME_LIMIT_S": "60",
     "IMPOSITION_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",  # webhook receivers of the tests listen on 127.0.0.1
     "IMPOSITION_REDIS_KEY_NAMESPACE": f"imposition-test-{uuid.uuid4().hex[:12]}",
+    # Suites about leases, workers, webhooks and faults submit for tenants they do not register first;
+    # tests/admission and tests/ops turn it off and register theirs (``registration_required``).
+    "IMPOSITION_AUTO_REGISTER_TENANTS": "true",
 }
 #: This session's Redis namespace: the only keys the tests ever delete.
 REDIS_NAMESPACE = SESSION_ENV["IMPOSITION_REDIS_KEY_NAMESPACE"]

@@ -8,6 +8,20 @@ import os
 import click
 
 
+def secret_from_env(secret_env: str | None) -> str:
+    """The webhook secret held by environment variable ``secret_env`` (required with a URL).
+
+    Raises:
+        click.UsageError: no ``--secret-env``, or the variable is unset or empty (exit 2).
+    """
+    if not secret_env:
+        raise click.UsageError("--secret-env VAR is required with a webhook URL")
+    secret = os.environ.get(secret_env)
+    if not secret:
+        raise click.UsageError(f"environment variable {secret_env} is unset or empty")
+    return secret
+
+
 @click.command("set-webhook")
 @click.argument("tenant_id")
 @click.argument("url", required=False)
@@ -22,13 +36,7 @@ def set_webhook_command(tenant_id: str, url: str | None, secret_env: str | None,
 
     if remove == bool(url):
         raise click.UsageError("give either URL (with --secret-env VAR) or --remove")
-    secret = None
-    if url:
-        if not secret_env:
-            raise click.UsageError("--secret-env VAR is required with URL")
-        secret = os.environ.get(secret_env)
-        if not secret:
-            raise click.UsageError(f"environment variable {secret_env} is unset or empty")
+    secret = secret_from_env(secret_env) if url else None
     try:
         set_webhook(tenant_id, url, secret)
     except (WebhookConfigError, ValueError) as exc:

@@ -76,6 +76,18 @@ def endpoint_for(tenant_id: str) -> WebhookEndpoint | None:
     return WebhookEndpoint(tenant_id, item.webhook_url, item.webhook_secret)
 
 
+def checked_webhook(url: str, secret: str | None) -> None:
+    """Check a webhook URL, its destination and its secret as :func:`set_webhook` does (also for
+    ``imposition tenant create``).
+
+    Raises:
+        WebhookConfigError, UnsafeWebhookDestination: see :func:`set_webhook`.
+    """
+    check_destination(check_url(url))
+    if not secret or len(secret) < MIN_SECRET_LEN:
+        raise WebhookConfigError(f"webhook secret: must be at least {MIN_SECRET_LEN} characters")
+
+
 def set_webhook(tenant_id: str, url: str | None, secret: str | None) -> None:
     """Set ``tenant_id``'s webhook URL and secret; ``url=None`` removes both.
 
@@ -92,9 +104,7 @@ def set_webhook(tenant_id: str, url: str | None, secret: str | None) -> None:
     if url is None:
         actions = [TenantItem.webhook_url.remove(), TenantItem.webhook_secret.remove()]
     else:
-        check_destination(check_url(url))
-        if not secret or len(secret) < MIN_SECRET_LEN:
-            raise WebhookConfigError(f"webhook secret: must be at least {MIN_SECRET_LEN} characters")
+        checked_webhook(url, secret)
         actions = [TenantItem.webhook_url.set(url), TenantItem.webhook_secret.set(secret)]
     ensure_tenant(tenant_id)
     TenantItem(tenant_id).update(actions=[*actions, TenantItem.updated_at.set(time.time())])

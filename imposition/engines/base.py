@@ -174,6 +174,33 @@ class Engine(ABC):
         log.info("imposed %s: %s", input_path.name, report)
         return report
 
+    def inspect(self, input_path: Path, spec: LayoutSpec, *, time_limit_s: float | None = None) -> Placed:
+        """Open ``input_path`` and plan it per ``spec`` in the limited child (mode ``inspect``), drawing
+        nothing: every typed input error :meth:`impose` would raise about this input and layout, before
+        a job exists (the submission's door check). Errors name the file by its own name.
+
+        Returns:
+            The counts and warnings the plan would have (``sheets``, ``sides``, ``pages_in``, ...).
+
+        Raises:
+            ImpositionError: ``not_a_pdf``, ``no_pages``, ``damaged``, ``password_required``,
+                ``too_many_pages``, ``input_too_large``, a layout the pages do not fit, a time limit.
+            OSError: the input cannot be read.
+        """
+        started = time.monotonic()
+        limit_s = self.settings.engine_time_limit_s if time_limit_s is None else time_limit_s
+        size_bytes = input_path.stat().st_size
+        if size_bytes > self.settings.max_input_bytes:
+            raise InputTooLarge(
+                f"{input_path.name}: {size_bytes} bytes is more than max_input_bytes={self.settings.max_input_bytes}"
+            )
+        with tempfile.TemporaryDirectory(prefix="imposition-inspect-") as work_dir:
+            job = EngineJob(input_path, spec, Path(work_dir) / "unused.pdf", Path(work_dir), None, None,
+                            started + limit_s, limit_s)
+            result = self.run_child(job, "inspect")
+        return Placed(result["sheets"], result["sides"], result["pages_in"], result["blank_pages"],
+                      Placed.warnings_of(result))
+
     @abstractmethod
     def _place(self, job: EngineJob) -> Placed:
         """Write the imposed PDF to ``job.output_path`` and report the counts.

@@ -30,10 +30,34 @@ def redis_db():
     client.close()
 
 
+@pytest.fixture(autouse=True)
+def registration_required(monkeypatch):
+    """Submissions for unregistered tenants are refused (``auto_register_tenants`` off, as in
+    production): every tenant of these tests is registered, by :func:`new_tenant`."""
+    from admission.limits import forget_cached_limits
+    from service.settings import get_settings
+
+    monkeypatch.setenv("IMPOSITION_AUTO_REGISTER_TENANTS", "false")
+    get_settings.cache_clear()
+    forget_cached_limits()
+    yield
+    monkeypatch.undo()
+    get_settings.cache_clear()
+
+
 @pytest.fixture
 def new_tenant():
-    """A factory of fresh tenant ids (tenants items are never shared between tests)."""
-    return lambda name="t": f"{name}-{uuid.uuid4().hex[:10]}"
+    """A factory of fresh tenant ids, each registered (``tenant create``'s function) when made
+    (tenant items are never shared between tests); ``register=False`` makes an id only."""
+    from leases.tenants import create_tenant
+
+    def make(name: str = "t", *, register: bool = True) -> str:
+        tenant_id = f"{name}-{uuid.uuid4().hex[:10]}"
+        if register:
+            create_tenant(tenant_id)
+        return tenant_id
+
+    return make
 
 
 @pytest.fixture

@@ -164,8 +164,11 @@ def test_failed_publish_undoes_the_claim_with_the_job(redis_db, uploaded, new_te
 
 
 def test_key_shaped_job_ids_of_one_tenant_change_nothing_of_another(redis_db, uploaded, new_tenant):
+    from leases.tenants import create_tenant
+
     victim, other = "job", new_tenant("other")  # a tenant literally named like the old job-key segment
     victim_key, other_key = uploaded(victim), uploaded(other)
+    create_tenant(victim)
     victim_jobs = [submit_job(tenant_id=victim, token=f"v-{i}", input_key=victim_key, layout=LAYOUT) for i in range(2)]
     victim_keys = sorted(redis_db.keys(f"{REDIS_NAMESPACE}:*"))
     assert in_flight_key(victim) in victim_keys and rate_key(victim) in victim_keys

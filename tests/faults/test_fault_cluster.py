@@ -213,7 +213,7 @@ def test_workers_under_thirty_percent_dynamodb_faults_finish_every_job_once(clus
 
 
 def test_case_11_a_flood_from_one_tenant_leaves_room_for_the_others(cluster):
-    a, others = new_tenant("A"), [new_tenant(n) for n in "BCD"]
+    a, others = new_tenant("a"), [new_tenant(n) for n in "bcd"]
     for tenant in (a, *others):
         cluster.mark(f"tenant-{tenant}.sleep", "2")
     a_jobs = [cluster.submit(a) for _ in range(40)]

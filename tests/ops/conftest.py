@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.admission.conftest import new_tenant, redis_db  # noqa: F401 (fixtures)
+from tests.admission.conftest import new_tenant, redis_db, registration_required  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(autouse=True)
