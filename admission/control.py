@@ -1,6 +1,7 @@
 """The admission checks, run atomically in Redis by one Lua script per call (DESIGN §2, layer 3).
 
-One admission, in this order, all inside one ``EVALSHA`` (Redis runs a script as one atomic step,
+A retried job (``imposition job retry``) passes :meth:`Admission.readmit`: steps 2–4 without the
+token (the job keeps its own). One admission, in this order, all inside one ``EVALSHA`` (Redis runs a script as one atomic step,
 so a refused submission leaves no partial state and 20 threads racing on one token see exactly one
 winner)::
 
@@ -75,9 +76,45 @@ from service.tenancy import validate_job_id, validate_tenant_id
 RATE_WINDOW_US = 60 * 1_000_000
 _US_PER_S = 1_000_000
 
-# KEYS: token, rate, in_flight, job.  ARGV: job_id, tenant_id, now_us ('' = Redis TIME), token TTL ms,
-# rate limit, rate window µs, in-flight cap, in-flight expiry µs.
-_ADMIT_LUA = """
+# The limits and the record, shared by admit and readmit. KEYS: rate, in_flight, job (the last
+# three).  ARGV: job_id, tenant_id, now_us ('' = Redis TIME), token TTL ms, rate limit, rate window
+# µs, in-flight cap, in-flight expiry µs. Returns nil and whether the job was counted already when
+# recorded, else the refusal. A job already in the in-flight set (readmit of an unconfirmed job) is
+# not counted twice.
+_LIMITS_LUA = """
+local function limits_then_record(rate_key, in_flight_key, job_key)
+  local now
+  if ARGV[3] == '' then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  else
+    now = tonumber(ARGV[3])
+  end
+  local limit, window = tonumber(ARGV[5]), tonumber(ARGV[6])
+  redis.call('ZREMRANGEBYSCORE', rate_key, '-inf', now - window)
+  local used = redis.call('ZCARD', rate_key)
+  if used >= limit then
+    local blocking = redis.call('ZRANGE', rate_key, used - limit, used - limit, 'WITHSCORES')
+    return {'rate_limited', tostring(tonumber(blocking[2]) + window - now), tostring(used)}
+  end
+  local cap, expiry = tonumber(ARGV[7]), tonumber(ARGV[8])
+  redis.call('ZREMRANGEBYSCORE', in_flight_key, '-inf', now - expiry)
+  local in_flight = redis.call('ZCARD', in_flight_key)
+  local counted = redis.call('ZSCORE', in_flight_key, ARGV[1])
+  if not counted and in_flight >= cap then
+    return {'in_flight', tostring(in_flight)}
+  end
+  redis.call('ZADD', rate_key, now, ARGV[1])
+  redis.call('PEXPIRE', rate_key, math.ceil(window / 1000))
+  redis.call('ZADD', in_flight_key, now, ARGV[1])
+  redis.call('PEXPIRE', in_flight_key, math.ceil(expiry / 1000))
+  redis.call('SET', job_key, ARGV[2], 'PX', math.ceil(expiry / 1000))
+  return nil, counted
+end
+"""
+
+# KEYS: token, rate, in_flight, job.  ARGV as _LIMITS_LUA.
+_ADMIT_LUA = _LIMITS_LUA + """
 local existing = redis.call('GET', KEYS[1])
 if existing then
   return {'duplicate', existing}
@@ -85,33 +122,35 @@ end
 if redis.call('EXISTS', KEYS[4]) == 1 then
   return {'job_taken'}
 end
-local now
-if ARGV[3] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[3])
-end
-local limit, window = tonumber(ARGV[5]), tonumber(ARGV[6])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - window)
-local used = redis.call('ZCARD', KEYS[2])
-if used >= limit then
-  local blocking = redis.call('ZRANGE', KEYS[2], used - limit, used - limit, 'WITHSCORES')
-  return {'rate_limited', tostring(tonumber(blocking[2]) + window - now), tostring(used)}
-end
-local cap, expiry = tonumber(ARGV[7]), tonumber(ARGV[8])
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - expiry)
-local in_flight = redis.call('ZCARD', KEYS[3])
-if in_flight >= cap then
-  return {'in_flight', tostring(in_flight)}
+local refused = limits_then_record(KEYS[2], KEYS[3], KEYS[4])
+if refused then
+  return refused
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
-redis.call('ZADD', KEYS[2], now, ARGV[1])
-redis.call('PEXPIRE', KEYS[2], math.ceil(window / 1000))
-redis.call('ZADD', KEYS[3], now, ARGV[1])
-redis.call('PEXPIRE', KEYS[3], math.ceil(expiry / 1000))
-redis.call('SET', KEYS[4], ARGV[2], 'PX', math.ceil(expiry / 1000))
-return {'admitted', ARGV[1], tostring(in_flight + 1)}
+return {'admitted', ARGV[1], tostring(redis.call('ZCARD', KEYS[3]))}
+"""
+
+# KEYS: rate, in_flight, job.  ARGV as _LIMITS_LUA (token TTL unused). An existing job run again
+# (``job retry``): the rate limit and the in-flight cap, no token and no job-id check.
+_READMIT_LUA = _LIMITS_LUA + """
+local refused, counted = limits_then_record(KEYS[1], KEYS[2], KEYS[3])
+if refused then
+  return refused
+end
+return {'admitted', ARGV[1], tostring(redis.call('ZCARD', KEYS[2])), counted and '1' or '0'}
+"""
+
+# KEYS: rate, in_flight, job.  ARGV: job_id, tenant_id, '1' if the readmission added the in-flight
+# entry.  Undo a readmission (the retry did not commit).
+_UNREADMIT_LUA = """
+local undone = redis.call('ZREM', KEYS[1], ARGV[1])
+if ARGV[3] == '1' then
+  undone = undone + redis.call('ZREM', KEYS[2], ARGV[1])
+  if redis.call('GET', KEYS[3]) == ARGV[2] then
+    redis.call('DEL', KEYS[3])
+  end
+end
+return undone
 """
 
 # KEYS: token, rate, in_flight, job.  ARGV: job_id, tenant_id.  Undo one admission of job_id only.
@@ -198,6 +237,8 @@ class Admission:
         self.client = client
         self._limits = limits
         self._admit = client.register_script(_ADMIT_LUA)
+        self._readmit = client.register_script(_READMIT_LUA)
+        self._unreadmit = client.register_script(_UNREADMIT_LUA)
         self._abandon = client.register_script(_ABANDON_LUA)
         self._confirm = client.register_script(_CONFIRM_LUA)
 
@@ -239,14 +280,46 @@ class Admission:
             raise ValueError(f"token: must be a non-empty string of at most {max_len} characters "
                              "(the caller's idempotency token)")
         validate_job_id(job_id)
+        return int(self._verdict(self._admit, self._keys(tenant_id, token, job_id), tenant_id, job_id, now_s,
+                                 "admit")[2])
+
+    def readmit(self, tenant_id: str, job_id: str, *, now_s: float | None = None) -> bool:
+        """Admit an existing job of ``tenant_id`` again (``imposition job retry``): the rate limit and
+        the in-flight cap as for a submission (a job still unconfirmed is not counted twice), no
+        token or job-id check. Returns True if the job entered the in-flight count now (False: it
+        was still unconfirmed). Undo with :meth:`unreadmit` if the retry does not commit.
+
+        Raises:
+            service.tenancy.InvalidTenantId, service.tenancy.InvalidJobId: malformed ids.
+            RateLimited, InFlightLimitReached: refused; nothing was recorded.
+            AdmissionUnavailable: Redis unreachable (fail closed).
+        """
+        validate_tenant_id(tenant_id)
+        validate_job_id(job_id)
+        keys = [rate_key(tenant_id), in_flight_key(tenant_id), job_key(job_id)]
+        return self._verdict(self._readmit, keys, tenant_id, job_id, now_s, "readmit")[3] == "0"
+
+    def unreadmit(self, tenant_id: str, job_id: str, *, added: bool) -> bool:
+        """Undo :meth:`readmit` of ``job_id`` (its retry did not commit): its rate entry and, if
+        ``added`` (what :meth:`readmit` returned), its in-flight entry; True if anything was undone.
+
+        Raises:
+            AdmissionUnavailable: Redis unreachable.
+        """
+        keys = [rate_key(validate_tenant_id(tenant_id)), in_flight_key(tenant_id), job_key(job_id)]
+        return bool(self._run(self._unreadmit, keys, [job_id, tenant_id, "1" if added else "0"], "unreadmit"))
+
+    def _verdict(self, script, keys: list[str], tenant_id: str, job_id: str, now_s: float | None, what: str) -> list:
+        """Run ``script`` (admit or readmit) with the tenant's limits; its ``admitted`` reply, or the
+        refusal raised."""
         limits = self._limits(tenant_id)
-        reply = self._run(self._admit, self._keys(tenant_id, token, job_id), [
+        reply = self._run(script, keys, [
             job_id, tenant_id, _now_us(now_s), limits.idempotency_ttl_s * 1000, limits.rate_limit_per_min,
             RATE_WINDOW_US, limits.in_flight_cap, get_settings().admission_in_flight_expiry_s * _US_PER_S,
-        ], "admit")
+        ], what)
         verdict = reply[0]
         if verdict == "admitted":
-            return int(reply[2])
+            return reply
         if verdict == "duplicate":
             raise DuplicateSubmission(tenant_id, reply[1])
         if verdict == "job_taken":

@@ -235,17 +235,39 @@ def cancel_job(job_id: str):
 
 
 def retry_job(job_id: str, *, max_attempts: int | None = None):
-    """Retry a failed job through the door: :func:`leases.lifecycle.retry`, then publish it
-    (queued) or wake its tenant (parked). Returns the :class:`leases.lifecycle.Outcome`.
+    """Retry a failed job through the door: admission first (:meth:`admission.Admission.readmit`:
+    the tenant's rate limit and in-flight cap, as for a submission), then
+    :func:`leases.lifecycle.retry`, then publish it (queued) or wake its tenant (parked). Returns
+    the :class:`leases.lifecycle.Outcome`.
 
     Raises:
-        everything :func:`leases.lifecycle.retry` raises (nothing written then); a failed publish
+        pynamodb.exceptions.DoesNotExist: no such job.
+        leases.errors.WrongJobStatus: the job is not failed (nothing admitted or written).
+        admission.RateLimited, admission.InFlightLimitReached: refused by admission (nothing written).
+        admission.AdmissionUnavailable: Redis unreachable (fails closed, nothing written).
+        everything :func:`leases.lifecycle.retry` raises (nothing written then, the readmission
+            undone); a failed publish
             (the job stays queued with ``due_at`` now: the sweeper re-publishes it).
     """
+    import admission
     from leases import lifecycle
+    from leases.errors import WrongJobStatus
+    from leases.transactions import read_job
     from tasks.messages import publish_job
 
-    outcome = lifecycle.retry(job_id, max_attempts=max_attempts)
+    job = read_job(job_id)
+    if job.status not in lifecycle.RETRYABLE:  # refused as such, before any admission is spent
+        raise WrongJobStatus(job_id, "retry", job.status, lifecycle.RETRYABLE)
+    door = admission.get_admission()
+    added = door.readmit(job.tenant_id, job_id)
+    try:
+        outcome = lifecycle.retry(job_id, max_attempts=max_attempts)
+    except BaseException:
+        try:
+            door.unreadmit(job.tenant_id, job_id, added=added)
+        except admission.AdmissionUnavailable as exc:  # keep the retry's error; the entry expires
+            log.warning("retry of job %s failed and its readmission could not be undone: %s", job_id, exc)
+        raise
     if outcome.status == "queued":
         publish_job(outcome.job.tenant_id, job_id)
     else:
@@ -298,8 +320,13 @@ def job_retry(job_id: str, max_attempts: int | None) -> None:
     """Run a failed job again (same job id, a new attempt budget, the failed run kept in its
     ``history``): queued and published if its tenant has room, else waiting.
 
-    Exit status 1: no such job; 2: the job is not failed, or the budget is out of range."""
+    Admission applies as to a submission: the tenant's rate limit and in-flight cap.
+
+    Exit status 1: no such job; 2: the job is not failed, the budget is out of range, or admission
+    refused it (rate limit, in-flight cap: the typed reason); 3: Redis unreachable."""
     from pynamodb.exceptions import DoesNotExist
+
+    import admission
 
     from leases.errors import WrongJobStatus
 
@@ -308,6 +335,9 @@ def job_retry(job_id: str, max_attempts: int | None) -> None:
     except DoesNotExist:
         click.echo(f"no job {job_id!r}", err=True)
         sys.exit(1)
-    except (WrongJobStatus, ValueError) as exc:
+    except (WrongJobStatus, ValueError, admission.AdmissionRefused) as exc:
         _refused(exc)
+    except admission.AdmissionUnavailable as exc:
+        click.echo(f"unavailable: {exc}", err=True)
+        sys.exit(3)
     click.echo(f"retrying job {job_id} of {outcome.job.tenant_id}: {outcome.status}")
