@@ -4,7 +4,17 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-stamp
 
-.PHONY: venv run test bench bench-sched soak clean
+.PHONY: venv run test bench bench-sched soak clean prometheus
+
+## Debian's prometheus package: promtool for the alert-rule tests (`make test`), the server for
+## `make run`. Installed with apt-get when missing and this is a root shell on Debian; otherwise a
+## warning says the alert-rule tests will be skipped and `make run` starts no Prometheus.
+prometheus:
+	@command -v promtool >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  echo "installing Debian's prometheus package (promtool, prometheus) ..." && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 || \
+	    { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1; }; }; } || true
+	@command -v promtool >/dev/null 2>&1 || echo "WARNING: promtool not installed (Debian package 'prometheus'): the alert-rule tests will be SKIPPED and make run starts no Prometheus"
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -15,12 +25,12 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 ## The main job on the embedded stack (moto server for SQS, DynamoDB and S3, plus local Redis).
-## KEEP=1 leaves the stack up afterwards for the command line and Flower, until Ctrl-C.
-run: $(STAMP)
+## KEEP=1 leaves the stack up afterwards for the command line, Flower and Prometheus, until Ctrl-C.
+run: $(STAMP) prometheus
 	$(BIN)/python -m service.demo $(if $(KEEP),--keep)
 
 ## The test suite (real moto servers, real Redis, real celery worker processes).
-test: $(STAMP)
+test: $(STAMP) prometheus
 	$(BIN)/python -m pytest
 
 ## The engine benchmark (not in `make test`): our engine against pdfimpose and a plain pikepdf page

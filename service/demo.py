@@ -4,8 +4,10 @@
 2. provisions queues (with dead-letter queues), tables and bucket;
 3. starts the processes of DESIGN §7: an imposition worker (``-c 8``), a maintenance worker, a
    notifications worker (webhooks), beat, Flower (reading monitoring events from the Redis side
-   channel) and a local webhook receiver that verifies each tenant's signed webhooks and confirms
-   the jobs (lowering the tenant's admission in-flight count);
+   channel), a local webhook receiver that verifies each tenant's signed webhooks and confirms
+   the jobs (lowering the tenant's admission in-flight count), and, where Debian's ``prometheus``
+   package is installed, a Prometheus server scraping every worker node's metrics endpoint and
+   loading the shipped alert rules (:mod:`observability.alerts`);
 4. submits a real multi-tenant workload: ``acme`` 40 jobs at once, then ``globex``, ``initech`` and
    ``umbrella`` 3 each, over the multi-page PDFs in ``samples/``;
 5. shows progress until every job is final, then prints the per-tenant table, writes the plate
@@ -35,10 +37,13 @@ import click
 
 from service.stack import (
     BEAT_READY,
+    PROMETHEUS_BINARY,
+    PROMETHEUS_READY,
     REPO,
     WORKER_READY,
     ManagedProcess,
     beat_command,
+    prometheus_command,
     stop_all,
     wait_for,
     worker_command,
@@ -149,6 +154,7 @@ class Demo:
         self.redis_urls: tuple[str, ...] = ()  # where they may be, once the settings are read
         self.receiver = None
         self.flower: ManagedProcess | None = None
+        self.prometheus_url: str | None = None
 
     # -- set-up --------------------------------------------------------------------------------
 
@@ -173,6 +179,8 @@ class Demo:
             # multiprocess files are this checkout's own (two runs never share a node's files).
             "IMPOSITION_METRICS_ADDRESS": "127.0.0.1",
             "IMPOSITION_METRICS_DIR": str(RUN_DIR / "metrics"),
+            # The demo's tenants are not created first: they register on their first submission.
+            "IMPOSITION_AUTO_REGISTER_TENANTS": "true",
         }
         os.environ.update(env)
         from service.settings import get_settings
@@ -183,6 +191,8 @@ class Demo:
         for name, url in (("IMPOSITION_REDIS_URL", settings.redis_url), ("IMPOSITION_EVENTS_URL", settings.events_url)):
             self._check_redis(name, url)
         self.say(f"  SQS/S3 at {env['AWS_ENDPOINT_URL']}, DynamoDB at {env['AWS_ENDPOINT_URL_DYNAMODB']}")
+        self.say("• tenants register on their first submission here (IMPOSITION_AUTO_REGISTER_TENANTS=true); "
+                 "in production it is off: `imposition tenant create T` first, else `unknown_tenant`")
         from service.provision import provision
 
         report = provision()
@@ -236,11 +246,36 @@ class Demo:
         port = _free_port()
         # Flower binds 127.0.0.1 here, so its HTTP API may answer without authentication (Flower 2.x).
         self.flower = self.start("flower", flower_command(port), None, {**env, "FLOWER_UNAUTHENTICATED_API": "true"})
+        self.prometheus_url = self.start_prometheus(env, ports)
         # Submit only once every slot has its AWS clients: a fair start for every tenant.
         wait_for(lambda: imposer.log().count(SLOT_WARM) >= s.slots_per_node, 60, what="warm slots")
         (RUN_DIR / "env").write_text("".join(f"export {k}={v}\n" for k, v in env.items()))
         self.say("• metrics: " + ", ".join(f"{node} {url}" for node, url in self.metrics_urls.items()))
+        if self.prometheus_url:
+            self.say(f"• Prometheus: {self.prometheus_url} (scrapes both nodes, alert rules loaded: "
+                     f"{self.prometheus_url}alerts)")
         self.say(f"• in another terminal: . {(RUN_DIR / 'env').relative_to(REPO)} && .venv/bin/imposition status")
+        return f"http://127.0.0.1:{port}/"
+
+    def start_prometheus(self, env: dict[str, str], ports: dict[str, int]) -> str | None:
+        """Start Debian's Prometheus on a free loopback port, scraping the worker nodes ``ports`` and
+        loading the shipped rules; its URL, or None (said) when the package is not installed."""
+        from observability.alerts import write_prometheus_config
+        from service.settings import get_settings
+
+        if not os.access(PROMETHEUS_BINARY, os.X_OK):
+            self.say(f"• Prometheus not started: {PROMETHEUS_BINARY} missing (Debian package 'prometheus'; "
+                     "`make run` installs it when it can)")
+            return None
+        s = get_settings()
+        config = write_prometheus_config(RUN_DIR / "prometheus.yml",
+                                         {node: f"127.0.0.1:{port}" for node, port in ports.items()})
+        data_dir = RUN_DIR / "prometheus-data"
+        shutil.rmtree(data_dir, ignore_errors=True)  # this run's series only
+        port = _free_port()
+        retention = f"{s.capacity_weeks * 7 + 7}d"
+        self.start("prometheus", prometheus_command(config, data_dir, port, retention=retention),
+                   PROMETHEUS_READY, env)
         return f"http://127.0.0.1:{port}/"
 
     def start_receiver(self, env: dict[str, str], tenants: list[str]) -> None:
@@ -391,6 +426,9 @@ class Demo:
             self.say(f"  PROBLEM: {p}")
         self.capacity_report()
         self.say(f"• Flower {'is' if self.keep else 'was'} at {flower_url}; process logs are in {RUN_DIR.relative_to(REPO)}/")
+        if self.prometheus_url:
+            self.say(f"• Prometheus {'is' if self.keep else 'was'} at {self.prometheus_url} "
+                     f"(alerts: {self.prometheus_url}alerts)")
         self.say(f"• finished in {time.monotonic() - t0:.0f} s")
         return 1 if problems or len(items) != len(jobs) else 0
 

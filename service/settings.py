@@ -365,6 +365,24 @@ class Settings(BaseSettings):
         default=3600, gt=0,
         description="imposition status: jobs submitted, defers and recoveries counted over this window.",
     )
+    alert_starving_wait_p95_s: float = Field(
+        default=180.0, gt=0,
+        description="Alert ImpositionTenantStarving: a tenant's p95 queue wait over this while slots are free; "
+        "keep it among queue_wait_buckets_s (observability.alerts).",
+    )
+    alert_rate_window_s: int = Field(
+        default=900, ge=60, description="Alerts: the window of rate() and histogram quantiles (s).")
+    alert_for_s: int = Field(
+        default=600, ge=0, description="Alerts: how long a condition must hold before it fires (s).")
+    alert_lease_recovered_per_hour: int = Field(
+        default=3, ge=1,
+        description="Alert ImpositionLeaseRecoveredSustained: more expired leases than this reclaimed for one "
+        "tenant within an hour, for alert_for_s.",
+    )
+    alert_dlq_for_s: int = Field(
+        default=300, ge=0, description="Alert ImpositionDeadLetterQueueNotEmpty: a DLQ non-empty this long (s).")
+    prometheus_scrape_interval_s: int = Field(
+        default=15, ge=1, description="make run: how often the local Prometheus scrapes each worker node (s).")
     capacity_weeks: int = Field(default=4, ge=1, description="Window of the capacity report, in weeks.")
     capacity_nodes: int = Field(
         default=1, ge=1, description="Worker nodes licensed now; slots total = nodes × slots_per_node."

@@ -176,6 +176,18 @@ def beat_command(schedule_path: Path, *, app: str = "tasks") -> list[str]:
     return celery_command("beat", "-l", "info", "-s", str(schedule_path), "--pidfile=", app=app)
 
 
+#: Debian's Prometheus server (package ``prometheus``), for ``make run``.
+PROMETHEUS_BINARY = "/usr/bin/prometheus"
+
+
+def prometheus_command(config_path: Path, data_dir: Path, port: int, *, retention: str) -> list[str]:
+    """A Prometheus server on 127.0.0.1:``port`` with its configuration, its data in ``data_dir``,
+    kept for ``retention`` (a Prometheus duration: the second-licence alert reads weeks)."""
+    return [PROMETHEUS_BINARY, f"--config.file={config_path}", f"--storage.tsdb.path={data_dir}",
+            f"--storage.tsdb.retention.time={retention}", f"--web.listen-address=127.0.0.1:{port}"]
+
+
 #: What each process prints once it is ready.
 WORKER_READY = "ready."
 BEAT_READY = "beat: Starting"
+PROMETHEUS_READY = "Server is ready to receive web requests."

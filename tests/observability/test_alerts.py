@@ -1,0 +1,250 @@
+"""The shipped alerting rules and dashboard (:mod:`observability.alerts`): ``promtool test rules`` on
+series built from the settings' thresholds, each alert firing on series that cross its threshold
+and quiet on series just below; the files in the repository are what the defaults give.
+
+promtool comes from Debian's ``prometheus`` package, which ``make test`` installs; without it these
+tests are skipped with that reason (never passed silently).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool not installed (Debian package 'prometheus'; `make test` installs it): "
+                             "the alert rules were NOT tested")
+
+
+def _settings():
+    from service.settings import get_settings
+
+    return get_settings()
+
+
+def _promtool(*args: str) -> subprocess.CompletedProcess:
+    done = subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def _run_tests(tmp_path: Path, evaluation_interval: str, tests: list[dict]) -> None:
+    from observability.alerts import RULES_PATH
+
+    path = tmp_path / "alerts_test.yml"
+    path.write_text(yaml.safe_dump({"rule_files": [str(RULES_PATH)], "evaluation_interval": evaluation_interval,
+                                    "tests": tests}, sort_keys=False))
+    _promtool("test", "rules", str(path))
+
+
+def _annotations(name: str, labels: dict) -> dict:
+    """The annotations of alert ``name`` as Prometheus renders them for ``labels`` (they template
+    only ``$labels``)."""
+    from observability.alerts import rule_groups
+
+    rule = next(r for g in rule_groups()["groups"] for r in g["rules"] if r.get("alert") == name)
+    out = {}
+    for key, text in rule["annotations"].items():
+        for label, value in labels.items():
+            text = text.replace("{{ $labels.%s }}" % label, value)
+        out[key] = text
+    return out
+
+
+def _alert(name: str, at: str, *fired: dict) -> dict:
+    """An ``alert_rule_test``: ``name`` at ``at`` fires exactly with the label sets ``fired`` (none: quiet)."""
+    return {"eval_time": at, "alertname": name,
+            "exp_alerts": [{"exp_labels": labels, "exp_annotations": _annotations(name, labels)} for labels in fired]}
+
+
+def _series(name: str, labels: dict, values: str) -> dict:
+    shown = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return {"series": f"{name}{{{shown}}}", "values": values}
+
+
+def _slots(total: int, busy: int, minutes: int) -> list[dict]:
+    return [_series("slots_total", {"instance": "imposer"}, f"{total}x{minutes}"),
+            _series("slots_busy", {"instance": "imposer"}, f"{busy}x{minutes}")]
+
+
+def _waits(tenant: str, lower_s: float, upper_s: float, per_min: int, minutes: int) -> list[dict]:
+    """Histogram series of ``tenant``: ``per_min`` jobs a minute, every wait in (``lower_s``, ``upper_s``]."""
+    from observability.alerts import _le
+
+    bounds = [*_settings().queue_wait_buckets_s, float("inf")]
+    out = []
+    for bound in bounds:
+        step = per_min if bound >= upper_s else 0
+        out.append(_series("queue_wait_seconds_bucket", {"tenant": tenant, "le": _le(bound) if bound != float("inf")
+                                                         else "+Inf"}, f"0+{step}x{minutes}"))
+    assert lower_s in bounds and upper_s in bounds
+    return out
+
+
+def test_the_shipped_files_are_what_the_settings_give_and_promtool_accepts_them():
+    from observability.alerts import DASHBOARD_PATH, RULES_PATH, dashboard, render_rules
+
+    assert RULES_PATH.read_text() == render_rules(), "run `python -m observability.alerts` and commit the files"
+    assert json.loads(DASHBOARD_PATH.read_text()) == dashboard()
+    if PROMTOOL is None:
+        pytest.skip("promtool not installed: `promtool check rules` not run")
+    assert "SUCCESS: 7 rules found" in _promtool("check", "rules", str(RULES_PATH)).stdout
+
+
+@needs_promtool
+def test_every_dashboard_query_parses_and_names_only_metrics_the_service_exports(tmp_path):
+    from observability.alerts import dashboard, dashboard_exprs, rule_groups
+
+    exprs = dashboard_exprs(dashboard())
+    path = tmp_path / "dashboard_rules.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": [
+        {"record": f"dashboard:q{i}", "expr": expr} for i, expr in enumerate(exprs)]}]}))
+    _promtool("check", "rules", str(path))
+    exported = {"slots_busy", "slots_total", "leases_held", "queue_wait_seconds_bucket", "jobs_waiting",
+                "cap_defer_total", "lease_recovered_total", "jobs_total", "handoffs_total", "sqs_messages",
+                "poison_messages_total", "queue_wait_seconds_count"}
+    recorded = {rule["record"] for group in rule_groups()["groups"] for rule in group["rules"] if "record" in rule}
+    import re
+
+    for expr in exprs + [r["expr"] for g in rule_groups()["groups"] for r in g["rules"]]:
+        names = set(re.findall(r"\b([a-z_:]+)(?=\{|\[|\)|\s*$|\s*[-/*+>])", expr))
+        names -= {"sum", "max", "rate", "increase", "by", "on", "and", "bool", "avg_over_time", "histogram_quantile",
+                  "day_of_week", "vector", "time", "tenant", "le", "outcome", "reason", "queue", "state"}
+        assert names <= exported | recorded, (expr, names - exported - recorded)
+
+
+@needs_promtool
+def test_fairness_alerts_fire_past_their_thresholds_and_stay_quiet_just_below(tmp_path):
+    from observability.alerts import _duration
+
+    s = _settings()
+    threshold = s.alert_starving_wait_p95_s
+    bounds = list(s.queue_wait_buckets_s)
+    below, above = bounds[bounds.index(threshold) - 1], bounds[bounds.index(threshold) + 1]
+    minutes = (s.alert_rate_window_s + s.alert_for_s) // 60 + 10
+    at = _duration(minutes * 60 - 60)
+    late = _duration(s.alert_for_s + 3600 + 600)
+    hours = (s.alert_for_s + 3600 + 600) // 60 + 2
+    n = s.alert_lease_recovered_per_hour
+    page = {"severity": "page"}
+    _run_tests(tmp_path, "1m", [
+        {"interval": "1m",  # p95 just past the threshold (starved) and just below it (fine), slots free
+         "input_series": [*_slots(8, 4, minutes), *_waits("starved", threshold, above, 10, minutes),
+                          *_waits("fine", below, threshold, 10, minutes)],
+         "alert_rule_test": [_alert("ImpositionTenantStarving", at, {**page, "tenant": "starved"})]},
+        {"interval": "1m",  # the same waits with every slot busy: no starving, the cap or the load
+         "input_series": [*_slots(8, 8, minutes), *_waits("starved", threshold, above, 10, minutes)],
+         "alert_rule_test": [_alert("ImpositionTenantStarving", at)]},
+        {"interval": "1m",  # (n + 1) recoveries an hour for one tenant, n - 1 for another
+         "input_series": [_series("lease_recovered_total", {"tenant": "crashy", "instance": "maint"},
+                                  f"0+{(n + 1) / 60}x{hours}"),
+                          _series("lease_recovered_total", {"tenant": "steady", "instance": "maint"},
+                                  f"0+{(n - 1) / 60}x{hours}")],
+         "alert_rule_test": [_alert("ImpositionLeaseRecoveredSustained", late, {**page, "tenant": "crashy"})]},
+        {"interval": "1m",  # one DLQ holds a message, one is empty, one held it for less than the "for"
+         "input_series": [
+             _series("sqs_messages", {"queue": "imposition-dlq", "state": "visible"}, f"1x{minutes}"),
+             _series("sqs_messages", {"queue": "notifications-dlq", "state": "visible"}, f"0x{minutes}"),
+             _series("sqs_messages", {"queue": "maintenance-dlq", "state": "visible"},
+                     f"0x{minutes - s.alert_dlq_for_s // 60 + 1} 1x{s.alert_dlq_for_s // 60 - 2}"),
+             _series("sqs_messages", {"queue": "imposition", "state": "visible"}, f"3x{minutes}")],
+         "alert_rule_test": [_alert("ImpositionDeadLetterQueueNotEmpty", at,
+                                    {"severity": "ticket", "queue": "imposition-dlq"})]},
+        {"interval": "1m",  # messages visible, 1 slot free: idle slots while jobs wait
+         "input_series": [*_slots(8, 7, minutes),
+                          _series("sqs_messages", {"queue": "imposition", "state": "visible"}, f"1x{minutes}")],
+         "alert_rule_test": [_alert("ImpositionSlotsIdleWhileJobsWait", at, page)]},
+        {"interval": "1m",  # messages visible but every slot busy; or slots free and no message
+         "input_series": [*_slots(8, 8, minutes),
+                          _series("sqs_messages", {"queue": "imposition", "state": "visible"}, f"5x{minutes}")],
+         "alert_rule_test": [_alert("ImpositionSlotsIdleWhileJobsWait", at)]},
+        {"interval": "1m",
+         "input_series": [*_slots(8, 0, minutes),
+                          _series("sqs_messages", {"queue": "imposition", "state": "visible"}, f"0x{minutes}")],
+         "alert_rule_test": [_alert("ImpositionSlotsIdleWhileJobsWait", at)]},
+    ])
+
+
+@needs_promtool
+def test_the_second_licence_alert_needs_both_conditions_each_just_crossed(tmp_path):
+    from observability.alerts import _le
+
+    s = _settings()
+    hours = (s.capacity_weeks * 7 + 1) * 24 + 1
+    at = f"{s.capacity_weeks * 7 + 1}d"
+    busy = round(s.capacity_utilisation_threshold * 100) + 2  # of 100 slots, on every day
+    idle = round(s.capacity_utilisation_threshold * 100) - 1
+    long_share_above = s.capacity_long_wait_share_threshold + 0.02
+    long_share_below = s.capacity_long_wait_share_threshold - 0.02
+
+    def scene(busy_slots: int, long_share: float) -> list[dict]:
+        short = round(100 * (1 - long_share))
+        return [
+            _series("slots_total", {"instance": "imposer"}, f"100x{hours}"),
+            _series("slots_busy", {"instance": "imposer"}, f"{busy_slots}x{hours}"),
+            _series("queue_wait_seconds_bucket", {"tenant": "acme", "le": _le(s.capacity_long_wait_s)},
+                    f"0+{short}x{hours}"),
+            _series("queue_wait_seconds_count", {"tenant": "acme"}, f"0+100x{hours}"),
+        ]
+
+    name = "ImpositionSecondLicenceWarranted"
+    _run_tests(tmp_path, "1h", [
+        {"interval": "1h", "input_series": scene(busy, long_share_above),
+         "alert_rule_test": [_alert(name, at, {"severity": "ticket"})]},
+        {"interval": "1h", "input_series": scene(idle, long_share_above),  # utilisation just below
+         "alert_rule_test": [_alert(name, at)]},
+        {"interval": "1h", "input_series": scene(busy, long_share_below),  # long waits just below
+         "alert_rule_test": [_alert(name, at)]},
+    ])
+
+
+@pytest.mark.skipif(not Path("/usr/bin/prometheus").exists(),
+                    reason="Debian's prometheus server not installed (`make test` installs it): not tested")
+def test_make_runs_prometheus_scrapes_every_node_endpoint_and_loads_the_rules(tmp_path):
+    """The server ``make run`` starts (its command and configuration), against two real node endpoints."""
+    import urllib.request
+
+    from observability.alerts import write_prometheus_config
+    from observability.exporter import start_endpoint
+    from service.stack import PROMETHEUS_READY, ManagedProcess, prometheus_command, wait_for
+    from tests.observability.support import free_port
+    from tests.observability.test_exporter import writer
+
+    endpoints, targets = [], {}
+    for node in ("imposer", "maintenance"):
+        folder = tmp_path / node
+        folder.mkdir()
+        writer(folder, 2, stay=False).wait()  # a finished child's counts, as a node would hold them
+        server, _ = start_endpoint(0, "127.0.0.1", str(folder))
+        endpoints.append(server)
+        targets[node] = f"127.0.0.1:{server.server_port}"
+    config = write_prometheus_config(tmp_path / "prometheus.yml", targets)
+    port = free_port()
+    prometheus = ManagedProcess(prometheus_command(config, tmp_path / "data", port, retention="35d"),
+                                tmp_path / "prometheus.log", ready_marker=PROMETHEUS_READY, ready_timeout_s=60)
+    api = f"http://127.0.0.1:{port}/api/v1"
+
+    def get(path: str) -> dict:
+        with urllib.request.urlopen(api + path, timeout=5) as answer:
+            return json.loads(answer.read())["data"]
+
+    try:
+        groups = {g["name"]: [r["name"] for r in g["rules"]] for g in get("/rules")["groups"]}
+        assert "ImpositionTenantStarving" in groups["imposition-fairness"]
+        assert groups["imposition-capacity"] == ["ImpositionSecondLicenceWarranted"]
+        wait_for(lambda: [t for t in get("/targets")["activeTargets"] if t["health"] == "up"] and
+                 len([t for t in get("/targets")["activeTargets"] if t["health"] == "up"]) == 2,
+                 60, interval_s=1, what="both node endpoints scraped")
+        scraped = wait_for(lambda: get("/query?query=jobs_total")["result"], 60, interval_s=1, what="jobs_total")
+        assert {s["metric"]["node"] for s in scraped} == {"imposer", "maintenance"}
+        assert {s["value"][1] for s in scraped} == {"1"}
+    finally:
+        prometheus.stop()
+        for server in endpoints:
+            server.shutdown()
