@@ -5,15 +5,21 @@ message, where it exists) and the recent-event counts in Redis; it needs no work
 and no Flower. Over the last ``Settings.status_window_s`` seconds (1 h by default):
 
 per tenant   cap (its override or the default), in flight (leases held now), queued (published,
-             not started) and waiting (parked until a slot of its tenant frees: the hand-off), all
-             three from one read of the tenant item; cap defers (parks) and lease recoveries,
+             not started) and waiting (parked until a slot of its tenant frees: the hand-off); cap defers (parks) and lease recoveries,
              p50/p95 queue wait of its jobs submitted in the window (started ones: start −
              submit; waiting ones: so far), the oldest waiting job, failures;
 per queue    visible, in flight, delayed, oldest age (CloudWatch; "n/a" without data), the
              depth of its dead-letter queue;
-cluster      slots busy (live leases) of the live nodes' slots (the slot registry), or of
+cluster      slots busy (the slot counter) of the live nodes' slots (the slot registry), or of
              ``capacity_nodes × slots_per_node`` while no node is registered; the live nodes;
              per tenant, leases borrowed above its cap.
+
+One consistent read: every tenant item and the cluster's slot counter come from one DynamoDB
+``TransactGetItems`` (:func:`leases.transactions.read_tenants_and_slots`), serializable against the
+lease transactions, which move a tenant's ``in_flight`` and the counter's ``busy`` together; so the
+tenants' in flight add up to the slots busy. Where they do not (counter drift: ``imposition
+audit``), or the read took more than one transaction (over 99 tenants), the screen says so
+(:class:`Consistency`) instead of showing two numbers that silently disagree.
 
 What it adds to Flower: Flower shows Celery tasks as events arrive (and forgets them when it
 restarts); this shows the fairness state itself (caps, leases, deferrals, recoveries, waits) and
@@ -29,7 +35,8 @@ from dataclasses import asdict, dataclass, field
 import click
 
 from leases import nodes
-from leases.models import JobStatus, LeaseItem, TenantItem
+from leases.models import JobStatus, TenantItem
+from leases.transactions import TRANSACT_GET_MAX_ITEMS, read_tenants_and_slots
 from observability import recent
 from observability.history import jobs_submitted, percentile, wait_s
 from observability.queues import QueueDepth, read_queues
@@ -86,6 +93,36 @@ class ClusterStatus:
 
 
 @dataclass(frozen=True)
+class Consistency:
+    """Whether the tenants' counters and the cluster's slot counter agree.
+
+    Attributes:
+        reads: ``TransactGetItems`` calls the tenants and the counter took (1: one moment).
+        tenants_in_flight: the sum of the tenants' ``in_flight``.
+        slots_busy: the counter's ``busy``.
+    """
+
+    reads: int = 1
+    tenants_in_flight: int = 0
+    slots_busy: int = 0
+
+    @property
+    def agree(self) -> bool:
+        """True when one read saw the tenants' in flight add up to the busy slots."""
+        return self.reads == 1 and self.tenants_in_flight == self.slots_busy
+
+    def note(self) -> str | None:
+        """What the screen says when they do not agree, else None."""
+        if self.reads > 1:
+            return (f"read in {self.reads} transactions (more than {TRANSACT_GET_MAX_ITEMS - 1} tenants): tenants "
+                    f"in flight {self.tenants_in_flight}, slots busy {self.slots_busy} may be moments apart")
+        if self.tenants_in_flight != self.slots_busy:
+            return (f"sources disagree in one read: tenants in flight add up to {self.tenants_in_flight}, "
+                    f"the slot counter says {self.slots_busy} busy; run `imposition audit`")
+        return None
+
+
+@dataclass(frozen=True)
 class Status:
     """Everything ``imposition status`` shows, taken at ``taken_at`` (epoch s) over ``window_s``."""
 
@@ -94,11 +131,13 @@ class Status:
     tenants: list[TenantStatus] = field(default_factory=list)
     queues: list[QueueStatus] = field(default_factory=list)
     cluster: ClusterStatus = ClusterStatus(0, 0)
+    consistency: Consistency = Consistency()
 
     def as_dict(self) -> dict:
         """JSON-ready form (``--json``)."""
         out = asdict(self)
         out["cluster"]["utilisation"] = self.cluster.utilisation
+        out["consistency"].update(agree=self.consistency.agree, note=self.consistency.note())
         return out
 
 
@@ -146,15 +185,18 @@ def collect(now: float | None = None) -> Status:
     """
     s = get_settings()
     t = time.time() if now is None else now
-    tenants = sorted(TenantItem.scan(), key=lambda i: i.tenant_id)
-    leases = sum(1 for _ in LeaseItem.scan(attributes_to_get=["job_id"]))
+    ids = [item.tenant_id for item in TenantItem.scan(attributes_to_get=["tenant_id"])]
+    snapshot = read_tenants_and_slots(ids)  # one moment: see the module docstring
+    tenants = sorted(snapshot.tenants, key=lambda i: i.tenant_id)
+    busy = int(snapshot.slots.busy or 0) if snapshot.slots is not None else 0
     live = nodes.live_nodes(now=t)
     return Status(
         taken_at=t,
         window_s=s.status_window_s,
         tenants=[tenant_status(i, now=t, window_s=s.status_window_s, default_cap=s.default_cap) for i in tenants],
         queues=queue_status(read_queues()),
-        cluster=ClusterStatus(leases, sum(live.values()) or s.capacity_nodes * s.slots_per_node, live),
+        cluster=ClusterStatus(busy, sum(live.values()) or s.capacity_nodes * s.slots_per_node, live),
+        consistency=Consistency(snapshot.reads, sum(int(i.in_flight or 0) for i in tenants), busy),
     )
 
 
@@ -186,6 +228,8 @@ def render(status: Status) -> str:
     c = status.cluster
     lines.append("")
     lines.append(f"cluster: {c.slots_busy} of {c.slots_total} slots busy ({c.utilisation:.0%})")
+    note = status.consistency.note()
+    lines.append(f"  WARNING: {note}" if note else "  (tenants and slots read at one moment: they agree)")
     lines.append("  live nodes: " + (", ".join(f"{n} ({k} slots)" for n, k in sorted(c.nodes.items()))
                                       or "none registered (slots assumed: capacity_nodes × slots_per_node)"))
     borrowing = [t for t in status.tenants if t.borrowed]

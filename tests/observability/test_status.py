@@ -93,3 +93,39 @@ def test_status_command_prints_the_screen_and_json(scene):
     doc = json.loads(as_json.output)
     assert {t["tenant_id"]: t["in_flight"] for t in doc["tenants"]}[busy] == 2
     assert doc["cluster"]["utilisation"] == pytest.approx(2 / get_settings().slots_per_node)
+
+
+def test_tenants_and_busy_slots_come_from_one_transactional_read_and_a_disagreement_is_said(scene):
+    from leases.models import TenantItem
+    from tests.support.dynamo_faults import dynamodb_clients
+
+    now, busy, quiet = scene
+    calls: list[tuple[str, int]] = []
+
+    def count(event_name: str, params=None, **_: object) -> None:
+        operation = event_name.rsplit(".", 1)[-1]
+        calls.append((operation, len((params or {}).get("TransactItems", [])) if operation == "TransactGetItems"
+                      else 0))
+
+    clients = dynamodb_clients()
+    for client in clients:
+        client.meta.events.register("provide-client-params.dynamodb", count, unique_id="count-status")
+    try:
+        status = collect(now=now)
+    finally:
+        for client in clients:
+            client.meta.events.unregister("provide-client-params.dynamodb", unique_id="count-status")
+    gets = [n for op, n in calls if op == "TransactGetItems"]
+    assert gets == [3], calls  # both tenants and the slot counter, in one TransactGetItems
+    assert "GetItem" not in [op for op, _ in calls] and ("Scan", 0) in calls  # the scan reads only ids
+    assert status.consistency.agree and status.consistency.note() is None
+    assert sum(t.in_flight for t in status.tenants) == status.cluster.slots_busy == 2
+    assert "read at one moment: they agree" in render(status)
+
+    TenantItem(quiet).update(actions=[TenantItem.in_flight.add(1)])  # a drifted counter: no lease behind it
+    drifted = collect(now=now)
+    assert not drifted.consistency.agree
+    assert "sources disagree in one read: tenants in flight add up to 3, the slot counter says 2 busy" in render(drifted)
+    doc = drifted.as_dict()["consistency"]
+    assert (doc["agree"], doc["tenants_in_flight"], doc["slots_busy"]) == (False, 3, 2)
+    TenantItem(quiet).update(actions=[TenantItem.in_flight.add(-1)])
