@@ -6,10 +6,12 @@ and then runs this module in the same process, before anything here is imported.
 
 The request (written by :meth:`imposition.engines.base.Engine.run_child`) is a JSON object::
 
-    {"mode": "impose" | "inspect", "input": path, "output": path | null,
+    {"mode": "impose" | "inspect" | "probe", "input": path, "output": path | null,
      "layout": {...} (imposition.job.Layout), "slug": {"job_id": ..., "tenant_id": ...} | null,
      "max_pages": int, "result": path}
 
+``probe`` only opens the PDF (:func:`imposition.source.open_source`: a PDF, readable, not
+encrypted, with pages; the submission's door check) and answers ``{"ok": true, "pages_in": n}``;
 ``inspect`` opens the PDF and plans the job (every typed input error, no output); ``impose`` also
 draws the plan with pikepdf and saves it to ``output``. ``max_cells_per_sheet`` and
 ``max_cells_per_job`` (optional; absent: no limit, as in the benchmark) bound the cells of one side
@@ -61,6 +63,9 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     layout = Layout.from_json(request["layout"])
     slug = SlugInfo(**request["slug"]) if request.get("slug") else None
     path = Path(request["input"])
+    if request["mode"] == "probe":
+        with open_source(path, max_pages=int(request["max_pages"])) as pdf:
+            return {"ok": True, "pages_in": len(pdf.pages)}
     open_warnings: list[str] = []
     with open_source(path, max_pages=int(request["max_pages"]), warnings_out=open_warnings) as pdf:
         if request.get("content_budget"):

@@ -19,9 +19,17 @@ stay on SQS; only the events take another road, the Redis the service already ru
   dispatcher on the events URL. It runs for every publish: a submission, a deferral or retry copy,
   the sweeper's re-publish, beat's maintenance tasks. A failure to send is logged, never raised:
   monitoring must not break a submission.
+* **a job's own start** (``task-received``, ``task-started`` of an imposition job): the worker's
+  consumer does not send these two for a :class:`tasks.base.FairTask`
+  (:class:`RunReportedDispatcher`, through ``tasks.worker.run_reported_strategy``); the child sends
+  them when the job gets its lease (:func:`send_run_started`, a ``lease_acquired`` receiver). A
+  delivery that parks its job ends ``task-retried`` (Flower: state RETRY, "Retried"), a duplicate
+  delivery sends nothing; so Flower's "Processed" (its count of ``task-received``) and
+  "Succeeded" count runs of jobs, never parks or spare deliveries.
 * **Flower** reads the channel as its broker: ``celery -A tasks --broker=<events URL> flower``
   (:func:`flower_command`). Task kwargs are ``{"tenant_id", "job_id"}`` and the task id is the job
-  id, so Flower's task list can be searched by tenant (``kwargs:tenant_id=acme``).
+  id; the task list shows the kwargs column (:data:`FLOWER_TASKS_COLUMNS`), so each row names its
+  tenant, and it can be searched by tenant (``kwargs:tenant_id=acme``).
 
 What cannot work: everything in Flower that uses remote control (the worker pages' pool, queue,
 limit and shutdown controls, task revoke/terminate, ``inspect`` data such as reserved, scheduled and
@@ -41,11 +49,17 @@ from celery.signals import after_task_publish
 from kombu.exceptions import OperationalError
 
 from service.settings import get_settings
+from tasks import signals
 
 log = logging.getLogger(__name__)
 
-#: Flower options that keep it from broadcasting control commands (``enable_events``) every few seconds.
-FLOWER_OPTIONS = ("--enable_events=False",)
+#: Flower's task-list columns: its default (name, uuid, state, received, runtime, worker) with the
+#: kwargs, which hold the tenant, and the start (Flower's ``--tasks_columns``).
+FLOWER_TASKS_COLUMNS = "name,uuid,state,kwargs,received,started,runtime,worker"
+#: Flower options: no broadcast of control commands (``enable_events``) every few seconds; the columns.
+FLOWER_OPTIONS = ("--enable_events=False", f"--tasks_columns={FLOWER_TASKS_COLUMNS}")
+#: The events a FairTask's delivery sends only once its job has a lease (:func:`send_run_started`).
+RUN_START_EVENTS = ("task-received", "task-started")
 
 
 #: Where a worker's events go when the events Redis is down at start: kombu's in-memory transport,
@@ -88,29 +102,52 @@ class EventsSideChannel:
         return connection
 
 
+class RunReportedDispatcher:
+    """The event dispatcher of one consumer as a FairTask's requests see it: every event but
+    :data:`RUN_START_EVENTS`, which the job sends itself once it has its lease. Reads the
+    consumer's current dispatcher at each use (a consumer restart replaces it)."""
+
+    def __init__(self, consumer) -> None:
+        self._consumer = consumer
+
+    @property
+    def enabled(self) -> bool:
+        dispatcher = self._consumer.event_dispatcher
+        return bool(dispatcher is not None and dispatcher.enabled)
+
+    def send(self, type, *args, **fields):  # noqa: A002 (Celery's parameter name)
+        if type in RUN_START_EVENTS:
+            return None
+        return self._consumer.event_dispatcher.send(type, *args, **fields)
+
+    def __getattr__(self, name: str):
+        return getattr(self._consumer.event_dispatcher, name)
+
+
 # --- publishers' task-sent ------------------------------------------------------------------------
 
 _dispatch_lock = threading.Lock()
-_dispatchers: dict[tuple[str, int], object] = {}  # (events URL, pid) → EventDispatcher; never across fork()
-_down_until: dict[tuple[str, int], float] = {}  # (events URL, pid) → monotonic time of the next try
+_dispatchers: dict[tuple, object] = {}  # (events URL, pid, hostname) → EventDispatcher; never across fork()
+_down_until: dict[tuple, float] = {}  # (events URL, pid, hostname) → monotonic time of the next try
 
 
-def _dispatcher(url: str):
-    """This process's dispatcher on the events URL (created on first use). Call under the lock."""
-    key = (url, os.getpid())
+def _dispatcher(url: str, hostname: str | None = None):
+    """This process's dispatcher on the events URL, sending as ``hostname`` (default: the app's);
+    created on first use. Call under the lock."""
+    key = (url, os.getpid(), hostname)
     dispatcher = _dispatchers.get(key)
     if dispatcher is None:
         from tasks.celery_app import app  # noqa: PLC0415 (the app imports this package's wiring)
 
         connection = app.connection_for_write(url=url, transport_options=_transport_options(max_retries=0))
-        dispatcher = _dispatchers[key] = app.events.Dispatcher(connection, enabled=True,
+        dispatcher = _dispatchers[key] = app.events.Dispatcher(connection, hostname=hostname, enabled=True,
                                                                buffer_while_offline=False)
     return dispatcher
 
 
-def _forget_dispatcher(url: str) -> None:
+def _forget_dispatcher(url: str, hostname: str | None = None) -> None:
     """Drop this process's dispatcher and its connection after a failure; the next event reconnects."""
-    dispatcher = _dispatchers.pop((url, os.getpid()), None)
+    dispatcher = _dispatchers.pop((url, os.getpid(), hostname), None)
     if dispatcher is None:
         return
     for close in (dispatcher.close, dispatcher.connection.close):
@@ -138,24 +175,52 @@ def task_sent_fields(headers: dict, exchange: str | None, routing_key: str | Non
     }
 
 
-@after_task_publish.connect
-def send_task_sent(sender=None, headers=None, exchange=None, routing_key=None, **_: object) -> None:
-    """Send ``task-sent`` for a message just published to SQS, over the events side channel."""
+def _send(events: list[tuple[str, dict]], task_id: str | None, hostname: str | None = None) -> None:
+    """Send ``events`` (type, fields) over the side channel as ``hostname``; a failure is logged and
+    the channel is not tried again for ``events_retry_after_s`` in this process, never raised."""
     url = get_settings().events_url
-    if not url or not headers or "id" not in headers:
+    if not url:
         return
-    key = (url, os.getpid())
+    key = (url, os.getpid(), hostname)
     with _dispatch_lock:
         if time.monotonic() < _down_until.get(key, 0.0):
             return  # failed a moment ago: do not add a connect timeout to every publish of an outage
         try:
-            _dispatcher(url).send("task-sent", **task_sent_fields(headers, exchange, routing_key))
-        except Exception as exc:  # noqa: BLE001 - monitoring never fails a publish
+            dispatcher = _dispatcher(url, hostname)
+            for event_type, fields in events:
+                dispatcher.send(event_type, **fields)
+        except Exception as exc:  # noqa: BLE001 - monitoring never fails a publish or a job
             retry_after_s = get_settings().events_retry_after_s
-            log.warning("task-sent event of %s not sent to the events channel (%s); not trying again for %g s",
-                        headers.get("id"), exc, retry_after_s)
-            _forget_dispatcher(url)
+            log.warning("%s event of %s not sent to the events channel (%s); not trying again for %g s",
+                        events[0][0], task_id, exc, retry_after_s)
+            _forget_dispatcher(url, hostname)
             _down_until[key] = time.monotonic() + retry_after_s
+
+
+@after_task_publish.connect
+def send_task_sent(sender=None, headers=None, exchange=None, routing_key=None, **_: object) -> None:
+    """Send ``task-sent`` for a message just published to SQS, over the events side channel."""
+    if not headers or "id" not in headers:
+        return
+    _send([("task-sent", task_sent_fields(headers, exchange, routing_key))], headers.get("id"))
+
+
+@signals.lease_acquired.connect
+def send_run_started(sender=None, **_: object) -> None:
+    """``task-received`` and ``task-started`` of a job that has just got its lease (the fields the
+    worker's consumer would have sent), as the worker node that runs it (see module docstring)."""
+    request = getattr(sender, "request", None)
+    if request is None or not getattr(request, "hostname", None) or not get_settings().events_url:
+        return  # called directly (tests, eager): no worker, no events
+    received = {
+        "uuid": request.id, "name": sender.name,
+        "args": getattr(request, "argsrepr", None) or repr(tuple(request.args or ())),
+        "kwargs": getattr(request, "kwargsrepr", None) or repr(request.kwargs or {}),
+        "root_id": request.root_id, "parent_id": request.parent_id, "retries": request.retries or 0,
+        "eta": request.eta, "expires": request.expires,
+    }
+    _send([("task-received", received), ("task-started", {"uuid": request.id})],  # the dispatcher adds pid
+          request.id, request.hostname)
 
 
 # --- Flower ---------------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ from typing import Any, NoReturn
 
 from botocore.exceptions import BotoCoreError, ClientError
 from celery import Task
-from celery.exceptions import Reject, Retry
+from celery.exceptions import Ignore, Reject, Retry
 from kombu.exceptions import KombuError
 from pynamodb.exceptions import PynamoDBException
 
@@ -141,6 +141,10 @@ class FairTask(Task):
     typing = False
     #: Failed jobs raise this after recording; logged without a traceback.
     throws = (JobFailed,)
+    #: The worker's consumer sends no ``task-received``/``task-started`` for this task: the job
+    #: sends both once it has its lease (:mod:`observability.events`), so Flower counts runs, not
+    #: deliveries that park or are spare.
+    Strategy = "tasks.worker:run_reported_strategy"
     #: Seconds SQS holds a cap-deferred copy (``Settings.defer_delay_s``, at most 900).
     defer_delay_s: int | None = None
     #: First retry backoff in seconds, doubled per attempt (``Settings.retry_backoff_base_s``).
@@ -205,11 +209,14 @@ class FairTask(Task):
         The message's kwargs are ``tenant_id``, ``job_id`` and ``after_attempt`` (the attempt this
         message follows; 0 or absent for the first message); anything else is ignored.
 
-        Returns ``{"outcome": ..., "job_id": ..., "tenant_id": ...}``; outcome is ``succeeded``,
-        ``parked`` (waiting for a hand-off), ``duplicate_dropped`` or ``lease_lost``.
+        Returns ``{"outcome": ..., "job_id": ..., "tenant_id": ...}``; outcome is ``succeeded`` or
+        ``lease_lost``.
 
         Raises:
-            celery.exceptions.Retry: deferred (contention; a cap hit under the timer policy) or retried after a failure.
+            celery.exceptions.Retry: parked (no copy: its tenant's next release wakes it), deferred
+                (contention; a cap hit under the timer policy) or retried after a failure; Flower
+                shows the task as RETRY.
+            celery.exceptions.Ignore: a duplicate delivery, dropped (acked, no task event).
             celery.exceptions.Reject: the message is malformed or names another tenant than the
                 job's (sent on to the dead-letter queue), or no lease could be taken for a reason
                 other than the cap (SQS redelivers it).
@@ -232,7 +239,7 @@ class FairTask(Task):
             except JobNotQueued as gone:  # a duplicate delivery parked or ran it meanwhile
                 return self._drop_duplicate(job_id, tenant_id, gone)
             if lease is None:
-                return {"outcome": "parked", "job_id": job_id, "tenant_id": tenant_id}
+                raise Retry(f"parked: tenant {tenant_id} is at its cap; a release of its slots wakes it", exc=exc)
         except LeaseContention as exc:
             self._defer(job_id, tenant_id, exc)
         except _INFRASTRUCTURE_ERRORS as exc:
@@ -345,10 +352,11 @@ class FairTask(Task):
                 raise Reject(infra, requeue=False) from infra
         self._defer(job_id, tenant_id, exc)
 
-    def _drop_duplicate(self, job_id: str, tenant_id: str, exc: JobNotQueued) -> dict:
+    def _drop_duplicate(self, job_id: str, tenant_id: str, exc: JobNotQueued) -> NoReturn:
+        """Ack a spare delivery with no task event (``Ignore``): it is no run of the job."""
         log.info("dropping duplicate delivery of job %s (status %s)", job_id, exc.status)
         signals.job_dropped.send(sender=self, job_id=job_id, tenant_id=tenant_id, status=exc.status)
-        return {"outcome": "duplicate_dropped", "job_id": job_id, "tenant_id": tenant_id}
+        raise Ignore(f"duplicate delivery of job {job_id} (status {exc.status}) dropped")
 
     def _successor(self, tenant_id: str) -> tuple[dict[str, JobItem], transactions.HandOff] | None:
         """The tenant's oldest waiting jobs (``handoff_scan_limit`` of them, oldest first) and the

@@ -3,7 +3,7 @@
 Order of one submission, each step undone if a later one fails, so a failed submission leaves
 nothing behind::
 
-    validate (tenant id, own input key, token, layout; submit(): the file, in the engine's child)
+    validate (tenant id, own input key, token, layout; submit(): open the file in the engine's child)
       → registered tenant (unknown_tenant unless Settings.auto_register_tenants)
       → admission (Redis, the fast check: idempotency token, job id, rate limit, in-flight cap;
         see :mod:`admission`)
@@ -122,10 +122,11 @@ def submit(
 ) -> str:
     """Upload the local PDF ``path`` under the tenant's prefix and submit it; return the job id.
 
-    The file is checked at the door first: a PDF header (:func:`check_pdf_header`), then opened and
-    planned per ``layout`` in the engine's limited child (:meth:`imposition.Engine.inspect`: a
-    hostile file is parsed only there), so an empty, non-PDF, damaged, encrypted or page-less file
-    is refused naming the caller's file, before admission, upload or publish. Admission runs before
+    The file is checked at the door first: a PDF header (:func:`check_pdf_header`), then opened in
+    the engine's limited child (:meth:`imposition.Engine.probe`: a hostile file is parsed only
+    there), so an empty, non-PDF, damaged, encrypted or page-less file is refused naming the
+    caller's file, before admission, upload or publish (the pages' content and the layout's fit
+    are checked when the job runs, and fail the job). Admission runs before
     the upload; the input goes to ``tenants/<tenant>/jobs/<job>/input.pdf`` and is deleted again if
     a later step fails. ``on_duplicate`` as in :func:`submit_job`.
 
@@ -133,8 +134,7 @@ def submit(
         FileNotFoundError: ``path`` does not exist.
         imposition.errors.InputTooLarge: the file is larger than ``Settings.max_input_bytes``.
         imposition.errors.NotAPdf, NoPages, DamagedPdf, PasswordRequired, TooManyPages (all
-            ``InputError``), or any typed error of planning the layout on these pages: refused at
-            the door, nothing admitted, uploaded or published.
+            ``InputError``): refused at the door, nothing admitted, uploaded or published.
         everything :func:`submit_job` raises.
     """
     source = Path(path)
@@ -147,7 +147,7 @@ def submit(
     from imposition import get_engine  # noqa: PLC0415 (heavy import, only when submitting)
 
     check_pdf_header(source)
-    get_engine(get_settings()).inspect(source, spec)
+    get_engine(get_settings()).probe(source, spec)
     job_id = new_job_id()
     return _admit_and_enqueue(tenant_id, token, job_id, spec, budget, derive_input_key(tenant_id, job_id),
                               on_duplicate=on_duplicate, upload_from=source)

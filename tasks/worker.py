@@ -15,6 +15,9 @@ invalid-task handling, and the TypeError/ValueError it raised stopped the whole 
 ("Unrecoverable error"), again on every redelivery. A message that still makes Celery's request
 building raise TypeError/ValueError/KeyError (a malformed header) is refused the same way, its
 traceback logged.
+
+:func:`run_reported_strategy` is the message strategy of :class:`tasks.base.FairTask`: Celery's
+own, with the consumer's events seen through :class:`observability.events.RunReportedDispatcher`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from celery.worker.consumer import Consumer
 from kombu.exceptions import ContentDisallowed, DecodeError
 from vine import promise
 
-from observability.events import EventsSideChannel
+from observability.events import EventsSideChannel, RunReportedDispatcher
 from service import aws
 from tasks import signals
 
@@ -149,3 +152,23 @@ class ServiceConsumer(EventsSideChannel, Consumer):
         """A task message with malformed fields."""
         super().on_invalid_task(body, message, exc)
         _expedite(message, "invalid_task")
+
+
+class _ConsumerWithEventer:
+    """``consumer`` as a task's strategy sees it, with ``event_dispatcher`` replaced."""
+
+    def __init__(self, consumer, event_dispatcher) -> None:
+        self._consumer = consumer
+        self.event_dispatcher = event_dispatcher
+
+    def __getattr__(self, name: str):
+        return getattr(self._consumer, name)
+
+
+def run_reported_strategy(task, app, consumer, **options):
+    """Celery's default message strategy (``celery.worker.strategy.default``) for ``task``, with
+    its requests' events less ``task-received``/``task-started`` (:class:`RunReportedDispatcher`):
+    the job sends those when it gets its lease."""
+    from celery.worker.strategy import default  # noqa: PLC0415
+
+    return default(task, app, _ConsumerWithEventer(consumer, RunReportedDispatcher(consumer)), **options)

@@ -174,17 +174,16 @@ class Engine(ABC):
         log.info("imposed %s: %s", input_path.name, report)
         return report
 
-    def inspect(self, input_path: Path, spec: LayoutSpec, *, time_limit_s: float | None = None) -> Placed:
-        """Open ``input_path`` and plan it per ``spec`` in the limited child (mode ``inspect``), drawing
-        nothing: every typed input error :meth:`impose` would raise about this input and layout, before
-        a job exists (the submission's door check). Errors name the file by its own name.
-
-        Returns:
-            The counts and warnings the plan would have (``sheets``, ``sides``, ``pages_in``, ...).
+    def probe(self, input_path: Path, spec: LayoutSpec, *, time_limit_s: float | None = None) -> int:
+        """Open ``input_path`` in the limited child (mode ``probe``) and return its page count: a
+        PDF, readable, not encrypted with a user password, with pages and not too many. The
+        submission's door check, before a job exists; the pages' content and the layout's fit are
+        the engine's, when the job runs. Errors name the file by its own name. ``spec`` only
+        completes the child's request.
 
         Raises:
             ImpositionError: ``not_a_pdf``, ``no_pages``, ``damaged``, ``password_required``,
-                ``too_many_pages``, ``input_too_large``, a layout the pages do not fit, a time limit.
+                ``too_many_pages``, ``input_too_large``, a time or memory limit.
             OSError: the input cannot be read.
         """
         started = time.monotonic()
@@ -194,12 +193,10 @@ class Engine(ABC):
             raise InputTooLarge(
                 f"{input_path.name}: {size_bytes} bytes is more than max_input_bytes={self.settings.max_input_bytes}"
             )
-        with tempfile.TemporaryDirectory(prefix="imposition-inspect-") as work_dir:
+        with tempfile.TemporaryDirectory(prefix="imposition-probe-") as work_dir:
             job = EngineJob(input_path, spec, Path(work_dir) / "unused.pdf", Path(work_dir), None, None,
                             started + limit_s, limit_s)
-            result = self.run_child(job, "inspect")
-        return Placed(result["sheets"], result["sides"], result["pages_in"], result["blank_pages"],
-                      Placed.warnings_of(result))
+            return int(self.run_child(job, "probe")["pages_in"])
 
     @abstractmethod
     def _place(self, job: EngineJob) -> Placed:

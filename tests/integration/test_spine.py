@@ -16,6 +16,7 @@ from service.cli import main as cli
 from service.settings import get_settings
 from service.tenancy import plate_key
 from tasks.submission import submit
+from tests.support.inputs import submit_uploaded
 from tests.support.processes import wait_for
 
 CASES = Path(__file__).resolve().parents[1] / "data" / "cases"
@@ -68,7 +69,7 @@ def test_handed_case_through_the_cluster(imposition_worker, tenant_id, case, sam
 @pytest.mark.parametrize("sample, code", [("not_a_pdf.pdf", "not_a_pdf"), ("zero_pages.pdf", "no_pages"),
                                           ("encrypted_user_pw_8p.pdf", "password_required")])
 def test_bad_input_fails_at_once_and_frees_the_slot(imposition_worker, tenant_id, sample, code):
-    job_id = submit(CASES / sample, tenant_id=tenant_id, token="bad", layout=SADDLE_A4)
+    job_id = submit_uploaded(CASES / sample, tenant_id=tenant_id, token="bad", layout=SADDLE_A4)  # past the door
     job = final_job(job_id)
     assert (job.status, job.error_code, job.attempts) == ("failed", code, 1)
     assert job.error and job.output_key is None
@@ -112,6 +113,6 @@ def test_a_pdf_cut_in_half_fails_damaged_through_the_cluster(imposition_worker, 
     data = (CASES / "a5_8p.pdf").read_bytes()
     half = tmp_path / "half.pdf"
     half.write_bytes(data[: len(data) // 2])
-    job = final_job(submit(half, tenant_id=tenant_id, token="half", layout=SADDLE_A4))
+    job = final_job(submit_uploaded(half, tenant_id=tenant_id, token="half", layout=SADDLE_A4))
     assert (job.status, job.error_code, job.attempts) == ("failed", "damaged", 1)
     assert "cannot be read (pages" in job.error and job.output_key is None

@@ -28,6 +28,7 @@ from tasks.messages import publish_job
 from tasks.submission import submit
 from tests.conftest import reset_aws
 from tests.observability.support import CASES, N_UP, final_job, free_port
+from tests.support.inputs import submit_uploaded
 from tests.support.processes import start_beat, start_worker, wait_for
 
 TENANT_METRICS = ("cap_defer_total", "lease_contention_defer_total", "lease_recovered_total", "lease_lost_total",
@@ -117,7 +118,7 @@ def test_cap_defers_count_exactly_the_parks_recorded_on_the_jobs(stack, tenant):
 
 def test_bad_input_counts_a_failed_job_and_no_retry(stack, tenant):
     imposer, _ = stack
-    job = final_job(submit(CASES / "not_a_pdf.pdf", tenant_id=tenant, token="bad", layout=N_UP))
+    job = final_job(submit_uploaded(CASES / "not_a_pdf.pdf", tenant_id=tenant, token="bad", layout=N_UP))
     assert job.status == "failed"
     wait_for(lambda: imposer.value("jobs_total", tenant=tenant, outcome="failed") == 1, 10, what="the failure")
     assert imposer.value("job_retries_total", tenant=tenant) == 0

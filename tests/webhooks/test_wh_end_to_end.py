@@ -8,6 +8,7 @@ import pytest
 import admission
 from tasks.submission import submit
 from tests.admission.helpers import LAYOUT, SAMPLE_PDF
+from tests.support.inputs import submit_uploaded
 from tests.support.processes import start_worker, wait_for
 from tests.webhooks.conftest import job_item
 from webhooks import delivery
@@ -29,7 +30,7 @@ def test_finished_jobs_are_signed_delivered_and_confirmed(imposer, notifier, red
     tenant = new_tenant()
     set_webhook(tenant, receiver.url(tenant), webhook_secret)
     ok = submit(SAMPLE_PDF, tenant_id=tenant, token="e2e-ok", layout=LAYOUT)
-    bad = submit(not_a_pdf, tenant_id=tenant, token="e2e-bad", layout=LAYOUT)
+    bad = submit_uploaded(not_a_pdf, tenant_id=tenant, token="e2e-bad", layout=LAYOUT)  # past the door
     assert admission.in_flight(tenant) == 2
 
     def delivered() -> bool:
