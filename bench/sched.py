@@ -148,6 +148,7 @@ class Bench:
                     "IMPOSITION_SWEEP_INTERVAL_S": "10", "IMPOSITION_HEARTBEAT_INTERVAL_S": "10",
                     "IMPOSITION_DEFER_DELAY_S": str(TIMER_DELAY_S), "IMPOSITION_SQS_WAIT_TIME_S": "10",
                     "IMPOSITION_RATE_LIMIT_PER_MIN": "100000", "IMPOSITION_ADMISSION_IN_FLIGHT_CAP": "100000",
+                    "IMPOSITION_AUTO_REGISTER_TENANTS": "true",
                     "BENCH_DURATIONS_FILE": str(OUT / "durations.json"),
                     "BENCH_EVENT_LOG_DIR": str(OUT / "events")}
         (OUT / "durations.json").write_text("{}")

@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         "IMPOSITION_SQS_WAIT_TIME_S": "1",
         "IMPOSITION_SQS_POLLING_INTERVAL_S": "0.2",
         "IMPOSITION_REDIS_URL": "redis://127.0.0.1:6379/10",
+        "IMPOSITION_AUTO_REGISTER_TENANTS": "true",  # the soak's tenants register on first submission
         "IMPOSITION_EVENTS_URL": "redis://127.0.0.1:6379/9",
         # this soak's own Redis keys, deleted at the end (service.redis_namespace)
         "IMPOSITION_REDIS_KEY_NAMESPACE": f"imposition-soak-{uuid.uuid4().hex[:12]}",
