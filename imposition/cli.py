@@ -53,10 +53,18 @@ def impose_command(
     job_id: str | None, tenant_id: str | None, preview_dir: Path | None, prestart: bool,
 ) -> None:
     """Impose INPUT_PDF per the layout and write the plate file."""
-    if prestart:
-        from .isolation import prestart as start_engine_child
+    from . import isolation
 
-        start_engine_child()  # loads while the imports below run
+    if prestart:
+        isolation.prestart()  # loads while the imports below run
+    try:
+        _impose(input_pdf, layout, output, engine, time_limit_s, job_id, tenant_id, preview_dir)
+    finally:
+        isolation.drop_spare()  # a child the command did not get to use
+
+
+def _impose(input_pdf: Path, layout: str, output: Path, engine: str | None, time_limit_s: float | None,
+            job_id: str | None, tenant_id: str | None, preview_dir: Path | None) -> None:
     from service.cli import check_output_path, layout_text
     from service.settings import get_settings
 

@@ -402,6 +402,15 @@ def prestart() -> None:
             _spare = {"owner": os.getpid(), "child": EngineChild()}
 
 
+def drop_spare() -> None:
+    """Kill this process's pre-started child if no job took it (a command that failed before its job)."""
+    global _spare
+    with _lock:
+        spare, _spare = _spare, None
+    if spare is not None and spare["owner"] == os.getpid():
+        spare["child"].kill()
+
+
 @contextlib.contextmanager
 def engine_child(memory_limit_bytes: int | None) -> Iterator[EngineChild]:
     """An engine child for one job: this process's warm one when it is idle, alive and serves this
