@@ -214,6 +214,7 @@ class EngineChild:
     Attributes:
         pid: the child's process id (also its process group's).
         jobs: requests answered so far.
+        last_rss_bytes: its resident set after the last answered request (bytes), or None.
         address_space_bytes: the address-space limit of its first request (None before it).
         retired: True once it must not serve again (dead, killed, or flagged by the caller).
     """
