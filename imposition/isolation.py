@@ -368,14 +368,33 @@ _warm: dict | None = None
 _spare: dict | None = None
 
 
-def keep_warm(policy: WarmPolicy) -> int:
-    """Keep one warm engine child in this process from now on, started now; returns its pid."""
+def keep_warm(policy: WarmPolicy, *, start_now: bool = True) -> int | None:
+    """Keep one warm engine child in this process from now on; returns its pid.
+
+    With ``start_now=False`` the child is started on a background thread (a Celery pool process must
+    report itself up within seconds of its fork) and None is returned; a job that comes first starts
+    a child of its own, which then stays warm.
+    """
     global _warm
     with _lock:
         if _warm is not None and _warm["owner"] == os.getpid() and _warm["child"] is not None:
             _warm["child"].kill()
-        _warm = {"owner": os.getpid(), "policy": policy, "child": EngineChild(), "busy": False}
-        return _warm["child"].pid
+        warm = _warm = {"owner": os.getpid(), "policy": policy, "child": None, "busy": False}
+    if not start_now:
+        threading.Thread(target=_start_warm, args=(warm,), daemon=True, name="engine-child-start").start()
+        return None
+    return _start_warm(warm)
+
+
+def _start_warm(warm: dict) -> int | None:
+    """Start ``warm``'s idle child unless it has one, is busy or is no longer this process's."""
+    child = EngineChild()
+    with _lock:
+        if _warm is warm and warm["child"] is None and not warm["busy"]:
+            warm["child"] = child
+            return child.pid
+    child.kill()
+    return None
 
 
 def stop_warm() -> None:

@@ -118,9 +118,10 @@ def _warm_engine_child(**_: object) -> None:
     queues = {queue.name for queue in app.amqp.queues.consume_from.values()} if app.amqp.queues.consume_from else set()
     if not settings.engine_warm_child or settings.imposition_queue not in queues:
         return
-    pid = isolation.keep_warm(isolation.WarmPolicy(max_jobs=settings.engine_child_max_jobs,
-                                                   max_rss_bytes=settings.engine_child_max_rss_bytes))
-    log.info("warm engine child %s started", pid)
+    # started on a thread: the pool process must send Celery its UP message within seconds of its fork
+    isolation.keep_warm(isolation.WarmPolicy(max_jobs=settings.engine_child_max_jobs,
+                                             max_rss_bytes=settings.engine_child_max_rss_bytes), start_now=False)
+    log.info("warm engine child starting")
 
 
 @worker_process_shutdown.connect
