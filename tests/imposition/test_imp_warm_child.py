@@ -99,7 +99,9 @@ def test_the_time_limit_fails_its_job_and_the_next_one_gets_a_fresh_child(warm, 
 
 
 def test_the_memory_limit_fails_its_job_and_the_next_one_gets_a_fresh_child(warm, settings, tmp_path, case):
-    engine = PikepdfEngine(settings.model_copy(update={"engine_memory_limit_bytes": 400 * 1024 * 1024}))
+    # a content budget above what the memory budget holds, as in test_imp_limits: RLIMIT_AS stops the bomb
+    engine = PikepdfEngine(settings.model_copy(update={"engine_memory_limit_bytes": 400 * 1024 * 1024,
+                                                       "max_decoded_bytes_per_stream": 1024**3}))
     bomb = decompression_bomb(tmp_path / "bomb.pdf", 768 * 1024 * 1024)
     pid, _ = isolation.warm_child()
     with pytest.raises(MemoryLimitExceeded):
