@@ -12,8 +12,8 @@
 * ``warm``: the same call as a worker process makes it now, with a warm engine child
   (:func:`imposition.isolation.keep_warm`, started before the clock): the request, the work in the
   child and the answer.
-* ``work``: the same job's work alone, :func:`imposition.child.run` in this process (open, plan, draw,
-  save), ``json`` the resolved layout (:meth:`imposition.spec.LayoutSpec.resolved`). ``engine`` minus
+* ``work``: the same job's work alone, :func:`imposition.child.run` in this process (the content
+  budget's check, open, plan, draw, save), ``json`` the resolved layout (:meth:`imposition.spec.LayoutSpec.resolved`). ``engine`` minus
   ``work`` is the child's start.
 * ``copy``: the copy floor, :func:`bench.copy_floor.copy_pages`.
 * ``rewrite``: the rewrite floor, :func:`bench.copy_floor.rewrite`.
@@ -66,8 +66,13 @@ def _job(what: str, source: Path, output: Path, argument: str | None) -> tuple[C
         import imposition.drawing  # noqa: F401 (imported before the clock, as the child imports it before work)
         from imposition.child import run
 
+        from imposition.job import ContentBudget
+        from service.settings import get_settings
+
+        # the bench limits no page or cell count; the content budget's check is part of every job's work
         request = {"mode": "impose", "input": str(source), "output": str(output), "layout": json.loads(argument or ""),
-                   "slug": None, "max_pages": sys.maxsize, "result": None}  # the bench limits nothing
+                   "slug": None, "max_pages": sys.maxsize, "result": None,
+                   "content_budget": ContentBudget.of(get_settings()).to_json()}
         return (lambda: run(request)), resource.RUSAGE_SELF
     from bench.copy_floor import copy_pages, rewrite
 
