@@ -6,10 +6,14 @@
 
 ``what``:
 
-* ``engine``: :meth:`imposition.PikepdfEngine.impose` as a worker calls it, ``json`` the layout
-  specification. Each job still starts its limited child process (that start is in the time).
-* ``work``: the same job's work alone, :func:`imposition.child.run` in this process (open, plan, draw,
-  save), ``json`` the resolved layout (:meth:`imposition.spec.LayoutSpec.resolved`). ``engine`` minus
+* ``engine``: :meth:`imposition.PikepdfEngine.impose` with a child process started per job (the
+  former worker, and the engine without :func:`imposition.isolation.keep_warm`), ``json`` the layout
+  specification; that start is in the time.
+* ``warm``: the same call as a worker process makes it now, with a warm engine child
+  (:func:`imposition.isolation.keep_warm`, started before the clock): the request, the work in the
+  child and the answer.
+* ``work``: the same job's work alone, :func:`imposition.child.run` in this process (the content
+  budget's check, open, plan, draw, save), ``json`` the resolved layout (:meth:`imposition.spec.LayoutSpec.resolved`). ``engine`` minus
   ``work`` is the child's start.
 * ``copy``: the copy floor, :func:`bench.copy_floor.copy_pages`.
 * ``rewrite``: the rewrite floor, :func:`bench.copy_floor.rewrite`.
@@ -17,13 +21,15 @@
 The output file is removed before each run, outside the clock. Prints one JSON object: ``wall_s`` and
 ``cpu_s`` (user + system, this process and its children) per run; ``peak_rss_kib``: the largest
 resident set of the process that did the work (the engine's child for ``engine``, this process
-otherwise, its imports included); and for the in-process contenders ``job_memory_kib``: how far one
+otherwise, its imports included; for ``warm``, whose child is reaped only at the end, this
+process's); and for the in-process contenders ``job_memory_kib``: how far one
 more run raised this process's resident set above where it stood (Linux; None elsewhere).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 import time
@@ -46,18 +52,27 @@ def _cpu_s() -> float:
 
 def _job(what: str, source: Path, output: Path, argument: str | None) -> tuple[Callable[[], object], int]:
     """The timed call, and which rusage holds its peak RSS."""
-    if what == "engine":
-        from imposition import PikepdfEngine, parse_layout
+    if what in ("engine", "warm"):
+        from imposition import PikepdfEngine, isolation, parse_layout
         from service.settings import get_settings
 
-        engine, spec = PikepdfEngine(get_settings()), parse_layout(argument or "")
+        settings = get_settings()
+        if what == "warm":
+            isolation.keep_warm(isolation.WarmPolicy(max_jobs=settings.engine_child_max_jobs,
+                                                     max_rss_bytes=settings.engine_child_max_rss_bytes))
+        engine, spec = PikepdfEngine(settings), parse_layout(argument or "")
         return (lambda: engine.impose(source, spec, output)), resource.RUSAGE_CHILDREN
     if what == "work":
         import imposition.drawing  # noqa: F401 (imported before the clock, as the child imports it before work)
         from imposition.child import run
 
+        from imposition.job import ContentBudget
+        from service.settings import get_settings
+
+        # the bench limits no page or cell count; the content budget's check is part of every job's work
         request = {"mode": "impose", "input": str(source), "output": str(output), "layout": json.loads(argument or ""),
-                   "slug": None, "max_pages": sys.maxsize, "result": None}  # the bench limits nothing
+                   "slug": None, "max_pages": sys.maxsize, "result": None,
+                   "content_budget": ContentBudget.of(get_settings()).to_json()}
         return (lambda: run(request)), resource.RUSAGE_SELF
     from bench.copy_floor import copy_pages, rewrite
 
@@ -85,6 +100,12 @@ def _job_memory_kib(job: Callable[[], object]) -> int:
     return _status_kib("VmHWM") - before_kib
 
 
+def _child_cpu_s(pid: int) -> float:
+    """CPU time (user + system) of process ``pid`` so far, from /proc/<pid>/stat (proc(5))."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main(argv: list[str]) -> int:
     what, source, output, runs = argv[0], Path(argv[1]), Path(argv[2]), int(argv[3])
     job, peak_of = _job(what, source, output, argv[4] if len(argv) > 4 else None)
@@ -96,12 +117,26 @@ def main(argv: list[str]) -> int:
         job()
     walls: list[float] = []
     cpus: list[float] = []
+    # A warm child's CPU time reaches this process's rusage only once it is reaped: its share is read
+    # from the child's own clock (/proc, in 10 ms ticks), over all runs, and spread evenly over them.
+    from imposition import isolation
+
+    warm = isolation.warm_child() if what == "warm" else None
+    child_started_s = _child_cpu_s(warm[0]) if warm else 0.0
     while len(walls) < runs or (sum(walls) < MIN_MEASURED_S and len(walls) < MAX_RUNS):
         output.unlink(missing_ok=True)
         started_s, started_cpu_s = time.perf_counter(), _cpu_s()
         job()
         walls.append(time.perf_counter() - started_s)
         cpus.append(_cpu_s() - started_cpu_s)
+    if warm:
+        served = isolation.warm_child()
+        if served is None or served[0] != warm[0]:
+            raise SystemExit("the warm child was replaced during the runs: its CPU time is not all counted")
+        child_share_s = (_child_cpu_s(warm[0]) - child_started_s) / len(walls)
+        cpus = [cpu + child_share_s for cpu in cpus]
+        isolation.stop_warm()
+        peak_of = resource.RUSAGE_SELF
     print(json.dumps({"wall_s": walls, "cpu_s": cpus, "peak_rss_kib": resource.getrusage(peak_of).ru_maxrss,
                       "job_memory_kib": job_memory_kib}))
     return 0

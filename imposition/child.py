@@ -1,12 +1,13 @@
 """The engine's child process: ``python -m imposition.child <request.json>``.
 
-:meth:`imposition.engines.base.Engine.run_child` starts it through the limits trampoline
-(:mod:`imposition._limits` ``--module imposition.child``), which sets the address-space and CPU limits
-and then runs this module in the same process, before anything here is imported.
+:class:`imposition.isolation.EngineChild` starts it through the limits trampoline
+(:mod:`imposition._limits` ``--module imposition.child``), which runs this module in the same process;
+in ``--serve`` mode (below) the child sets each job's address-space and CPU limits itself, before it
+reads that job's input.
 
 The request (written by :meth:`imposition.engines.base.Engine.run_child`) is a JSON object::
 
-    {"mode": "impose" | "inspect" | "probe", "input": path, "output": path | null,
+    {"mode": "impose" | "inspect" | "probe" | "preview", "input": path, "output": path | null,
      "layout": {...} (imposition.job.Layout), "slug": {"job_id": ..., "tenant_id": ...} | null,
      "max_pages": int, "result": path}
 
@@ -31,14 +32,32 @@ reported as ``damaged`` (never retried). Any other exception is a bug: it is not
 child ends with its traceback in its log (which the parent writes to the worker's log) and no result,
 and the parent reports ``engine_crashed`` (retryable) without the traceback.
 
-The child starts once per job, so it imports only what it uses: pikepdf and the plain-data modules
-(job, geometry, planning, drawing). The layout arrives already validated and resolved by the parent;
-the child never imports pydantic, the settings or the engine classes.
+The child is started ahead of its jobs and serves them one at a time (``--serve``, below), so it
+imports only what it uses: pikepdf and the plain-data modules (job, geometry, planning, drawing),
+and pypdfium2 for previews. The layout arrives already validated and resolved by the parent; the
+child never imports pydantic, the settings or the engine classes.
+
+Serving (``python -m imposition.child --serve <reply fd>``, started by
+:class:`imposition.isolation.EngineChild`): the child reads one line per job from its stdin,
+``{"request": path, "log": path, "address_space_bytes": n, "cpu_seconds": n}``; it sets its
+address-space limit (once: a limit can only be lowered) and its CPU-time backstop (``cpu_seconds``
+more than it has used so far), sends its stdout and stderr to the job's log, runs the request as
+above, and writes one line ``{"rss_bytes": n}`` to the reply descriptor. Between jobs it holds no
+open document: after each job it checks that no ``pikepdf.Pdf`` is still alive, and exits (status
+:data:`LEAK_EXIT_STATUS`) if one is, so that nothing of one job can reach the next. End of input
+ends it. A bug of ours (an exception not mapped above) ends it with its traceback in the job's log.
+
+``preview`` (``{"mode": "preview", "input": plate, "output_dir": dir, "max_px": n, "result": path}``)
+renders every page of a plate to ``<output_dir>/preview-<n>.png`` (1-based), its longer side
+``max_px`` pixels, with pypdfium2; the result is ``{"ok": true, "previews": [file name, …]}``.
 """
 
 from __future__ import annotations
 
+import gc
 import json
+import os
+import resource
 import sys
 from pathlib import Path
 from typing import Any
@@ -46,7 +65,7 @@ from typing import Any
 import pikepdf
 
 from .budget import check_content_budget
-from .errors import DamagedPdf, ImpositionError, MemoryLimitExceeded, PlateWarning, departure_error
+from .errors import DamagedPdf, ImpositionError, MemoryLimitExceeded, PlateWarning, PreviewFailed, departure_error
 from .job import ContentBudget, Layout, SlugInfo
 from .planning import plan_imposition
 from .source import content_damage, open_source, page_boxes, qpdf_message
@@ -58,8 +77,50 @@ from .source import content_damage, open_source, page_boxes, qpdf_message
 INPUT_ERRORS = (pikepdf.PdfError, pikepdf.QpdfRuntimeError, pikepdf.ReferenceCycleError)
 
 
+#: Exit status of a serving child that found a document of a finished job still open.
+LEAK_EXIT_STATUS = 70
+#: Resolution a preview is first rendered at before it is fitted to ``max_px`` (PDF points per inch).
+POINTS_PER_INCH = 72
+
+
+def render_previews(plate: Path, output_dir: Path, max_px: int) -> list[str]:
+    """Render every page of ``plate`` to ``output_dir/preview-<n>.png`` (n 1-based), its longer side
+    ``max_px`` pixels (the aspect ratio of the page's MediaBox kept), white paper; returns the file names.
+
+    Raises:
+        pypdfium2.PdfiumError: pdfium cannot open or render the plate.
+    """
+    import pypdfium2  # only previews need the renderer
+
+    names = []
+    document = pypdfium2.PdfDocument(str(plate))
+    try:
+        for index in range(len(document)):
+            page = document[index]
+            try:
+                width_pt, height_pt = page.get_size()
+                scale = max_px / max(width_pt, height_pt)  # pixels per point
+                bitmap = page.render(scale=scale, fill_color=(255, 255, 255, 255), draw_annots=False)
+                name = f"preview-{index + 1}.png"
+                bitmap.to_pil().save(output_dir / name, format="PNG", optimize=False)
+                names.append(name)
+            finally:
+                page.close()
+    finally:
+        document.close()
+    return names
+
+
 def run(request: dict[str, Any]) -> dict[str, Any]:
     """Carry out one request; returns the success result (typed errors propagate)."""
+    if request["mode"] == "preview":
+        import pypdfium2
+
+        try:
+            names = render_previews(Path(request["input"]), Path(request["output_dir"]), int(request["max_px"]))
+        except pypdfium2.PdfiumError as exc:
+            raise PreviewFailed(f"pdfium could not render the plate: {exc}") from None
+        return {"ok": True, "previews": names}
     layout = Layout.from_json(request["layout"])
     slug = SlugInfo(**request["slug"]) if request.get("slug") else None
     path = Path(request["input"])
@@ -78,7 +139,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         if layout.on_warning == "fail" and warnings:
             raise departure_error(warnings)  # type: ignore[misc]  # not None: warnings is not empty
         if request["mode"] == "impose":
-            from .drawing import draw_plan  # only the impose mode needs the drawing code
+            from .drawing import draw_plan  # only the impose mode needs the drawing code (a serving child has it)
 
             draw_plan(pdf, boxes, plan, Path(request["output"]))
     return {"ok": True, "sheets": plan.sheets, "sides": len(plan.plates), "pages_in": plan.pages_in,
@@ -86,7 +147,14 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    request = json.loads(Path(argv[0]).read_text())
+    if argv[:1] == ["--serve"]:
+        return serve(int(argv[1]))
+    answer(json.loads(Path(argv[0]).read_text()))
+    return 0
+
+
+def answer(request: dict[str, Any]) -> None:
+    """Run ``request`` and write its result file (success or a typed error); a bug propagates."""
     try:
         result = run(request)
     except ImpositionError as exc:
@@ -104,6 +172,61 @@ def main(argv: list[str]) -> int:
             error = DamagedPdf(f"damaged beyond repair: {message}")
         result = {"ok": False, "code": error.code, "message": error.message}
     Path(request["result"]).write_text(json.dumps(result))
+
+
+def _limit(job: dict[str, Any]) -> None:
+    """Apply a job's limits to this process: the address space (RLIMIT_AS, lowered only, so the first
+    job's limit binds every later one: the parent reuses a child only for the same limit) and a CPU
+    backstop ``cpu_seconds`` beyond the CPU time used so far (SIGXCPU past it)."""
+    address_space_bytes = int(job.get("address_space_bytes") or 0)
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if address_space_bytes > 0 and soft != address_space_bytes:
+        resource.setrlimit(resource.RLIMIT_AS, (address_space_bytes, address_space_bytes))
+    cpu_seconds = int(job.get("cpu_seconds") or 0)
+    if cpu_seconds > 0:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        used_s = int(usage.ru_utime + usage.ru_stime) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (used_s + cpu_seconds, resource.RLIM_INFINITY))
+
+
+def _rss_bytes() -> int:
+    """This process's resident set now (/proc/self/statm, Linux), or its peak elsewhere."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _open_documents() -> int:
+    """How many pikepdf documents are alive in this process."""
+    return sum(1 for obj in gc.get_objects() if isinstance(obj, pikepdf.Pdf))
+
+
+def serve(reply_fd: int) -> int:
+    """Serve jobs read from stdin, one line each, until end of input (see the module docstring)."""
+    import imposition.drawing  # noqa: F401 (paid once, before the first job)
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    gc.freeze()  # the imports stay out of every later collection
+    for line in sys.stdin:
+        job = json.loads(line)
+        log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        _limit(job)
+        answer(json.loads(Path(job["request"]).read_text()))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        gc.collect()
+        leaked = _open_documents()
+        if leaked:
+            sys.stderr.write(f"imposition.child: {leaked} document(s) still open after a job; exiting\n")
+            sys.stderr.flush()
+            return LEAK_EXIT_STATUS
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        os.write(reply_fd, (json.dumps({"rss_bytes": _rss_bytes()}) + "\n").encode())
     return 0
 
 

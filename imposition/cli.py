@@ -1,6 +1,6 @@
 """``imposition impose``: run an engine alone, without the cluster.
 
-    imposition impose input.pdf --layout layout.json -o plate.pdf [--engine pikepdf|pdftoolbox]
+    imposition impose input.pdf --layout layout.json -o plate.pdf [--engine pikepdf|pdftoolbox] [--preview DIR]
 
 Prints one line: the plate file, sides, sheets, pages in, blanks, time and engine; then one line
 ``warning <code>: <message>`` per departure from what the layout asked (exit status 0: the plate was
@@ -10,7 +10,14 @@ the field, the value and the limit), as ``imposition submit`` refuses it; exit s
 ``<code>: <message>`` when the job itself fails with a typed error (a bad PDF, a page that does not
 fit, a limit), or when the plate file cannot be written (its folder must exist and be a folder:
 none is created). ``"slug": true`` prints the slug with ``-`` for a job or tenant not given by
-``--job-id`` / ``--tenant-id``, and says so on stderr. Also runs as ``python -m imposition.cli``.
+``--job-id`` / ``--tenant-id``, and says so on stderr. ``--preview DIR`` (an existing folder) also
+writes a PNG of each side there, ``preview-<n>.png`` (one line each; a preview that fails is the
+warning ``preview_failed``, exit status 0: the plate is written). Also runs as ``python -m imposition.cli``.
+
+Start-up: the engine's child process is started first (:func:`imposition.isolation.prestart`), so its
+interpreter and pikepdf load while this process reads its settings and validates the layout; the
+command's own imports (pydantic, the settings, the engines) come after it. ``--no-prestart`` starts
+the child only when the engine runs (one start after the other, as before).
 """
 
 from __future__ import annotations
@@ -20,10 +27,8 @@ from pathlib import Path
 
 import click
 
-from .engines import get_engine
 from .errors import ImpositionError, InvalidLayout
 from .job import SlugInfo
-from .spec import parse_layout
 
 
 @click.command("impose")
@@ -38,13 +43,33 @@ from .spec import parse_layout
               help="Wall-clock limit in seconds (default: settings.engine_time_limit_s).")
 @click.option("--job-id", default=None, help="Job id for the slug line.")
 @click.option("--tenant-id", default=None, help="Tenant id for the slug line.")
+@click.option("--preview", "preview_dir", default=None,
+              type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Existing folder for a PNG preview of each side (preview-<n>.png).")
+@click.option("--prestart/--no-prestart", default=True,
+              help="Start the engine's child before this command's own start-up (default), or when it runs.")
 def impose_command(
     input_pdf: Path, layout: str, output: Path, engine: str | None, time_limit_s: float | None,
-    job_id: str | None, tenant_id: str | None,
+    job_id: str | None, tenant_id: str | None, preview_dir: Path | None, prestart: bool,
 ) -> None:
     """Impose INPUT_PDF per the layout and write the plate file."""
+    from . import isolation
+
+    if prestart:
+        isolation.prestart()  # loads while the imports below run
+    try:
+        _impose(input_pdf, layout, output, engine, time_limit_s, job_id, tenant_id, preview_dir)
+    finally:
+        isolation.drop_spare()  # a child the command did not get to use
+
+
+def _impose(input_pdf: Path, layout: str, output: Path, engine: str | None, time_limit_s: float | None,
+            job_id: str | None, tenant_id: str | None, preview_dir: Path | None) -> None:
     from service.cli import check_output_path, layout_text
     from service.settings import get_settings
+
+    from .engines import get_engine
+    from .spec import parse_layout
 
     settings = get_settings()
     if engine is not None:
@@ -59,7 +84,8 @@ def impose_command(
                    f"'job {job_id or '-'} | tenant {tenant_id or '-'}'", err=True)
     slug = SlugInfo(job_id or "-", tenant_id or "-", datetime.now(timezone.utc).date().isoformat())
     try:
-        report = get_engine(settings).impose(input_pdf, spec, output, slug=slug, time_limit_s=time_limit_s)
+        report = get_engine(settings).impose(input_pdf, spec, output, slug=slug, time_limit_s=time_limit_s,
+                                             preview_dir=preview_dir)
     except ImpositionError as exc:
         raise click.ClickException(f"{exc.code}: {exc}") from None
     except OSError as exc:  # the output cannot be written (or the input vanished meanwhile)
@@ -72,6 +98,8 @@ def impose_command(
         f"({report.blank_pages} blank) in {report.duration_s:.2f} s with {report.engine}"
         + (f", {_count(len(report.warnings), 'warning')}" if report.warnings else "")
     )
+    for preview in report.previews:
+        click.echo(f"preview {preview}")
     for warning in report.warnings:
         click.echo(f"warning {warning.code}: {warning.message}")
 

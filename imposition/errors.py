@@ -24,6 +24,8 @@ The tree::
     │   ├── MemoryLimitExceeded           memory_limit    no
     │   └── ContentTooLarge               content_too_large no (streams decode past their budget)
     ├── EngineCancelled                   cancelled       no   (the caller asked the engine to stop)
+    ├── PreviewFailed                     preview_failed  no   (a plate's preview could not be rendered: a warning,
+    │                                                          never a failed job)
     └── EngineFailure                     (the engine itself failed)
         ├── EngineCrashed                 engine_crashed  yes  (child process killed for an unknown reason)
         ├── LicenceUnavailable            licence         yes  (pdfToolbox licence missing or expired)
@@ -43,7 +45,9 @@ child never needs to pickle an exception.
 A :class:`PlateWarning` is a departure from what the layout asked that still gives a usable plate
 (``code`` is that of its :class:`Departure` class); it travels in the engine's report to the job item,
 ``imposition job show``, the webhook and the CLI. A layout with ``on_warning: fail`` turns the first
-one into its :class:`Departure` error instead (:func:`departure_error`).
+one into its :class:`Departure` error instead (:func:`departure_error`). One warning is not a
+departure: ``preview_failed`` (:class:`PreviewFailed`), a plate whose PNG previews could not be
+rendered; the plate is what was asked, so it ships whatever ``on_warning`` says.
 """
 
 from __future__ import annotations
@@ -235,6 +239,13 @@ class EngineCancelled(ImpositionError):
     """
 
     code = "cancelled"
+
+
+class PreviewFailed(ImpositionError):
+    """The plate's previews could not be rendered (pdfium refused it, or the preview ran out of its
+    time or memory). Never fails a job: the engine reports it as a ``preview_failed`` warning."""
+
+    code = "preview_failed"
 
 
 class EngineFailure(ImpositionError):

@@ -6,19 +6,31 @@ small trampoline (:mod:`imposition._limits`) sets its address-space and CPU limi
 no ``preexec_fn`` runs in the forked worker, which is unsafe once the worker has threads (the
 lease heartbeat). The parent waits with a wall-clock deadline and a cancel event; on either it kills
 the whole process group with SIGKILL.
+
+The engine's own child (:mod:`imposition.child`) is an :class:`EngineChild`: started ahead of its
+job, it serves one request at a time, each under the job's limits. Without :func:`keep_warm` every
+job gets a fresh child that serves it alone and is then killed (as :func:`run_limited` does). With
+:func:`keep_warm` (a worker process) one child stays warm between jobs, for at most
+``max_jobs`` jobs and ``max_rss_bytes`` of resident memory; a child that crashed, was killed on a
+time limit or a cancel, hit its memory limit or is past either bound is replaced at once by a new,
+pre-started one. :func:`prestart` starts the next child early for a process that has other start-up
+work to do first (the ``imposition impose`` command). See DESIGN-NOTES.md ("A warm engine child").
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 import os
 import select
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,12 +118,11 @@ def run_limited(
     deadline: float | None = None,
     cancel: threading.Event | None = None,
     env: dict[str, str] | None = None,
-    module: str | None = None,
 ) -> ChildExit:
     """Run ``command`` (an argument list, never a shell string) under limits and wait for it.
 
     Args:
-        command: the program and its arguments; with ``module``, the module's arguments.
+        command: the program and its arguments.
         time_limit_s: wall-clock limit in seconds; past it the process group is killed.
         deadline: ``time.monotonic()`` value at which the limit runs out, when the limit covers more
             than this child (default: ``time_limit_s`` from now).
@@ -120,9 +131,6 @@ def run_limited(
             child can never block on a full pipe).
         cancel: when set, the process group is killed at once.
         env: the child's environment (default: the parent's).
-        module: a Python module to run as the child instead of a program: the limits trampoline runs
-            it in its own process (one interpreter start, no ``site``), importing from this package's
-            directory and this process's ``sys.path``.
 
     Returns:
         How the child ended (any exit code; the caller maps it).
@@ -138,7 +146,6 @@ def run_limited(
         sys.executable, "-I", "-S", str(LIMITS_SCRIPT),
         "--address-space-bytes", str(memory_limit_bytes or 0),
         "--cpu-seconds", str(cpu_backstop_s),
-        *(("--module", module, "--sys-path", _import_path()) if module else ()),
         "--", *command,
     ]
     with log_path.open("wb") as log:
@@ -174,3 +181,294 @@ def run_limited(
     if returncode == -signal.SIGXCPU:
         raise TimeLimitExceeded(f"the engine used more than its CPU-time backstop of {cpu_backstop_s} s")
     return ChildExit(returncode, _tail(log_path), time.monotonic() - started)
+
+
+@dataclass(frozen=True)
+class Served:
+    """How one request to an :class:`EngineChild` ended.
+
+    Attributes:
+        returncode: None when the child answered and lives on; else its exit status (negative: the
+            signal that killed it; ``-9`` is SIGKILL), and it ended without answering.
+        log_tail: the end of the request's log (the child's stdout and stderr during the request).
+        rss_bytes: the child's resident set after the request (None when it did not answer).
+        duration_s: wall time from the request's write to its answer or the child's end.
+    """
+
+    returncode: int | None
+    log_tail: str
+    rss_bytes: int | None
+    duration_s: float
+
+
+class EngineChild:
+    """One :mod:`imposition.child` process serving requests one at a time (``--serve``).
+
+    Started at construction (``subprocess.Popen``, its own session, through the limits trampoline
+    with ``--module``, which costs an interpreter and the child's imports, ≈ 0.1 s, while the caller
+    goes on); each :meth:`run` hands it a request and waits for its answer under the request's time
+    limit and cancel event, as :func:`run_limited` waits for a process. The address-space limit is
+    applied by the child itself before it reads the first request's input (it can only be lowered,
+    so a child serves one limit: :attr:`address_space_bytes`). Not thread-safe: one caller at a time.
+
+    Attributes:
+        pid: the child's process id (also its process group's).
+        jobs: requests answered so far.
+        last_rss_bytes: its resident set after the last answered request (bytes), or None.
+        address_space_bytes: the address-space limit of its first request (None before it).
+        retired: True once it must not serve again (dead, killed, or flagged by the caller).
+    """
+
+    def __init__(self) -> None:
+        reply_read, reply_write = os.pipe()
+        startup_log, startup_path = tempfile.mkstemp(prefix="imposition-child-", suffix=".log")
+        os.unlink(startup_path)  # kept open: what the child writes before its first request
+        argv = [
+            sys.executable, "-I", "-S", str(LIMITS_SCRIPT), "--address-space-bytes", "0", "--cpu-seconds", "0",
+            "--module", "imposition.child", "--sys-path", _import_path(), "--", "--serve", str(reply_write),
+        ]
+        try:
+            self._process = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=startup_log, stderr=subprocess.STDOUT,
+                start_new_session=True, close_fds=True, pass_fds=(reply_write,),
+            )
+        except BaseException:
+            for fd in (reply_read, startup_log):
+                os.close(fd)
+            raise
+        finally:
+            os.close(reply_write)
+        self._replies: int | None = reply_read  # end of file once the child is gone
+        self._startup_log: int | None = startup_log
+        self._pending = b""
+        self.pid = self._process.pid
+        self.jobs = 0
+        self.last_rss_bytes: int | None = None
+        self.address_space_bytes: int | None = None
+        self.retired = False
+
+    def alive(self) -> bool:
+        """True while the process runs and has not been retired."""
+        return not self.retired and self._process.poll() is None
+
+    def run(
+        self, request_path: Path, *, log_path: Path, time_limit_s: float, memory_limit_bytes: int | None,
+        deadline: float | None = None, cancel: threading.Event | None = None,
+    ) -> Served:
+        """Hand the child the request at ``request_path`` and wait for its answer.
+
+        Args:
+            request_path: the request file (:mod:`imposition.child`); its result file is the answer.
+            log_path: receives the child's stdout and stderr during this request.
+            time_limit_s, deadline, cancel: as for :func:`run_limited`; the CPU-time backstop is the
+                time left plus :data:`CPU_BACKSTOP_MARGIN_S`, counted from what the child used before.
+            memory_limit_bytes: the address-space limit (RLIMIT_AS) of the child, or None for none.
+
+        Returns:
+            How the request ended (:class:`Served`).
+
+        Raises:
+            TimeLimitExceeded: the wall-clock limit passed (the child is killed and retired), or the
+                CPU-time backstop did.
+            EngineCancelled: ``cancel`` was set (the child is killed and retired).
+        """
+        started = time.monotonic()
+        deadline = started + time_limit_s if deadline is None else deadline
+        cpu_backstop_s = math.ceil(max(0.0, deadline - started)) + CPU_BACKSTOP_MARGIN_S
+        if self.address_space_bytes is None:
+            self.address_space_bytes = memory_limit_bytes or 0
+        line = json.dumps({"request": str(request_path), "log": str(log_path),
+                           "address_space_bytes": memory_limit_bytes or 0, "cpu_seconds": cpu_backstop_s})
+        try:
+            self._process.stdin.write(line.encode() + b"\n")
+            self._process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # it died meanwhile: the wait below finds it ended
+        try:
+            reply = self._wait(deadline, time_limit_s, cancel)
+        except BaseException:
+            self.kill()  # a timeout, a cancel or an exception in the waiting thread (a Celery time limit)
+            raise
+        if reply is None:
+            tail = _tail(log_path) if log_path.exists() and log_path.stat().st_size else self._startup_tail()
+            self.kill()
+            returncode = self._process.returncode
+            if returncode == -signal.SIGXCPU:
+                raise TimeLimitExceeded(f"the engine used more than its CPU-time backstop of {cpu_backstop_s} s")
+            return Served(returncode, tail, None, time.monotonic() - started)
+        self.jobs += 1
+        self.last_rss_bytes = int(reply.get("rss_bytes") or 0)
+        return Served(None, _tail(log_path), self.last_rss_bytes, time.monotonic() - started)
+
+    def _startup_tail(self) -> str:
+        if self._startup_log is None:
+            return ""
+        size = os.fstat(self._startup_log).st_size
+        return os.pread(self._startup_log, LOG_TAIL_BYTES, max(0, size - LOG_TAIL_BYTES)).decode("utf-8", "replace")
+
+    def _wait(self, deadline: float, time_limit_s: float, cancel: threading.Event | None) -> dict | None:
+        """The child's answer, or None when it ended without one."""
+        while True:
+            newline = self._pending.find(b"\n")
+            if newline >= 0:
+                reply, self._pending = self._pending[:newline], self._pending[newline + 1:]
+                return json.loads(reply)
+            if cancel is not None and cancel.is_set():
+                raise EngineCancelled("the engine was cancelled (the cancel event was set) and its process killed")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeLimitExceeded(f"the engine ran past its time limit of {time_limit_s:g} s and was killed")
+            ready, _, _ = select.select([self._replies], [], [], min(POLL_INTERVAL_S, remaining))
+            if ready:
+                chunk = os.read(self._replies, 65536)
+                if not chunk:
+                    return None  # end of file: the child is gone (it alone holds the pipe's other end)
+                self._pending += chunk
+
+    def kill(self) -> None:
+        """Kill its process group, reap it and retire it (idempotent)."""
+        self.retired = True
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self._process.wait()
+        self.close_files()
+
+    def close_files(self) -> None:
+        """Close the parent's ends of the child's pipes and its start-up log."""
+        for name in ("_replies", "_startup_log"):
+            fd = getattr(self, name)
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                setattr(self, name, None)
+        if self._process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._process.stdin.close()
+
+
+@dataclass(frozen=True)
+class WarmPolicy:
+    """When a warm child is reused (:func:`keep_warm`).
+
+    Attributes:
+        max_jobs: jobs one child serves before it is replaced.
+        max_rss_bytes: a child whose resident set is above this after a job is replaced.
+    """
+
+    max_jobs: int
+    max_rss_bytes: int
+
+
+_lock = threading.Lock()
+#: This process's warm child and its policy, or None: ``{"owner": pid, "policy": WarmPolicy,
+#: "child": EngineChild | None (the idle one), "busy": bool}``; a spare from :func:`prestart`.
+_warm: dict | None = None
+_spare: dict | None = None
+
+
+def keep_warm(policy: WarmPolicy, *, start_now: bool = True) -> int | None:
+    """Keep one warm engine child in this process from now on; returns its pid.
+
+    With ``start_now=False`` the child is started on a background thread (a Celery pool process must
+    report itself up within seconds of its fork) and None is returned; a job that comes first starts
+    a child of its own, which then stays warm.
+    """
+    global _warm
+    with _lock:
+        if _warm is not None and _warm["owner"] == os.getpid() and _warm["child"] is not None:
+            _warm["child"].kill()
+        warm = _warm = {"owner": os.getpid(), "policy": policy, "child": None, "busy": False}
+    if not start_now:
+        threading.Thread(target=_start_warm, args=(warm,), daemon=True, name="engine-child-start").start()
+        return None
+    return _start_warm(warm)
+
+
+def _start_warm(warm: dict) -> int | None:
+    """Start ``warm``'s idle child unless it has one, is busy or is no longer this process's."""
+    child = EngineChild()
+    with _lock:
+        if _warm is warm and warm["child"] is None and not warm["busy"]:
+            warm["child"] = child
+            return child.pid
+    child.kill()
+    return None
+
+
+def stop_warm() -> None:
+    """Stop keeping a warm child; the idle one is killed (a busy one when its job ends)."""
+    global _warm
+    with _lock:
+        warm, _warm = _warm, None
+    if warm is not None and warm["owner"] == os.getpid() and warm["child"] is not None:
+        warm["child"].kill()
+
+
+def warm_child() -> tuple[int, int] | None:
+    """This process's idle warm child as ``(pid, jobs served)``, or None (no warm child kept, or busy)."""
+    with _lock:
+        if _warm is None or _warm["owner"] != os.getpid() or _warm["child"] is None:
+            return None
+        return _warm["child"].pid, _warm["child"].jobs
+
+
+def prestart() -> None:
+    """Start the engine child of this process's next job now (it is used once, then killed)."""
+    global _spare
+    with _lock:
+        if _spare is None or _spare["owner"] != os.getpid():
+            _spare = {"owner": os.getpid(), "child": EngineChild()}
+
+
+def drop_spare() -> None:
+    """Kill this process's pre-started child if no job took it (a command that failed before its job)."""
+    global _spare
+    with _lock:
+        spare, _spare = _spare, None
+    if spare is not None and spare["owner"] == os.getpid():
+        spare["child"].kill()
+
+
+@contextlib.contextmanager
+def engine_child(memory_limit_bytes: int | None) -> Iterator[EngineChild]:
+    """An engine child for one job: this process's warm one when it is idle, alive and serves this
+    memory limit, else the pre-started spare, else a new one. Afterwards the warm one goes back if
+    it may serve again (:class:`WarmPolicy`, not :attr:`EngineChild.retired`), else it is killed and
+    a new warm child started; any other child is killed.
+
+    A caller sets ``child.retired = True`` when the job's result says the child must not serve
+    again (its memory limit was hit).
+    """
+    global _spare
+    warm = None
+    child = None
+    with _lock:
+        if _warm is not None and _warm["owner"] == os.getpid() and not _warm["busy"]:
+            warm = _warm
+            idle = warm["child"]
+            if idle is not None and idle.alive() and idle.address_space_bytes in (None, memory_limit_bytes or 0):
+                child = idle
+            elif idle is not None:
+                idle.kill()
+            warm["busy"], warm["child"] = True, None
+        elif _spare is not None and _spare["owner"] == os.getpid():
+            child, _spare = _spare["child"], None
+    if child is None:
+        child = EngineChild()
+    try:
+        yield child
+    finally:
+        if warm is None:
+            child.kill()
+        else:
+            policy: WarmPolicy = warm["policy"]
+            keep = child.alive() and child.jobs < policy.max_jobs and (child.last_rss_bytes or 0) <= policy.max_rss_bytes
+            if not keep:
+                child.kill()
+            with _lock:
+                if _warm is warm:
+                    warm["child"], warm["busy"] = (child if keep else EngineChild()), False
+                elif keep:
+                    child.kill()

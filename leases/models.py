@@ -266,6 +266,9 @@ class JobItem(Model):
     #: The engine's typed warnings of a succeeded job: ``[{"code", "message"}, …]`` (departures from
     #: the layout: scaled to fit, marks, bleed or slug not drawn whole, a repaired input).
     warnings = JSONAttribute(null=True)
+    #: S3 keys of a succeeded job's PNG previews, one per side in order
+    #: (``tenants/<tenant>/jobs/<job>/preview-<n>.png``); empty when none were made.
+    preview_keys = JSONAttribute(null=True)
     #: Webhook delivery (package ``webhooks``): ``pending`` (written with the final status: the outbox)
     #: → ``retrying`` → ``delivered`` | ``gave_up``, or ``no_endpoint`` (the tenant has no webhook URL);
     #: HTTP attempts so far, last error, when delivered.

@@ -644,14 +644,16 @@ def requeue_actions(tenant_id: str, due_at: float) -> list:
 
 def commit_success(
     lease: Lease, *, output_key: str, sheets: int, sides: int, now: float | None = None,
-    warnings: list[dict[str, str]] | None = None, hand_off: HandOff | None = None,
+    warnings: list[dict[str, str]] | None = None, preview_keys: list[str] | None = None,
+    hand_off: HandOff | None = None,
 ) -> None:
     """Record ``succeeded`` with the plate's key and release the slot, all fenced by the token.
 
     The job's webhook event is put in the outbox by the same write (:mod:`leases.outbox`).
     ``warnings`` are the engine's typed warnings (``[{"code", "message"}, …]``), stored as
-    ``JobItem.warnings`` (an empty list when there are none). ``hand_off``: the tenant's next
-    waiting job, handed the place in the same transaction (see :func:`fenced_release`).
+    ``JobItem.warnings`` (an empty list when there are none); ``preview_keys`` the S3 keys of the
+    plate's previews, as ``JobItem.preview_keys``. ``hand_off``: the tenant's next waiting job,
+    handed the place in the same transaction (see :func:`fenced_release`).
 
     Raises:
         LeaseLost: the lease was reclaimed; nothing was written (the job is someone else's now).
@@ -666,6 +668,7 @@ def commit_success(
             JobItem.sheets.set(sheets),
             JobItem.sides.set(sides),
             JobItem.warnings.set(list(warnings or [])),
+            JobItem.preview_keys.set(list(preview_keys or [])),
             JobItem.finished_at.set(t),
             JobItem.lease_token.remove(),
             JobItem.error.remove(),

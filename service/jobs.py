@@ -187,24 +187,36 @@ def job_show(job_id: str, as_json: bool) -> None:
 @click.argument("job_id", type=JOB_ID)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="File to write (default: ./<job id>.pdf).")
-def job_download(job_id: str, output: Path | None) -> None:
-    """Download the plate file of a succeeded job.
+@click.option("--previews", "previews_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default=None, help="Existing folder for the plate's PNG previews (<job id>-preview-<n>.png).")
+def job_download(job_id: str, output: Path | None, previews_dir: Path | None) -> None:
+    """Download the plate file of a succeeded job, and with ``--previews`` its PNG previews (one per
+    side, as ``job show`` names them in ``preview_keys``).
 
-    Exit status 1: no such job, the job has no plate (not succeeded), the plate object is missing,
-    or the file cannot be written (its folder does not exist or is not a folder)."""
+    Exit status 1: no such job, the job has no plate (not succeeded), the plate or a preview object
+    is missing, ``--previews`` of a job that has none, or the file cannot be written (its folder does
+    not exist or is not a folder)."""
     from tasks import storage
 
     job = _job_or_exit(job_id)
     if job.status != "succeeded" or not job.output_key:
         raise click.ClickException(f"job {job_id} has no plate: it is {job.status}"
                                    + (f" ({job.error_code})" if job.error_code else ""))
+    preview_keys = list(job.preview_keys or [])
+    if previews_dir is not None and not preview_keys:
+        warned = [w["code"] for w in job.warnings or [] if w.get("code") == "preview_failed"]
+        raise click.ClickException(f"job {job_id} has no previews" + (" (preview_failed: see job show)" if warned else ""))
     target = output if output is not None else Path(f"{job_id}.pdf")
     check_output_path(target, what="the plate file")
-    try:
-        storage.download_object(job.output_key, target)
-    except storage.StorageError as exc:
-        raise click.ClickException(str(exc)) from exc
-    click.echo(f"{target}: plate of job {job_id} ({target.stat().st_size} bytes)")
+    downloads = [(job.output_key, target, "plate")]
+    if previews_dir is not None:
+        downloads += [(key, previews_dir / f"{job_id}-{key.rsplit('/', 1)[-1]}", "preview") for key in preview_keys]
+    for key, path, what in downloads:
+        try:
+            storage.download_object(key, path)
+        except storage.StorageError as exc:
+            raise click.ClickException(str(exc)) from exc
+        click.echo(f"{path}: {what} of job {job_id} ({path.stat().st_size} bytes)")
 
 
 def cancel_job(job_id: str):

@@ -320,6 +320,32 @@ class Settings(BaseSettings):
     max_content_operators_per_job: int = Field(
         default=50_000_000, gt=0, description="Most operators all content streams of the input may hold together."
     )
+    engine_warm_child: bool = Field(
+        default=True,
+        description="Keep one pre-started engine child per imposition worker process, reused from job to job "
+        "(imposition.isolation.keep_warm); `imposition impose` starts its child before its own start-up work. "
+        "False: every job starts its child when it needs it (the former behaviour, ~0.1 s a job).",
+    )
+    engine_child_max_jobs: int = Field(
+        default=200, ge=1, description="Jobs one warm engine child serves before it is replaced by a fresh one.",
+    )
+    engine_child_max_rss_bytes: int = Field(
+        default=512 * 1024**2, gt=0,
+        description="A warm engine child whose resident set is above this after a job is replaced (a fresh "
+        "child is ~35 MiB; freed heap is not always returned to the system).",
+    )
+    job_previews: bool = Field(
+        default=True, description="Every job writes a PNG preview of each side beside its plate (preview-<n>.png).",
+    )
+    preview_max_px: int = Field(
+        default=1024, ge=16, le=8192,
+        description="Longer side of a preview PNG, pixels (an SRA3 side at 1024 px is ~2.3 px per mm).",
+    )
+    preview_time_limit_s: float = Field(
+        default=60.0, gt=0,
+        description="Wall-clock limit of rendering one plate's previews; past it the plate ships with the "
+        "warning preview_failed.",
+    )
     pdftoolbox_path: str = "pdfToolbox"
     pdftoolbox_process_plan: str = ""
     pdftoolbox_variables: dict[str, str] = Field(default_factory=dict)

@@ -138,6 +138,11 @@ def plate_key(tenant_id: str, job_id: str) -> str:
     return job_prefix(tenant_id, job_id) + "plate.pdf"
 
 
+def preview_key(tenant_id: str, job_id: str, side: int) -> str:
+    """Key of the PNG preview of a job's plate side ``side`` (1-based), beside the plate."""
+    return job_prefix(tenant_id, job_id) + f"preview-{int(side)}.png"
+
+
 def check_own_key(tenant_id: str, key: str) -> str:
     """Return ``key`` if it lies under ``tenant_id``'s prefix.
 

@@ -83,13 +83,14 @@ _INFRASTRUCTURE_ERRORS = (PynamoDBException, BotoCoreError, ClientError, KombuEr
 
 @dataclass(frozen=True)
 class JobResult:
-    """What a job produced: the plate's S3 key, its size in sheets and sides, and the engine's typed
-    warnings (``[{"code", "message"}, …]``, recorded on the job item)."""
+    """What a job produced: the plate's S3 key, its size in sheets and sides, the engine's typed
+    warnings (``[{"code", "message"}, …]``) and its previews' S3 keys (recorded on the job item)."""
 
     output_key: str
     sheets: int
     sides: int
     warnings: tuple[dict[str, str], ...] = ()
+    preview_keys: tuple[str, ...] = ()
 
 
 class JobFailed(Exception):
@@ -273,7 +274,8 @@ class FairTask(Task):
         try:
             transactions.commit_success(
                 lease, output_key=result.output_key, sheets=result.sheets, sides=result.sides,
-                warnings=list(result.warnings), hand_off=successor and successor[1],
+                warnings=list(result.warnings), preview_keys=list(result.preview_keys),
+                hand_off=successor and successor[1],
             )
         except LeaseLost as exc:
             return self._on_lease_lost(lease, str(exc))

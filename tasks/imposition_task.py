@@ -4,6 +4,10 @@
 submit a job: it runs admission, creates the job item and publishes (see :mod:`tasks.submission`)
 and returns the job id. Workers receive ``{"tenant_id", "job_id"}`` and :class:`FairTask` wraps the
 run in a lease.
+
+Each process of a worker consuming the imposition queue keeps a warm engine child
+(:func:`imposition.isolation.keep_warm`, ``Settings.engine_warm_child``), started when the process
+starts, so no job pays the child's start.
 """
 
 from __future__ import annotations
@@ -15,12 +19,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from imposition import SlugInfo, get_engine, parse_layout
+from celery.signals import worker_process_init, worker_process_shutdown
+
+from imposition import SlugInfo, get_engine, isolation, parse_layout
+from imposition.errors import PlateWarning, PreviewFailed
 from leases import transactions
 from leases.models import JobItem
 from leases.transactions import Lease
 from service.settings import get_settings
-from service.tenancy import plate_key
+from service.tenancy import plate_key, preview_key
 from tasks import storage
 from tasks.base import FairTask, JobResult
 from tasks.celery_app import app
@@ -32,8 +39,11 @@ class ImposeTask(FairTask):
     """Impose one job's PDF onto press sheets and upload the plate file.
 
     Message kwargs: ``tenant_id`` (str), ``job_id`` (str). The plate goes to
-    ``tenants/<tenant>/jobs/<job>/plate.pdf``; the engine's warnings to the job item. The slug's
-    date is the job's submission date (UTC), so every attempt writes the same plate.
+    ``tenants/<tenant>/jobs/<job>/plate.pdf`` and, with ``Settings.job_previews``, a PNG of each side
+    beside it (``preview-<n>.png``, n from 1); the engine's warnings and the previews' keys to the job
+    item. A preview that cannot be rendered or uploaded is the warning ``preview_failed``: the plate
+    still ships. The slug's date is the job's submission date (UTC), so every attempt writes the
+    same plate.
     """
 
     name = "imposition.impose"
@@ -59,23 +69,64 @@ class ImposeTask(FairTask):
         spec = parse_layout(job.layout)
         key = plate_key(job.tenant_id, job.job_id)
         with tempfile.TemporaryDirectory(prefix="imposition-job-") as tmp:  # no path is built from an id
-            source, plate = Path(tmp, "input.pdf"), Path(tmp, "plate.pdf")
+            source, plate, preview_dir = Path(tmp, "input.pdf"), Path(tmp, "plate.pdf"), Path(tmp, "previews")
             storage.download(job.input_key, source)
             submitted = datetime.fromtimestamp(float(job.submitted_at), tz=timezone.utc).date().isoformat()
+            if settings.job_previews:
+                preview_dir.mkdir()
             report = get_engine(settings).impose(
                 source, spec, plate, slug=SlugInfo(job_id=job.job_id, tenant_id=job.tenant_id, date=submitted),
-                cancel=cancel,
+                cancel=cancel, preview_dir=preview_dir if settings.job_previews else None,
             )
             # Fence the upload: prove the lease is still ours right before writing the plate.
             transactions.renew(lease)
             storage.upload(plate, key)
+            warnings = list(report.warnings)
+            preview_keys = _upload_previews(job, report.previews, warnings)
         log.info("job %s imposed: %s sheets, %s sides in %.2f s", job.job_id, report.sheets, report.sides,
                  report.duration_s)
-        if report.warnings:
+        if warnings:
             log.warning("job %s imposed with warnings: %s", job.job_id,
-                        "; ".join(f"{w.code}: {w.message}" for w in report.warnings))
+                        "; ".join(f"{w.code}: {w.message}" for w in warnings))
         return JobResult(output_key=key, sheets=report.sheets, sides=report.sides,
-                         warnings=tuple(w.to_json() for w in report.warnings))
+                         warnings=tuple(w.to_json() for w in warnings), preview_keys=preview_keys)
+
+
+def _upload_previews(job: JobItem, previews: tuple[Path, ...], warnings: list[PlateWarning]) -> tuple[str, ...]:
+    """Upload ``previews`` (side 1, 2, … in order) beside the plate; their keys. A failed upload
+    removes the ones already made, adds the warning ``preview_failed`` and gives no keys."""
+    keys: list[str] = []
+    try:
+        for side, path in enumerate(previews, start=1):
+            keys.append(preview_key(job.tenant_id, job.job_id, side))
+            storage.upload(path, keys[-1], content_type="image/png")
+    except storage.StorageError as exc:
+        warnings.append(PlateWarning(PreviewFailed.code, f"previews not stored ({exc.code}): {exc}"))
+        for uploaded in keys:
+            try:
+                storage.delete(uploaded)
+            except Exception:  # noqa: BLE001 - a stray preview is harmless; the job item names none
+                log.warning("job %s: preview %s could not be removed", job.job_id, uploaded)
+        return ()
+    return tuple(keys)
+
+
+@worker_process_init.connect
+def _warm_engine_child(**_: object) -> None:
+    """A process of an imposition worker starts its warm engine child (with ``engine_warm_child``)."""
+    settings = get_settings()
+    queues = {queue.name for queue in app.amqp.queues.consume_from.values()} if app.amqp.queues.consume_from else set()
+    if not settings.engine_warm_child or settings.imposition_queue not in queues:
+        return
+    # started on a thread: the pool process must send Celery its UP message within seconds of its fork
+    isolation.keep_warm(isolation.WarmPolicy(max_jobs=settings.engine_child_max_jobs,
+                                             max_rss_bytes=settings.engine_child_max_rss_bytes), start_now=False)
+    log.info("warm engine child starting")
+
+
+@worker_process_shutdown.connect
+def _stop_engine_child(**_: object) -> None:
+    isolation.stop_warm()
 
 
 impose: ImposeTask = app.register_task(ImposeTask())  # type: ignore[assignment]

@@ -4,10 +4,11 @@ Shape (times are epoch seconds, float; absent values are ``null``)::
 
     {"id": "evt_<job id>", "type": "job.succeeded" | "job.failed", "job_id", "tenant_id",
      "status": "succeeded" | "failed", "output_key", "error", "error_code", "attempts",
-     "sheets", "sides", "warnings", "submitted_at", "started_at", "finished_at"}
+     "sheets", "sides", "warnings", "preview_keys", "submitted_at", "started_at", "finished_at"}
 
 ``warnings`` lists the engine's typed warnings of a succeeded job, ``[{"code", "message"}, …]``
-(empty when the plate is what the layout asked; ``[]`` for a failed job).
+(empty when the plate is what the layout asked; ``[]`` for a failed job); ``preview_keys`` the S3
+keys of its PNG previews, one per side (``[]`` for a failed job or when there are none).
 
 A job run finishes once, so its event id is derived from the job id (and the operator retry it
 ends, if any): every delivery round of the same event carries the same id (the tenant deduplicates
@@ -57,6 +58,7 @@ def job_event(job: JobItem) -> dict[str, Any]:
         "sheets": _number(job.sheets),
         "sides": _number(job.sides),
         "warnings": list(job.warnings or []) if job.status == JobStatus.SUCCEEDED.value else [],
+        "preview_keys": list(job.preview_keys or []) if job.status == JobStatus.SUCCEEDED.value else [],
         "submitted_at": _number(job.submitted_at),
         "started_at": _number(job.started_at),
         "finished_at": _number(job.finished_at),

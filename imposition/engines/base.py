@@ -4,6 +4,7 @@
 and cancel event, the child process (:meth:`Engine.run_child`), writing the plate file atomically
 (a hidden ``.partial`` file renamed into place, removed on any failure), timing and the report.
 A subclass implements :meth:`Engine._place`, writing the imposed PDF to the path it is given.
+With ``preview_dir``, the plate's sides are then rendered to PNG files there (:meth:`Engine.previews`).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import (
-    EngineCancelled, EngineCrashed, ImpositionError, InputTooLarge, MemoryLimitExceeded, PlateWarning, error_from_code,
+    EngineCancelled, EngineCrashed, ImpositionError, InputTooLarge, MemoryLimitExceeded, PlateWarning, PreviewFailed,
+    error_from_code,
 )
-from ..isolation import run_limited
+from ..isolation import engine_child
 from ..job import ContentBudget, SlugInfo
 from ..spec import LayoutSpec, parse_layout
 
@@ -49,7 +51,10 @@ class ImposeReport:
         duration_s: wall time of :meth:`Engine.impose`, seconds.
         engine: the engine's name (``pikepdf`` or ``pdftoolbox``).
         warnings: every departure from what the layout asked (scaled to fit, marks, bleed or slug not
-            drawn whole, a repaired file), typed; empty when the plate is what was asked.
+            drawn whole, a repaired file), typed; empty when the plate is what was asked; and
+            ``preview_failed`` when previews were asked for and could not be rendered.
+        previews: the preview files written (``preview-<n>.png`` in ``preview_dir``, n the plate's
+            side, 1-based), empty when none were asked for or they failed.
     """
 
     sheets: int
@@ -59,6 +64,7 @@ class ImposeReport:
     duration_s: float
     engine: str
     warnings: tuple[PlateWarning, ...] = ()
+    previews: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,6 +129,7 @@ class Engine(ABC):
         slug: SlugInfo | None = None,
         cancel: threading.Event | None = None,
         time_limit_s: float | None = None,
+        preview_dir: Path | None = None,
     ) -> ImposeReport:
         """Impose ``input_path`` per ``spec`` into ``output_path``.
 
@@ -133,9 +140,11 @@ class Engine(ABC):
             slug: job and tenant for the slug line.
             cancel: when set, the engine kills its child process and raises EngineCancelled.
             time_limit_s: wall-clock limit in seconds (default ``settings.engine_time_limit_s``).
+            preview_dir: an existing folder for a PNG of each side (:meth:`previews`); a preview that
+                fails is the warning ``preview_failed``, never a failed job.
 
         Returns:
-            The report (counts read from the engine's own output, timing).
+            The report (counts read from the engine's own output, timing, previews).
 
         Raises:
             ImpositionError: a typed error (see :mod:`imposition.errors`); ``retryable`` tells whether
@@ -169,8 +178,18 @@ class Engine(ABC):
             raise
         finally:
             partial.unlink(missing_ok=True)
+        warnings, previews = placed.warnings, ()
+        if preview_dir is not None:
+            try:
+                previews = self.previews(output_path, preview_dir, cancel=cancel)
+            except EngineCancelled:
+                raise
+            except ImpositionError as exc:
+                log.warning("previews of %s failed (%s): %s", output_path.name, exc.code, exc)
+                warnings += (PlateWarning(PreviewFailed.code, f"no preview of the plate ({exc.code}): {exc.message}"),)
         report = ImposeReport(placed.sheets, placed.sides, placed.pages_in, placed.blank_pages,
-                              duration_s=time.monotonic() - started, engine=self.name, warnings=placed.warnings)
+                              duration_s=time.monotonic() - started, engine=self.name, warnings=warnings,
+                              previews=previews)
         log.info("imposed %s: %s", input_path.name, report)
         return report
 
@@ -206,8 +225,27 @@ class Engine(ABC):
         stays within ``job.deadline``; raises a typed :class:`ImpositionError` on failure.
         """
 
-    def run_child(self, job: EngineJob, mode: str) -> dict[str, Any]:
-        """Run :mod:`imposition.child` in ``mode`` (``impose`` or ``inspect``) under the job's limits.
+    def previews(self, plate: Path, preview_dir: Path, *, cancel: threading.Event | None = None) -> tuple[Path, ...]:
+        """Render each side of ``plate`` to ``preview_dir/preview-<n>.png`` (n from 1), its longer side
+        ``settings.preview_max_px`` pixels, in the engine's limited child (pdfium parses the plate,
+        and with it the tenant's content), within ``settings.preview_time_limit_s``.
+
+        Raises:
+            ImpositionError: PreviewFailed (pdfium refused the plate), TimeLimitExceeded,
+                MemoryLimitExceeded or EngineCrashed from the child; EngineCancelled.
+        """
+        with tempfile.TemporaryDirectory(prefix="imposition-preview-") as work_dir:
+            limit_s = self.settings.preview_time_limit_s
+            job = EngineJob(plate, None, plate, Path(work_dir), None, cancel,  # type: ignore[arg-type]
+                            time.monotonic() + limit_s, limit_s)
+            result = self.run_child(job, "preview", {"output_dir": str(preview_dir),
+                                                     "max_px": self.settings.preview_max_px})
+        return tuple(preview_dir / name for name in result["previews"])
+
+    def run_child(self, job: EngineJob, mode: str, fields: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Run :mod:`imposition.child` in ``mode`` (``impose``, ``inspect`` or ``preview``, whose
+        ``fields`` are added to the request) under the job's limits, in this process's engine child
+        (:func:`imposition.isolation.engine_child`: the warm one in a worker process).
 
         The child gets the layout already validated and resolved (:meth:`LayoutSpec.resolved`, plain
         JSON), so it imports neither pydantic nor the settings: its start is an interpreter and pikepdf.
@@ -223,33 +261,34 @@ class Engine(ABC):
                 that goes to this module's logger).
         """
         request_path, result_path = job.work_dir / f"{mode}.request.json", job.work_dir / f"{mode}.result.json"
-        request = {
-            "mode": mode,
-            "input": str(job.input_path),
-            "output": str(job.output_path),
-            "layout": job.spec.resolved().to_json(),
-            "slug": asdict(job.slug) if job.slug else None,
-            "max_pages": self.settings.max_pages,
-            "max_cells_per_sheet": self.settings.max_cells_per_sheet,
-            "max_cells_per_job": self.settings.max_cells_per_job,
-            "content_budget": ContentBudget.of(self.settings).to_json(),
-            "result": str(result_path),
-        }
+        if mode == "preview":
+            request: dict[str, Any] = {"mode": mode, "input": str(job.input_path), "result": str(result_path)}
+        else:
+            request = {
+                "mode": mode,
+                "input": str(job.input_path),
+                "output": str(job.output_path),
+                "layout": job.spec.resolved().to_json(),
+                "slug": asdict(job.slug) if job.slug else None,
+                "max_pages": self.settings.max_pages,
+                "max_cells_per_sheet": self.settings.max_cells_per_sheet,
+                "max_cells_per_job": self.settings.max_cells_per_job,
+                "content_budget": ContentBudget.of(self.settings).to_json(),
+                "result": str(result_path),
+            }
+        request.update(fields or {})
         request_path.write_text(json.dumps(request))
-        ended = run_limited(
-            [str(request_path)],
-            module="imposition.child",
-            time_limit_s=job.time_limit_s,
-            deadline=job.deadline,
-            memory_limit_bytes=self.settings.engine_memory_limit_bytes,
-            log_path=job.work_dir / f"{mode}.log",
-            cancel=job.cancel,
-        )
-        if result_path.exists():
-            result = json.loads(result_path.read_text())
-            if not result["ok"]:
-                raise error_from_code(result["code"], result["message"])
-            return result
+        memory_limit_bytes = self.settings.engine_memory_limit_bytes
+        with engine_child(memory_limit_bytes) as child:
+            ended = child.run(request_path, log_path=job.work_dir / f"{mode}.log", time_limit_s=job.time_limit_s,
+                              deadline=job.deadline, memory_limit_bytes=memory_limit_bytes, cancel=job.cancel)
+            if result_path.exists():
+                result = json.loads(result_path.read_text())
+                if not result["ok"]:
+                    if result["code"] == MemoryLimitExceeded.code:
+                        child.retired = True  # its heap may be anywhere after an allocation failed
+                    raise error_from_code(result["code"], result["message"])
+                return result
         if any(sign in ended.log_tail for sign in OUT_OF_MEMORY_SIGNS):
             raise MemoryLimitExceeded(
                 f"the engine ran out of its memory budget "

@@ -164,6 +164,22 @@ def test_job_download_writes_the_plate_and_refuses_a_job_without_one(new_tenant,
     assert not (tmp_path / "no").exists()
 
 
+def test_job_download_of_previews_of_a_job_that_has_none_says_so(new_tenant, tmp_path):
+    from leases import transactions
+    from tasks import storage
+
+    tenant = new_tenant()
+    job_id = _submit(tenant)
+    lease = transactions.acquire(job_id, tenant, "w")
+    key = f"tenants/{tenant}/jobs/{job_id}/plate.pdf"
+    storage.upload(SAMPLE_PDF, key)
+    transactions.commit_success(lease, output_key=key, sheets=2, sides=4,
+                                warnings=[{"code": "preview_failed", "message": "no preview of the plate"}])
+    assert cli_json("job", "show", job_id)["preview_keys"] == []
+    result = cli("job", "download", job_id, "-o", str(tmp_path / "p.pdf"), "--previews", str(tmp_path), expect=1)
+    assert "has no previews (preview_failed" in result.output and not (tmp_path / "p.pdf").exists()
+
+
 def test_jobs_list_for_one_tenant_reads_only_its_items_through_the_index(new_tenant):
     from leases.models import JobItem, JobStatus, TenantItem
     from tests.support.dynamo_faults import dynamodb_clients

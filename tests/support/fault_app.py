@@ -90,8 +90,17 @@ def _die() -> None:
 
 
 def _kill_when_engine_runs() -> None:
+    """SIGKILL this process once an engine child works on the job: a new child, or the warm one
+    (pre-started with the process, idle until now) using CPU again."""
+    def cpu_s(process: psutil.Process) -> float:
+        try:
+            return sum(process.cpu_times()[:2])
+        except psutil.Error:
+            return 0.0
+
     me = psutil.Process()
-    while not me.children():
+    idle = {child.pid: cpu_s(child) for child in me.children()}
+    while not any(child.pid not in idle or cpu_s(child) > idle[child.pid] + 0.01 for child in me.children()):
         time.sleep(0.005)
     _die()
 
