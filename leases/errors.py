@@ -19,6 +19,8 @@ DynamoDB cancellation reason codes, one per transaction item, in request order.
 
 from __future__ import annotations
 
+from leases import policy
+
 
 class LeaseError(Exception):
     """Root of the lease layer's errors."""
@@ -51,10 +53,13 @@ class CapReached(LeaseError):
 
     @property
     def may_borrow(self) -> bool:
-        """True if the tier lets the tenant borrow above its cap and it is below its burst cap."""
-        return (not self.borrowing and self.repair_until is None and self.burst_cap is not None
-                and self.cap is not None and self.burst_cap > self.cap
-                and (self.in_flight or 0) < self.burst_cap)
+        """True if the tier lets the tenant borrow above its cap and it is below its burst cap
+        (:func:`leases.policy.borrows`, :data:`leases.policy.BORROW_TENANT`; the cluster's side is
+        the borrowing acquire's condition)."""
+        if self.borrowing or self.repair_until is not None or self.cap is None:
+            return False
+        state = policy.TenantState(in_flight=self.in_flight or 0, cap=self.cap, burst_cap=self.burst_cap)
+        return policy.borrows(state, self.cap) and policy.holds(policy.BORROW_TENANT, state, self.cap)
 
 
 class JobNotQueued(LeaseError):

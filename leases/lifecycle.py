@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from pynamodb.exceptions import TransactWriteError
 
-from leases import outbox
+from leases import outbox, policy
 from leases.errors import WrongJobStatus
 from leases.models import JobItem, JobStatus, TenantItem
 from leases.transactions import (
@@ -35,7 +35,7 @@ from leases.transactions import (
     classify,
     new_token,
     read_job,
-    room_of,
+    tenant_state,
     with_conflict_retries,
 )
 from service.settings import get_settings
@@ -150,7 +150,7 @@ def retry(job_id: str, *, max_attempts: int | None = None) -> Outcome:
 
         tenant = read_tenant(job.tenant_id)
         queued = s.waiting_policy != "handoff" or (
-            (tenant is None or int(tenant.waiting or 0) == 0) and room_of(tenant, s.default_cap) > 0)
+            policy.door_queues(tenant_state(tenant), s.default_cap))
         attempts = int(job.attempts or 0)
         entry = {"retried_at": t, "attempts": attempts, "max_attempts": int(job.max_attempts),
                  "error_code": job.error_code, "error": job.error,

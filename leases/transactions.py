@@ -67,6 +67,7 @@ from tenacity import (
 
 from leases import outbox
 from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost, TenantMismatch
+from leases import policy
 from leases.models import CLUSTER_SLOTS_KEY, ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem
 from service.settings import get_settings
 
@@ -284,14 +285,32 @@ def below_cap(counter, default_cap: int):
     return absent | (no_override & (counter < default_cap)) | (TenantItem.cap.exists() & (counter < TenantItem.cap))
 
 
+def condition_of(rule: policy.Below | tuple[policy.Below, ...], default_cap: int):
+    """The PynamoDB condition of a limit declared in :mod:`leases.policy` (a tuple: any of them),
+    with the policy's semantics: an absent counter is 0, ``cap`` is the override or
+    ``default_cap`` (:func:`below_cap`), any other limit holds only where the item has it (an
+    ``or_equal`` limit compares a counter the item has: DynamoDB compares nothing with an absent
+    attribute; every lease transaction of a tenant finds its counters written)."""
+    if isinstance(rule, tuple):
+        return functools.reduce(lambda a, b: a | b, (condition_of(r, default_cap) for r in rule))
+    model = TenantItem if rule.item == "tenant" else ClusterItem
+    counter = getattr(model, rule.counter)
+    if rule.limit == "cap":
+        if not rule.or_equal:
+            return below_cap(counter, default_cap)
+        no_override = TenantItem.cap.does_not_exist()
+        return (no_override & (counter <= default_cap)) | (TenantItem.cap.exists() & (counter <= TenantItem.cap))
+    limit = getattr(model, rule.limit)
+    if rule.or_equal:
+        return limit.exists() & (counter <= limit)
+    return limit.exists() & ((counter.does_not_exist() & (limit > 0)) | (counter < limit))
+
+
 def place_passes_on(default_cap: int):
     """Condition on a tenant item: ``occupied <= cap`` (or ``<= burst_cap`` when its tier borrows),
     so the place a release frees may pass to its next waiting job without going over the cap (a
-    cap lowered below ``occupied`` frees the place instead)."""
-    no_override = TenantItem.cap.does_not_exist()
-    within = ((no_override & (TenantItem.occupied <= default_cap))
-              | (TenantItem.cap.exists() & (TenantItem.occupied <= TenantItem.cap)))
-    return within | (TenantItem.burst_cap.exists() & (TenantItem.occupied <= TenantItem.burst_cap))
+    cap lowered below ``occupied`` frees the place instead; :data:`leases.policy.PASS_ON`)."""
+    return condition_of(policy.PASS_ON, default_cap)
 
 
 def wake_actions(tenant_id: str, woken_at: float, reason: str) -> list:
@@ -308,19 +327,38 @@ def is_waiting(tenant_id: str):
 
 
 def cap_has_room(default_cap: int):
-    """Condition on a tenant item: ``in_flight < cap`` (:func:`below_cap`): a lease may be taken."""
-    return below_cap(TenantItem.in_flight, default_cap)
+    """Condition on a tenant item: ``in_flight < cap`` (:data:`leases.policy.TAKE_SLOT`)."""
+    return condition_of(policy.TAKE_SLOT, default_cap)
 
 
 def can_borrow():
-    """Condition on a tenant item: its tier has a burst cap and ``in_flight < burst_cap``."""
-    return TenantItem.burst_cap.exists() & (TenantItem.in_flight < TenantItem.burst_cap)
+    """Condition on a tenant item: ``in_flight < burst_cap`` (:data:`leases.policy.BORROW_TENANT`)."""
+    return condition_of(policy.BORROW_TENANT, get_settings().default_cap)
 
 
 def slot_to_borrow():
-    """Condition on the cluster's slot counter: ``busy < borrowable`` (the reserve stays free)."""
-    return ((ClusterItem.busy.does_not_exist() & (ClusterItem.borrowable > 0))
-            | (ClusterItem.busy < ClusterItem.borrowable))
+    """Condition on the cluster's slot counter: ``busy < borrowable`` (the reserve stays free;
+    :data:`leases.policy.BORROW_CLUSTER`)."""
+    return condition_of(policy.BORROW_CLUSTER, get_settings().default_cap)
+
+
+def tenant_state(tenant: TenantItem | None) -> policy.TenantState | None:
+    """The counters of a tenant item, as :mod:`leases.policy` reads them."""
+    if tenant is None:
+        return None
+    return policy.TenantState(
+        in_flight=int(tenant.in_flight or 0), queued=int(tenant.queued or 0), waiting=int(tenant.waiting or 0),
+        occupied=int(tenant.occupied or 0), cap=None if tenant.cap is None else int(tenant.cap),
+        burst_cap=None if tenant.burst_cap is None else int(tenant.burst_cap),
+        repair_until=None if tenant.repair_until is None else float(tenant.repair_until))
+
+
+def cluster_state(cluster: ClusterItem | None) -> policy.ClusterState | None:
+    """The cluster's slot counter, as :mod:`leases.policy` reads it."""
+    if cluster is None:
+        return None
+    return policy.ClusterState(busy=int(cluster.busy or 0), borrowable=int(cluster.borrowable or 0),
+                               borrowers=int(cluster.borrowers or 0))
 
 
 def slots_item() -> ClusterItem:
@@ -336,9 +374,7 @@ def not_frozen(now: float):
 def room_of(tenant: TenantItem | None, default_cap: int) -> int:
     """Slots a tenant may still fill with jobs that are not queued yet: cap − occupied (in_flight +
     queued)."""
-    if tenant is None:
-        return default_cap
-    return tenant.effective_cap(default_cap) - int(tenant.occupied or 0)
+    return policy.room(tenant_state(tenant), default_cap)
 
 
 def _number(raw: dict, name: str) -> int | None:

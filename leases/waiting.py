@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 
 from leases.errors import JobNotQueued
-from leases import nodes
+from leases import nodes, policy
 from leases.models import PENDING_PARTITION, JobItem, JobStatus, TenantItem
 from leases.transactions import (
     AMBIGUOUS,
@@ -42,15 +42,16 @@ from leases.transactions import (
     RETRY,
     NamedTransaction,
     Retryable,
-    below_cap,
     cap_has_room,
     classify,
+    cluster_state,
+    condition_of,
     is_waiting,
     new_token,
     not_frozen,
     old_item,
     reason_code,
-    room_of,
+    tenant_state,
     wake_actions,
     with_conflict_retries,
 )
@@ -151,10 +152,8 @@ def oldest_waiting(tenant_id: str, limit: int) -> list[JobItem]:
 def has_place():
     """Condition on a tenant item: ``occupied < cap``, or ``occupied < burst_cap`` when its tier
     borrows (whether the cluster has a slot to lend is read, not conditioned: a job woken too many
-    parks again at its acquire)."""
-    borrows = TenantItem.burst_cap.exists() & (TenantItem.occupied.does_not_exist()
-                                               | (TenantItem.occupied < TenantItem.burst_cap))
-    return below_cap(TenantItem.occupied, get_settings().default_cap) | borrows
+    parks again at its acquire; :data:`leases.policy.WAKE_PLACE`)."""
+    return condition_of(policy.WAKE_PLACE, get_settings().default_cap)
 
 
 def _try_wake(job_id: str, tenant_id: str, t: float, reason: str) -> str:
@@ -235,15 +234,12 @@ def wake(tenant_id: str, *, publish: Publish, reason: str = "release", now: floa
 
 def room_with_borrowing(tenant: TenantItem) -> int:
     """Jobs the tenant may still have started: its room under its cap, or, if its tier borrows,
-    under its burst cap as far as the cluster has slots above its reserve (``borrowable − busy``)."""
+    under its burst cap as far as the cluster has slots above its reserve (``borrowable − busy``;
+    :func:`leases.policy.wake_room`)."""
     default_cap = get_settings().default_cap
-    room = room_of(tenant, default_cap)
-    burst = int(tenant.burst_cap) if tenant.burst_cap is not None else None
-    if burst is None or burst <= tenant.effective_cap(default_cap):
-        return room
-    cluster = nodes.slots()
-    spare = int(cluster.borrowable or 0) - int(cluster.busy or 0) if cluster is not None else 0
-    return max(room, min(burst - int(tenant.occupied or 0), spare))
+    state = tenant_state(tenant)
+    cluster = nodes.slots() if policy.borrows(state, default_cap) else None
+    return policy.wake_room(state, cluster_state(cluster), default_cap)
 
 
 def wake_borrowers(*, publish: Publish, on_woken: Callable[[JobItem], None] | None = None) -> list[str]:
@@ -253,16 +249,12 @@ def wake_borrowers(*, publish: Publish, on_woken: Callable[[JobItem], None] | No
     Called after every release, so an idle slot is offered to a borrowing tenant whichever tenant
     freed it. Returns the job ids woken.
     """
-    cluster = nodes.slots()
-    if (cluster is None or int(cluster.borrowers or 0) <= 0
-            or int(cluster.busy or 0) >= int(cluster.borrowable or 0)):
+    if not policy.lends(cluster_state(nodes.slots())):
         return []
-    borrowers = sorted((t for t in TenantItem.by_pending.query(PENDING_PARTITION)
-                        if t.burst_cap is not None and int(t.waiting or 0) > 0),
-                       key=lambda t: int(t.in_flight or 0))
+    pending = {t.tenant_id: tenant_state(t) for t in TenantItem.by_pending.query(PENDING_PARTITION)}
     woken: list[str] = []
-    for tenant in borrowers:
-        woken += wake(tenant.tenant_id, publish=publish, reason="borrow", on_woken=on_woken, limit=1)
+    for tenant_id in policy.borrow_order(pending):
+        woken += wake(tenant_id, publish=publish, reason="borrow", on_woken=on_woken, limit=1)
     return woken
 
 
@@ -281,7 +273,7 @@ def through_door(job: JobItem, *, door: bool = True, now: float | None = None) -
     s = get_settings()
     t = time.time() if now is None else now
     tenant = read_tenant(job.tenant_id) if door else None
-    queued = not door or ((tenant is None or int(tenant.waiting or 0) == 0) and room_of(tenant, s.default_cap) > 0)
+    queued = not door or policy.door_queues(tenant_state(tenant), s.default_cap)
     if queued:
         job.status, job.queued_tenant, job.due_at = JobStatus.QUEUED.value, job.tenant_id, t
     else:
