@@ -28,6 +28,7 @@ and the daily share of long waits against the share line.
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import json
 import time
@@ -219,6 +220,7 @@ def compute_report(jobs: Iterable[JobTimes], *, days: list[WorkingDay], tz: Zone
     if slots_total < 1:
         raise ReportWindowError(f"slots_total={slots_total}: must be >= 1 (capacity_nodes × slots_per_node)")
     index = {d.day: i for i, d in enumerate(days)}
+    ends = [d.end for d in days]  # ascending: the days are in calendar order
     busy = [0.0] * len(days)
     measured = [0] * len(days)
     long_waits = [0] * len(days)
@@ -227,8 +229,10 @@ def compute_report(jobs: Iterable[JobTimes], *, days: list[WorkingDay], tz: Zone
             run_start = float(job.started_at)
             finished = job.finished_at is not None and float(job.finished_at) >= run_start
             run_end = float(job.finished_at) if finished else now
-            for i, d in enumerate(days):
-                busy[i] += _overlap(run_start, run_end, d.start, d.end)
+            i = bisect.bisect_right(ends, run_start)  # the first day ending after the run starts
+            while i < len(days) and days[i].start < run_end:
+                busy[i] += _overlap(run_start, run_end, days[i].start, days[i].end)
+                i += 1
         i = index.get(dt.datetime.fromtimestamp(float(job.submitted_at), tz).date())
         wait = wait_s(job, now)
         if i is None or wait is None:

@@ -4,7 +4,7 @@ Commands: ``provision``, ``submit``, ``impose`` (the engine alone), ``jobs list`
 ``job download``, ``job cancel``, ``job retry`` (:mod:`service.jobs`), ``dlq list|redrive|purge``
 (:mod:`service.dlq`), ``tenant create``, ``tenant list``, ``tenant show`` (:mod:`service.tenants`), ``tenant set-cap``,
 ``tenant set-limits`` (admission), ``tenant set-webhook`` (webhooks), ``audit`` (leases), ``status``
-and ``capacity-report`` (observability). Commands owned by other packages are
+and ``capacity-report`` (observability; its ``--what-if`` and ``simulate``: capacity). Commands owned by other packages are
 named in :data:`LAZY_COMMANDS` and imported only when run (click's "lazily loading subcommands"
 pattern), so ``imposition impose`` does not import the service stack.
 
@@ -199,7 +199,8 @@ LAZY_COMMANDS = {
         "dlq": "service.dlq:dlq_group",
         "audit": "leases.cli:audit_command",
         "status": "observability.status:status_command",
-        "capacity-report": "observability.capacity:capacity_report_command",
+        "capacity-report": "capacity.cli:capacity_report_command",
+        "simulate": "capacity.cli:simulate_command",
     },
     "job": {
         "show": "service.jobs:job_show",

@@ -426,6 +426,34 @@ class Settings(BaseSettings):
     capacity_day_start_hour: int = Field(default=0, ge=0, le=23, description="Working day starts (report tz).")
     capacity_day_end_hour: int = Field(default=24, ge=1, le=24, description="Working day ends (report tz).")
     capacity_timezone: str = Field(default="UTC", description="IANA zone the report's days are counted in.")
+    # --- the simulator (imposition simulate; calibrated by make bench-sched) -----------------------
+    sim_poll_latency_s: float = Field(
+        default=0.25, ge=0,
+        description="Simulator: from a message becoming visible to its acquire committing (an idle worker's "
+        "SQS receive and the acquire transaction); make bench-sched measures it (start - wake).",
+    )
+    sim_wake_latency_s: float = Field(
+        default=0.05, ge=0,
+        description="Simulator: from a release to the woken job's message being visible (wake transaction, "
+        "publish).",
+    )
+    sim_park_s: float = Field(
+        default=0.1, ge=0, description="Simulator: worker time of a delivery that parks or defers its job."
+    )
+    sim_job_overhead_s: float = Field(
+        default=0.1, ge=0,
+        description="Simulator: lease time of a job beyond its engine duration (job read, fenced commit); added "
+        "to the durations of a workload file (history and bench durations are lease times already).",
+    )
+    sim_delivery_order: Literal["arrival", "fair"] = Field(
+        default="arrival",
+        description="Simulator: SQS delivery order: 'arrival' (moto's) or 'fair' (round-robin over tenants, an "
+        "approximation of SQS fair queues).",
+    )
+    sim_borrow_burst_cap: int = Field(
+        default=8, ge=1,
+        description="imposition simulate --policy borrow: burst cap of tenants whose tier names none.",
+    )
 
     @model_validator(mode="after")
     def _clocks_agree(self) -> "Settings":

@@ -1,0 +1,128 @@
+"""The lease layer's decisions on counters in memory: what the simulator schedules with.
+
+Every decision is :mod:`leases.policy`'s; this module only keeps the counters the DynamoDB items
+keep (a tenant's ``in_flight``, ``queued``, ``waiting``, ``occupied``; the cluster's ``busy``,
+``borrowable``, ``borrowers``) and moves them as the transactions do (acquire, park, release,
+release for retry, wake; :mod:`leases.transactions`, :mod:`leases.waiting`). Waiting jobs are kept
+in submission order per tenant, as the ``by-waiting`` index keeps them.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from leases import policy
+
+
+@dataclass(frozen=True)
+class Tier:
+    """A tenant's tier: ``cap`` None = the default cap; ``burst_cap`` None = does not borrow."""
+
+    cap: int | None = None
+    burst_cap: int | None = None
+
+
+class Scheduler:
+    """Counters and waiting lists of every tenant, and the cluster's slot counter.
+
+    ``slots_total`` (live slots) and ``reserve_slots`` give ``borrowable``; ``tiers`` the caps.
+    Jobs are named by any hashable id and ordered by ``order`` (their submission rank).
+    """
+
+    def __init__(self, limits: policy.Limits, *, slots_total: int, reserve_slots: int,
+                 tiers: dict[str, Tier] | None = None) -> None:
+        self.limits = limits
+        self.tenants: dict[str, policy.TenantState] = {}
+        self.waiting: dict[str, list] = {}
+        self.cluster = policy.ClusterState(busy=0, borrowable=slots_total - reserve_slots)
+        for tenant_id, tier in (tiers or {}).items():
+            self.set_tier(tenant_id, tier)
+
+    def tenant(self, tenant_id: str) -> policy.TenantState:
+        """The tenant's counters (created at 0)."""
+        state = self.tenants.get(tenant_id)
+        if state is None:
+            state = self.tenants[tenant_id] = policy.TenantState()
+            self.waiting[tenant_id] = []
+        return state
+
+    def set_tier(self, tenant_id: str, tier: Tier) -> None:
+        """Set a tenant's cap and burst cap (``imposition tenant set-cap``)."""
+        state = self.tenant(tenant_id)
+        before = policy.borrows(state, self.limits.default_cap)
+        state.cap, state.burst_cap = tier.cap, tier.burst_cap
+        self.cluster.borrowers += int(policy.borrows(state, self.limits.default_cap)) - int(before)
+
+    # -- the transitions -------------------------------------------------------------------------
+
+    def submit(self, tenant_id: str, job, order) -> bool:
+        """Admit a job: True if queued (publish it), False if parked at the door (hand-off only)."""
+        state = self.tenant(tenant_id)
+        door = self.limits.waiting_policy == "handoff"
+        if not door or policy.door_queues(state, self.limits.default_cap):
+            state.queued += 1
+            state.occupied += 1
+            return True
+        state.waiting += 1
+        heapq.heappush(self.waiting[tenant_id], (order, job))
+        return False
+
+    def deliver(self, tenant_id: str, job, order, now: float) -> str:
+        """A worker received the job's message: :func:`leases.policy.acquire_outcome`, applied
+        (take or borrow: a lease; park: the job waits; defer: nothing changes, a copy is due)."""
+        state = self.tenant(tenant_id)
+        outcome = policy.acquire_outcome(state, self.cluster, self.limits, now)
+        if outcome in (policy.TAKE, policy.BORROW):
+            state.in_flight += 1
+            state.queued -= 1
+            self.cluster.busy += 1
+        elif outcome == policy.PARK:
+            state.queued -= 1
+            state.occupied -= 1
+            state.waiting += 1
+            heapq.heappush(self.waiting[tenant_id], (order, job))
+        return outcome
+
+    def release(self, tenant_id: str, *, requeue: bool = False) -> list[tuple[str, object]]:
+        """A lease ends (commit or failure; ``requeue``: a retry keeps its place), then the
+        hand-off: the tenant's wake, then the borrowers'. Returns the ``(tenant, job)`` woken."""
+        state = self.tenant(tenant_id)
+        state.in_flight -= 1
+        self.cluster.busy -= 1
+        if requeue:
+            state.queued += 1
+        else:
+            state.occupied -= 1
+        woken = self.wake(tenant_id)
+        return woken + self.wake_borrowers()
+
+    def wake(self, tenant_id: str, limit: int | None = None) -> list[tuple[str, object]]:
+        """Wake the tenant's oldest waiting jobs while :func:`leases.policy.wake_room` and
+        :func:`leases.policy.may_wake` allow, at most ``limit``."""
+        state = self.tenant(tenant_id)
+        if state.waiting <= 0:
+            return []
+        room = policy.wake_room(state, self.cluster, self.limits.default_cap)
+        if limit is not None:
+            room = min(room, limit)
+        heap = self.waiting[tenant_id]
+        woken: list[tuple[str, object]] = []
+        while heap and len(woken) < room and policy.may_wake(state, self.limits.default_cap):
+            _, job = heapq.heappop(heap)
+            state.waiting -= 1
+            state.occupied += 1
+            state.queued += 1
+            woken.append((tenant_id, job))
+        return woken
+
+    def wake_borrowers(self) -> list[tuple[str, object]]:
+        """While the cluster lends (:func:`leases.policy.lends`), one job of each borrowing tenant
+        with waiting jobs, fewest leases first (:func:`leases.policy.borrow_order`)."""
+        if not policy.lends(self.cluster):
+            return []
+        pending = {tid: t for tid, t in self.tenants.items() if t.waiting > 0}
+        woken: list[tuple[str, object]] = []
+        for tenant_id in policy.borrow_order(pending):
+            woken += self.wake(tenant_id, limit=1)
+        return woken

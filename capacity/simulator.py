@@ -1,0 +1,253 @@
+"""The discrete-event simulator (SimPy's virtual clock): arrivals, SQS, worker slots, leases.
+
+::
+
+    arrival ─► door (hand-off) ─┬─ queued: message visible ─► SQS ─► idle worker (poll latency)
+                                └─ waiting (no message)                 │  Scheduler.deliver
+        ┌───────────────────────────────────────────────────────────────┘
+        ├─ take / borrow: lease for the job's hold time ─► release ─► hand-off wakes (wake latency)
+        ├─ park (hand-off): the worker is busy ``park_s``; a release wakes the job
+        └─ defer (timer): the worker is busy ``park_s``; a copy is visible ``defer_delay_s`` later
+    a failed attempt: release for retry, a copy visible after the backoff (base × 2^(n−1), capped)
+
+Each step is a callback on a plain SimPy event (``env.timeout(...).callbacks``), not a generator
+process per job: the hundreds of thousands of jobs of four weeks of history stay within seconds
+(``make bench-sim``). Decisions are :class:`capacity.core.Scheduler`'s, hence
+:mod:`leases.policy`'s. SQS delivers in arrival order (moto's, the default) or, with
+``delivery_order = "fair"``, round-robin over the tenants with visible messages (an approximation
+of SQS fair queues).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import simpy
+
+from capacity.core import Scheduler, Tier
+from capacity.errors import WorkloadError
+from leases import policy
+from service.settings import Settings, get_settings
+
+POLICIES = ("handoff", "timer", "borrow")
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """The model's numbers (seconds), from :class:`service.settings.Settings` (``sim_*``, the
+    service's own clocks and limits)."""
+
+    slots_per_node: int
+    default_cap: int
+    reserve_slots: int
+    defer_delay_s: float
+    retry_backoff_base_s: float
+    retry_backoff_max_s: float
+    max_attempts: int
+    poll_latency_s: float
+    wake_latency_s: float
+    park_s: float
+    job_overhead_s: float
+    delivery_order: str = "arrival"
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, **overrides) -> "ModelParams":
+        """The configured model; ``overrides`` replace single fields (``default_cap=3``)."""
+        s = settings or get_settings()
+        values = dict(
+            slots_per_node=s.slots_per_node, default_cap=s.default_cap, reserve_slots=s.reserve_slots,
+            defer_delay_s=s.defer_delay_s, retry_backoff_base_s=s.retry_backoff_base_s,
+            retry_backoff_max_s=s.retry_backoff_max_s, max_attempts=s.max_attempts,
+            poll_latency_s=s.sim_poll_latency_s, wake_latency_s=s.sim_wake_latency_s, park_s=s.sim_park_s,
+            job_overhead_s=s.sim_job_overhead_s, delivery_order=s.sim_delivery_order)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+class SimJob:
+    """One job: ``hold_s`` is the time it holds a lease per attempt (engine + the lease's own
+    overhead), ``fails`` how many of its attempts fail. Times are filled in by the run (seconds on
+    the workload's clock)."""
+
+    __slots__ = ("tenant", "submitted_at", "hold_s", "fails", "order", "started_at", "finished_at",
+                 "first_received_at", "attempts", "status")
+
+    def __init__(self, tenant: str, submitted_at: float, hold_s: float, fails: int = 0) -> None:
+        self.tenant, self.submitted_at, self.hold_s, self.fails = tenant, submitted_at, hold_s, fails
+        self.order = 0
+        self.started_at = self.finished_at = self.first_received_at = None
+        self.attempts = 0
+        self.status = "queued"
+
+    @property
+    def tenant_id(self) -> str:
+        """The tenant (the name :class:`observability.history.JobTimes` reads)."""
+        return self.tenant
+
+    @property
+    def wait_s(self) -> float | None:
+        """First start − submission (DESIGN §8's queue wait); None if it never started."""
+        return None if self.started_at is None else self.started_at - self.submitted_at
+
+
+@dataclass
+class RunResult:
+    """What one run produced: the jobs (with their times), the lease intervals
+    ``(start, end, tenant)``, peaks of leases, and the run's bounds."""
+
+    nodes: int
+    slots_total: int
+    policy: str
+    jobs: list[SimJob]
+    intervals: list[tuple[float, float, str]] = field(default_factory=list)
+    most_leases: dict[str, int] = field(default_factory=dict)
+    most_leases_cluster: int = 0
+    busy_slot_s: float = 0.0
+    events: int = 0
+
+
+def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelParams,
+             tiers: dict[str, Tier] | None = None, keep_intervals: bool = True) -> RunResult:
+    """Run ``jobs`` (fresh :class:`SimJob` objects; their times are written) on ``nodes`` nodes.
+
+    ``policy_name``: ``handoff``, ``timer`` or ``borrow`` (hand-off with the tiers' burst caps;
+    under the other two the burst caps are ignored).
+
+    Raises:
+        WorkloadError: ``nodes`` < 1, an unknown policy, or no jobs.
+    """
+    if nodes < 1:
+        raise WorkloadError(f"nodes={nodes}: must be >= 1")
+    if policy_name not in POLICIES:
+        raise WorkloadError(f"policy={policy_name!r}: must be one of {', '.join(POLICIES)}")
+    if not jobs:
+        raise WorkloadError("workload: no jobs to simulate")
+    p = params
+    slots = nodes * p.slots_per_node
+    limits = policy.Limits(default_cap=p.default_cap, waiting_policy="timer" if policy_name == "timer" else "handoff")
+    sched = Scheduler(limits, slots_total=slots, reserve_slots=p.reserve_slots)
+    for tenant, tier in (tiers or {}).items():
+        sched.set_tier(tenant, tier if policy_name == "borrow" else Tier(cap=tier.cap))
+    result = RunResult(nodes, slots, policy_name, jobs)
+    env = simpy.Environment()
+    fair = p.delivery_order == "fair"
+    fifo: deque = deque()
+    groups: dict[str, deque] = {}
+    rotation: deque = deque()
+    idle = [slots]
+    lease_start: dict[int, float] = {}
+    intervals = result.intervals
+    most = result.most_leases
+    busy = [0.0, 0]  # busy slot-seconds, leases now
+    tenants = sched.tenants
+
+    def at(delay: float, fn, value) -> None:
+        env.timeout(delay, value).callbacks.append(fn)
+
+    def visible(ev) -> None:
+        job = ev.value
+        if fair:
+            q = groups.get(job.tenant)
+            if q is None:
+                q = groups[job.tenant] = deque()
+            if not q:
+                rotation.append(job.tenant)
+            q.append(job)
+        else:
+            fifo.append(job)
+        dispatch()
+
+    def next_message():
+        if not fair:
+            return fifo.popleft() if fifo else None
+        if not rotation:
+            return None
+        tenant = rotation.popleft()
+        q = groups[tenant]
+        job = q.popleft()
+        if q:
+            rotation.append(tenant)
+        return job
+
+    def dispatch() -> None:
+        while idle[0] > 0:
+            job = next_message()
+            if job is None:
+                return
+            idle[0] -= 1
+            at(p.poll_latency_s, received, job)
+
+    def free_worker(_ev=None) -> None:
+        idle[0] += 1
+        dispatch()
+
+    def arrive(ev) -> None:
+        job = ev.value
+        if sched.submit(job.tenant, job, job.order):
+            visible(ev)
+
+    def received(ev) -> None:
+        job = ev.value
+        now = env.now
+        if job.first_received_at is None:
+            job.first_received_at = now
+        outcome = sched.deliver(job.tenant, job, job.order, now)
+        if outcome is policy.TAKE or outcome is policy.BORROW:
+            job.attempts += 1
+            if job.started_at is None:
+                job.started_at = now
+            job.status = "running"
+            lease_start[id(job)] = now
+            busy[1] += 1
+            if busy[1] > result.most_leases_cluster:
+                result.most_leases_cluster = busy[1]
+            held = tenants[job.tenant].in_flight
+            if held > most.get(job.tenant, 0):
+                most[job.tenant] = held
+            at(job.hold_s, finish, job)
+            return
+        if outcome is policy.DEFER:
+            at(p.defer_delay_s, visible, job)
+        at(p.park_s, free_worker, None)
+
+    def finish(ev) -> None:
+        job = ev.value
+        now = env.now
+        start = lease_start.pop(id(job))
+        busy[0] += now - start
+        busy[1] -= 1
+        if keep_intervals:
+            intervals.append((start, now, job.tenant))
+        requeue = False
+        if job.fails > 0:
+            job.fails -= 1
+            if job.attempts < p.max_attempts:
+                requeue = True
+            else:
+                job.status, job.finished_at = "failed", now
+        else:
+            job.status, job.finished_at = "succeeded", now
+        woken = sched.release(job.tenant, requeue=requeue)
+        if requeue:
+            job.status = "queued"
+            at(min(p.retry_backoff_max_s, p.retry_backoff_base_s * 2 ** max(0, job.attempts - 1)), visible, job)
+        for _, other in woken:
+            at(p.wake_latency_s, visible, other)
+        free_worker()
+
+    t0 = min(j.submitted_at for j in jobs)
+    for order, job in enumerate(sorted(jobs, key=lambda j: j.submitted_at)):
+        job.order = order
+        job.submitted_at -= t0
+        at(job.submitted_at, arrive, job)
+    env.run()
+    for job in jobs:
+        job.submitted_at += t0
+        for name in ("started_at", "finished_at", "first_received_at"):
+            value = getattr(job, name)
+            if value is not None:
+                setattr(job, name, value + t0)
+    result.intervals = [(a + t0, b + t0, t) for a, b, t in intervals]
+    result.busy_slot_s = busy[0]
+    return result
