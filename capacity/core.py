@@ -56,17 +56,18 @@ class Scheduler:
 
     # -- the transitions -------------------------------------------------------------------------
 
-    def submit(self, tenant_id: str, job, order) -> bool:
-        """Admit a job: True if queued (publish it), False if parked at the door (hand-off only)."""
+    def submit(self, tenant_id: str, job, order) -> tuple[bool, list[tuple[str, object]]]:
+        """Admit a job: ``(True, [])`` if queued (publish it); ``(False, woken)`` if parked at the
+        door (hand-off only), followed by the tenant's wake, as ``tasks.submission`` does."""
         state = self.tenant(tenant_id)
         door = self.limits.waiting_policy == "handoff"
         if not door or policy.door_queues(state, self.limits.default_cap):
             state.queued += 1
             state.occupied += 1
-            return True
+            return True, []
         state.waiting += 1
         heapq.heappush(self.waiting[tenant_id], (order, job))
-        return False
+        return False, self.wake(tenant_id)
 
     def deliver(self, tenant_id: str, job, order, now: float) -> str:
         """A worker received the job's message: :func:`leases.policy.acquire_outcome`, applied

@@ -184,8 +184,11 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
 
     def arrive(ev) -> None:
         job = ev.value
-        if sched.submit(job.tenant, job, job.order):
+        queued, woken = sched.submit(job.tenant, job, job.order)
+        if queued:
             visible(ev)
+        for _, other in woken:
+            at(p.wake_latency_s, visible, other)
 
     def received(ev) -> None:
         job = ev.value
