@@ -297,6 +297,12 @@ class Bench:
             run_twice=sum(1 for n in commits.values() if n > 1),
         )
         _timeline_png(OUT / f"{scenario.name}-{policy}.png", intervals, first, last, scenario, policy, tenants)
+        from bench.sim_check import save_jobs
+
+        save_jobs(OUT / f"jobs-{scenario.name}-{policy}.json", scenario=scenario.name, policy=policy, tenants=tenants,
+                  light={w.tenant for w in scenario.waves if w.light}, items=items, job_ids=job_ids,
+                  intervals=intervals, burst_cap=BURST_CAP if policy == "borrow" else None,
+                  defer_delay_s=TIMER_DELAY_S)
         return result
 
     def overhead(self, policy: str, jobs: int = 500) -> list[Result]:
@@ -424,6 +430,7 @@ def main() -> None:
                 for scenario in scenarios:
                     results.append(bench.run_scenario(scenario, policy))
                     print(table(results[-1:]).splitlines()[-1], flush=True)
+                    print(_sim_check(scenario.name, policy), flush=True)
                     write_results(results, scenarios, complete=False)
             finally:
                 stop_all(procs)
@@ -433,6 +440,24 @@ def main() -> None:
                 write_results(results, scenarios, complete=False)
     write_results(results, scenarios, complete=True)
     print(table(results))
+
+
+def _sim_check(scenario: str, policy: str) -> str:
+    """The simulator's replay of the run just saved: the rows of :func:`bench.sim_check.table`."""
+    from bench.sim_check import compare
+    from bench.sim_check import table as check_table
+
+    check = compare(json.loads((OUT / f"jobs-{scenario}-{policy}.json").read_text()))
+    return "\n".join(check_table([check]).splitlines()[2:])
+
+
+def _sim_section(results: list[Result]) -> str:
+    """Predicted against measured for every run of ``results`` whose jobs were saved."""
+    from bench.sim_check import compare, section
+
+    paths = [OUT / f"jobs-{r.scenario}-{r.policy}.json" for r in results if r.scenario != "overhead"]
+    checks = [compare(json.loads(p.read_text())) for p in paths if p.exists()]
+    return "\n" + section(checks) if checks else ""
 
 
 def write_results(results: list[Result], scenarios: list[Scenario], *, complete: bool) -> None:
@@ -445,7 +470,8 @@ def write_results(results: list[Result], scenarios: list[Scenario], *, complete:
         f"Measured {time.strftime('%Y-%m-%d')} on this machine (2 cores), one node of 8 slots, cap 4, timer "
         f"delay {TIMER_DELAY_S} s; stand-in engine of fixed duration (`bench/sched_app.py`). See "
         "`bench/sched.py` for the columns. Scenarios: "
-        + "; ".join(f"`{sc.name}` {sc.note}" for sc in scenarios) + ".\n\n" + text + "\n")
+        + "; ".join(f"`{sc.name}` {sc.note}" for sc in scenarios) + ".\n\n" + text + "\n"
+        + _sim_section(results))
 
 
 if __name__ == "__main__":

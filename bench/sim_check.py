@@ -1,0 +1,214 @@
+"""The simulator against ``make bench-sched``: each scenario's measured arrivals and lease times
+replayed in :mod:`capacity.simulator`, predicted against measured, with the error of each.
+
+``make bench-sched`` saves each run's jobs to ``out/bench-sched/jobs-<scenario>-<policy>.json``
+(per job: tenant, submitted/started/finished/woken times, attempts; and the lease intervals of the
+event log) and calls :func:`compare` after every scenario. ``python -m bench.sim_check`` compares
+the saved runs again (no stack needed), for example after changing a ``sim_*`` setting.
+
+Compared (the issue's bar in brackets): per-tenant p50 and p95 wait (within 10 % or 2 s, whichever
+is larger), makespan (within 10 %), slot utilisation as ``bench.sched`` defines it, most leases per
+tenant (exact). The model's clocks are the configured ``sim_*`` settings; the calibration measured
+from the same run (median start − wake: ``sim_poll_latency_s``; median wake − the tenant's
+previous finish: ``sim_wake_latency_s``) is printed beside them.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+from capacity.core import Tier
+from capacity.simulator import ModelParams, SimJob, simulate
+from observability.history import percentile
+
+OUT = Path(__file__).resolve().parent.parent / "out" / "bench-sched"
+
+
+def save_jobs(path: Path, *, scenario: str, policy: str, tenants: dict[str, str], light: set[str],
+              items: dict, job_ids: dict[str, list[str]], intervals, burst_cap: int | None,
+              defer_delay_s: float) -> None:
+    """Write one run's jobs and lease intervals (times in epoch s) for :func:`compare`."""
+    short = {full: s for s, full in tenants.items()}
+    jobs = [{"tenant": short[t], "job": j, "submitted_at": float(items[j].submitted_at),
+             "started_at": _num(items[j].started_at), "finished_at": _num(items[j].finished_at),
+             "woken_at": _num(items[j].woken_at), "first_received_at": _num(items[j].first_received_at),
+             "attempts": int(items[j].attempts or 0), "defers": int(items[j].defer_count or 0)}
+            for t, ids in job_ids.items() for j in ids if j in items]
+    leases = [{"tenant": short.get(iv.tenant_id, iv.tenant_id), "start_at": iv.start_at, "end_at": iv.end_at}
+              for iv in intervals if iv.tenant_id in short]
+    path.write_text(json.dumps({"scenario": scenario, "policy": policy, "light": sorted(light),
+                                "burst_cap": burst_cap, "defer_delay_s": defer_delay_s, "jobs": jobs,
+                                "leases": leases}))
+
+
+def _num(value) -> float | None:
+    return None if value is None else float(value)
+
+
+@dataclass
+class Check:
+    """One (scenario, policy): measured and predicted figures, and whether each is within the bar."""
+
+    scenario: str
+    policy: str
+    tenants: dict = field(default_factory=dict)  # tenant -> {measured/predicted p50, p95, leases}
+    makespan_s: tuple[float, float] = (0.0, 0.0)
+    utilisation: tuple[float, float] = (0.0, 0.0)
+    calibration: dict = field(default_factory=dict)
+
+    @property
+    def within(self) -> bool:
+        """Every figure within the issue's bar."""
+        waits_ok = all(_wait_ok(m, p) for t in self.tenants.values()
+                       for m, p in ((t["p50"][0], t["p50"][1]), (t["p95"][0], t["p95"][1])))
+        leases_ok = all(t["leases"][0] == t["leases"][1] for t in self.tenants.values())
+        m, p = self.makespan_s
+        return waits_ok and leases_ok and abs(p - m) <= 0.1 * m
+
+
+def _wait_ok(measured: float | None, predicted: float | None) -> bool:
+    if measured is None or predicted is None:
+        return measured is None and predicted is None
+    return abs(predicted - measured) <= max(0.1 * measured, 2.0)
+
+
+def calibrate(jobs: list[dict]) -> dict:
+    """The model's clocks as measured in one run (seconds; None where the run has no such event)."""
+    starts = [j["started_at"] - j["woken_at"] for j in jobs
+              if j["woken_at"] is not None and j["started_at"] is not None and j["started_at"] >= j["woken_at"]]
+    finishes: dict[str, list[float]] = {}
+    for j in jobs:
+        if j["finished_at"] is not None:
+            finishes.setdefault(j["tenant"], []).append(j["finished_at"])
+    wakes = []
+    for j in jobs:
+        if j["woken_at"] is not None:
+            before = [f for f in finishes.get(j["tenant"], []) if f <= j["woken_at"]]
+            if before:
+                wakes.append(j["woken_at"] - max(before))
+    holds = [j["finished_at"] - j["started_at"] for j in jobs if j["finished_at"] and j["started_at"]]
+    return {"poll_latency_s": statistics.median(starts) if starts else None,
+            "wake_latency_s": statistics.median(wakes) if wakes else None,
+            "lease_s_median": statistics.median(holds) if holds else None}
+
+
+def _bench_utilisation(intervals, demand, caps, slots, start, end) -> float:
+    from bench.sched import utilisation  # noqa: PLC0415 (one definition of the column)
+
+    return utilisation(intervals, demand, caps, slots, start, end)
+
+
+def compare(record: dict, params: ModelParams | None = None) -> Check:
+    """Replay one saved run in the simulator and compare (see the module docstring)."""
+    policy = record["policy"]
+    params = params or ModelParams.from_settings(defer_delay_s=record["defer_delay_s"])
+    jobs = [j for j in record["jobs"] if j["started_at"] is not None and j["finished_at"] is not None]
+    sim_jobs = [SimJob(j["tenant"], j["submitted_at"], j["finished_at"] - j["started_at"],
+                       max(0, j["attempts"] - 1)) for j in jobs]
+    tenants = sorted({j["tenant"] for j in jobs})
+    burst = record.get("burst_cap")
+    tiers = {t: Tier(burst_cap=burst) for t in tenants} if policy == "borrow" and burst else {}
+    run = simulate(sim_jobs, nodes=1, policy_name=policy, params=params, tiers=tiers)
+    check = Check(record["scenario"], policy, calibration=calibrate(jobs))
+    measured_peaks = _peaks([(lease["start_at"], lease["end_at"] or 1e18, lease["tenant"]) for lease in record["leases"]])
+    for t in tenants:
+        m = [j["started_at"] - j["submitted_at"] for j in jobs if j["tenant"] == t]
+        p = [s.wait_s for s in sim_jobs if s.tenant == t and s.wait_s is not None]
+        check.tenants[t] = {"p50": (percentile(m, 0.5), percentile(p, 0.5)),
+                            "p95": (percentile(m, 0.95), percentile(p, 0.95)),
+                            "leases": (measured_peaks.get(t, 0), run.most_leases.get(t, 0))}
+    first = min(j["submitted_at"] for j in jobs)
+    m_last = max(j["finished_at"] for j in jobs)
+    p_last = max(s.finished_at for s in sim_jobs if s.finished_at is not None)
+    check.makespan_s = (m_last - first, p_last - first)
+    slots = params.slots_per_node
+    cap = min(burst, slots - params.reserve_slots) if tiers else params.default_cap
+    caps = {t: cap for t in tenants}
+    m_demand = {t: [(j["submitted_at"], j["finished_at"]) for j in jobs if j["tenant"] == t] for t in tenants}
+    p_demand = {t: [(s.submitted_at, s.finished_at) for s in sim_jobs if s.tenant == t] for t in tenants}
+    m_iv = [SimpleNamespace(start_at=lease["start_at"], end_at=lease["end_at"]) for lease in record["leases"]]
+    p_iv = [SimpleNamespace(start_at=a, end_at=b) for a, b, _ in run.intervals]
+    check.utilisation = (_bench_utilisation(m_iv, m_demand, caps, slots, first, m_last),
+                         _bench_utilisation(p_iv, p_demand, caps, slots, first, p_last))
+    return check
+
+
+def _peaks(intervals: list[tuple[float, float, str]]) -> dict[str, int]:
+    points = sorted([(a, 1, t) for a, _, t in intervals] + [(b, -1, t) for _, b, t in intervals],
+                    key=lambda p: (p[0], p[1]))
+    now: dict[str, int] = {}
+    most: dict[str, int] = {}
+    for _, delta, t in points:
+        now[t] = now.get(t, 0) + delta
+        most[t] = max(most.get(t, 0), now[t])
+    return most
+
+
+def _fmt(pair, digits: int = 1) -> str:
+    m, p = pair
+    if m is None or p is None:
+        return "—"
+    err = p - m
+    return f"{m:.{digits}f} / {p:.{digits}f} ({err:+.{digits}f})"
+
+
+def table(checks: list[Check]) -> str:
+    """Markdown: one row per (scenario, policy, tenant); measured / predicted (error)."""
+    lines = ["| scenario | policy | tenant | wait p50 s | wait p95 s | most leases | makespan s | utilisation % | "
+             "within the bar |", "|---|---|---|---|---|---|---|---|---|"]
+    for c in checks:
+        first = True
+        for t, v in c.tenants.items():
+            leases = f"{v['leases'][0]} / {v['leases'][1]}" + ("" if v["leases"][0] == v["leases"][1] else " ✗")
+            span = _fmt(c.makespan_s) + f" {100 * (c.makespan_s[1] - c.makespan_s[0]) / c.makespan_s[0]:+.0f} %" \
+                if first else ""
+            util = _fmt((100 * c.utilisation[0], 100 * c.utilisation[1]), 0) if first else ""
+            mark = "yes" if c.within else "no"
+            ok = lambda pair: "" if _wait_ok(*pair) else " ✗"  # noqa: E731
+            lines.append(f"| {c.scenario if first else ''} | {c.policy if first else ''} | {t} | "
+                         f"{_fmt(v['p50'])}{ok(v['p50'])} | {_fmt(v['p95'])}{ok(v['p95'])} | {leases} | {span} | "
+                         f"{util} | {mark if first else ''} |")
+            first = False
+    return "\n".join(lines)
+
+
+def calibration_lines(checks: list[Check], params: ModelParams) -> list[str]:
+    """The configured clocks against those measured in each run."""
+    out = [f"Model clocks configured: sim_poll_latency_s={params.poll_latency_s:g}, "
+           f"sim_wake_latency_s={params.wake_latency_s:g}, sim_park_s={params.park_s:g}; measured per run:"]
+    for c in checks:
+        cal = c.calibration
+        out.append(f"- `{c.scenario}` {c.policy}: start − wake median "
+                   f"{_opt(cal['poll_latency_s'])} s, wake − previous finish median {_opt(cal['wake_latency_s'])} s, "
+                   f"lease median {_opt(cal['lease_s_median'])} s")
+    return out
+
+
+def _opt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def section(checks: list[Check]) -> str:
+    """The part of ``bench/RESULTS-scheduling.md`` this module writes."""
+    params = ModelParams.from_settings()
+    return "\n".join(["## The simulator against these runs (`bench/sim_check.py`)", "",
+                      "Each run's arrivals and measured lease times replayed in `capacity.simulator` (one node "
+                      "of 8 slots, the run's policy); each cell is measured / predicted (predicted − measured). "
+                      "The bar: waits within 10 % or 2 s, makespan within 10 %, most leases exact.", "",
+                      table(checks), "", *calibration_lines(checks, params), ""])
+
+
+def main() -> None:
+    """Compare every saved run in ``out/bench-sched/`` and print the table."""
+    checks = [compare(json.loads(p.read_text())) for p in sorted(OUT.glob("jobs-*.json"))]
+    print(table(checks))
+    print("\n".join(calibration_lines(checks, ModelParams.from_settings())))
+    (OUT / "sim-check.json").write_text(json.dumps([asdict(c) for c in checks], indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""``imposition simulate`` and ``capacity-report --what-if`` through the real command line (click's
+runner): the report's shape, the PNG, and bad input as one line naming the field, exit status 2."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+
+import pytest
+from click.testing import CliRunner
+
+from service.cli import main
+
+SPEC = """
+seed = 2
+[[tenants]]
+name = "acme"
+arrivals = { pattern = "burst", count = 60, at_s = 0 }
+duration = { distribution = "fixed", s = 20 }
+[[tenants]]
+name = "light"
+arrivals = { pattern = "replay", at_s = [5, 6, 7] }
+duration = { distribution = "fixed", s = 10 }
+"""
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def one_line_usage_error(result, *needles: str) -> None:
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.fixture
+def spec_file(tmp_path):
+    path = tmp_path / "workload.toml"
+    path.write_text(SPEC)
+    return path
+
+
+def test_simulate_prints_each_tenant_and_the_verdict_per_node_count_and_draws_the_png(spec_file, tmp_path):
+    png = tmp_path / "sim.png"
+    result = CliRunner().invoke(main, ["simulate", "--workload", str(spec_file), "--nodes", "1,2",
+                                       "--policy", "borrow", "--png", str(png)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "1 node(s), 8 slots" in result.output and "2 node(s), 16 slots" in result.output
+    assert result.output.count("VERDICT:") == 2
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    doc = json.loads(CliRunner().invoke(main, ["simulate", "--workload", str(spec_file), "--nodes", "1",
+                                               "--policy", "handoff", "--json"], catch_exceptions=False).output)
+    acme = next(t for t in doc["runs"][0]["tenants"] if t["tenant"] == "acme")
+    assert (acme["jobs"], acme["most_leases"]) == (60, 4)  # held to its cap on a node of 8 slots
+
+
+def test_a_malformed_workload_file_is_one_line(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[tenants]\nname = 'x'\n")
+    one_line_usage_error(invoke("simulate", "--workload", str(bad)), str(bad), "not a valid TOML")
+
+
+def test_a_negative_rate_names_its_field(tmp_path):
+    bad = tmp_path / "neg.toml"
+    bad.write_text(SPEC.replace('{ pattern = "burst", count = 60, at_s = 0 }',
+                                '{ pattern = "poisson", rate_per_h = -5 }'))
+    one_line_usage_error(invoke("simulate", "--workload", str(bad)), "tenants[0].arrivals.poisson.rate_per_h",
+                         "-5")
+
+
+def test_a_missing_field_and_an_unknown_one_are_named(tmp_path):
+    bad = tmp_path / "missing.toml"
+    bad.write_text('[[tenants]]\nname = "x"\narrivals = { pattern = "burst", count = 1 }\n')
+    one_line_usage_error(invoke("simulate", "--workload", str(bad)), "tenants[0].duration")
+    bad.write_text(SPEC + 'colour = "blue"\n')
+    one_line_usage_error(invoke("simulate", "--workload", str(bad)), "colour")
+
+
+@pytest.mark.parametrize("nodes", ["0", "1,0", "two"])
+def test_zero_or_no_nodes_is_one_line(spec_file, nodes):
+    one_line_usage_error(invoke("simulate", "--workload", str(spec_file), "--nodes", nodes), "--nodes")
+
+
+def test_a_missing_file_and_two_sources_are_one_line(spec_file, tmp_path):
+    one_line_usage_error(invoke("simulate", "--workload", str(tmp_path / "nope.toml")), "nope.toml", "cannot read")
+    one_line_usage_error(invoke("simulate", "--workload", str(spec_file), "--from-history"), "exactly one")
+
+
+def test_an_empty_history_is_one_line(fresh_aws):
+    one_line_usage_error(invoke("simulate", "--from-history", "--weeks", "4"), "no job in the window")
+    one_line_usage_error(invoke("capacity-report", "--what-if", "nodes=2"), "no job in the window")
+
+
+def test_what_if_puts_the_simulated_verdict_beside_the_measured_one(fresh_aws):
+    """Two weeks of a tenant whose jobs, one node of 8 slots, queue for minutes: the measured
+    report and the simulated one for 1 node (the model's check) and 2 nodes."""
+    from leases.models import JobItem
+    from leases.transactions import ensure_tenant
+
+    tenants = ("acme", "globex")
+    for t in tenants:
+        ensure_tenant(t)
+    monday = dt.datetime(2025, 3, 17, tzinfo=dt.timezone.utc).timestamp()
+    for day in range(5):
+        for k in range(40):
+            submitted = monday + day * 86_400 + 9 * 3600 + 30 * k
+            started = submitted + 200
+            JobItem(uuid.uuid4().hex, tenant_id=tenants[k % 2], token="t", max_attempts=3, layout={}, input_key="k",
+                    status="succeeded", attempts=1, submitted_at=submitted, first_received_at=started,
+                    started_at=started, finished_at=started + 45).save()
+    result = CliRunner().invoke(main, ["capacity-report", "--weeks", "1", "--until", "2025-03-21",
+                                       "--what-if", "nodes=2"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    measured, _, simulated = result.output.partition("what-if, simulated")
+    assert "waits > 180 s for 200 of 200 jobs" in measured
+    assert "1 node(s) (as measured: the model's check)" in simulated and "2 node(s)" in simulated
+    assert simulated.count("VERDICT:") == 2
+    assert "waits > 180 s for 0 of 200 jobs" in simulated  # 45 s jobs every 30 s never queue in the model
+    doc = json.loads(CliRunner().invoke(main, ["capacity-report", "--weeks", "1", "--until", "2025-03-21",
+                                               "--what-if", "nodes=2", "--json"], catch_exceptions=False).output)
+    assert doc["measured"]["jobs"] == 200 and [r["nodes"] for r in doc["what_if"]["runs"]] == [1, 2]
+    one_line_usage_error(invoke("capacity-report", "--what-if", "licences=2"), "licences")
