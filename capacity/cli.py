@@ -180,7 +180,8 @@ def _capacity_report_command() -> click.Command:
                 label = f"{sm.nodes} node(s)" + (" (as measured: the model's check)" if sm.nodes == now_nodes
                                                  and "cap" not in changes and "policy" not in changes else "")
                 worst = max((t.p95_s or 0.0 for t in sm.tenants), default=0.0)
-                lines += [f"  {label}: utilisation {sm.utilisation:.1%}, worst tenant p95 wait {worst:.1f} s",
+                lines += [f"  {label}: utilisation {sm.working_day_utilisation:.1%} in working hours, "
+                          f"worst tenant p95 wait {worst:.1f} s",
                           *(f"    {line}" for line in sm.report.condition_lines()), f"    {sm.report.verdict}"]
             click.echo("\n".join(lines))
         if kwargs["png_path"] is not None:

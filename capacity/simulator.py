@@ -20,6 +20,7 @@ of SQS fair queues).
 
 from __future__ import annotations
 
+import random
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -50,6 +51,10 @@ class ModelParams:
     park_s: float
     job_overhead_s: float
     delivery_order: str = "arrival"
+    #: Measured latencies to draw ``poll_latency_s`` from (seeded), instead of the constant: a run's
+    #: own distribution (``bench.sim_check``); empty = the constant.
+    poll_latency_samples: tuple[float, ...] = ()
+    seed: int = 1
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **overrides) -> "ModelParams":
@@ -170,13 +175,16 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
             rotation.append(tenant)
         return job
 
+    samples = p.poll_latency_samples
+    rng = random.Random(p.seed)
+
     def dispatch() -> None:
         while idle[0] > 0:
             job = next_message()
             if job is None:
                 return
             idle[0] -= 1
-            at(p.poll_latency_s, received, job)
+            at(rng.choice(samples) if samples else p.poll_latency_s, received, job)
 
     def free_worker(_ev=None) -> None:
         idle[0] += 1

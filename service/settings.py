@@ -428,14 +428,15 @@ class Settings(BaseSettings):
     capacity_timezone: str = Field(default="UTC", description="IANA zone the report's days are counted in.")
     # --- the simulator (imposition simulate; calibrated by make bench-sched) -----------------------
     sim_poll_latency_s: float = Field(
-        default=0.25, ge=0,
-        description="Simulator: from a message becoming visible to its acquire committing (an idle worker's "
-        "SQS receive and the acquire transaction); make bench-sched measures it (start - wake).",
+        default=1.2, ge=0,
+        description="Simulator: from a message becoming due to its acquire (an idle worker's SQS receive and the "
+        "acquire transaction). Default: the mean make bench-sched measured on the local stack (moto, 2 loaded "
+        "cores, 2026-12-01); measure your own cluster's with bench/sim_check.py's calibration.",
     )
     sim_wake_latency_s: float = Field(
-        default=0.05, ge=0,
-        description="Simulator: from a release to the woken job's message being visible (wake transaction, "
-        "publish).",
+        default=0.45, ge=0,
+        description="Simulator: from a release to the woken job's wake (fenced commit, tenant read); measured as "
+        "sim_poll_latency_s.",
     )
     sim_park_s: float = Field(
         default=0.1, ge=0, description="Simulator: worker time of a delivery that parks or defers its job."
