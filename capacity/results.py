@@ -132,7 +132,7 @@ def write_png(summaries: list[Summary], path: Path, *, policy: str, wait_samples
     ax_util.plot(nodes, [100 * sm.working_day_utilisation for sm in summaries], marker="o",
                  label="in working hours")
     ax_util.plot(nodes, [100 * sm.report.busy_day_share for sm in summaries], marker="^",
-                 label=f"working days above {th.utilisation:.0%}")
+                 label=f"share of working days above {th.utilisation:.0%}")
     ax_util.axhline(100 * th.busy_day_share, color="black", linestyle="--", label="busy-day share needed")
     ax_util.set_xlabel("nodes")
     ax_util.set_ylabel("%")
@@ -147,8 +147,10 @@ def write_png(summaries: list[Summary], path: Path, *, policy: str, wait_samples
         ax.boxplot(data, whis=(5, 95), showfliers=False)
         ax.set_xticks(range(1, len(biggest) + 1), biggest, rotation=30, ha="right", fontsize=8)
         ax.axhline(th.long_wait_s, color="tab:red", linestyle=":", label=f"long wait ({th.long_wait_s:g} s)")
-        ax.set_ylabel("wait (s)")
-        ax.set_title(f"{sm.nodes} node(s): wait distribution per tenant (box: quartiles, whiskers: p5–p95) — "
+        ax.set_yscale("symlog", linthresh=1.0)
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel("wait (s, log above 1 s)")
+        ax.set_title(f"{sm.nodes} node(s): wait per tenant (box: quartiles, whiskers: p5–p95)\n"
                      f"{sm.report.verdict.removeprefix('VERDICT: ')}", fontsize=9)
         ax.legend(fontsize="x-small", loc="upper right")
     path = Path(path)
