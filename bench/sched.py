@@ -13,6 +13,9 @@ the slot-seconds the tenants could use while they had unfinished work, each tena
 endpoint (and the split by operation in the JSON), light tenants' p50/p95/max wait (start −
 submit), the most leases of one tenant and of the cluster at once, the audit.
 
+After each scenario its jobs are saved and replayed in the simulator (:mod:`bench.sim_check`):
+predicted against measured, printed and written below the table.
+
 ``BENCH_SCHED_ONLY=alone,burst`` runs a subset; ``BENCH_SCHED_POLICIES=handoff`` one policy;
 ``BENCH_SCHED_KEEP=1`` keeps the previous rows of the (policy, scenario) pairs not run.
 """

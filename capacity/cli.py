@@ -156,7 +156,7 @@ def _capacity_report_command() -> click.Command:
         s = get_settings()
         from zoneinfo import ZoneInfo  # noqa: PLC0415
 
-        until = measured._parse_until(kwargs["until"], ZoneInfo(s.capacity_timezone))  # noqa: SLF001
+        until = measured.parse_until(kwargs["until"], ZoneInfo(s.capacity_timezone))
         try:
             report = measured.build_report(weeks=kwargs["weeks"], until=until, nodes=kwargs["nodes"])
         except measured.ReportWindowError as exc:

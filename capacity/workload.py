@@ -261,7 +261,7 @@ def from_history(weeks: int, *, until: float | None = None) -> Workload:
     except ReportWindowError as exc:
         raise WorkloadError(f"--weeks: {exc}") from exc
     start = days[0].start if days else end - weeks * 7 * _DAY_S
-    jobs = [j for j in load_jobs(start, end) if float(j.submitted_at) >= start - _DAY_S]
+    jobs = load_jobs(start, end)
     tiers = {t.tenant_id: Tier(cap=None if t.cap is None else int(t.cap),
                                burst_cap=None if t.burst_cap is None else int(t.burst_cap))
              for t in TenantItem.scan(attributes_to_get=["tenant_id", "cap", "burst_cap"])}

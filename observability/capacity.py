@@ -347,7 +347,8 @@ def write_png(report: CapacityReport, path: Path) -> Path:
     return path
 
 
-def _parse_until(value: dt.datetime | None, tz: ZoneInfo) -> float | None:
+def parse_until(value: dt.datetime | None, tz: ZoneInfo) -> float | None:
+    """``--until`` (a day) as the epoch second its day ends in ``tz``; None stays None."""
     if value is None:
         return None
     day_end = dt.datetime.combine(value.date() + dt.timedelta(days=1), dt.time(0), tzinfo=tz)
@@ -367,7 +368,7 @@ def capacity_report_command(weeks: int | None, png_path: Path | None, until: dt.
     """Slot utilisation per working day, long waits, and whether a second licence is warranted."""
     tz = ZoneInfo(get_settings().capacity_timezone)
     try:
-        report = build_report(weeks=weeks, until=_parse_until(until, tz), nodes=nodes)
+        report = build_report(weeks=weeks, until=parse_until(until, tz), nodes=nodes)
     except ReportWindowError as exc:
         raise click.BadParameter(str(exc)) from exc
     click.echo(json.dumps(report.as_dict(), indent=2) if as_json else render(report))
