@@ -152,6 +152,10 @@ def run_sequence(waiting_policy: str, tiers: dict[str, Tier], *, events: int, se
             seen["door_park"] += not expected[0]
         assert decision[0] == decision[1], f"event {step}: simulator decided {decision[0]}, lease layer {decision[1]}"
         assert sim_counters(sched, tenants) == real.counters(tenants), f"event {step}: counters differ"
+    from leases.audit import audit  # noqa: PLC0415
+
+    report = audit(tenants)
+    assert report.clean, "the lease layer's own audit after the sequence:\n" + report.describe()
     return seen
 
 
