@@ -86,16 +86,25 @@ class Scheduler:
         return outcome
 
     def release(self, tenant_id: str, *, requeue: bool = False) -> list[tuple[str, object]]:
-        """A lease ends (commit or failure; ``requeue``: a retry keeps its place), then the
-        hand-off: the tenant's wake, then the borrowers'. Returns the ``(tenant, job)`` woken."""
+        """A lease ends: a commit or failure passes its place to the tenant's oldest waiting job in
+        the same transaction when :func:`leases.policy.passes_on` (``occupied`` unchanged), else
+        frees it and wakes the tenant; a retry (``requeue``) keeps its place, then wakes. Then the
+        borrowers' wake. Returns the ``(tenant, job)`` woken, in order."""
         state = self.tenant(tenant_id)
+        passes = not requeue and policy.passes_on(state, self.limits.waiting_policy, self.limits.default_cap)
         state.in_flight -= 1
         self.cluster.busy -= 1
-        if requeue:
+        if passes:
+            _, job = heapq.heappop(self.waiting[tenant_id])
+            state.waiting -= 1
             state.queued += 1
+            woken = [(tenant_id, job)]
         else:
-            state.occupied -= 1
-        woken = self.wake(tenant_id)
+            if requeue:
+                state.queued += 1
+            else:
+                state.occupied -= 1
+            woken = self.wake(tenant_id)
         return woken + self.wake_borrowers()
 
     def wake(self, tenant_id: str, limit: int | None = None) -> list[tuple[str, object]]:

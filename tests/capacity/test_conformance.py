@@ -2,7 +2,8 @@
 decide the same, event by event.
 
 The real side drives the lease layer as a worker does (``tasks.base.FairTask``: acquire; at the cap,
-a borrowing acquire if the tier may, else park; under the timer policy, a deferral) and as the
+a borrowing acquire if the tier may, else park; under the timer policy, a deferral; a commit hands
+its place to the oldest waiting job in its own transaction) and as the
 submission path does (``tasks.submission``: the door, then a wake), over HTTP to the session's moto
 DynamoDB server. The simulated side is :class:`capacity.core.Scheduler`. After each event the
 decision (take / borrow / park / defer, queued or parked at the door, which jobs a release woke)
@@ -37,6 +38,7 @@ class RealLayer:
     def __init__(self, waiting_policy: str) -> None:
         self.waiting_policy = waiting_policy
         self.leases: dict[str, transactions.Lease] = {}
+        self.passed = 0  # commits that handed their place on in their own transaction
 
     def submit(self, tenant: str, job: str) -> tuple[bool, list]:
         transactions.ensure_tenant(tenant)
@@ -66,13 +68,23 @@ class RealLayer:
             return policy.PARK
 
     def finish(self, job: str, *, fail: bool) -> list:
+        """A retry releases and wakes; a commit first offers its place to the oldest waiting jobs
+        (``FairTask._successor``), and wakes only if the release handed it to none."""
         lease = self.leases.pop(job)
+        woken: list = []
+        hand_off = None
         if fail:
             transactions.release_for_retry(lease, error="stand-in failure", error_code="stand_in")
         else:
-            transactions.commit_success(lease, output_key=f"out/{job}", sheets=1, sides=1)
-        woken: list = []
-        waiting.wake(lease.tenant_id, publish=lambda t, j: woken.append((t, j)))
+            oldest = waiting.oldest_waiting(lease.tenant_id, get_settings().handoff_scan_limit) \
+                if self.waiting_policy == "handoff" else []
+            hand_off = transactions.HandOff([j.job_id for j in oldest], time.time()) if oldest else None
+            transactions.commit_success(lease, output_key=f"out/{job}", sheets=1, sides=1, hand_off=hand_off)
+        if hand_off is not None and hand_off.job_id is not None:
+            woken.append((lease.tenant_id, hand_off.job_id))
+            self.passed += 1
+        else:
+            waiting.wake(lease.tenant_id, publish=lambda t, j: woken.append((t, j)))
         waiting.wake_borrowers(publish=lambda t, j: woken.append((t, j)))
         return woken
 
@@ -154,6 +166,7 @@ def run_sequence(waiting_policy: str, tiers: dict[str, Tier], *, events: int, se
         assert sim_counters(sched, tenants) == real.counters(tenants), f"event {step}: counters differ"
     from leases.audit import audit  # noqa: PLC0415
 
+    seen["passed_on"] = real.passed
     report = audit(tenants)
     assert report.clean, "the lease layer's own audit after the sequence:\n" + report.describe()
     return seen
@@ -165,7 +178,8 @@ def test_handoff_with_borrowing_decides_as_the_lease_layer(fresh_aws):
     the default reserve: takes, borrows, parks, door parks, retries and wakes all happen."""
     seen = run_sequence("handoff", {"plain": Tier(), "small": Tier(cap=1, burst_cap=3),
                                     "mid": Tier(cap=2, burst_cap=4)}, events=160, seed=11)
-    assert all(seen[k] > 0 for k in (policy.TAKE, policy.BORROW, policy.PARK, "door_park", "woken", "retry")), seen
+    assert all(seen[k] > 0 for k in (policy.TAKE, policy.BORROW, policy.PARK, "door_park", "woken", "retry",
+                                     "passed_on")), seen
 
 
 @pytest.mark.timeout(120)
