@@ -9,8 +9,10 @@ tenant for each scenario and policy, to ``out/bench-sched/`` and ``bench/RESULTS
 
 Columns: makespan ÷ ideal (ideal = the larger of total work ÷ slots and each tenant's work ÷ its
 cap, or under ``borrow`` its burst cap within slots − reserve), slot utilisation (busy slot-seconds ÷
-the slot-seconds the tenants could use while they had unfinished work, each tenant at most that), AWS requests per completed job counted at the
-endpoint (and the split by operation in the JSON), light tenants' p50/p95/max wait (start −
+the slot-seconds the tenants could use while they had unfinished work, each tenant at most that; a
+slot is busy from its lease's acquire until its release transaction returned), AWS requests per
+completed job counted at the endpoint, less the benchmark's own polls (and the split by operation
+in the JSON), light tenants' p50/p95/max wait (start −
 submit), the most leases of one tenant and of the cluster at once, the audit.
 
 After each scenario its jobs are saved and replayed in the simulator (:mod:`bench.sim_check`):
@@ -224,7 +226,7 @@ class Bench:
 
     def run_scenario(self, scenario: Scenario, policy: str) -> Result:
         from leases.audit import audit
-        from leases.eventlog import held_intervals, max_concurrent, read_events
+        from leases.eventlog import busy_intervals, held_intervals, max_concurrent, read_events
         from leases.models import JobItem
         from service.settings import get_settings
         from leases.tenants import set_cap
@@ -269,6 +271,7 @@ class Bench:
         self.own_requests.clear()
         events = [e for e in read_events(OUT / "events") if e.get("tenant") in job_ids]
         intervals = held_intervals(events)
+        busy = busy_intervals(events)  # a slot is busy until its release transaction returned
         peaks = max_concurrent(events)
         done = list(items.values())
         first = released_at or min(float(j.submitted_at) for j in done)
@@ -291,7 +294,7 @@ class Bench:
         result = Result(
             scenario=scenario.name, policy=policy, jobs=len(every), finished=len(done),
             makespan_s=last - first, ideal_s=ideal,
-            utilisation=utilisation(intervals, demand, caps, slots, first, last),
+            utilisation=utilisation(busy, demand, caps, slots, first, last),
             requests_per_job=sum(requests.values()) / max(1, len(done)), requests=dict(requests.most_common()),
             light_wait_p50_s=_pct(light, 0.5), light_wait_p95_s=_pct(light, 0.95),
             light_wait_max_s=max(light) if light else None,
@@ -299,7 +302,7 @@ class Bench:
             most_leases_cluster=_cluster_peak(intervals), audit_clean=audit(list(job_ids)).clean,
             run_twice=sum(1 for n in commits.values() if n > 1),
         )
-        _timeline_png(OUT / f"{scenario.name}-{policy}.png", intervals, first, last, scenario, policy, tenants)
+        _timeline_png(OUT / f"{scenario.name}-{policy}.png", busy, first, last, scenario, policy, tenants)
         from bench.sim_check import save_jobs
 
         save_jobs(OUT / f"jobs-{scenario.name}-{policy}.json", scenario=scenario.name, policy=policy, tenants=tenants,

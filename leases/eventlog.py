@@ -9,6 +9,7 @@ on one host, so the clocks agree)::
 
     {"event": "acquired",  "t": ..., "tenant": ..., "job": ..., "token": ..., "pid": ...}
     {"event": "releasing", "t": ..., ..., "outcome": "succeeded" | "retrying" | "failed"}
+    {"event": "released",  "t": ..., ..., "outcome": ...}   (the release transaction returned)
     {"event": "reclaimed", "t": ..., ..., "swept_at": ..., "requeued": true | false}
     {"event": "lost",      "t": ..., ..., "detail": ...}
 
@@ -96,6 +97,17 @@ def held_intervals(events: Iterable[dict]) -> list[HeldInterval]:
             at = e.get("swept_at", e["t"])
             ends[token] = min(ends.get(token, at), at)
     return [HeldInterval(s["tenant"], s["job"], token, s["t"], ends.get(token)) for token, s in starts.items()]
+
+
+def busy_intervals(events: Iterable[dict]) -> list[HeldInterval]:
+    """Every lease's interval as its slot was busy: from ``acquired`` to the end of its release
+    (``released``; else ``releasing`` or the reclaim), for utilisation. Longer than
+    :func:`held_intervals` by the release transaction itself, so never use it for the cap check."""
+    events = list(events)
+    released = {e["token"]: e["t"] for e in events if e.get("event") == "released" and e.get("token")}
+    return [HeldInterval(iv.tenant_id, iv.job_id, iv.token, iv.start_at,
+                         released.get(iv.token, iv.end_at) if iv.end_at is not None else None)
+            for iv in held_intervals(events)]
 
 
 @dataclass(frozen=True)

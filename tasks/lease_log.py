@@ -19,7 +19,8 @@ _installed: dict[str, EventLog] = {}
 
 
 def install(directory: str | os.PathLike) -> EventLog:
-    """Log ``acquired``/``releasing``/``lost``/``reclaimed`` events to ``directory``; idempotent."""
+    """Log ``acquired``/``releasing``/``released``/``lost``/``reclaimed`` events to ``directory``;
+    idempotent."""
     key = os.fspath(directory)
     if key in _installed:
         return _installed[key]
@@ -34,6 +35,9 @@ def install(directory: str | os.PathLike) -> EventLog:
     def on_releasing(sender=None, lease=None, outcome=None, **_: object) -> None:
         log.write("releasing", time.time(), outcome=outcome, **fields(lease))
 
+    def on_released(sender=None, lease=None, outcome=None, **_: object) -> None:
+        log.write("released", time.time(), outcome=outcome, **fields(lease))
+
     def on_lost(sender=None, lease=None, detail="", **_: object) -> None:
         log.write("lost", time.time(), detail=str(detail), **fields(lease))
 
@@ -44,6 +48,7 @@ def install(directory: str | os.PathLike) -> EventLog:
 
     signals.lease_acquired.connect(on_acquired, weak=False)
     signals.lease_releasing.connect(on_releasing, weak=False)
+    signals.lease_released.connect(on_released, weak=False)
     signals.lease_lost.connect(on_lost, weak=False)
     signals.lease_recovered.connect(on_recovered, weak=False)
     return log
