@@ -109,6 +109,20 @@ def check_registered(tenant_id: str) -> None:
     log.info("tenant %s registered on its first submission (auto_register_tenants is on)", tenant_id)
 
 
+def require_registered(tenant_id: str) -> None:
+    """For a command that changes a tenant (``tenant set-cap``, ``set-limits``, ``set-webhook``):
+    refuse a tenant that is not registered, unless ``Settings.auto_register_tenants`` is on (then the
+    command registers it, as a submission would). Reads the tenants table (never the cache).
+
+    Raises:
+        UnknownTenant: no such tenant, and auto-registration is off.
+        AdmissionUnavailable: the tenants table could not be read.
+    """
+    forget_cached_limits(tenant_id)
+    if not limits_for(tenant_id).registered and not get_settings().auto_register_tenants:
+        raise UnknownTenant(tenant_id)
+
+
 def forget_cached_limits(tenant_id: str | None = None) -> None:
     """Drop this process's cached limits of ``tenant_id`` (all tenants if None)."""
     with _cache_lock:

@@ -299,8 +299,15 @@ def tenant_set_cap(tenant_id: str, cap: int | None, use_default: bool, burst_cap
     from tasks import signals
     from tasks.messages import publish_job
 
+    from admission.errors import UnknownTenant
+    from admission.limits import require_registered
+
     if (cap is None) == (not use_default):
         raise click.UsageError("give either CAP or --default")
+    try:
+        require_registered(tenant_id)
+    except UnknownTenant as exc:
+        raise click.BadParameter(str(exc), param_hint="TENANT_ID") from None
     try:
         set_cap(tenant_id, None if use_default else cap, burst_cap=burst_cap)
     except ValueError as exc:  # the tenant id is valid already: the cap or burst is out of range

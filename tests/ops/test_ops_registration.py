@@ -94,6 +94,21 @@ def test_a_submission_for_an_unknown_tenant_is_refused_and_leaves_nothing(new_te
     cli("job", "cancel", job_id)
 
 
+def test_commands_that_change_a_tenant_refuse_an_unknown_one_and_register_nothing(new_tenant, monkeypatch):
+    from leases.waiting import read_tenant
+
+    stranger = new_tenant("unset", register=False)
+    monkeypatch.setenv("OPS_UNSET_SECRET", "s" * 40)
+    for args in (("tenant", "set-cap", stranger, "3"),
+                 ("tenant", "set-limits", stranger, "--rate-limit-per-min", "5"),
+                 ("tenant", "set-webhook", stranger, "https://127.0.0.1:9/h", "--secret-env", "OPS_UNSET_SECRET")):
+        result = cli(*args, expect=2)
+        assert "unknown_tenant" in result.output and f"imposition tenant create {stranger}" in result.output, args
+    assert read_tenant(stranger) is None  # none of them registered it
+    cli("tenant", "create", stranger)
+    assert cli_json("tenant", "set-cap", stranger, "3")["cap"] == 3
+
+
 def test_auto_register_tenants_registers_a_tenant_on_its_first_submission(new_tenant, monkeypatch):
     from leases.waiting import read_tenant
     from service.settings import get_settings
