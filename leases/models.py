@@ -25,8 +25,9 @@
 
 Times are UNIX epoch seconds (float) everywhere, named ``*_at``.
 
-Table names come from :mod:`service.settings`; the endpoint and region follow the AWS SDK's
-environment (``AWS_ENDPOINT_URL_DYNAMODB`` / ``AWS_ENDPOINT_URL``, ``AWS_DEFAULT_REGION``).
+Table names and the region come from :mod:`service.settings` when a model first talks to DynamoDB
+(never at import; :class:`_FromSettings`); the endpoint follows the AWS SDK's environment
+(``AWS_ENDPOINT_URL_DYNAMODB`` / ``AWS_ENDPOINT_URL``).
 """
 
 from __future__ import annotations
@@ -43,8 +44,6 @@ from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 
 from service.settings import get_settings
-
-_settings = get_settings()
 
 #: The one partition value of the lease expiry index (see module docstring).
 LEASE_EXPIRY_PARTITION = "lease"
@@ -71,8 +70,20 @@ class JobStatus(StrEnum):
         return self in (JobStatus.SUCCEEDED, JobStatus.FAILED)
 
 
+class _FromSettings:
+    """A ``Meta`` attribute read from the current settings each time PynamoDB reads it (so a
+    process binds its table names when it first uses a model, and after ``get_settings.cache_clear()``
+    and :func:`reset_connections` a model follows the new settings)."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    def __get__(self, instance: object, owner: type | None = None) -> str:
+        return getattr(get_settings(), self.field)
+
+
 class _Meta:
-    region = _settings.aws_region
+    region = _FromSettings("aws_region")
     billing_mode = "PAY_PER_REQUEST"
 
 
@@ -96,7 +107,7 @@ class TenantItem(Model):
     """A tenant's fairness state and configuration."""
 
     class Meta(_Meta):
-        table_name = _settings.tenants_table
+        table_name = _FromSettings("tenants_table")
 
     tenant_id = UnicodeAttribute(hash_key=True)
     in_flight = NumberAttribute(default=0)
@@ -157,7 +168,7 @@ class LeaseItem(Model):
     """One held slot: the right of ``worker`` to run ``job_id`` until ``expires_at``."""
 
     class Meta(_Meta):
-        table_name = _settings.leases_table
+        table_name = _FromSettings("leases_table")
 
     job_id = UnicodeAttribute(hash_key=True)
     tenant_id = UnicodeAttribute()
@@ -224,7 +235,7 @@ class JobItem(Model):
     """One imposition job and its whole history."""
 
     class Meta(_Meta):
-        table_name = _settings.jobs_table
+        table_name = _FromSettings("jobs_table")
 
     job_id = UnicodeAttribute(hash_key=True)
     tenant_id = UnicodeAttribute()
@@ -333,7 +344,7 @@ class ClusterItem(Model):
     """
 
     class Meta(_Meta):
-        table_name = _settings.cluster_table
+        table_name = _FromSettings("cluster_table")
 
     key = UnicodeAttribute(hash_key=True)
     busy = NumberAttribute(null=True)
@@ -359,7 +370,7 @@ class TokenClaimItem(Model):
     """
 
     class Meta(_Meta):
-        table_name = _settings.tokens_table
+        table_name = _FromSettings("tokens_table")
 
     tenant_id = UnicodeAttribute(hash_key=True)
     token_sha256 = UnicodeAttribute(range_key=True)

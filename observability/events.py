@@ -9,7 +9,7 @@ stay on SQS; only the events take another road, the Redis the service already ru
   ``Events`` bootstep builds its dispatcher on ``Consumer.connection_for_write()``, and nothing
   else in the consumer calls that method. :class:`EventsSideChannel`, mixed into the worker's
   consumer class (``tasks.worker.ServiceConsumer``), returns a connection to the events URL there.
-  ``worker_send_task_events`` turns the task events on (``celeryconfig``). A worker whose events
+  ``worker_send_task_events`` turns the task events on (:mod:`tasks.config`). A worker whose events
   Redis is down when it starts runs without events (logged) rather than wait for it; one that
   loses it later keeps Celery's behaviour (events buffered, each publish attempt bounded by
   ``events_redis_timeout_s``).

@@ -1,4 +1,8 @@
-"""The Celery application (``celery -A tasks ...``), configured from :mod:`celeryconfig`."""
+"""The Celery application (``celery -A tasks ...``), configured from :mod:`tasks.config`.
+
+Nothing here calls AWS at import: the queue URLs are looked up when a broker channel opens (a
+worker's start, a command's first publish; :class:`tasks.sqs_transport.Channel`).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from service.settings import get_settings
 log = logging.getLogger(__name__)
 
 app = Celery("imposition")
-app.config_from_object("celeryconfig")
+app.config_from_object("tasks.config")
 
 
 @worker_process_init.connect

@@ -1,6 +1,6 @@
 """Our SQS transport: kombu's, with receives that survive an erroring or unreachable endpoint.
 
-:mod:`celeryconfig` selects it by URL scheme (``broker_url = "imposition-sqs://"``, an alias that
+:mod:`tasks.config` selects it by URL scheme (``broker_url = "imposition-sqs://"``, an alias that
 :func:`register` adds to kombu's transport table). Not through Celery's ``broker_transport``: kombu
 lets an explicit transport override the scheme of *every* URL, so the Redis side channel of the
 monitoring events (``observability.events``) and Flower's ``--broker=redis://…`` would get this
@@ -22,6 +22,8 @@ What this transport changes, nothing else:
   (``Settings.sqs_receive_backoff_initial_s``, doubled per failure in a row up to
   ``sqs_receive_backoff_max_s``, each pause drawn between half of it and all of it), where kombu
   would poll again at once;
+* a predefined queue given without its ``url`` gets it from ``GetQueueUrl`` when the channel first
+  needs it (:func:`service.aws.queue_url`), so the configuration is read without network;
 * one log line when a queue's receives begin to fail (WARNING, with the first error) and one when
   they answer again (INFO, with how long and how many receives failed), not one per receive.
 
@@ -36,10 +38,13 @@ import random
 import sys
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable
 
 from kombu.transport import SQS, TRANSPORT_ALIASES
 from vine.abstract import Thenable
+
+from service import aws
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +147,7 @@ class Channel(SQS.Channel):
     """kombu's SQS channel with failed receives read as "no messages", a bounded backoff while a
     queue's receives fail, and one log line per change between failing and answering.
 
-    Transport options (from :mod:`celeryconfig`; the settings' defaults otherwise):
+    Transport options (from :mod:`tasks.config`; the settings' defaults otherwise):
     ``receive_backoff_initial_s`` and ``receive_backoff_max_s``, seconds (see
     :class:`ReceiveBackoff`).
     """
@@ -158,6 +163,16 @@ class Channel(SQS.Channel):
             float(options.get("receive_backoff_max_s", settings.sqs_receive_backoff_max_s)),
         )
         self._outages: dict[str, _Outage] = {}  # queue name → its receives failing since
+
+    @cached_property
+    def predefined_queues(self) -> dict[str, dict]:
+        """kombu's map of queue name to settings, with each missing ``url`` looked up (once per process).
+
+        Raises:
+            botocore.exceptions.ClientError: ``NonExistentQueue`` for a queue never provisioned.
+        """
+        return {name: q if q.get("url") else {**q, "url": aws.queue_url(name)}
+                for name, q in self.transport_options.get("predefined_queues", {}).items()}
 
     def _get_from_sqs(self, queue_name, queue_url, connection, count=1, callback=None):
         return super()._get_from_sqs(queue_name, queue_url, connection, count=count,

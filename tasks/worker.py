@@ -1,4 +1,4 @@
-"""Worker-side Celery customisations for SQS (``worker_consumer`` in :mod:`celeryconfig`).
+"""Worker-side Celery customisations for SQS (``worker_consumer`` in :mod:`tasks.config`).
 
 :class:`ServiceConsumer` makes poison messages end in the dead-letter queue instead of vanishing.
 Celery acks a message it cannot decode (it would be lost) and rejects one it cannot route; on SQS

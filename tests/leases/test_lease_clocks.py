@@ -16,10 +16,10 @@ def _queue_attributes(name: str) -> dict[str, str]:
 
 
 def test_the_provisioned_queues_and_celery_agree_with_the_clocks():
-    import celeryconfig
+    from tasks import app
 
     settings, clocks = get_settings(), get_clocks()
-    transport_visibility_s = celeryconfig.broker_transport_options["visibility_timeout"]
+    transport_visibility_s = app.conf.broker_transport_options["visibility_timeout"]
     for queue in settings.work_queues:
         attributes = _queue_attributes(queue)
         visibility_s = int(attributes["VisibilityTimeout"])
@@ -34,7 +34,7 @@ def test_the_provisioned_queues_and_celery_agree_with_the_clocks():
     assert clocks.heartbeat_interval_s <= clocks.lease_ttl_s / 3
     assert clocks.lease_lost_after_s == clocks.lease_ttl_s / 2
     assert 0 <= clocks.defer_delay_s <= SQS_MAX_DELAY_S
-    assert celeryconfig.broker_transport_options["predefined_queues"].keys() == set(settings.work_queues)
+    assert app.conf.broker_transport_options["predefined_queues"].keys() == set(settings.work_queues)
 
 
 def test_production_defaults_keep_the_rules():

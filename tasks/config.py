@@ -1,12 +1,14 @@
-"""Celery configuration, derived from :mod:`service.settings` and :mod:`service.clocks`.
+"""Celery configuration (``app.config_from_object("tasks.config")``), derived from
+:mod:`service.settings` and :mod:`service.clocks`.
 
 Nothing here is a number of its own: every value comes from the settings object or the clocks, so
 the visibility timeout Celery knows is the one ``imposition provision`` gave the queues.
 
 The broker is SQS through :mod:`tasks.sqs_transport` (kombu's SQS transport, made to ride out an
 erroring or unreachable endpoint; selected by its URL scheme), with *predefined* queues (kombu then
-never calls ``CreateQueue`` with attributes of its own); their URLs are looked up once per
-process, so run ``imposition provision`` first.
+never calls ``CreateQueue`` with attributes of its own); their URLs are looked up when a broker channel opens
+(:class:`tasks.sqs_transport.Channel`: a worker's start, a command's first publish), never at
+import, so run ``imposition provision`` first.
 Remote control and gossip need broadcast (fanout) queues that SQS cannot give a predefined setup,
 so they are off; monitoring events travel through the Redis side channel instead (see
 ``tasks.worker``).
@@ -14,7 +16,6 @@ so they are off; monitoring events travel through the Redis side channel instead
 
 from kombu import Exchange, Queue
 
-from service import aws
 from service.clocks import get_clocks
 from service.settings import get_settings
 from service.tenancy import MAINTENANCE_GROUP
@@ -27,7 +28,8 @@ broker_url = sqs_transport.register()  # "imposition-sqs://"; not broker_transpo
 broker_connection_retry_on_startup = True
 broker_transport_options = {
     "region": _settings.aws_region,
-    "predefined_queues": {name: {"url": aws.queue_url(name)} for name in _settings.work_queues},
+    # no URLs here: tasks.sqs_transport.Channel looks them up when a channel opens
+    "predefined_queues": {name: {} for name in _settings.work_queues},
     # kombu applies this only to queues it creates; ours are provisioned with the same value.
     "visibility_timeout": _clocks.visibility_timeout_s,
     "wait_time_seconds": _settings.sqs_wait_time_s,
@@ -84,3 +86,4 @@ beat_schedule = {
         "options": {"queue": _settings.maintenance_queue, "MessageGroupId": MAINTENANCE_GROUP},
     },
 }
+
