@@ -5,7 +5,7 @@ report and Flower over the Redis events side channel.
 module                 what it owns
 =====================  ==============================================================================
 ``metrics``            the Prometheus metric definitions and the receivers that move them on the
-                       domain signals of :mod:`tasks.signals`
+                       domain signals of :mod:`leases.signals`
 ``exporter``           the per-node HTTP endpoint (prometheus-client multiprocess mode, so every
                        prefork child counts) and its worker start/stop hooks
 ``recent``             per-tenant counts of recent events (cap defers, lease recoveries) in Redis,
@@ -16,7 +16,7 @@ module                 what it owns
 ``status``             ``imposition status``: one screen (or ``--json``) per tenant and queue
 ``capacity``           ``imposition capacity-report``: the second-licence verdict and its PNG
 ``events``             Celery monitoring events over the Redis side channel, for Flower
-``wiring``             imported by :mod:`tasks`: connects all of the above in every process
+``install()``s         connected by :func:`tasks.wiring.install` in every process of the app
 =====================  ==============================================================================
 
 Errors, one root::

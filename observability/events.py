@@ -45,11 +45,12 @@ import os
 import threading
 import time
 
+from celery import current_app
 from celery.signals import after_task_publish
 from kombu.exceptions import OperationalError
 
 from service.settings import get_settings
-from tasks import signals
+from leases import signals
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +138,7 @@ def _dispatcher(url: str, hostname: str | None = None):
     key = (url, os.getpid(), hostname)
     dispatcher = _dispatchers.get(key)
     if dispatcher is None:
-        from tasks.celery_app import app  # noqa: PLC0415 (the app imports this package's wiring)
-
+        app = current_app  # the publishing process's app (tasks.app)
         connection = app.connection_for_write(url=url, transport_options=_transport_options(max_retries=0))
         dispatcher = _dispatchers[key] = app.events.Dispatcher(connection, hostname=hostname, enabled=True,
                                                                buffer_while_offline=False)
@@ -197,7 +197,6 @@ def _send(events: list[tuple[str, dict]], task_id: str | None, hostname: str | N
             _down_until[key] = time.monotonic() + retry_after_s
 
 
-@after_task_publish.connect
 def send_task_sent(sender=None, headers=None, exchange=None, routing_key=None, **_: object) -> None:
     """Send ``task-sent`` for a message just published to SQS, over the events side channel."""
     if not headers or "id" not in headers:
@@ -205,7 +204,6 @@ def send_task_sent(sender=None, headers=None, exchange=None, routing_key=None, *
     _send([("task-sent", task_sent_fields(headers, exchange, routing_key))], headers.get("id"))
 
 
-@signals.lease_acquired.connect
 def send_run_started(sender=None, **_: object) -> None:
     """``task-received`` and ``task-started`` of a job that has just got its lease (the fields the
     worker's consumer would have sent), as the worker node that runs it (see module docstring)."""
@@ -243,3 +241,9 @@ def flower_command(port: int, *, address: str = "127.0.0.1", app: str = "tasks")
         raise ValueError("events_url is empty: Flower needs the events side channel (IMPOSITION_EVENTS_URL)")
     return celery_command(f"--broker={url}", "flower", f"--port={port}", f"--address={address}",
                           *FLOWER_OPTIONS, app=app)
+
+
+def install() -> None:
+    """Connect the publishers' task-sent receiver and the run-reported events' receivers (idempotent: a receiver connected twice is connected once)."""
+    after_task_publish.connect(send_task_sent)
+    signals.lease_acquired.connect(send_run_started)

@@ -141,7 +141,6 @@ def start_endpoint(port: int, address: str, path: str):
 # --- the worker's hooks ---------------------------------------------------------------------------
 
 
-@celeryd_init.connect
 def _on_celeryd_init(sender=None, **_: object) -> None:
     settings = get_settings()
     if not settings.metrics_port:
@@ -155,7 +154,6 @@ def _on_celeryd_init(sender=None, **_: object) -> None:
     log.info("metrics of node %s go to %s", sender, path)
 
 
-@worker_ready.connect
 def _on_worker_ready(sender=None, **_: object) -> None:
     settings = get_settings()
     path = os.environ.get(ENV_VAR)
@@ -172,7 +170,6 @@ def _on_worker_ready(sender=None, **_: object) -> None:
              settings.metrics_port)
 
 
-@worker_process_shutdown.connect
 def _on_worker_process_shutdown(pid=None, **_: object) -> None:
     path = os.environ.get(ENV_VAR)
     if not path:
@@ -180,3 +177,10 @@ def _on_worker_process_shutdown(pid=None, **_: object) -> None:
     from prometheus_client import multiprocess  # noqa: PLC0415
 
     multiprocess.mark_process_dead(pid or os.getpid(), path)
+
+
+def install() -> None:
+    """Connect the worker's exporter hooks (celeryd_init, worker_ready, worker_process_shutdown) (idempotent: a receiver connected twice is connected once)."""
+    celeryd_init.connect(_on_celeryd_init)
+    worker_ready.connect(_on_worker_ready)
+    worker_process_shutdown.connect(_on_worker_process_shutdown)

@@ -59,7 +59,7 @@ import time
 from celery.signals import task_postrun
 
 from service.settings import get_settings
-from tasks import signals
+from leases import signals
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,6 @@ def _record_recent(event: str, tenant_id: str) -> None:
     recent.record(event, tenant_id)
 
 
-@signals.lease_acquired.connect
 def on_lease_acquired(sender=None, lease=None, job=None, **_: object) -> None:
     """One attempt started: count it, hold a slot, observe a first attempt's queue waits."""
     m = get_metrics()
@@ -226,7 +225,6 @@ def on_lease_acquired(sender=None, lease=None, job=None, **_: object) -> None:
         m.first_receive_wait.labels(tenant).observe(max(0.0, float(job.first_received_at) - submitted))
 
 
-@signals.job_finished.connect
 def on_job_finished(sender=None, job=None, outcome=None, **_: object) -> None:
     """An attempt ended (succeeded, failed, retrying): free the slot, observe the run time."""
     m = get_metrics()
@@ -242,7 +240,6 @@ def on_job_finished(sender=None, job=None, outcome=None, **_: object) -> None:
         m.jobs.labels(tenant, outcome).inc()
 
 
-@signals.lease_lost.connect
 def on_lease_lost(sender=None, lease=None, **_: object) -> None:
     """A run found its lease reclaimed: free the slot (the sweeper already freed the lease)."""
     m = get_metrics()
@@ -251,7 +248,6 @@ def on_lease_lost(sender=None, lease=None, **_: object) -> None:
     m.lease_lost.labels(lease.tenant_id).inc()
 
 
-@signals.job_dropped.connect
 def on_job_dropped(sender=None, tenant_id=None, **_: object) -> None:
     """A duplicate delivery (the job was not queued) was acked and dropped."""
     m = get_metrics()
@@ -259,7 +255,6 @@ def on_job_dropped(sender=None, tenant_id=None, **_: object) -> None:
     m.jobs.labels(tenant_id, "duplicate_dropped").inc()
 
 
-@signals.job_deferred.connect
 def on_job_deferred(sender=None, tenant_id=None, reason=None, **_: object) -> None:
     """A job was deferred: at the tenant's cap, or after lease-transaction contention."""
     m = get_metrics()
@@ -271,7 +266,6 @@ def on_job_deferred(sender=None, tenant_id=None, reason=None, **_: object) -> No
         m.lease_contention_defer.labels(tenant_id).inc()
 
 
-@signals.job_woken.connect
 def on_job_woken(sender=None, job=None, reason=None, **_: object) -> None:
     """A parked job was woken and published."""
     m = get_metrics()
@@ -279,13 +273,11 @@ def on_job_woken(sender=None, job=None, reason=None, **_: object) -> None:
     m.handoffs.labels(job.tenant_id, reason or "release").inc()
 
 
-@signals.job_republished.connect
 def on_job_republished(sender=None, job=None, **_: object) -> None:
     """The sweeper re-published a queued job whose message was overdue."""
     get_metrics().jobs_republished.labels("lost_message").inc()
 
 
-@signals.lease_recovered.connect
 def on_lease_recovered(sender=None, lease=None, requeued=True, **_: object) -> None:
     """The sweeper reclaimed an expired lease; a job out of attempts ended ``failed`` with it."""
     m = get_metrics()
@@ -297,26 +289,38 @@ def on_lease_recovered(sender=None, lease=None, requeued=True, **_: object) -> N
     _record_recent("lease_recovered", tenant)
 
 
-@signals.webhook_drained.connect
 def on_webhook_drained(sender=None, tenant_id=None, **_: object) -> None:
     """The outbox drain sent a round for an unsettled webhook event (a lost first round)."""
     get_metrics().webhook_rounds_drained.labels(tenant_id).inc()
 
 
-@signals.webhook_put_back.connect
 def on_webhook_put_back(sender=None, tenant_id=None, **_: object) -> None:
     """A webhook round waited for its tenant's delivery slot (per-tenant fairness)."""
     get_metrics().webhook_rounds_put_back.labels(tenant_id).inc()
 
 
-@signals.poison_message.connect
 def on_poison_message(sender=None, queue=None, reason=None, **_: object) -> None:
     """A message no task could run was left for the dead-letter queue."""
     get_metrics().poison_messages.labels(queue or "unknown", reason or "unknown").inc()
 
 
-@task_postrun.connect
 def on_task_postrun(sender=None, task_id=None, **_: object) -> None:
     """Safety net: a run that raised past ``job_finished``/``lease_lost`` frees its slot here."""
     if task_id is not None:
         _release(task_id)
+
+
+def install() -> None:
+    """Connect the metric receivers to the domain signals and Celery's task_postrun (idempotent: a receiver connected twice is connected once)."""
+    signals.lease_acquired.connect(on_lease_acquired)
+    signals.job_finished.connect(on_job_finished)
+    signals.lease_lost.connect(on_lease_lost)
+    signals.job_dropped.connect(on_job_dropped)
+    signals.job_deferred.connect(on_job_deferred)
+    signals.job_woken.connect(on_job_woken)
+    signals.job_republished.connect(on_job_republished)
+    signals.lease_recovered.connect(on_lease_recovered)
+    signals.webhook_drained.connect(on_webhook_drained)
+    signals.webhook_put_back.connect(on_webhook_put_back)
+    signals.poison_message.connect(on_poison_message)
+    task_postrun.connect(on_task_postrun)

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import math
 
+from celery import shared_task
+
 from leases import nodes
 from leases.models import TenantItem
 from service.settings import get_settings
 from observability.metrics import get_metrics
 from observability.queues import SQS_STATES, QueueDepth, read_queues
-from tasks.celery_app import app
 
 TASK_NAME = "imposition.sample_queues"
 _aged: set[str] = set()  # queues this process has set an age for
@@ -39,7 +40,7 @@ def record_sample(depths: dict[str, QueueDepth]) -> None:
             m.sqs_oldest_message_age.labels(name).set(math.nan)
 
 
-@app.task(name=TASK_NAME, acks_late=True, ignore_result=True)
+@shared_task(name=TASK_NAME, acks_late=True, ignore_result=True)
 def sample_queues() -> dict:
     """Sample every work queue and DLQ; returns ``{queue: {visible, in_flight, delayed, oldest_age_s}}``."""
     depths = read_queues()

@@ -296,7 +296,7 @@ def tenant_set_cap(tenant_id: str, cap: int | None, use_default: bool, burst_cap
     """
     from leases import waiting
     from leases.tenants import set_cap
-    from tasks import signals
+    from leases import signals
     from tasks.messages import publish_job
 
     from admission.errors import UnknownTenant

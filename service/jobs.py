@@ -11,7 +11,7 @@ Writing: ``job cancel`` and ``job retry`` are the transactions of :mod:`leases.l
 here by what every other status change is followed by: the hand-off (:func:`leases.waiting.wake`)
 where room was freed, the publish of a queued job, and for a cancel the tenant told (its admission
 in-flight entry confirmed through :func:`admission.confirm`, its webhook sent through
-:data:`tasks.signals.job_finished`, the path of every job that ends).
+:data:`leases.signals.job_finished`, the path of every job that ends).
 
 Times shown: every ``*_at`` value (epoch s) also as ``*_at_utc`` (ISO 8601, UTC), and the
 durations ``waited_s`` (start − submission of its latest attempt) and ``ran_s`` (finish − start), in
@@ -222,7 +222,7 @@ def job_download(job_id: str, output: Path | None, previews_dir: Path | None) ->
 def cancel_job(job_id: str):
     """Cancel a queued or waiting job and tell everyone: :func:`leases.lifecycle.cancel`, then the
     tenant's hand-off (``wake``, reason ``cancel``), its admission in-flight entry confirmed and
-    :data:`tasks.signals.job_finished` (``failed``: the webhook). Returns the final job item.
+    :data:`leases.signals.job_finished` (``failed``: the webhook). Returns the final job item.
 
     Raises:
         everything :func:`leases.lifecycle.cancel` raises (nothing written then).
@@ -230,7 +230,7 @@ def cancel_job(job_id: str):
     import admission
     from leases import lifecycle
     from leases.transactions import read_job
-    from tasks import signals
+    from leases import signals
     from tasks.messages import publish_job
     import webhooks.tasks  # noqa: F401 - connects the job_finished receiver that sends the webhook
 
@@ -289,7 +289,7 @@ def retry_job(job_id: str, *, max_attempts: int | None = None):
 
 def _wake(tenant_id: str, publish, reason: str) -> None:
     from leases import waiting
-    from tasks import signals
+    from leases import signals
 
     try:
         waiting.wake(tenant_id, publish=publish, reason=reason,

@@ -12,7 +12,8 @@ import os
 import random
 import time
 
-from tasks import app, lease_log, signals  # noqa: F401 (``celery -A`` finds ``app`` here)
+from leases import signals
+from tasks import app, lease_log  # noqa: F401 (``celery -A`` finds ``app`` here)
 
 lease_log.install(os.environ["SOAK_EVENT_LOG_DIR"])
 _HOLD_MAX_S = float(os.environ.get("SOAK_HOLD_MAX_S", "0"))

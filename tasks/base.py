@@ -72,7 +72,7 @@ from leases.models import JobItem, JobStatus
 from service.clocks import Clocks, get_clocks
 from service.settings import SQS_MAX_DELAY_S, get_settings
 from service.tenancy import message_group_id, shown_value, validate_job_id
-from tasks import signals
+from leases import signals
 from tasks.messages import publish_job
 
 log = logging.getLogger(__name__)

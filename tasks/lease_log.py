@@ -1,4 +1,4 @@
-"""Write the lease-event log (:mod:`leases.eventlog`) from the domain signals of :mod:`tasks.signals`.
+"""Write the lease-event log (:mod:`leases.eventlog`) from the domain signals of :mod:`leases.signals`.
 
 ``install(directory)`` connects one receiver per signal; call it at import time of a Celery app
 module (the soak's and the fault-injection tests' apps do), before any worker process forks, so
@@ -13,7 +13,7 @@ import os
 import time
 
 from leases.eventlog import EventLog
-from tasks import signals
+from leases import signals
 
 _installed: dict[str, EventLog] = {}
 

@@ -36,7 +36,6 @@ def _beat_forever(name: str, slots: int, stop: threading.Event) -> None:
             return
 
 
-@worker_ready.connect
 def _on_worker_ready(sender=None, **_: object) -> None:
     consumer = sender
     queues = {q.name for q in consumer.app.amqp.queues.consume_from.values()}
@@ -49,7 +48,6 @@ def _on_worker_ready(sender=None, **_: object) -> None:
     thread.start()
 
 
-@worker_shutdown.connect
 def _on_worker_shutdown(**_: object) -> None:
     if "name" not in _state:
         return
@@ -58,3 +56,9 @@ def _on_worker_shutdown(**_: object) -> None:
         nodes.deregister(_state["name"])
     except Exception as exc:  # noqa: BLE001 - the sweeper drops it after node_ttl_s
         log.warning("node %s could not leave the slot registry (%s); the sweeper will drop it", _state["name"], exc)
+
+
+def install() -> None:
+    """Connect the slot registry's hooks (worker_ready, worker_shutdown) (idempotent: a receiver connected twice is connected once)."""
+    worker_ready.connect(_on_worker_ready)
+    worker_shutdown.connect(_on_worker_shutdown)

@@ -52,7 +52,8 @@ from service.tenancy import (
     validate_job_id,
     validate_tenant_id,
 )
-from tasks import signals, storage
+from leases import signals
+from tasks import storage
 from tasks.messages import publish_job
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from leases import sweeper
 from leases.models import LeaseItem
 from service import aws
 from service.settings import get_settings
-from tasks import signals
+from leases import signals
 from tasks.celery_app import app
 from tasks.messages import publish_job
 
@@ -32,7 +32,7 @@ def sweep() -> dict:
     """Reclaim expired leases, re-publish their jobs, bring back waiting and lost jobs; returns
     counts per tenant.
 
-    Sends :data:`tasks.signals.lease_recovered` for each reclaimed lease (``lease_recovered{tenant}``).
+    Sends :data:`leases.signals.lease_recovered` for each reclaimed lease (``lease_recovered{tenant}``).
     Idempotent and safe to run twice at once (see :mod:`leases.sweeper`).
     """
     now = time.time()

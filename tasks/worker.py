@@ -6,7 +6,7 @@ a rejected message of a queue with a redrive policy stays in the queue (kombu le
 comes back only after the visibility timeout, so it would take ``maxReceiveCount`` × visibility
 timeout to reach the DLQ. Here every poison message is rejected, its visibility set to 0 so SQS
 offers it again at once, and after ``maxReceiveCount`` receives SQS moves it to the DLQ. Each
-receive is logged and sent as the :data:`tasks.signals.poison_message` signal (a metric counts it).
+receive is logged and sent as the :data:`leases.signals.poison_message` signal (a metric counts it).
 
 A task message whose body is not Celery protocol 2's ``[args, kwargs, embed]`` (``null``, an
 object, a two-element list, args that are not a list, kwargs that are not an object) is refused as
@@ -32,13 +32,13 @@ from vine import promise
 
 from observability.events import EventsSideChannel, RunReportedDispatcher
 from service import aws
-from tasks import signals
+from leases import signals
 
 log = logging.getLogger(__name__)
 
 
 def expedite_to_dead_letter_queue(delivery_info: dict | None, receipt_handle: str | None, reason: str) -> None:
-    """Record a poison message (log line + :data:`tasks.signals.poison_message`) and make it
+    """Record a poison message (log line + :data:`leases.signals.poison_message`) and make it
     visible again at once, so that SQS's redrive moves it to the DLQ after ``maxReceiveCount``
     receives instead of ``maxReceiveCount`` visibility timeouts. The caller rejects the message.
 

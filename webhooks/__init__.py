@@ -1,7 +1,7 @@
 """Webhooks: a signed event to the tenant when its job ends; the tenant verifies it and confirms.
 
 Service side: :mod:`webhooks.tasks` (the ``imposition.deliver_webhook`` task on the
-``notifications`` queue, triggered by :data:`tasks.signals.job_finished`, and the outbox drain
+``notifications`` queue, triggered by :data:`leases.signals.job_finished`, and the outbox drain
 ``imposition.drain_webhook_outbox``, the safety net: :mod:`leases.outbox`), :mod:`webhooks.delivery`
 (one round of signed POSTs with tenacity), :mod:`webhooks.fairness` (per-tenant delivery slots),
 :mod:`webhooks.endpoints` (URL and secret per tenant), :mod:`webhooks.destinations` (the SSRF

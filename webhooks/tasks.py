@@ -53,14 +53,14 @@ from __future__ import annotations
 import logging
 import time
 
+from celery import shared_task
 from pynamodb.exceptions import DoesNotExist
 
 from leases import outbox
 from leases.models import JobItem
 from service.settings import SQS_MAX_DELAY_S, get_settings
 from service.tenancy import message_group_id
-from tasks import signals
-from tasks.celery_app import app
+from leases import signals
 from webhooks import delivery, fairness
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ def publish_delivery(tenant_id: str, job_id: str, *, round_number: int = 1, firs
 ROUND_TIME_LIMITS = delivery.round_time_limits()
 
 
-@app.task(name=TASK_NAME, acks_late=True, ignore_result=True, acks_on_failure=False, acks_on_timeout=False,
+@shared_task(name=TASK_NAME, acks_late=True, ignore_result=True, acks_on_failure=False, acks_on_timeout=False,
           soft_time_limit=ROUND_TIME_LIMITS.soft_s, time_limit=ROUND_TIME_LIMITS.hard_s)
 def deliver_webhook(*, job_id: str, tenant_id: str, round_number: int = 1,
                     first_round_at: float | None = None, busy_deferrals: int = 0) -> dict:
@@ -162,7 +162,7 @@ def queue_webhook(tenant_id: str, job_id: str) -> None:
                   job_id, tenant_id, exc)
 
 
-@app.task(name=DRAIN_TASK_NAME, acks_late=True, ignore_result=True)
+@shared_task(name=DRAIN_TASK_NAME, acks_late=True, ignore_result=True)
 def drain_outbox() -> dict:
     """Send a round for every outbox entry due now (:mod:`leases.outbox`); returns counts.
 
@@ -215,7 +215,6 @@ def drain_outbox() -> dict:
     return counts
 
 
-@signals.job_finished.connect
 def _job_finished(sender: object = None, job: JobItem | None = None, outcome: str | None = None,
                   **_: object) -> None:
     """job_finished receiver: a job ended on a worker (its lease already released)."""
@@ -223,8 +222,13 @@ def _job_finished(sender: object = None, job: JobItem | None = None, outcome: st
         queue_webhook(job.tenant_id, job.job_id)
 
 
-@signals.lease_recovered.connect
 def _job_failed_by_sweeper(sender: object = None, lease=None, requeued: bool = True, **_: object) -> None:
     """lease_recovered receiver: a reclaimed job that was out of attempts ended ``failed`` (maintenance worker)."""
     if lease is not None and not requeued:
         queue_webhook(lease.tenant_id, lease.job_id)
+
+
+def install() -> None:
+    """Connect the webhook triggers (job_finished, lease_recovered) (idempotent: a receiver connected twice is connected once)."""
+    signals.job_finished.connect(_job_finished)
+    signals.lease_recovered.connect(_job_failed_by_sweeper)

@@ -1,4 +1,4 @@
-"""Each metric moves at its domain event: the real signals of :mod:`tasks.signals` sent in this process.
+"""Each metric moves at its domain event: the real signals of :mod:`leases.signals` sent in this process.
 
 The worker-level test (``test_worker_metrics``) checks the same increments end to end through a real
 worker's endpoint; here every event, including the ones a healthy worker rarely produces (lease lost,
@@ -18,7 +18,7 @@ from leases.models import JobItem, LeaseItem
 from leases.transactions import Lease
 from observability import recent
 from observability.metrics import get_metrics
-from tasks import signals
+from leases import signals
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """A Celery app for fault-injection tests: the real ``tasks`` app plus faults at precise moments.
 
 Start workers with ``start_worker(..., app="tests.support.fault_app")``. Nothing of ours is
-replaced: faults hang on our public signals (:mod:`tasks.signals`), on Celery's
+replaced: faults hang on our public signals (:mod:`leases.signals`), on Celery's
 ``worker_process_init`` and on botocore's event hooks. Which job gets which fault is decided by
 marker files in ``$FAULT_DIR`` that tests write before submitting:
 
@@ -49,7 +49,8 @@ from pathlib import Path
 import psutil
 from celery.signals import worker_process_init
 
-from tasks import app, lease_log, signals  # noqa: F401 (``celery -A`` finds ``app`` here)
+from leases import signals
+from tasks import app, lease_log  # noqa: F401 (``celery -A`` finds ``app`` here)
 
 log = logging.getLogger(__name__)
 FAULT_DIR = Path(os.environ.get("FAULT_DIR", "/nonexistent-fault-dir"))

@@ -237,7 +237,7 @@ def test_cli_set_webhook_takes_the_secret_from_the_environment(new_tenant, webho
 def test_final_outcomes_and_sweeper_failures_queue_a_webhook_retries_do_not(notifier, redis_db, new_tenant,
                                                                              webhook_secret, start_receiver):
     from leases.models import LeaseItem
-    from tasks import signals
+    from leases import signals
 
     receiver = start_receiver()
     tenant = new_tenant()

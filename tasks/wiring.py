@@ -1,0 +1,39 @@
+"""``install(app)``: connect everything that hangs on the task signals, once, explicitly.
+
+Like dramatiq's middleware added to a broker: the app is created bare (:mod:`tasks.celery_app`) and
+:func:`install` adds, in every process that imports :mod:`tasks`::
+
+    leases.signals ──► observability.metrics   (Prometheus counters and gauges)
+                  ──► webhooks.tasks          (job_finished / lease_recovered → a delivery message)
+    Celery signals ──► observability.exporter  (the worker's metrics endpoint)
+                  ──► observability.events    (publishers' task-sent on the events side channel)
+                  ──► tasks.nodes             (the slot registry of an imposition node)
+    app tasks      ◄── webhooks.tasks.deliver_webhook, observability.sampler.sample_queues
+
+Nothing here does I/O; receivers run when their signal is sent.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from observability import events, exporter, metrics, sampler
+from tasks import nodes
+from webhooks import tasks as webhook_tasks
+
+
+#: Tasks of lower packages: Celery ``shared_task``s, registered on ``app`` when it is finalized.
+SHARED_TASKS = (webhook_tasks.TASK_NAME, sampler.TASK_NAME)
+
+
+def install(app: Celery) -> Celery:
+    """Connect the receivers above to the signals; returns ``app``.
+
+    Idempotent: a receiver connected twice is connected once.
+    """
+    metrics.install()
+    webhook_tasks.install()
+    exporter.install()
+    events.install()
+    nodes.install()
+    return app
