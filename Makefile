@@ -27,7 +27,7 @@ venv: $(STAMP)
 ## The main job on the embedded stack (moto server for SQS, DynamoDB and S3, plus local Redis).
 ## KEEP=1 leaves the stack up afterwards for the command line, Flower and Prometheus, until Ctrl-C.
 run: $(STAMP) prometheus
-	$(BIN)/python -m service.demo $(if $(KEEP),--keep)
+	$(BIN)/python -m control.demo $(if $(KEEP),--keep)
 
 ## The test suite (real moto servers, real Redis, real celery worker processes).
 test: $(STAMP) prometheus

@@ -158,7 +158,7 @@ class Bench:
                     "BENCH_EVENT_LOG_DIR": str(OUT / "events")}
         (OUT / "durations.json").write_text("{}")
         os.environ.update(self.env)
-        from service.provision import provision
+        from control.provision import provision
         from service.settings import get_settings
 
         get_settings.cache_clear()

@@ -31,6 +31,34 @@ from .errors import ImpositionError, InvalidLayout
 from .job import SlugInfo
 
 
+def check_output_path(path: Path, *, what: str) -> None:
+    """Refuse to write ``what`` (``"the plate file"``) to ``path`` unless its folder exists and is a
+    folder, and ``path`` itself is not a folder: :class:`click.ClickException` (exit status 1) naming
+    the path and the reason. Nothing is created."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.exists():
+        raise click.ClickException(f"cannot write {what} {path}: the folder {parent} does not exist")
+    if not parent.is_dir():
+        raise click.ClickException(f"cannot write {what} {path}: {parent} is not a folder")
+    if path.is_dir():
+        raise click.ClickException(f"cannot write {what} {path}: it is a folder")
+
+
+def layout_text(value: str) -> str:
+    """The JSON text of a ``--layout`` option: the value itself when it starts with ``{``, else the
+    contents of the file it names.
+
+    Raises:
+        click.BadParameter: the file cannot be read (exit status 2).
+    """
+    if value.lstrip().startswith("{"):
+        return value
+    try:
+        return Path(value).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"cannot read layout file {value}: {exc}", param_hint="--layout") from None
+
+
 @click.command("impose")
 @click.argument("input_pdf", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--layout", "layout", required=True,
@@ -65,7 +93,6 @@ def impose_command(
 
 def _impose(input_pdf: Path, layout: str, output: Path, engine: str | None, time_limit_s: float | None,
             job_id: str | None, tenant_id: str | None, preview_dir: Path | None) -> None:
-    from service.cli import check_output_path, layout_text
     from service.settings import get_settings
 
     from .engines import get_engine

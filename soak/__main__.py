@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     # The embedded AWS endpoint first: importing ``tasks`` looks the queues up.
     with LocalAws(log_path=args.out / "moto.log") as local:
         os.environ.update(local.env)
-        from service.provision import provision  # noqa: PLC0415
+        from control.provision import provision  # noqa: PLC0415
 
         provision()
         from soak.runner import Soak  # noqa: PLC0415

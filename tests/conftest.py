@@ -61,7 +61,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("IMPOSITION_METRICS_DIR", str(log_dir / "metrics"))
     _local_aws = LocalAws(log_path=log_dir / "moto.log").start()
     os.environ.update(_local_aws.env)
-    from service.provision import provision
+    from control.provision import provision
 
     provision()
 
@@ -83,7 +83,7 @@ def reset_aws() -> None:
     import admission
     from admission.limits import forget_cached_limits
     from service import aws
-    from service.provision import provision
+    from control.provision import provision
     from service.settings import get_settings
 
     assert _local_aws is not None

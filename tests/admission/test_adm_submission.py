@@ -10,7 +10,7 @@ import admission
 from admission import AdmissionUnavailable, DuplicateSubmission, RateLimited
 from admission.control import token_key
 from service import aws
-from service.cli import main as cli
+from control.cli import main as cli
 from service.settings import get_settings
 from service.tenancy import ForeignKeyRefused
 from tasks.submission import submit, submit_job
@@ -66,7 +66,7 @@ def test_publish_failure_leaves_no_key(redis_db, uploaded, new_tenant):
         assert admission.in_flight(tenant) == 0
         assert jobs_of(tenant) == []
     finally:
-        from service.provision import provision
+        from control.provision import provision
 
         provision()
     job_id = submit_job(tenant_id=tenant, token="retry-me", input_key=key, layout=LAYOUT)

@@ -29,7 +29,7 @@ from leases.eventlog import held_intervals, max_concurrent
 from leases.models import JobItem, TenantItem
 from leases.tenants import set_cap
 from service import aws
-from service.cli import main as cli
+from control.cli import main as cli
 from service.clocks import get_clocks
 from service.settings import get_settings
 from tasks.celery_app import app

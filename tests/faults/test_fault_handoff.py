@@ -19,7 +19,7 @@ from leases.eventlog import max_concurrent
 from leases.models import JobItem, TenantItem
 from leases.tenants import set_cap
 from service import aws
-from service.cli import main as cli
+from control.cli import main as cli
 from service.settings import get_settings
 from tests.conftest import reset_aws
 from tests.support.cluster import Cluster

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from leases.models import JobItem, LeaseItem, TenantItem
 from leases.tenants import set_cap
 from service import aws
-from service.cli import main as cli
+from control.cli import main as cli
 from service.settings import get_settings
 from service.tenancy import plate_key
 from tasks.submission import submit
@@ -94,7 +94,7 @@ def test_warnings_reach_the_job_item_job_show_and_the_webhook_payload(imposition
 
     from click.testing import CliRunner
 
-    from service.cli import main
+    from control.cli import main
     from webhooks.events import job_event
 
     layout = {**N_UP_SRA3, "bleed_mm": 3}  # the handed case's pages have no bleed to keep

@@ -15,7 +15,7 @@ from leases.tenants import set_cap
 from observability import recent
 from observability.status import collect, render
 from service import aws
-from service.cli import main
+from control.cli import main
 from service.settings import get_settings
 
 

@@ -25,7 +25,7 @@ def test_all_packages_import_together_with_no_server_and_no_environment():
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("module", PACKAGES + ("webhooks.tasks", "observability.sampler", "tasks.config", "service.cli"))
+@pytest.mark.parametrize("module", PACKAGES + ("webhooks.tasks", "observability.sampler", "tasks.config", "control.cli"))
 def test_each_module_imports_first(module):
     """Each alone, first in its process: an import cycle raises here (a partially initialised module)."""
     result = _import(f"import {module}")

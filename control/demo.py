@@ -193,7 +193,7 @@ class Demo:
         self.say(f"  SQS/S3 at {env['AWS_ENDPOINT_URL']}, DynamoDB at {env['AWS_ENDPOINT_URL_DYNAMODB']}")
         self.say("• tenants register on their first submission here (IMPOSITION_AUTO_REGISTER_TENANTS=true); "
                  "in production it is off: `imposition tenant create T` first, else `unknown_tenant`")
-        from service.provision import provision
+        from control.provision import provision
 
         report = provision()
         self.say(f"• provisioned queues {', '.join(report.queues)}; tables {', '.join(report.tables)}; "

@@ -16,7 +16,7 @@ import json
 
 import click
 
-from service.cli import TENANT_ID
+from control.cli import TENANT_ID
 
 
 def tenant_view(item, default_cap: int) -> dict:
@@ -88,7 +88,7 @@ def tenant_list(as_json: bool) -> None:
     """Every tenant: cap, burst, rate limit per minute, admission in-flight cap, webhook URL, and
     leases in flight, jobs queued and waiting."""
     from leases.models import TenantItem
-    from service.jobs import table
+    from control.jobs import table
     from service.settings import get_settings
 
     default_cap = get_settings().default_cap

@@ -34,7 +34,8 @@ from typing import Any
 
 import click
 
-from service.cli import JOB_ID, TENANT_ID, check_output_path
+from control.cli import JOB_ID, TENANT_ID
+from imposition.cli import check_output_path
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """``imposition``: the operator's and integrator's command line.
 
 Commands: ``provision``, ``submit``, ``impose`` (the engine alone), ``jobs list``, ``job show``,
-``job download``, ``job cancel``, ``job retry`` (:mod:`service.jobs`), ``dlq list|redrive|purge``
-(:mod:`service.dlq`), ``tenant create``, ``tenant list``, ``tenant show`` (:mod:`service.tenants`), ``tenant set-cap``,
+``job download``, ``job cancel``, ``job retry`` (:mod:`control.jobs`), ``dlq list|redrive|purge``
+(:mod:`control.dlq`), ``tenant create``, ``tenant list``, ``tenant show`` (:mod:`control.tenants`), ``tenant set-cap``,
 ``tenant set-limits`` (admission), ``tenant set-webhook`` (webhooks), ``audit`` (leases), ``status``
 and ``capacity-report`` (observability; its ``--what-if`` and ``simulate``: capacity). Commands owned by other packages are
 named in :data:`LAZY_COMMANDS` and imported only when run (click's "lazily loading subcommands"
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import click
 
+from imposition.cli import layout_text
 from service.tenancy import TenancyError, shown_value, validate_job_id, validate_tenant_id
 
 
@@ -61,34 +62,6 @@ class IdentifierParam(click.ParamType):
 
 TENANT_ID = IdentifierParam("tenant_id", validate_tenant_id)
 JOB_ID = IdentifierParam("job_id", validate_job_id)
-
-
-def check_output_path(path: Path, *, what: str) -> None:
-    """Refuse to write ``what`` (``"the plate file"``) to ``path`` unless its folder exists and is a
-    folder, and ``path`` itself is not a folder: :class:`click.ClickException` (exit status 1) naming
-    the path and the reason. Nothing is created."""
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.exists():
-        raise click.ClickException(f"cannot write {what} {path}: the folder {parent} does not exist")
-    if not parent.is_dir():
-        raise click.ClickException(f"cannot write {what} {path}: {parent} is not a folder")
-    if path.is_dir():
-        raise click.ClickException(f"cannot write {what} {path}: it is a folder")
-
-
-def layout_text(value: str) -> str:
-    """The JSON text of a ``--layout`` option: the value itself when it starts with ``{``, else the
-    contents of the file it names.
-
-    Raises:
-        click.BadParameter: the file cannot be read (exit status 2).
-    """
-    if value.lstrip().startswith("{"):
-        return value
-    try:
-        return Path(value).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise click.BadParameter(f"cannot read layout file {value}: {exc}", param_hint="--layout") from None
 
 
 class ServiceUnavailable(click.ClickException):
@@ -195,23 +168,23 @@ class ServiceGroup(LazyGroup):
 LAZY_COMMANDS = {
     "imposition": {
         "impose": "imposition.cli:impose_command",
-        "jobs": "service.jobs:jobs_group",
-        "dlq": "service.dlq:dlq_group",
-        "audit": "leases.cli:audit_command",
+        "jobs": "control.jobs:jobs_group",
+        "dlq": "control.dlq:dlq_group",
+        "audit": "control.audit:audit_command",
         "status": "observability.status:status_command",
         "capacity-report": "capacity.cli:capacity_report_command",
         "simulate": "capacity.cli:simulate_command",
     },
     "job": {
-        "show": "service.jobs:job_show",
-        "download": "service.jobs:job_download",
-        "cancel": "service.jobs:job_cancel",
-        "retry": "service.jobs:job_retry",
+        "show": "control.jobs:job_show",
+        "download": "control.jobs:job_download",
+        "cancel": "control.jobs:job_cancel",
+        "retry": "control.jobs:job_retry",
     },
     "tenant": {
-        "create": "service.tenants:tenant_create",
-        "list": "service.tenants:tenant_list",
-        "show": "service.tenants:tenant_show",
+        "create": "control.tenants:tenant_create",
+        "list": "control.tenants:tenant_list",
+        "show": "control.tenants:tenant_show",
         "set-limits": "admission.cli:set_limits_command",
         "set-webhook": "webhooks.cli:set_webhook_command",
     },
@@ -226,7 +199,7 @@ def main() -> None:
 @main.command()
 def provision() -> None:
     """Create (or converge) queues with dead-letter queues, tables and bucket. Idempotent."""
-    from service.provision import provision as do_provision
+    from control.provision import provision as do_provision
 
     report = do_provision()
     for kind, items in (("queue", report.queues), ("table", report.tables), ("bucket", report.bucket)):

@@ -1,4 +1,4 @@
-"""``imposition audit``: the command-line face of :mod:`leases.audit` (registered by :mod:`service.cli`)."""
+"""``imposition audit``: the command-line face of :mod:`leases.audit` (registered by :mod:`control.cli`)."""
 
 from __future__ import annotations
 
