@@ -31,7 +31,7 @@ webhook_drained   ``tenant_id``, ``job_id``, ``unsettled_s`` (since the job ende
 webhook_put_back  ``tenant_id``, ``job_id``: a delivery round found its tenant's delivery slots taken
                   and was published again with a delay (:mod:`webhooks.fairness`)
 poison_message    ``queue`` (name), ``reason`` (``"undecodable"``/``"unknown_format"``/
-                  ``"unknown_task"``/``"invalid_task"``/``"invalid_fields"``), ``message_id``
+                  ``"unknown_task"``/``"invalid_task"``/``"invalid_fields"``/``"no_such_job"``), ``message_id``
 ================  ==========================================================================
 """
 

@@ -6,7 +6,8 @@ ahead of a re-queue, ``after_attempt``)::
     acquire ─┬─ TenantMismatch ────────────► reject as poison (dead-letter queue): the message
              │                                names another tenant than the job's, never run it
              ├─ JobNotQueued ──────────────► ack and drop (a duplicate or a finished job), or
-             │                                defer if the attempt it follows still holds the job
+             │                                defer if the attempt it follows still holds the job;
+             │                                no job item at all: reject as poison ``no_such_job``
              ├─ CapReached ────────────────► park: the job becomes ``waiting`` (no message),
              │                                then ack; a release of its tenant wakes it
              │                                (``waiting_policy = "timer"``: a delayed copy)
@@ -112,7 +113,8 @@ class JobFailed(Exception):
 def is_duplicate(exc: JobNotQueued, after_attempt: int) -> bool:
     """True if a message that found its job not ``queued`` is a duplicate (ack and drop it).
 
-    It is one if the job is missing or final, or runs an attempt later than ``after_attempt`` (the
+    It is one if the job is final (or missing: the caller sends a message naming a missing job to
+    the dead-letter queue as ``no_such_job`` first), or runs an attempt later than ``after_attempt`` (the
     attempt the message follows). Otherwise the job may still come back to ``queued`` (a retry or
     reclaim in flight, an orphaned lease the sweeper will remove) and the message must not be lost.
     """
@@ -231,6 +233,9 @@ class FairTask(Task):
         except TenantMismatch as exc:
             self._reject_as_poison(str(exc))
         except JobNotQueued as exc:
+            if exc.status is None:  # no job item: a message no submission wrote (never silently dropped)
+                self._reject_as_poison(f"job {job_id} does not exist (published without submission?)",
+                                       reason="no_such_job")
             if not is_duplicate(exc, after_attempt):
                 self._defer(job_id, tenant_id, exc)
             return self._drop_duplicate(job_id, tenant_id, exc)
@@ -306,8 +311,9 @@ class FairTask(Task):
             self._reject_as_poison("; ".join(problems))
         return tenant_id, job_id, after_attempt
 
-    def _reject_as_poison(self, problem: str) -> NoReturn:
-        """Reject this delivery towards the dead-letter queue as ``invalid_fields``; never returns.
+    def _reject_as_poison(self, problem: str, reason: str = "invalid_fields") -> NoReturn:
+        """Reject this delivery towards the dead-letter queue as ``reason`` (``invalid_fields``, or
+        ``no_such_job`` for a message naming a job that has no item); never returns.
 
         Raises:
             celery.exceptions.Reject: always (not requeued; its visibility is reset so that SQS's
@@ -317,7 +323,7 @@ class FairTask(Task):
 
         log.error("refusing message of task %s (id %s): %s", self.name, self.request.id, problem)
         properties = self.request.properties or {}
-        expedite_to_dead_letter_queue(properties.get("delivery_info"), properties.get("delivery_tag"), "invalid_fields")
+        expedite_to_dead_letter_queue(properties.get("delivery_info"), properties.get("delivery_tag"), reason)
         raise Reject(problem, requeue=False)
 
     def _park_or_acquire(self, job_id: str, tenant_id: str, worker: str,

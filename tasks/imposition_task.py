@@ -8,6 +8,13 @@ run in a lease.
 Each process of a worker consuming the imposition queue keeps a warm engine child
 (:func:`imposition.isolation.keep_warm`, ``Settings.engine_warm_child``), started when the process
 starts, so no job pays the child's start.
+
+Celery's other doors are honest too: ``impose.apply_async(kwargs={tenant_id, token, input_key,
+layout, …})`` and a signature's ``delay``/``apply_async`` (``impose.s(...)``, a ``group``) submit
+the same way; whatever would publish a job message without submission (no ``token``, positional
+arguments, a ``chain``/``link``/``chord`` callback that submission cannot keep) raises
+:class:`SubmissionRequired`. Only our own publishers (:func:`tasks.messages.publish_job`, retries)
+publish a job message directly, always with its ``MessageGroupId``.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from celery.result import AsyncResult
 from celery.signals import worker_process_init, worker_process_shutdown
 
 from imposition import SlugInfo, get_engine, isolation, parse_layout
@@ -27,12 +35,22 @@ from leases import transactions
 from leases.models import JobItem
 from leases.transactions import Lease
 from service.settings import get_settings
-from service.tenancy import plate_key, preview_key
+from service.tenancy import plate_key, preview_key, shown_value
 from tasks import storage
 from tasks.base import FairTask, JobResult
 from tasks.celery_app import app
+from tasks.submission import submit_job
 
 log = logging.getLogger(__name__)
+
+
+class SubmissionRequired(TypeError):
+    """A Celery call that would publish an imposition message without submission (no job item, no
+    admission, no ``MessageGroupId``): the message says what to pass instead."""
+
+
+#: Celery options that ask for work after the task; a submitted job's message cannot carry them.
+_CANVAS_OPTIONS = ("link", "link_error", "chain", "chord")
 
 
 class ImposeTask(FairTask):
@@ -57,11 +75,38 @@ class ImposeTask(FairTask):
         Raises:
             see :func:`tasks.submission.submit_job`.
         """
-        from tasks.submission import submit_job  # noqa: PLC0415 (submission imports this module)
-
         if args:
             raise TypeError("impose.delay takes keyword arguments only: tenant_id, token, input_key, layout")
         return submit_job(**kwargs)
+
+    def apply_async(self, args: Any = None, kwargs: dict | None = None, task_id: str | None = None,
+                    producer: Any = None, link: Any = None, link_error: Any = None, shadow: Any = None,
+                    **options: Any) -> AsyncResult:
+        """Submit a job the Celery way, or publish one of our own job messages.
+
+        ``kwargs`` with a ``token`` (``tenant_id``, ``token``, ``input_key``, ``layout``, optional
+        ``max_attempts``, ``job_id``): :func:`tasks.submission.submit_job`; returns the
+        :class:`celery.result.AsyncResult` of the job id (results are not stored: read the job item).
+        A message of ours (``MessageGroupId`` given, kwargs ``tenant_id``/``job_id``): published as is.
+
+        Raises:
+            SubmissionRequired: positional ``args``, kwargs without a ``token`` and no
+                ``MessageGroupId``, or a canvas callback (``link``, ``link_error``, ``chain``, ``chord``).
+            see :func:`tasks.submission.submit_job` for a refused or invalid submission.
+        """
+        kwargs = dict(kwargs or {})
+        if "MessageGroupId" in options and "token" not in kwargs:  # publish_job, FairTask.retry
+            return super().apply_async(args, kwargs, task_id=task_id, producer=producer, link=link,
+                                       link_error=link_error, shadow=shadow, **options)
+        callbacks = [name for name, value in (("link", link), ("link_error", link_error),
+                                              *((n, options.get(n)) for n in _CANVAS_OPTIONS[2:])) if value]
+        if args or "token" not in kwargs or callbacks:
+            raise SubmissionRequired(
+                f"{self.name} runs only submitted jobs: pass kwargs tenant_id, token, input_key and layout "
+                "(impose.apply_async(kwargs={...}), impose.delay(...) or tasks.submission.submit_job), "
+                f"no positional arguments and no callbacks; got args={shown_value(args)}, kwargs "
+                f"{sorted(kwargs)}{', callbacks ' + ', '.join(callbacks) if callbacks else ''}")
+        return AsyncResult(submit_job(**kwargs), app=self.app)
 
     def run(self, *, job: JobItem, lease: Lease, cancel: threading.Event) -> JobResult:
         """Download, impose, check the lease, upload. Raises the engine's typed errors."""

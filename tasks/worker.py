@@ -45,8 +45,8 @@ def expedite_to_dead_letter_queue(delivery_info: dict | None, receipt_handle: st
     Args:
         delivery_info: kombu's delivery info of the message (``sqs_queue``, ``sqs_message``, …).
         receipt_handle: its SQS receipt handle (kombu's delivery tag).
-        reason: ``undecodable``, ``unknown_format``, ``unknown_task``, ``invalid_task`` or
-            ``invalid_fields``.
+        reason: ``undecodable``, ``unknown_format``, ``unknown_task``, ``invalid_task``,
+            ``invalid_fields`` or ``no_such_job``.
     """
     info = delivery_info or {}
     queue_url = info.get("sqs_queue")
