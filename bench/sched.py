@@ -31,7 +31,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from service.stack import REPO
+from control.stack import REPO
 
 OUT = REPO / "out" / "bench-sched"
 RESULTS = REPO / "bench" / "RESULTS-scheduling.md"
@@ -140,7 +140,7 @@ class Bench:
 
     def __enter__(self) -> "Bench":
         from bench.counting_proxy import CountingProxy
-        from service.localaws import LocalAws
+        from control.localaws import LocalAws
 
         self.local_aws = LocalAws(log_path=OUT / "moto.log").start()
         (OUT / "events").mkdir(parents=True, exist_ok=True)
@@ -179,7 +179,7 @@ class Bench:
 
     def start_workers(self, policy: str) -> list:
         from service.settings import get_settings
-        from service.stack import BEAT_READY, WORKER_READY, ManagedProcess, beat_command, worker_command
+        from control.stack import BEAT_READY, WORKER_READY, ManagedProcess, beat_command, worker_command
 
         waiting_policy = "timer" if policy == "timer" else "handoff"
         os.environ["IMPOSITION_WAITING_POLICY"] = waiting_policy
@@ -318,7 +318,7 @@ class Bench:
         from leases.tenants import set_cap
         from service import aws
         from service.settings import get_settings
-        from service.stack import stop_all
+        from control.stack import stop_all
         from service.tenancy import message_group_id
         from tasks import app
         from tasks.submission import submit_job
@@ -418,7 +418,7 @@ def main() -> None:
     """Run every policy on a fresh local endpoint (moto keeps everything in memory: one endpoint
     for the whole run grew past the machine's memory); ``BENCH_SCHED_KEEP=1`` keeps the rows of
     (policy, scenario) pairs not run now from the previous ``results.json``."""
-    from service.stack import stop_all
+    from control.stack import stop_all
 
     only = {n for n in os.environ.get("BENCH_SCHED_ONLY", "").split(",") if n}
     policies = [p for p in os.environ.get("BENCH_SCHED_POLICIES", "timer,handoff,borrow").split(",") if p]

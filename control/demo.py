@@ -35,14 +35,16 @@ from pathlib import Path
 
 import click
 
-from service.stack import (
+from control.stack import (
     BEAT_READY,
     PROMETHEUS_BINARY,
     PROMETHEUS_READY,
     REPO,
     WORKER_READY,
     ManagedProcess,
+    ReceiverProcess,
     beat_command,
+    flower_command,
     prometheus_command,
     stop_all,
     wait_for,
@@ -162,7 +164,7 @@ class Demo:
         click.echo(text, err=False)
 
     def start_stack(self) -> dict[str, str]:
-        from service.localaws import LocalAws
+        from control.localaws import LocalAws
 
         RUN_DIR.mkdir(exist_ok=True)
         self.say("• starting the local AWS endpoint (moto server: SQS, S3, DynamoDB) …")
@@ -233,8 +235,6 @@ class Demo:
         self.say(f"• starting celery worker -Q {s.imposition_queue} -c {s.slots_per_node}, "
                  f"a maintenance worker, a notifications worker, beat, Flower and a webhook receiver …")
         # observability: one metrics port per worker node; Flower on the events side channel
-        from observability.events import flower_command
-
         ports = {"imposer": _free_port(), "maintenance": _free_port()}
         self.metrics_urls = {node: f"http://127.0.0.1:{p}/metrics" for node, p in ports.items()}
         imposer = self.start("worker-imposition", worker_command(s.imposition_queue, s.slots_per_node, "imposer"),
@@ -283,7 +283,6 @@ class Demo:
         import secrets
 
         from webhooks.endpoints import set_webhook
-        from webhooks.receiver import ReceiverProcess
 
         self.receiver = ReceiverProcess(RUN_DIR / "receiver.log", env=env)
         self.processes.append(self.receiver.process)

@@ -27,7 +27,7 @@ stay on SQS; only the events take another road, the Redis the service already ru
   delivery sends nothing; so Flower's "Processed" (its count of ``task-received``) and
   "Succeeded" count runs of jobs, never parks or spare deliveries.
 * **Flower** reads the channel as its broker: ``celery -A tasks --broker=<events URL> flower``
-  (:func:`flower_command`). Task kwargs are ``{"tenant_id", "job_id"}`` and the task id is the job
+  (:func:`control.stack.flower_command`). Task kwargs are ``{"tenant_id", "job_id"}`` and the task id is the job
   id; the task list shows the kwargs column (:data:`FLOWER_TASKS_COLUMNS`), so each row names its
   tenant, and it can be searched by tenant (``kwargs:tenant_id=acme``).
 
@@ -219,28 +219,6 @@ def send_run_started(sender=None, **_: object) -> None:
     }
     _send([("task-received", received), ("task-started", {"uuid": request.id})],  # the dispatcher adds pid
           request.id, request.hostname)
-
-
-# --- Flower ---------------------------------------------------------------------------------------
-
-
-def flower_command(port: int, *, address: str = "127.0.0.1", app: str = "tasks") -> list[str]:
-    """Command line of Flower reading the events side channel: ``celery -A tasks --broker=<events URL>
-    flower --port=… --address=… --enable_events=False``.
-
-    Flower's HTTP API (``/api/...``) also needs authentication or ``FLOWER_UNAUTHENTICATED_API=true``
-    in its environment (Flower 2.x).
-
-    Raises:
-        ValueError: ``events_url`` is empty (no side channel configured).
-    """
-    from service.stack import celery_command  # noqa: PLC0415
-
-    url = get_settings().events_url
-    if not url:
-        raise ValueError("events_url is empty: Flower needs the events side channel (IMPOSITION_EVENTS_URL)")
-    return celery_command(f"--broker={url}", "flower", f"--port={port}", f"--address={address}",
-                          *FLOWER_OPTIONS, app=app)
 
 
 def install() -> None:

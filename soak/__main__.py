@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     })
     import shutil  # noqa: PLC0415
 
-    from service.localaws import LocalAws  # noqa: PLC0415 (settings are read at import)
+    from control.localaws import LocalAws  # noqa: PLC0415 (settings are read at import)
 
     if args.out.exists():
         shutil.rmtree(args.out)

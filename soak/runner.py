@@ -19,7 +19,7 @@ from leases.eventlog import cap_violations, max_concurrent, read_events, untermi
 from leases.models import JobItem, LeaseItem
 from service import aws, redis_namespace
 from service.settings import get_settings
-from service.stack import (
+from control.stack import (
     BEAT_READY,
     REPO,
     WORKER_READY,

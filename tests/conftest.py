@@ -1,7 +1,7 @@
 """Test session set-up: a real local AWS endpoint (moto server processes), real Redis, short clocks.
 
 Before any project module is imported (``pytest_configure``), this starts the two moto servers of
-:class:`service.localaws.LocalAws` on free ports and points the environment at them, so every
+:class:`control.localaws.LocalAws` on free ports and points the environment at them, so every
 process of the session (this one, and the celery workers the tests start) talks to them. Never
 real AWS: the AWS credentials are fake.
 
@@ -52,7 +52,7 @@ _local_aws = None
 
 def pytest_configure(config: pytest.Config) -> None:
     global _local_aws
-    from service.localaws import LocalAws
+    from control.localaws import LocalAws
 
     os.environ.update(SESSION_ENV)
     log_dir = Path(config.rootpath, ".pytest_cache")
@@ -117,5 +117,5 @@ def fresh_aws():
 
 @pytest.fixture(scope="session")
 def local_aws():
-    """The session's :class:`service.localaws.LocalAws` (endpoints in ``.env``)."""
+    """The session's :class:`control.localaws.LocalAws` (endpoints in ``.env``)."""
     return _local_aws

@@ -144,48 +144,8 @@ def make_server(host: str = "127.0.0.1", port: int = 0, *, tolerance_s: float | 
     return server
 
 
-#: What the receiver logs once it serves.
+#: What the receiver logs once it serves (:class:`control.stack.ReceiverProcess` waits for it).
 READY_MARKER = "webhook receiver listening"
-
-
-class ReceiverProcess:
-    """A ``python -m webhooks.receiver`` child process (for ``make run`` and the tests).
-
-    Args:
-        log_path: file for its stdout and stderr; the first line is the port.
-        port: port to bind (0: a free one, read back from the log).
-        env: extra environment variables.
-
-    Raises:
-        RuntimeError, TimeoutError: it exited or did not get ready (see :class:`service.stack.ManagedProcess`).
-    """
-
-    def __init__(self, log_path, *, port: int = 0, env: dict[str, str] | None = None) -> None:
-        from service.stack import ManagedProcess  # noqa: PLC0415 (only the parent process needs it)
-
-        self.process = ManagedProcess([sys.executable, "-m", "webhooks.receiver", "--port", str(port)], log_path,
-                                      env=env, ready_marker=READY_MARKER, ready_timeout_s=30)
-        self.port = int(self.process.log().splitlines()[0])
-
-    def url(self, tenant_id: str) -> str:
-        """The hook URL of ``tenant_id`` on this receiver."""
-        return f"http://127.0.0.1:{self.port}{HOOK_PATH}{validate_tenant_id(tenant_id)}"
-
-    def confirmations(self) -> dict:
-        """The receiver's ``GET /confirmations`` (see module docstring)."""
-        import urllib.request  # noqa: PLC0415
-
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{CONFIRMATIONS_PATH}", timeout=5) as answer:
-            return json.load(answer)
-
-    def tenant_counts(self, tenant_id: str) -> dict:
-        """``tenant_id``'s entry of :meth:`confirmations` (zeros if the receiver never heard of it)."""
-        empty = {"accepted": 0, "confirmed": 0, "rejected": 0, "jobs": {}}
-        return self.confirmations()["tenants"].get(tenant_id, empty)
-
-    def stop(self) -> None:
-        """Stop the process."""
-        self.process.stop()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -55,7 +55,7 @@ def test_an_invalid_namespace_is_one_line_naming_the_variable_exit_2(value, monk
     from click.testing import CliRunner
 
     from control.cli import main as cli
-    from service.stack import REPO
+    from control.stack import REPO
 
     monkeypatch.setenv("IMPOSITION_REDIS_KEY_NAMESPACE", value)
     get_settings.cache_clear()

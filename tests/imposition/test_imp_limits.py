@@ -15,7 +15,7 @@ from .imposition_pdfs import add_page, labelled_pdf
 from imposition import parse_layout
 from imposition.engines import PdfToolboxEngine, PikepdfEngine
 from imposition.errors import EngineCancelled, InputTooLarge, MemoryLimitExceeded, TimeLimitExceeded, TooManyPages
-from service.stack import wait_for
+from control.stack import wait_for
 
 BOOKLET = {"layout": "saddle_stitch", "sheet": "A4"}
 

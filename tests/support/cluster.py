@@ -11,7 +11,7 @@ from leases.eventlog import cap_violations, read_events
 from leases.models import JobItem, LeaseItem, TenantItem
 from service import aws
 from service.settings import get_settings
-from service.stack import stop_all
+from control.stack import stop_all
 from service.tenancy import input_key, job_prefix
 from tasks import storage
 from tasks.submission import submit_job

@@ -1,4 +1,4 @@
-"""Real processes for integration tests: celery workers and beat (see :mod:`service.stack`)."""
+"""Real processes for integration tests: celery workers and beat (see :mod:`control.stack`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import psutil
 
-from service.stack import (
+from control.stack import (
     BEAT_READY,
     WORKER_READY,
     ManagedProcess,

@@ -9,7 +9,7 @@ Two moto server processes, each on a free port:
   concurrent transactions can interleave and break a cap that real DynamoDB would keep;
   serialising requests restores DynamoDB's isolation.
 
-Run one server by hand with ``python -m service.localaws [--single-threaded] [--port N]``: it prints
+Run one server by hand with ``python -m control.localaws [--single-threaded] [--port N]``: it prints
 ``listening on <port>`` once it accepts connections.
 """
 
@@ -63,7 +63,7 @@ class MotoProcess:
     """One moto server in a child process; ``url`` is set once it answers."""
 
     def __init__(self, *, single_threaded: bool, log: IO[bytes] | None = None) -> None:
-        cmd = [sys.executable, "-m", "service.localaws", "--port", "0", "--parent-pid", str(os.getpid())]
+        cmd = [sys.executable, "-m", "control.localaws", "--port", "0", "--parent-pid", str(os.getpid())]
         if single_threaded:
             cmd.append("--single-threaded")
         self.proc = subprocess.Popen(

@@ -5,20 +5,28 @@ log file, waits for a "ready" line, and stops it with SIGTERM, then SIGKILL of t
 so a celery worker's prefork children never outlive it. On Linux the process is also asked to end
 (SIGTERM, through ``prctl(PR_SET_PDEATHSIG)``) when the process that started it dies, even by
 SIGKILL, so a killed ``make run`` or test run leaves no worker polling a vanished endpoint. The
-``*_command`` functions spell the command lines of DESIGN §7.
+``*_command`` functions spell the command lines of DESIGN §7 (workers, beat, Flower);
+:class:`ReceiverProcess` starts the demo's webhook receiver (:mod:`webhooks.receiver`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from observability.events import FLOWER_OPTIONS
+from service.settings import get_settings
+from service.tenancy import validate_tenant_id
+from webhooks.receiver import CONFIRMATIONS_PATH, HOOK_PATH, READY_MARKER
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -191,3 +199,56 @@ def prometheus_command(config_path: Path, data_dir: Path, port: int, *, retentio
 WORKER_READY = "ready."
 BEAT_READY = "beat: Starting"
 PROMETHEUS_READY = "Server is ready to receive web requests."
+
+
+def flower_command(port: int, *, address: str = "127.0.0.1", app: str = "tasks") -> list[str]:
+    """Command line of Flower reading the events side channel: ``celery -A tasks --broker=<events URL>
+    flower --port=… --address=… --enable_events=False``.
+
+    Flower's HTTP API (``/api/...``) also needs authentication or ``FLOWER_UNAUTHENTICATED_API=true``
+    in its environment (Flower 2.x).
+
+    Raises:
+        ValueError: ``events_url`` is empty (no side channel configured).
+    """
+    url = get_settings().events_url
+    if not url:
+        raise ValueError("events_url is empty: Flower needs the events side channel (IMPOSITION_EVENTS_URL)")
+    return celery_command(f"--broker={url}", "flower", f"--port={port}", f"--address={address}",
+                          *FLOWER_OPTIONS, app=app)
+
+
+class ReceiverProcess:
+    """A ``python -m webhooks.receiver`` child process (for ``make run`` and the tests).
+
+    Args:
+        log_path: file for its stdout and stderr; the first line is the port.
+        port: port to bind (0: a free one, read back from the log).
+        env: extra environment variables.
+
+    Raises:
+        RuntimeError, TimeoutError: it exited or did not get ready (see :class:`ManagedProcess`).
+    """
+
+    def __init__(self, log_path, *, port: int = 0, env: dict[str, str] | None = None) -> None:
+        self.process = ManagedProcess([sys.executable, "-m", "webhooks.receiver", "--port", str(port)], log_path,
+                                      env=env, ready_marker=READY_MARKER, ready_timeout_s=30)
+        self.port = int(self.process.log().splitlines()[0])
+
+    def url(self, tenant_id: str) -> str:
+        """The hook URL of ``tenant_id`` on this receiver."""
+        return f"http://127.0.0.1:{self.port}{HOOK_PATH}{validate_tenant_id(tenant_id)}"
+
+    def confirmations(self) -> dict:
+        """The receiver's ``GET /confirmations`` (see module docstring)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{CONFIRMATIONS_PATH}", timeout=5) as answer:
+            return json.load(answer)
+
+    def tenant_counts(self, tenant_id: str) -> dict:
+        """``tenant_id``'s entry of :meth:`confirmations` (zeros if the receiver never heard of it)."""
+        empty = {"accepted": 0, "confirmed": 0, "rejected": 0, "jobs": {}}
+        return self.confirmations()["tenants"].get(tenant_id, empty)
+
+    def stop(self) -> None:
+        """Stop the process."""
+        self.process.stop()
