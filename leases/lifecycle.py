@@ -26,6 +26,7 @@ from pynamodb.exceptions import TransactWriteError
 from leases import outbox, policy
 from leases.errors import WrongJobStatus
 from leases.models import JobItem, JobStatus, TenantItem
+from leases.waiting import counter_actions, read_tenant
 from leases.transactions import (
     AMBIGUOUS,
     CANCELLED,
@@ -107,8 +108,6 @@ def cancel(job_id: str) -> Outcome:
     """
 
     def write(job: JobItem, t: float) -> str:
-        from leases.waiting import counter_actions  # noqa: PLC0415 (waiting imports this module's peers)
-
         with NamedTransaction(new_token()) as tx:
             tx.add("update", "tenant", TenantItem(job.tenant_id), actions=counter_actions(job, -1))
             tx.add("update", "job", JobItem(job_id),
@@ -146,8 +145,6 @@ def retry(job_id: str, *, max_attempts: int | None = None) -> Outcome:
                          f"max_attempts_limit={s.max_attempts_limit}")
 
     def write(job: JobItem, t: float) -> str:
-        from leases.waiting import counter_actions, read_tenant  # noqa: PLC0415 (waiting imports this module's peers)
-
         tenant = read_tenant(job.tenant_id)
         queued = s.waiting_policy != "handoff" or (
             policy.door_queues(tenant_state(tenant), s.default_cap))

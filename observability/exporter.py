@@ -36,6 +36,7 @@ import sys
 from celery.signals import celeryd_init, worker_process_shutdown, worker_ready
 
 from observability.errors import MetricsSetupError
+from observability.metrics import get_metrics
 from service.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -159,7 +160,6 @@ def _on_worker_ready(sender=None, **_: object) -> None:
     path = os.environ.get(ENV_VAR)
     if not settings.metrics_port or not path:
         return
-    from observability.metrics import get_metrics  # noqa: PLC0415
 
     start_endpoint(settings.metrics_port, settings.metrics_address, path)
     consumer = sender

@@ -74,7 +74,9 @@ from service.clocks import Clocks, get_clocks
 from service.settings import SQS_MAX_DELAY_S, get_settings
 from service.tenancy import message_group_id, shown_value, validate_job_id
 from leases import signals
+from tasks.heartbeat import Heartbeat
 from tasks.messages import publish_job
+from tasks.worker import expedite_to_dead_letter_queue
 
 log = logging.getLogger(__name__)
 
@@ -254,8 +256,6 @@ class FairTask(Task):
             log.error("could not acquire a lease for job %s (%s); leaving the message to SQS", job_id, exc)
             raise Reject(exc, requeue=False) from exc
 
-        from tasks.heartbeat import Heartbeat  # noqa: PLC0415 (keeps import order simple)
-
         delivery = (request.properties or {}).get("delivery_info") or {}
         heartbeat = Heartbeat(
             lease,
@@ -319,8 +319,6 @@ class FairTask(Task):
             celery.exceptions.Reject: always (not requeued; its visibility is reset so that SQS's
                 redrive moves it after ``maxReceiveCount`` quick receives).
         """
-        from tasks.worker import expedite_to_dead_letter_queue  # noqa: PLC0415 (worker-side module)
-
         log.error("refusing message of task %s (id %s): %s", self.name, self.request.id, problem)
         properties = self.request.properties or {}
         expedite_to_dead_letter_queue(properties.get("delivery_info"), properties.get("delivery_tag"), reason)

@@ -11,7 +11,9 @@ import logging
 from celery import Celery
 from celery.signals import after_setup_logger, worker_process_init
 
-from leases.models import reset_connections
+from leases.models import ALL_MODELS, reset_connections
+from leases.transactions import tx_connection
+from service import aws
 from service.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -28,10 +30,6 @@ def _fresh_clients_after_fork(**_: object) -> None:
     parent, before the fork), so neither the first job of each slot nor its first hand-off pays
     for them (they did: 2–6 s per slot under load, seen in a per-call trace of bench-sched)."""
     reset_connections()
-    from leases.models import ALL_MODELS  # noqa: PLC0415
-    from leases.transactions import tx_connection  # noqa: PLC0415
-    from service import aws  # noqa: PLC0415
-
     aws.sqs(), aws.s3(), tx_connection()
     for model in ALL_MODELS:  # each model has its own botocore client, created on first access
         model._get_connection().connection.client  # noqa: B018 (the access creates it)

@@ -45,6 +45,7 @@ from kombu.transport import SQS, TRANSPORT_ALIASES
 from vine.abstract import Thenable
 
 from service import aws
+from service.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,6 @@ class Channel(SQS.Channel):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        from service.settings import get_settings  # noqa: PLC0415 - read when a channel opens, not at import
 
         settings = get_settings()
         options = self.transport_options

@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 import admission
 from admission import claims
+from imposition import parse_layout
 from imposition.errors import InputError, InputTooLarge, NotAPdf
 from leases import waiting
 from leases.models import JobItem
@@ -183,8 +184,6 @@ def check_pdf_header(path: Path) -> None:
 def _validated(tenant_id: str, token: str, layout: dict[str, Any] | str, max_attempts: int | None,
                on_duplicate: str):
     """Every check that needs no I/O; returns (layout spec, attempt budget)."""
-    from imposition import parse_layout  # noqa: PLC0415 (heavy import, only when submitting)
-
     validate_tenant_id(tenant_id)
     if not isinstance(token, str) or not token.strip():
         raise ValueError("token: must be a non-empty string (the caller's idempotency token)")
