@@ -83,7 +83,8 @@ class _FromSettings:
 
 
 class _Meta:
-    region = _FromSettings("aws_region")
+    # region: set to _FromSettings("aws_region") below, once PynamoDB's metaclass has run (it reads
+    # Meta.region while creating each model class, which would read the settings at import)
     billing_mode = "PAY_PER_REQUEST"
 
 
@@ -384,6 +385,8 @@ class TokenClaimItem(Model):
 TOKEN_CLAIM_TTL_ATTRIBUTE = "expires_at"
 
 ALL_MODELS: tuple[type[Model], ...] = (TenantItem, LeaseItem, JobItem, ClusterItem, TokenClaimItem)
+for _model in ALL_MODELS:
+    _model.Meta.region = _FromSettings("aws_region")  # type: ignore[assignment]  # a descriptor read per use
 
 
 def reset_connections() -> None:

@@ -38,3 +38,12 @@ def test_importing_tasks_registers_every_task():
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == str(sorted(
         ["imposition.deliver_webhook", "imposition.impose", "imposition.sample_queues", "imposition.sweep"]))
+
+
+def test_the_packages_below_tasks_read_no_settings_at_import():
+    """Table names, the region and every clock are read when used, so a test or a command may set
+    ``IMPOSITION_*`` after importing them."""
+    result = _import("import service.settings as s, leases, admission, webhooks, observability.metrics, imposition,"
+                     " control.stack; print(s.get_settings.cache_info().currsize)")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0"]
