@@ -232,8 +232,12 @@ def cancel_job(job_id: str):
     from leases import lifecycle
     from leases.transactions import read_job
     from leases import signals
+    from leases.signals import JobOutcome
+    from tasks import app
     from tasks.messages import publish_job
-    import webhooks.tasks  # noqa: F401 - connects the job_finished receiver that sends the webhook
+    from tasks.wiring import install
+
+    install(app)  # this process's job_finished receivers: the webhook (idempotent)
 
     outcome = lifecycle.cancel(job_id)
     tenant_id = outcome.job.tenant_id
@@ -243,7 +247,7 @@ def cancel_job(job_id: str):
     except admission.AdmissionUnavailable as exc:  # the entry expires by itself; say so
         log.warning("job %s cancelled; its admission entry could not be confirmed (it expires): %s", job_id, exc)
     job = read_job(job_id)
-    signals.job_finished.send(sender=None, job=job, outcome="failed", error=job.error)
+    signals.job_finished.send(sender=None, job=job, outcome=JobOutcome.FAILED, error=job.error)
     return job
 
 

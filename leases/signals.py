@@ -16,9 +16,9 @@ job_woken         ``job`` (the :class:`leases.models.JobItem` as read from the w
                   job was moved back to ``queued`` and published (a hand-off)
 job_republished   ``job``: the sweeper re-published a queued job whose message was long overdue
 job_dropped       ``job_id``, ``tenant_id``, ``status`` (the status that made it a duplicate)
-job_finished      ``job`` (the item as committed), ``outcome`` (``"succeeded"``/``"failed"``/
-                  ``"retrying"``), ``error`` (str or None)
-lease_releasing   ``lease``, ``outcome`` (``"succeeded"``/``"retrying"``/``"failed"``): sent right
+job_finished      ``job`` (the item as committed), ``outcome`` (:class:`JobOutcome`: succeeded, failed,
+                  retrying), ``error`` (str or None)
+lease_releasing   ``lease``, ``outcome`` (:class:`JobOutcome`: succeeded, retrying, failed): sent right
                   before the holder's fenced release transaction (the lease certainly existed until
                   then; the lease-event log of :mod:`tasks.lease_log` relies on it)
 lease_released    ``lease``, ``outcome``: sent right after the holder's release committed, before the
@@ -37,7 +37,32 @@ poison_message    ``queue`` (name), ``reason`` (``"undecodable"``/``"unknown_for
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from celery.utils.dispatch import Signal
+
+
+class JobOutcome(StrEnum):
+    """How one delivery of a job ended: the ``outcome`` of ``job_finished``, ``lease_releasing`` and
+    ``lease_released``, of :class:`tasks.base.FairTask`'s return value, of ``jobs_total{outcome}``
+    and of the lease-event log's ``releasing`` events (a ``str``: compares and serialises as its value)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    #: released for another attempt (a retry copy is in the queue)
+    RETRYING = "retrying"
+    #: the tenant was at its cap: the job waits for a hand-off (no attempt counted)
+    PARKED = "parked"
+    #: a second copy of a message whose job is running a later attempt or finished
+    DUPLICATE_DROPPED = "duplicate_dropped"
+    #: the lease was reclaimed while running: nothing committed
+    LEASE_LOST = "lease_lost"
+
+    @property
+    def is_final(self) -> bool:
+        """True for ``succeeded`` and ``failed``: the job ended, its tenant gets an event."""
+        return self in (JobOutcome.SUCCEEDED, JobOutcome.FAILED)
+
 
 lease_acquired = Signal(name="lease_acquired", providing_args={"lease", "job", "heartbeat"})
 job_deferred = Signal(name="job_deferred", providing_args={"job_id", "tenant_id", "reason", "delay_s"})

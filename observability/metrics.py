@@ -60,11 +60,12 @@ from celery.signals import task_postrun
 
 from service.settings import get_settings
 from leases import signals
+from leases.signals import JobOutcome
 
 log = logging.getLogger(__name__)
 
 #: ``jobs_total`` outcomes.
-JOB_OUTCOMES = ("succeeded", "failed", "duplicate_dropped")
+JOB_OUTCOMES = (JobOutcome.SUCCEEDED, JobOutcome.FAILED, JobOutcome.DUPLICATE_DROPPED)
 
 
 class ServiceMetrics:
@@ -232,9 +233,9 @@ def on_job_finished(sender=None, job=None, outcome=None, **_: object) -> None:
     m.see_tenant(tenant)
     _release(job.job_id)
     if job.started_at is not None:
-        ended = float(job.finished_at) if outcome != "retrying" and job.finished_at is not None else time.time()
+        ended = float(job.finished_at) if outcome != JobOutcome.RETRYING and job.finished_at is not None else time.time()
         m.job_duration.labels(tenant).observe(max(0.0, ended - float(job.started_at)))
-    if outcome == "retrying":
+    if outcome == JobOutcome.RETRYING:
         m.job_retries.labels(tenant).inc()
     elif outcome in JOB_OUTCOMES:
         m.jobs.labels(tenant, outcome).inc()
@@ -252,7 +253,7 @@ def on_job_dropped(sender=None, tenant_id=None, **_: object) -> None:
     """A duplicate delivery (the job was not queued) was acked and dropped."""
     m = get_metrics()
     m.see_tenant(tenant_id)
-    m.jobs.labels(tenant_id, "duplicate_dropped").inc()
+    m.jobs.labels(tenant_id, JobOutcome.DUPLICATE_DROPPED).inc()
 
 
 def on_job_deferred(sender=None, tenant_id=None, reason=None, **_: object) -> None:
@@ -285,7 +286,7 @@ def on_lease_recovered(sender=None, lease=None, requeued=True, **_: object) -> N
     m.see_tenant(tenant)
     m.lease_recovered.labels(tenant).inc()
     if not requeued:
-        m.jobs.labels(tenant, "failed").inc()
+        m.jobs.labels(tenant, JobOutcome.FAILED).inc()
     _record_recent("lease_recovered", tenant)
 
 

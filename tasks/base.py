@@ -74,6 +74,7 @@ from service.clocks import Clocks, get_clocks
 from service.settings import SQS_MAX_DELAY_S, get_settings
 from service.tenancy import message_group_id, shown_value, validate_job_id
 from leases import signals
+from leases.signals import JobOutcome
 from tasks.heartbeat import Heartbeat
 from tasks.messages import publish_job
 from tasks.worker import expedite_to_dead_letter_queue
@@ -274,7 +275,7 @@ class FairTask(Task):
                 return self._on_job_error(job, lease, heartbeat, exc)
         if heartbeat.lost.is_set():
             return self._on_lease_lost(lease, heartbeat.lost_detail)
-        signals.lease_releasing.send(sender=self, lease=lease, outcome="succeeded")
+        signals.lease_releasing.send(sender=self, lease=lease, outcome=JobOutcome.SUCCEEDED)
         successor = self._successor(tenant_id)
         try:
             transactions.commit_success(
@@ -284,11 +285,11 @@ class FairTask(Task):
             )
         except LeaseLost as exc:
             return self._on_lease_lost(lease, str(exc))
-        signals.lease_released.send(sender=self, lease=lease, outcome="succeeded")
+        signals.lease_released.send(sender=self, lease=lease, outcome=JobOutcome.SUCCEEDED)
         self._hand_off(tenant_id, successor)
         job = self._read_committed(job, JobStatus.SUCCEEDED)
-        signals.job_finished.send(sender=self, job=job, outcome="succeeded", error=None)
-        return {"outcome": "succeeded", "job_id": job_id, "tenant_id": tenant_id}
+        signals.job_finished.send(sender=self, job=job, outcome=JobOutcome.SUCCEEDED, error=None)
+        return {"outcome": JobOutcome.SUCCEEDED, "job_id": job_id, "tenant_id": tenant_id}
 
     def _message_fields(self, args: tuple, kwargs: dict) -> tuple[str, str, int]:
         """``(tenant_id, job_id, after_attempt)`` of the message, or reject it as poison.
@@ -420,9 +421,9 @@ class FairTask(Task):
     def _on_lease_lost(self, lease: transactions.Lease, detail: str) -> dict:
         log.warning("job %s: lease lost, committing nothing (%s)", lease.job_id, detail)
         signals.lease_lost.send(sender=self, lease=lease, detail=detail)
-        return {"outcome": "lease_lost", "job_id": lease.job_id, "tenant_id": lease.tenant_id}
+        return {"outcome": JobOutcome.LEASE_LOST, "job_id": lease.job_id, "tenant_id": lease.tenant_id}
 
-    def _release(self, lease: transactions.Lease, outcome: str, reason: str, release) -> dict | None:
+    def _release(self, lease: transactions.Lease, outcome: JobOutcome, reason: str, release) -> dict | None:
         """Run the fenced ``release(hand_off)`` for ``outcome`` (``retrying``/``failed``; a failure
         hands its place to the tenant's next waiting job) and report it.
 
@@ -430,14 +431,14 @@ class FairTask(Task):
         result if the release was refused (the lease is someone else's: nothing was written).
         """
         signals.lease_releasing.send(sender=self, lease=lease, outcome=outcome)
-        successor = self._successor(lease.tenant_id) if outcome == "failed" else None  # a retry keeps its place
+        successor = self._successor(lease.tenant_id) if outcome == JobOutcome.FAILED else None  # a retry keeps its place
         try:
             release(successor and successor[1])
         except LeaseLost as lost:
             return self._on_lease_lost(lease, str(lost))
         signals.lease_released.send(sender=self, lease=lease, outcome=outcome)
         self._hand_off(lease.tenant_id, successor)
-        committed = JobStatus.FAILED if outcome == "failed" else JobStatus.QUEUED
+        committed = JobStatus.FAILED if outcome == JobOutcome.FAILED else JobStatus.QUEUED
         job = self._read_committed(JobItem(lease.job_id, tenant_id=lease.tenant_id), committed)
         signals.job_finished.send(sender=self, job=job, outcome=outcome, error=reason)
         return None
@@ -469,7 +470,7 @@ class FairTask(Task):
                         job.job_id, attempts, job.max_attempts, reason, delay_s)
             retry = self.retry(kwargs={**self.request.kwargs, "after_attempt": attempts}, countdown=delay_s,
                                exc=exc, throw=False)  # published before the release: it follows this attempt
-            lost = self._release(lease, "retrying", reason,
+            lost = self._release(lease, JobOutcome.RETRYING, reason,
                                  lambda _: transactions.release_for_retry(lease, error=reason, error_code=code,
                                                                           delay_s=delay_s))
             if lost is not None:
@@ -478,7 +479,7 @@ class FairTask(Task):
         if retryable:
             reason = f"out of attempts ({attempts}/{job.max_attempts}): {reason}"
         log.warning("job %s failed (%s): %s", job.job_id, code, reason)
-        lost = self._release(lease, "failed", reason,
+        lost = self._release(lease, JobOutcome.FAILED, reason,
                              lambda hand_off: transactions.fail_job(lease, error=reason, error_code=code,
                                                                     hand_off=hand_off))
         if lost is not None:

@@ -61,6 +61,7 @@ from leases.models import JobItem
 from service.settings import SQS_MAX_DELAY_S, get_settings
 from service.tenancy import message_group_id
 from leases import signals
+from leases.signals import JobOutcome
 from webhooks import delivery, fairness
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ log = logging.getLogger(__name__)
 TASK_NAME = "imposition.deliver_webhook"
 DRAIN_TASK_NAME = "imposition.drain_webhook_outbox"
 #: job_finished outcomes that end a job and so send its tenant an event.
-FINAL_OUTCOMES = frozenset({"succeeded", "failed"})
+FINAL_OUTCOMES = frozenset(o for o in JobOutcome if o.is_final)
 
 
 def redelivery_delay_s(round_number: int) -> int:
