@@ -30,7 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from service.settings import SQS_MAX_DELAY_S, SQS_MAX_VISIBILITY_TIMEOUT_S, Settings, get_settings
+from service.settings import SQS_MAX_VISIBILITY_TIMEOUT_S, Settings, get_settings
+from service.sqs import delay_seconds
 
 
 class ClockError(ValueError):
@@ -67,10 +68,12 @@ class Clocks:
         if self.heartbeat_interval_s > self.lease_ttl_s / 3:
             raise ClockError(
                 f"heartbeat_interval_s={self.heartbeat_interval_s} exceeds lease_ttl_s/3="
-                f"{self.lease_ttl_s / 3:g}"
+                f"{self.lease_ttl_s / 3:g} (a lease survives two missed heartbeats)"
             )
-        if not 0 <= self.defer_delay_s <= SQS_MAX_DELAY_S:
-            raise ClockError(f"defer_delay_s={self.defer_delay_s} is outside 0..{SQS_MAX_DELAY_S}")
+        try:
+            delay_seconds(self.defer_delay_s, "defer_delay_s")
+        except ValueError as exc:
+            raise ClockError(str(exc)) from None
         if self.visibility_timeout_s > SQS_MAX_VISIBILITY_TIMEOUT_S:
             raise ClockError(
                 f"visibility timeout {self.visibility_timeout_s} s (lease_ttl_s + sweep_interval_s + "

@@ -71,7 +71,8 @@ from leases import transactions, waiting
 from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost, TenantMismatch
 from leases.models import JobItem, JobStatus
 from service.clocks import Clocks, get_clocks
-from service.settings import SQS_MAX_DELAY_S, get_settings
+from service.settings import get_settings
+from service.sqs import backoff_s, delay_seconds
 from service.tenancy import message_group_id, shown_value, validate_job_id
 from leases import signals
 from leases.signals import JobOutcome
@@ -172,7 +173,7 @@ class FairTask(Task):
     def backoff_s(self, attempts: int) -> int:
         """SQS delay before attempt ``attempts + 1``: base × 2^(attempts − 1), capped (seconds)."""
         base, cap = self._option("retry_backoff_base_s"), self._option("retry_backoff_max_s")
-        return int(min(cap, base * 2 ** max(0, attempts - 1), SQS_MAX_DELAY_S))
+        return backoff_s(base, attempts, cap)
 
     def worker_name(self) -> str:
         """``<node name>/<pid>``: which process holds a lease."""
@@ -195,9 +196,7 @@ class FairTask(Task):
         """
         if eta is not None:
             raise ValueError("eta is not supported on SQS; pass countdown (0–900 s) instead")
-        delay_s = int(round(countdown or 0))
-        if not 0 <= delay_s <= SQS_MAX_DELAY_S:
-            raise ValueError(f"countdown={countdown} s is outside 0–{SQS_MAX_DELAY_S} s (SQS DelaySeconds limit)")
+        delay_s = delay_seconds(countdown or 0, "countdown")
         call_kwargs = self.request.kwargs if kwargs is None else kwargs
         options["MessageGroupId"] = message_group_id(call_kwargs["tenant_id"])
         options["DelaySeconds"] = delay_s

@@ -8,7 +8,8 @@ Flower shows one task per job.
 
 from __future__ import annotations
 
-from service.settings import SQS_MAX_DELAY_S, get_settings
+from service.settings import get_settings
+from service.sqs import delay_seconds, publish_retry_policy
 from service.tenancy import message_group_id
 
 
@@ -27,8 +28,7 @@ def publish_job(tenant_id: str, job_id: str, *, delay_s: int = 0, after_attempt:
     """
     from tasks.imposition_task import impose  # noqa: PLC0415 (the task module imports this one)
 
-    if not 0 <= delay_s <= SQS_MAX_DELAY_S:
-        raise ValueError(f"delay_s={delay_s} is outside 0–{SQS_MAX_DELAY_S} s (SQS DelaySeconds limit)")
+    delay_s = delay_seconds(delay_s)
     kwargs: dict = {"tenant_id": tenant_id, "job_id": job_id}
     if after_attempt:
         kwargs["after_attempt"] = int(after_attempt)
@@ -39,5 +39,5 @@ def publish_job(tenant_id: str, job_id: str, *, delay_s: int = 0, after_attempt:
         MessageGroupId=message_group_id(tenant_id),
         DelaySeconds=delay_s,
         retry=True,
-        retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2},
+        retry_policy=publish_retry_policy(),
     )

@@ -58,7 +58,8 @@ from pynamodb.exceptions import DoesNotExist
 
 from leases import outbox
 from leases.models import JobItem
-from service.settings import SQS_MAX_DELAY_S, get_settings
+from service.settings import get_settings
+from service.sqs import backoff_s, delay_seconds, publish_retry_policy
 from service.tenancy import message_group_id
 from leases import signals
 from leases.signals import JobOutcome
@@ -74,8 +75,7 @@ FINAL_OUTCOMES = frozenset(o for o in JobOutcome if o.is_final)
 
 def redelivery_delay_s(round_number: int) -> int:
     """SQS delay before round ``round_number + 1``: the base delay doubled per round, <= 900 s."""
-    base = get_settings().webhook_redelivery_delay_s
-    return int(min(SQS_MAX_DELAY_S, base * 2 ** max(0, round_number - 1)))
+    return backoff_s(get_settings().webhook_redelivery_delay_s, round_number)
 
 
 def publish_delivery(tenant_id: str, job_id: str, *, round_number: int = 1, first_round_at: float | None = None,
@@ -86,8 +86,7 @@ def publish_delivery(tenant_id: str, job_id: str, *, round_number: int = 1, firs
         ValueError: ``delay_s`` outside 0–900 s (the SQS DelaySeconds limit).
         kombu.exceptions.OperationalError, botocore.exceptions.ClientError: the publish failed.
     """
-    if not 0 <= delay_s <= SQS_MAX_DELAY_S:
-        raise ValueError(f"delay_s={delay_s} is outside 0–{SQS_MAX_DELAY_S} s (SQS DelaySeconds limit)")
+    delay_s = delay_seconds(delay_s)
     deliver_webhook.apply_async(
         kwargs={"job_id": job_id, "tenant_id": tenant_id, "round_number": round_number,
                 "first_round_at": first_round_at, "busy_deferrals": busy_deferrals},
@@ -97,7 +96,7 @@ def publish_delivery(tenant_id: str, job_id: str, *, round_number: int = 1, firs
         # no limits in the message: the worker applies the ones its own settings derive (ROUND_TIME_LIMITS)
         time_limit=None, soft_time_limit=None,
         retry=True,
-        retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2},
+        retry_policy=publish_retry_policy(),
     )
 
 
