@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-stamp
 
-.PHONY: venv run test bench bench-sched bench-sim soak clean prometheus
+.PHONY: venv run lint test test-unit bench bench-sched bench-sim soak clean prometheus
 
 ## Debian's prometheus package: promtool for the alert-rule tests (`make test`), the server for
 ## `make run`. Installed with apt-get when missing and this is a root shell on Debian; otherwise a
@@ -29,9 +29,19 @@ venv: $(STAMP)
 run: $(STAMP) prometheus
 	$(BIN)/python -m control.demo $(if $(KEEP),--keep)
 
-## The test suite (real moto servers, real Redis, real celery worker processes).
-test: $(STAMP) prometheus
+## The gates: ruff (lint), mypy (types), import-linter (the layers of README.md "Layers").
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+## The test suite after the gates (real moto servers, real Redis, real celery worker processes).
+test: lint prometheus
 	$(BIN)/python -m pytest
+
+## The unit tier alone: pure tests, no server (tests/unit, under a minute).
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -m unit tests/unit
 
 ## The engine benchmark (not in `make test`): our engine against pdfimpose and a plain pikepdf page
 ## copy, as external commands and in-process; tables printed and written to out/bench/ (a few minutes

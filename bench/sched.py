@@ -378,7 +378,7 @@ def _timeline_png(path: Path, intervals, start: float, end: float, scenario: Sce
     times = [start + i * step for i in range(int((end - start) / step) + 1)]
     fig, ax = plt.subplots(figsize=(9, 3))
     series = []
-    for short, tenant in tenants.items():
+    for tenant in tenants.values():
         own = [iv for iv in intervals if iv.tenant_id == tenant]
         series.append([sum(1 for iv in own if iv.start_at <= t < (iv.end_at or end)) for t in times])
     ax.stackplot([t - start for t in times], series, labels=list(tenants), step="post")

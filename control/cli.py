@@ -86,11 +86,11 @@ def unreachable_service(exc: BaseException) -> str | None:
     timeout, missing AWS credentials or an AWS error naming a resource that does not exist
     (:data:`NOT_PROVISIONED_CODES`); else None (the error is something else: let it show)."""
     from botocore.exceptions import ClientError  # noqa: PLC0415 (error path only)
-    from botocore.exceptions import ConnectionError as AwsConnectionError  # noqa: PLC0415
-    from botocore.exceptions import HTTPClientError, NoCredentialsError, PartialCredentialsError  # noqa: PLC0415
-    from redis.exceptions import ConnectionError as RedisConnectionError, TimeoutError as RedisTimeout  # noqa: PLC0415
+    from botocore.exceptions import ConnectionError as AwsConnectionError  # noqa: PLC0415 - error path only
+    from botocore.exceptions import HTTPClientError, NoCredentialsError, PartialCredentialsError  # noqa: PLC0415 - error path only
+    from redis.exceptions import ConnectionError as RedisConnectionError, TimeoutError as RedisTimeout  # noqa: PLC0415 - error path only
 
-    from service.settings import get_settings  # noqa: PLC0415
+    from service.settings import get_settings  # noqa: PLC0415 - error path only
 
     seen: set[int] = set()
     current: BaseException | None = exc

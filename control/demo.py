@@ -31,7 +31,6 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 
 import click
 
@@ -208,7 +207,7 @@ class Demo:
         try:
             redis.Redis.from_url(url, socket_connect_timeout=2).ping()
         except redis.RedisError as exc:
-            raise click.ClickException(f"Redis at {url} does not answer ({exc}); start it, or set {name}")
+            raise click.ClickException(f"Redis at {url} does not answer ({exc}); start it, or set {name}") from None
 
     def _forget_redis_keys(self) -> None:
         """Delete this run's Redis keys (its namespace) from the admission and the events database."""

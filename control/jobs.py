@@ -59,7 +59,7 @@ def job_view(job) -> dict[str, Any]:
     ``warnings`` and ``history`` as JSON values, not text), each ``*_at`` also as ``*_at_utc``, and
     ``waited_s``, ``ran_s``."""
     shown: dict[str, Any] = {}
-    for name, attribute in type(job).get_attributes().items():
+    for name in type(job).get_attributes():
         value = getattr(job, name)
         if value is None:
             continue

@@ -48,4 +48,5 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = sorted(_EXPORTS)
+__all__ = ["Engine", "ImposeReport", "ImpositionError", "LayoutSpec", "PdfToolboxEngine", "PikepdfEngine",
+           "SlugInfo", "get_engine", "parse_layout"]  # the keys of _EXPORTS, spelled out for linters

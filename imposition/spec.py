@@ -179,8 +179,8 @@ class LayoutSpec(_Strict):
         """Margins as ``(top_pt, right_pt, bottom_pt, left_pt)`` on the front side."""
         if isinstance(self.margin_mm, Margins):
             m = self.margin_mm
-            return tuple(mm_to_pt(v) for v in (m.top_mm, m.right_mm, m.bottom_mm, m.left_mm))  # type: ignore[return-value]
-        return (mm_to_pt(self.margin_mm),) * 4  # type: ignore[return-value]
+            return tuple(mm_to_pt(v) for v in (m.top_mm, m.right_mm, m.bottom_mm, m.left_mm))  # type: ignore[return-value]  # four floats: a tuple of fixed length mypy cannot see through the generator
+        return (mm_to_pt(self.margin_mm),) * 4  # type: ignore[return-value]  # four floats: mypy types (x,) * 4 as tuple[float, ...]
 
     def resolved(self) -> Layout:
         """This layout in the planner's terms: lengths in points, every default filled in.

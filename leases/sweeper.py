@@ -127,7 +127,7 @@ def runs_under(job: JobItem | None, lease: LeaseItem) -> bool:
 def sweep(
     now: float,
     *,
-    publish: Callable[[str, str], None],
+    publish: Callable[..., None],
     on_reclaimed: Callable[[LeaseItem, bool], None] | None = None,
     on_woken: Callable[[JobItem], None] | None = None,
     on_republished: Callable[[JobItem], None] | None = None,

@@ -314,7 +314,7 @@ def write_png(report: CapacityReport, path: Path) -> Path:
     """Plot daily utilisation (bars, with the utilisation line) and the daily share of long waits
     (bars, with the share line) to ``path`` (PNG); returns ``path``."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 (heavy import)
-    from matplotlib.figure import Figure  # noqa: PLC0415
+    from matplotlib.figure import Figure  # noqa: PLC0415 - heavy import, only for the PNG
 
     th = report.thresholds
     labels = [d.day.strftime("%a %d %b") for d in report.days]

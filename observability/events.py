@@ -44,6 +44,7 @@ import logging
 import os
 import threading
 import time
+from typing import Any
 
 from celery import current_app
 from celery.signals import after_task_publish
@@ -128,7 +129,7 @@ class RunReportedDispatcher:
 # --- publishers' task-sent ------------------------------------------------------------------------
 
 _dispatch_lock = threading.Lock()
-_dispatchers: dict[tuple, object] = {}  # (events URL, pid, hostname) → EventDispatcher; never across fork()
+_dispatchers: dict[tuple, Any] = {}  # (events URL, pid, hostname) → EventDispatcher; never across fork()
 _down_until: dict[tuple, float] = {}  # (events URL, pid, hostname) → monotonic time of the next try
 
 

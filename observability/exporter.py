@@ -71,8 +71,8 @@ def prepare_multiprocess_dir(path: str) -> str:
     os.environ[ENV_VAR] = path
     values = sys.modules.get("prometheus_client.values")
     if values is not None and not getattr(values.ValueClass, "_multiprocess", False):
-        from prometheus_client import REGISTRY  # noqa: PLC0415
-        from prometheus_client.metrics import MetricWrapperBase  # noqa: PLC0415
+        from prometheus_client import REGISTRY  # noqa: PLC0415 - prometheus-client only after PROMETHEUS_MULTIPROC_DIR is set
+        from prometheus_client.metrics import MetricWrapperBase  # noqa: PLC0415 - prometheus-client only after PROMETHEUS_MULTIPROC_DIR is set
 
         made = [c for c in list(REGISTRY._collector_to_names) if isinstance(c, MetricWrapperBase)]
         if made:
@@ -89,7 +89,7 @@ def mark_dead_processes(path: str) -> list[int]:
     A child killed with SIGKILL never runs ``worker_process_shutdown``; without this its
     ``leases_held`` would stay counted until the node restarts.
     """
-    from prometheus_client import multiprocess  # noqa: PLC0415
+    from prometheus_client import multiprocess  # noqa: PLC0415 - prometheus-client only after PROMETHEUS_MULTIPROC_DIR is set
 
     dead = set()
     for file in glob.glob(os.path.join(path, "gauge_live*_*.db")):
@@ -110,8 +110,8 @@ def mark_dead_processes(path: str) -> list[int]:
 
 def build_registry(path: str):
     """A registry whose collection merges the files of ``path`` (dead processes dropped first)."""
-    from prometheus_client import CollectorRegistry  # noqa: PLC0415
-    from prometheus_client.multiprocess import MultiProcessCollector  # noqa: PLC0415
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415 - prometheus-client only after PROMETHEUS_MULTIPROC_DIR is set
+    from prometheus_client.multiprocess import MultiProcessCollector  # noqa: PLC0415 - prometheus-client only after PROMETHEUS_MULTIPROC_DIR is set
 
     class _LiveCollector(MultiProcessCollector):
         def collect(self):
@@ -129,7 +129,7 @@ def start_endpoint(port: int, address: str, path: str):
     Raises:
         MetricsSetupError: the port cannot be bound (names the setting, address and port).
     """
-    from prometheus_client import start_http_server  # noqa: PLC0415
+    from prometheus_client import start_http_server  # noqa: PLC0415 - prometheus-client only after PROMETHEUS_MULTIPROC_DIR is set
 
     try:
         return start_http_server(port, addr=address, registry=build_registry(path))
@@ -174,7 +174,7 @@ def _on_worker_process_shutdown(pid=None, **_: object) -> None:
     path = os.environ.get(ENV_VAR)
     if not path:
         return
-    from prometheus_client import multiprocess  # noqa: PLC0415
+    from prometheus_client import multiprocess  # noqa: PLC0415 - prometheus-client only after PROMETHEUS_MULTIPROC_DIR is set
 
     multiprocess.mark_process_dead(pid or os.getpid(), path)
 

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         "SOAK_EVENT_LOG_DIR": str(args.out / "events"),
         "SOAK_HOLD_MAX_S": str(args.hold),
     })
-    import shutil  # noqa: PLC0415
+    import shutil  # noqa: PLC0415 - after the environment is set
 
     from control.localaws import LocalAws  # noqa: PLC0415 (settings are read at import)
 
@@ -81,10 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     # The embedded AWS endpoint first: importing ``tasks`` looks the queues up.
     with LocalAws(log_path=args.out / "moto.log") as local:
         os.environ.update(local.env)
-        from control.provision import provision  # noqa: PLC0415
+        from control.provision import provision  # noqa: PLC0415 - after the environment is set
 
         provision()
-        from soak.runner import Soak  # noqa: PLC0415
+        from soak.runner import Soak  # noqa: PLC0415 - after the environment is set
 
         summary = Soak(args).run()
     print(summary.describe())

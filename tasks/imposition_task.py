@@ -66,7 +66,7 @@ class ImposeTask(FairTask):
 
     name = "imposition.impose"
 
-    def delay(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
+    def delay(self, *args: Any, **kwargs: Any) -> str:
         """Submit a job: ``delay(tenant_id=..., token=..., input_key=..., layout={...})``.
 
         Runs admission, creates the job item (``queued``) and publishes with the tenant's
@@ -174,4 +174,4 @@ def _stop_engine_child(**_: object) -> None:
     isolation.stop_warm()
 
 
-impose: ImposeTask = app.register_task(ImposeTask())  # type: ignore[assignment]
+impose: ImposeTask = app.register_task(ImposeTask())

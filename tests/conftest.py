@@ -11,6 +11,8 @@ crash recovery happens within seconds; their relations are the production ones.
 Tenants: ``auto_register_tenants`` is on for the session (see ``SESSION_ENV``); the admission and
 operator tests turn it off and register every tenant they use.
 
+``-m unit`` (``make test-unit``) starts nothing: the unit tier (``tests/unit``) needs no server.
+
 Redis: database 13 for admission control and 12 for monitoring events (never database 0, which
 ``make run`` uses). Every key the session writes lies under its own namespace,
 ``imposition-test-<random>`` (``IMPOSITION_REDIS_KEY_NAMESPACE``), and the tests delete only that
@@ -50,11 +52,19 @@ REDIS_NAMESPACE = SESSION_ENV["IMPOSITION_REDIS_KEY_NAMESPACE"]
 _local_aws = None
 
 
+def unit_tier_only(config: pytest.Config) -> bool:
+    """True when the session runs the unit tier alone (``-m unit``, ``make test-unit``): no server
+    is started, and a test that needs one fails instead of finding it."""
+    return config.getoption("markexpr", "") == "unit"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _local_aws
     from control.localaws import LocalAws
 
     os.environ.update(SESSION_ENV)
+    if unit_tier_only(config):
+        return
     log_dir = Path(config.rootpath, ".pytest_cache")
     log_dir.mkdir(exist_ok=True)
     # the workers' prometheus multiprocess files: this checkout's own, never another run's
@@ -68,6 +78,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Stop the local AWS endpoint; delete this session's Redis keys from both databases."""
+    if unit_tier_only(config):
+        return
     from service import redis_namespace
 
     try:

@@ -99,7 +99,7 @@ def make_server(host: str = "127.0.0.1", port: int = 0, *, tolerance_s: float | 
             else:
                 self._answer(HTTPStatus.NOT_FOUND, {"error": "not found"})
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:  # noqa: N802 - the name http.server calls
             tenant_id = self.path[len(HOOK_PATH):] if self.path.startswith(HOOK_PATH) else ""
             declared = self.headers.get_all("Content-Length") or ["0"]
             if len(declared) > 1 or not declared[0].strip().isdigit() or not declared[0].isascii():
@@ -140,7 +140,7 @@ def make_server(host: str = "127.0.0.1", port: int = 0, *, tolerance_s: float | 
 
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
-    server.confirmations = confirmations  # type: ignore[attr-defined]
+    server.confirmations = confirmations  # type: ignore[attr-defined]  # the handler reads it from its server
     return server
 
 

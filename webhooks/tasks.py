@@ -145,7 +145,7 @@ def _record_quietly(job_id: str, status: str, report: delivery.RoundReport, *, d
     """Record a failed round; if even that fails, log it (the next round is scheduled regardless)."""
     try:
         delivery.record(job_id, status, attempts=report.attempts, error=report.error, due_at=due_at)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - recording is best effort; the next round is scheduled regardless
         log.error("webhook of job %s: could not record %s: %s", job_id, status, exc)
 
 
@@ -203,7 +203,7 @@ def drain_outbox() -> dict:
             if not outbox.claim(job, now=now, due_at=delivery.outbox_due_at(now)):
                 continue
             publish_delivery(job.tenant_id, job.job_id, first_round_at=first_round_at)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - one job's failure must not stop the drain of the others
             log.warning("outbox: round of job %s (tenant %s) not sent: %s", job.job_id, job.tenant_id, exc)
             counts["failed"] += 1
             continue

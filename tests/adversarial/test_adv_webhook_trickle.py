@@ -57,7 +57,7 @@ class _Endpoint(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:  # noqa: N802 - the name http.server calls
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         self.calls[self.path] += 1
         if self.path.startswith("/ok/"):

@@ -10,7 +10,6 @@ showing no tenant above its cap (:meth:`tests.support.cluster.Cluster.check_inva
 from __future__ import annotations
 
 import base64
-import io
 import json
 import os
 import signal
@@ -20,7 +19,6 @@ import time
 import uuid
 from pathlib import Path
 
-import pikepdf
 import psutil
 import pytest
 from click.testing import CliRunner
@@ -35,7 +33,7 @@ from service.settings import get_settings
 from tasks.celery_app import app
 from tasks.messages import publish_job
 from tests.conftest import reset_aws
-from tests.support.cluster import CASES, SADDLE_A4, Cluster
+from tests.support.cluster import Cluster
 from tests.support.processes import wait_for
 
 KILL_MOMENTS = ("kill-before-acquire", "kill-after-acquire", "kill-mid-engine", "kill-after-upload")
@@ -85,7 +83,7 @@ def faulty_jobs(cluster):
     for name, markers in faults.items():
         tenant = new_tenant(name.split("-")[0])
         jobs[name] = (tenant, cluster.submit(tenant, faults=markers))
-    for tenant, job_id in jobs.values():
+    for _tenant, job_id in jobs.values():
         cluster.final(job_id, timeout_s=120)
     return jobs
 

@@ -46,8 +46,8 @@ def _group(chars: list[LTChar]) -> list[Label]:
         if run:
             a, b = run[0].matrix[0], run[0].matrix[1]
             angle = round(math.degrees(math.atan2(b, a))) % 360
-            x0 = min(c.x0 for c in run); x1 = max(c.x1 for c in run)
-            y0 = min(c.y0 for c in run); y1 = max(c.y1 for c in run)
+            x0, x1 = min(c.x0 for c in run), max(c.x1 for c in run)
+            y0, y1 = min(c.y0 for c in run), max(c.y1 for c in run)
             text = "".join(c.get_text() for c in run).strip()
             labels.append(Label(text, (x0 + x1) / 2, (y0 + y1) / 2, angle, (x0, y0, x1, y1)))
             run.clear()

@@ -170,7 +170,7 @@ def test_case_5_rotated_pages_shown_as_a_viewer_shows_them(engine, case, tmp_pat
     for sheet, side in enumerate(sides):  # every page's two labels, four pages a sheet, in order
         pages = range(4 * sheet + 1, 4 * sheet + 5)
         assert sorted(l.text for l in side) == sorted([f"P{n}" for n in pages] + [f"bottom-left {n}" for n in pages])
-    for sheet, side in enumerate(sides):
+    for side in sides:
         for label in side:
             number = int(label.text.split()[-1].lstrip("P"))
             row, column = divmod((number - 1) % 4, 2)

@@ -81,7 +81,8 @@ def test_user_unit_gives_the_physical_size(engine, tmp_path):
     source = build(tmp_path / "in.pdf", pages)
     output = run(engine, source, {**ONE_UP_A4, "sheet": "A5", "scaling": "none"}, tmp_path)
     (source_label,), (placed,) = big_labels(source)[0], big_labels(output)[0]
-    width = lambda l: l.bbox[2] - l.bbox[0]
+    def width(label):
+        return label.bbox[2] - label.bbox[0]
     assert width(placed) == pytest.approx(2 * width(source_label), rel=0.01)  # an A5 page at 100 %
 
 

@@ -15,7 +15,7 @@ from pikepdf import Array, Dictionary, Name
 
 from imposition import parse_layout
 from imposition.errors import DamagedPdf, ImpositionError, NoRoomForMarks, Repaired, ScaledToFit
-from .imposition_pdfs import A5_PT, MM, add_page, labelled_pdf
+from .imposition_pdfs import MM, add_page, labelled_pdf
 from .imposition_readback import Raster, big_labels, labels, placements, segments
 
 A6_PT = (105 * MM, 148 * MM)

@@ -126,14 +126,14 @@ class SimCluster:
                 continue
             try:
                 self._run_one(job_id, after)
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:  # noqa: BLE001 - a thread's error is collected and asserted on
                 self.errors.append(exc)
 
     def _sweeper(self):
         while not self.stop.is_set():
             try:
                 sweeper.bring_back(time.time(), publish=self.publish, report=sweeper.SweepReport())
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:  # noqa: BLE001 - a thread's error is collected and asserted on
                 self.errors.append(exc)
             time.sleep(random.uniform(0.05, 0.3))
 

@@ -94,7 +94,7 @@ def test_repair_fixes_counter_orphan_and_stranded_job_while_leases_move(tenant_i
                 first_cycle.set()
             except (CapReached, LeaseContention):
                 continue
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:  # noqa: BLE001 - a thread's error is collected and asserted on
                 errors.append(exc)
                 return
 

@@ -63,7 +63,7 @@ def test_thirty_percent_throttling_and_conflicts_end_in_the_three_outcomes(tenan
         except (CapReached, LeaseContention, JobNotQueued) as exc:
             return job_id, exc
 
-    transactions.tx_connection().client
+    transactions.tx_connection().client  # noqa: B018 - create the botocore client before the threads share it
     faults = DynamoFaults(rate=0.3, seed=20240611)
     with faults, ThreadPoolExecutor(len(jobs) + 2) as pool:
         for _ in range(12):

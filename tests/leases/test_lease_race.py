@@ -35,7 +35,7 @@ def test_sixteen_acquirers_never_hold_five_leases(tenant_id, tmp_path):
     log = EventLog(tmp_path / "events")
     held: dict[str, Lease] = {}
     barrier = threading.Barrier(ACQUIRERS)
-    transactions.tx_connection().client  # create the botocore client before the threads share it
+    transactions.tx_connection().client  # noqa: B018 - create the botocore client before the threads share it
 
     def turn(job_id: str) -> object:
         lease = held.get(job_id)

@@ -9,7 +9,7 @@ from tests.admission.conftest import new_tenant, redis_db, registration_required
 
 
 @pytest.fixture(autouse=True)
-def audited(fresh_aws, redis_db):  # noqa: F811
+def audited(fresh_aws, redis_db):  # noqa: F811 - the fixture imported above, used by name
     from leases.audit import audit
 
     yield
