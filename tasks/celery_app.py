@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from celery import Celery
-from celery.signals import after_setup_logger, worker_process_init
+from celery.signals import after_setup_logger, worker_init, worker_process_init
 
 from leases.models import ALL_MODELS, reset_connections
 from leases.transactions import tx_connection
@@ -20,6 +20,14 @@ log = logging.getLogger(__name__)
 
 app = Celery("imposition")
 app.config_from_object("tasks.config")
+
+
+@worker_init.connect
+def _bind_queue_urls(sender: object = None, **_: object) -> None:
+    """The worker's main process, before the pool forks: the queue URLs, looked up once for all children."""
+    from tasks.config import bind_queue_urls  # noqa: PLC0415 - Celery reads the config module lazily; so do we
+
+    bind_queue_urls(app.conf)
 
 
 @worker_process_init.connect

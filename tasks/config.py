@@ -6,16 +6,20 @@ the visibility timeout Celery knows is the one ``imposition provision`` gave the
 
 The broker is SQS through :mod:`tasks.sqs_transport` (kombu's SQS transport, made to ride out an
 erroring or unreachable endpoint; selected by its URL scheme), with *predefined* queues (kombu then
-never calls ``CreateQueue`` with attributes of its own); their URLs are looked up when a broker channel opens
-(:class:`tasks.sqs_transport.Channel`: a worker's start, a command's first publish), never at
-import, so run ``imposition provision`` first.
+never calls ``CreateQueue`` with attributes of its own); their URLs are looked up when a worker starts, in its main process before the pool forks
+(:func:`bind_queue_urls` on ``worker_init``, so no child looks them up again), or else when a
+broker channel opens (:class:`tasks.sqs_transport.Channel`: a command's first publish); never at
+import. Run ``imposition provision`` first.
 Remote control and gossip need broadcast (fanout) queues that SQS cannot give a predefined setup,
 so they are off; monitoring events travel through the Redis side channel instead (see
 ``tasks.worker``).
 """
 
+from typing import Any
+
 from kombu import Exchange, Queue
 
+from service import aws
 from service.clocks import get_clocks
 from service.settings import get_settings
 from service.tenancy import MAINTENANCE_GROUP
@@ -87,3 +91,15 @@ beat_schedule = {
     },
 }
 
+
+def bind_queue_urls(conf: Any) -> None:
+    """Write each work queue's URL into ``conf.broker_transport_options["predefined_queues"]`` (one
+    ``GetQueueUrl`` per queue), so every process forked afterwards inherits them.
+
+    Raises:
+        botocore.exceptions.ClientError: a queue was never provisioned (``NonExistentQueue``).
+    """
+    options = dict(conf.broker_transport_options)
+    options["predefined_queues"] = {name: {**queue, "url": queue.get("url") or aws.queue_url(name)}
+                                    for name, queue in options.get("predefined_queues", {}).items()}
+    conf.broker_transport_options = options
