@@ -2,9 +2,9 @@
 
 Every final status is written together with the intent to notify (the outbox, :mod:`leases.outbox`:
 ``webhook_status = pending``, in the same transaction). The normal path is immediate: on
-:data:`tasks.signals.job_finished` (outcome ``succeeded`` or ``failed``; ``retrying`` is ignored),
+:data:`leases.signals.job_finished` (outcome ``succeeded`` or ``failed``; ``retrying`` is ignored),
 which :class:`tasks.base.FairTask` sends *after* the lease is released, and on
-:data:`tasks.signals.lease_recovered` with ``requeued=False`` (the sweeper failed a job that was out
+:data:`leases.signals.lease_recovered` with ``requeued=False`` (the sweeper failed a job that was out
 of attempts), the receivers publish the first round, so delivery never holds an imposition slot
 and never makes a job wait for a tenant's endpoint. The safety net is :func:`drain_outbox`
 (``imposition.drain_webhook_outbox``, sent by beat every ``webhook_outbox_drain_interval_s`` to the

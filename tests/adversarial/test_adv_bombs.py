@@ -31,7 +31,7 @@ def workers(tmp_path_factory):
 
 @pytest.fixture
 def receiver(tmp_path):
-    from webhooks.receiver import ReceiverProcess
+    from control.stack import ReceiverProcess
 
     process = ReceiverProcess(tmp_path / "receiver.log")
     yield process
@@ -65,7 +65,8 @@ def test_bombs_fail_their_own_jobs_and_the_tenant_is_told(workers, receiver, tmp
         return JobItem.get(job_id, consistent_read=True).webhook_status == delivery.DELIVERED
 
     for where, job_id in bombs.items():
-        wait_for(lambda: told(job_id), 60, what=f"the webhook of the {where} bomb's job")
+        wait_for(lambda: told(job_id), 60,  # noqa: B023 - waited for within this iteration
+                 what=f"the webhook of the {where} bomb's job")
         event = job_event(JobItem.get(job_id, consistent_read=True))  # the body the receiver was sent
         assert (event["status"], event["error_code"]) == ("failed", "content_too_large")
     assert set(bombs.values()) <= set(receiver.tenant_counts(tenant)["jobs"])

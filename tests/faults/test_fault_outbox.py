@@ -23,14 +23,14 @@ import pytest
 import admission
 from leases.models import JobItem
 from leases.tenants import set_cap
-from service.jobs import cancel_job
+from control.jobs import cancel_job
 from tests.conftest import reset_aws
 from tests.support.cluster import Cluster
 from tests.support.processes import wait_for
 from tests.webhooks.conftest import NOTIFIER_ENV
 from webhooks import delivery
 from webhooks.endpoints import set_webhook
-from webhooks.receiver import ReceiverProcess
+from control.stack import ReceiverProcess
 
 OUTBOX_ENV = {**NOTIFIER_ENV, "IMPOSITION_WEBHOOK_OUTBOX_GRACE_S": "2",
               "IMPOSITION_WEBHOOK_OUTBOX_DRAIN_INTERVAL_S": "1"}

@@ -47,7 +47,7 @@ def cluster(tmp_path_factory, proxy):
     c.stop()
 
 
-def test_every_job_that_ends_through_a_dynamodb_blip_gets_its_webhook(cluster, receiver, proxy):
+def test_every_job_that_ends_through_a_dynamodb_blip_gets_its_webhook(cluster, receiver, proxy):  # noqa: F811 - the fixture imported above
     tenant = f"blip-{uuid.uuid4().hex[:8]}"
     set_webhook(tenant, receiver.url(tenant), secrets.token_hex(32))
     cluster.mark(f"tenant-{tenant}.sleep", "1.5")
