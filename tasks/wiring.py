@@ -8,7 +8,7 @@ Like dramatiq's middleware added to a broker: the app is created bare (:mod:`tas
     Celery signals ──► observability.exporter  (the worker's metrics endpoint)
                   ──► observability.events    (publishers' task-sent on the events side channel)
                   ──► tasks.nodes             (the slot registry of an imposition node)
-    app tasks      ◄── webhooks.tasks.deliver_webhook, observability.sampler.sample_queues
+    app tasks      ◄── webhooks.tasks.deliver_webhook and drain_outbox, observability.sampler.sample_queues
 
 Nothing here does I/O; receivers run when their signal is sent.
 """
@@ -23,7 +23,7 @@ from webhooks import tasks as webhook_tasks
 
 
 #: Tasks of lower packages: Celery ``shared_task``s, registered on ``app`` when it is finalized.
-SHARED_TASKS = (webhook_tasks.TASK_NAME, sampler.TASK_NAME)
+SHARED_TASKS = (webhook_tasks.TASK_NAME, webhook_tasks.DRAIN_TASK_NAME, sampler.TASK_NAME)
 
 
 def install(app: Celery) -> Celery:

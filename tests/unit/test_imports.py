@@ -37,7 +37,8 @@ def test_importing_tasks_registers_every_task():
     result = _import("import tasks; print(sorted(n for n in tasks.app.tasks if n.startswith('imposition.')))")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == str(sorted(
-        ["imposition.deliver_webhook", "imposition.impose", "imposition.sample_queues", "imposition.sweep"]))
+        ["imposition.deliver_webhook", "imposition.drain_webhook_outbox", "imposition.impose",
+         "imposition.sample_queues", "imposition.sweep"]))
 
 
 def test_the_packages_below_tasks_read_no_settings_at_import():
