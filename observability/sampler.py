@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import math
 
-from celery import shared_task
 
 from leases import nodes
 from leases.models import TenantItem
+from service.celery_app import app
 from service.settings import get_settings
 from observability.metrics import get_metrics
 from observability.queues import SQS_STATES, QueueDepth, read_queues
@@ -40,7 +40,7 @@ def record_sample(depths: dict[str, QueueDepth]) -> None:
             m.sqs_oldest_message_age.labels(name).set(math.nan)
 
 
-@shared_task(name=TASK_NAME, acks_late=True, ignore_result=True)
+@app.task(name=TASK_NAME, acks_late=True, ignore_result=True)
 def sample_queues() -> dict:
     """Sample every work queue and DLQ; returns ``{queue: {visible, in_flight, delayed, oldest_age_s}}``."""
     depths = read_queues()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from celery import Celery
+from service.celery_app import app as service_app
 from celery.signals import after_setup_logger, worker_init, worker_process_init
 
 from leases.models import ALL_MODELS, reset_connections
@@ -18,8 +18,7 @@ from service.settings import get_settings
 
 log = logging.getLogger(__name__)
 
-app = Celery("imposition")
-app.config_from_object("tasks.config")
+app = service_app  # created in service.celery_app, so lower packages define tasks on it without importing tasks
 
 
 @worker_init.connect

@@ -53,11 +53,11 @@ from __future__ import annotations
 import logging
 import time
 
-from celery import shared_task
 from pynamodb.exceptions import DoesNotExist
 
 from leases import outbox
 from leases.models import JobItem
+from service.celery_app import app
 from service.settings import get_settings
 from service.sqs import backoff_s, delay_seconds, publish_retry_policy
 from service.tenancy import message_group_id
@@ -104,7 +104,7 @@ def publish_delivery(tenant_id: str, job_id: str, *, round_number: int = 1, firs
 ROUND_TIME_LIMITS = delivery.round_time_limits()
 
 
-@shared_task(name=TASK_NAME, acks_late=True, ignore_result=True, acks_on_failure=False, acks_on_timeout=False,
+@app.task(name=TASK_NAME, acks_late=True, ignore_result=True, acks_on_failure=False, acks_on_timeout=False,
           soft_time_limit=ROUND_TIME_LIMITS.soft_s, time_limit=ROUND_TIME_LIMITS.hard_s)
 def deliver_webhook(*, job_id: str, tenant_id: str, round_number: int = 1,
                     first_round_at: float | None = None, busy_deferrals: int = 0) -> dict:
@@ -162,7 +162,7 @@ def queue_webhook(tenant_id: str, job_id: str) -> None:
                   job_id, tenant_id, exc)
 
 
-@shared_task(name=DRAIN_TASK_NAME, acks_late=True, ignore_result=True)
+@app.task(name=DRAIN_TASK_NAME, acks_late=True, ignore_result=True)
 def drain_outbox() -> dict:
     """Send a round for every outbox entry due now (:mod:`leases.outbox`); returns counts.
 
