@@ -227,7 +227,6 @@ class Bench:
     def run_scenario(self, scenario: Scenario, policy: str) -> Result:
         from leases.audit import audit
         from leases.eventlog import busy_intervals, held_intervals, max_concurrent, read_events
-        from leases.models import JobItem
         from service.settings import get_settings
         from leases.tenants import set_cap
         from leases.waiting import wake

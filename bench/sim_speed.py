@@ -45,7 +45,7 @@ def main() -> None:
         jobs = history()
         began = time.process_time()
         wall = time.perf_counter()
-        run = simulate(jobs, nodes=1, policy_name=name, params=params, tiers=tiers, keep_intervals=False)
+        simulate(jobs, nodes=1, policy_name=name, params=params, tiers=tiers, keep_intervals=False)
         cpu_s, wall_s = time.process_time() - began, time.perf_counter() - wall
         waits = sorted(j.wait_s for j in jobs if j.wait_s is not None)
         p95 = waits[int(0.95 * (len(waits) - 1))] if waits else float("nan")

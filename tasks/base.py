@@ -247,7 +247,7 @@ class FairTask(Task):
             except JobNotQueued as gone:  # a duplicate delivery parked or ran it meanwhile
                 return self._drop_duplicate(job_id, tenant_id, gone)
             if lease is None:
-                raise Retry(f"parked: tenant {tenant_id} is at its cap; a release of its slots wakes it", exc=exc)
+                raise Retry(f"parked: tenant {tenant_id} is at its cap; a release of its slots wakes it", exc=exc)  # noqa: B904 - Celery reads exc=, the park is no error of this except
         except LeaseContention as exc:
             self._defer(job_id, tenant_id, exc)
         except _INFRASTRUCTURE_ERRORS as exc:

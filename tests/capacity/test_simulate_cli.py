@@ -10,7 +10,7 @@ import uuid
 import pytest
 from click.testing import CliRunner
 
-from service.cli import main
+from control.cli import main
 
 SPEC = """
 seed = 2

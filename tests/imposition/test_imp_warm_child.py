@@ -18,7 +18,7 @@ from .test_imp_limits import BOOKLET, decompression_bomb
 from imposition import isolation, parse_layout
 from imposition.engines import PikepdfEngine
 from imposition.errors import EngineCrashed, MemoryLimitExceeded, TimeLimitExceeded
-from service.stack import wait_for
+from control.stack import wait_for
 
 POLICY = isolation.WarmPolicy(max_jobs=100, max_rss_bytes=512 * 1024**2)
 
