@@ -251,7 +251,8 @@ class JobItem(Model):
     #: ``repair`` (``imposition audit --repair``).
     woken_by = UnicodeAttribute(null=True)
     #: While ``queued``: when its latest message becomes visible in SQS (publish time + delay, epoch s).
-    #: A queued job still not started ``lost_message_grace_s`` after it is re-published by the sweeper.
+    #: A queued job still not started ``Clocks.lost_message_after_s`` after it, while its queue shows
+    #: no visible message, is re-published by the sweeper.
     due_at = NumberAttribute(null=True)
     #: Fencing token of the lease the job runs under now (absent while queued).
     lease_token = UnicodeAttribute(null=True)

@@ -10,9 +10,10 @@ For each lease whose ``expires_at`` is in the past (found through the expiry ind
    of attempts). The attempt the dead holder started stays counted: a job that kills its worker
    ``max_attempts`` times ends ``failed``.
 
-Then :func:`bring_back`, the hand-off's safety net: drop worker nodes that stopped beating from the
-slot registry, wake the waiting jobs of every tenant with room, re-publish queued jobs whose message
-is long overdue.
+Then :func:`bring_back`, the reconciler: drop worker nodes that stopped beating from the slot
+registry, wake the waiting jobs of every tenant with room, re-publish queued jobs that no message
+could still bring (overdue by ``Clocks.lost_message_after_s`` while the queue shows no visible
+message).
 
 Two sweepers at once are safe: both may publish, but only one reclaim transaction succeeds (the
 other finds the lease gone and counts nothing); the spare message finds the job not ``queued``, or
@@ -37,7 +38,7 @@ from pynamodb.exceptions import DoesNotExist, UpdateError
 from leases import nodes, outbox, waiting
 from leases.models import LEASE_EXPIRY_PARTITION, PENDING_PARTITION, JobItem, JobStatus, LeaseItem, TenantItem
 from leases.transactions import NamedTransaction, fenced_release, requeue_actions
-from service.settings import get_settings
+from service.clocks import get_clocks
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,9 @@ class SweepReport:
     #: Waiting jobs woken by the safety net (a lost hand-off), queued jobs re-published (lost message).
     woken: Counter = field(default_factory=Counter)
     republished: Counter = field(default_factory=Counter)
+    #: Leases of jobs out of attempts left for a later sweep: their holder may still report them
+    #: ``infra_lost`` (``Clocks.infra_report_grace_s``).
+    held_for_report: int = 0
     #: Worker nodes that stopped beating, dropped from the slot registry.
     nodes_dropped: list = field(default_factory=list)
 
@@ -204,15 +208,16 @@ def bring_back(now: float, *, publish: Callable[..., None], report: SweepReport,
 
     * waiting jobs of a tenant with room are woken (:func:`leases.waiting.wake`): a releaser that
       died between its release and its wake, a cap raised while jobs waited, the index's lag;
-    * queued jobs whose message was due more than ``Settings.lost_message_grace_s`` ago and that
-      never started are re-published (a wake whose publish was lost, a purged or restarted queue):
-      a spare copy is dropped by the conditional acquire. Not while ``backlog()`` (visible messages
-      in the work queue) is above 0: then every worker is busy, an overdue message is simply not
-      received yet, and a copy would only add to the queue.
+    * queued jobs that no message could still bring (:func:`lost_queued`: due more than
+      ``Clocks.lost_message_after_s`` ago while the work queue shows no visible message) are
+      re-published: a wake whose publish was lost, a purged queue, an endpoint restarted empty, a
+      message hidden by a worker that died or stopped with it. A spare copy is dropped by the
+      conditional acquire. Not while ``backlog()`` (visible messages in the work queue) is above
+      0: then every worker is busy, an overdue message is simply not received yet, and a copy
+      would only add to the queue.
 
     A tenant whose step fails is logged and left for the next sweep; the others go on.
     """
-    grace_s = get_settings().lost_message_grace_s
     report.nodes_dropped += nodes.drop_dead(now)
     check_lost = backlog is None or backlog() == 0
     for tenant in TenantItem.by_pending.query(PENDING_PARTITION):
@@ -225,13 +230,26 @@ def bring_back(now: float, *, publish: Callable[..., None], report: SweepReport,
                                      on_woken=on_woken)
                 report.woken[tenant.tenant_id] += len(woken)
             if check_lost and int(tenant.queued or 0) > 0:
-                for job in waiting.stale_queued(tenant.tenant_id, now=now, grace_s=grace_s):
-                    publish(job.tenant_id, job.job_id, after_attempt=int(job.attempts or 0))
-                    waiting.mark_republished(job.job_id, now=now)
+                for job in lost_queued(tenant.tenant_id, now=now):
+                    republish_lost(job, publish=publish, now=now)
                     report.republished[tenant.tenant_id] += 1
-                    log.warning("re-published job %s (tenant %s): queued since its message was due at %.0f "
-                                "and never started", job.job_id, job.tenant_id, float(job.due_at))
                     if on_republished is not None:
                         on_republished(job)
         except Exception:  # noqa: BLE001 - one tenant's failure must not stop the net for the others
             log.exception("sweeper: bringing back the jobs of tenant %s failed; next sweep", tenant.tenant_id)
+
+
+def lost_queued(tenant_id: str, *, now: float) -> Iterator[JobItem]:
+    """The tenant's queued jobs overdue by ``Clocks.lost_message_after_s`` (``due_at`` that long
+    before ``now``), oldest first. Meaningful only while the work queue shows no visible message
+    (the caller checks): then no message could still bring them soon."""
+    return waiting.stale_queued(tenant_id, now=now, grace_s=get_clocks().lost_message_after_s)
+
+
+def republish_lost(job: JobItem, *, publish: Callable[..., None], now: float) -> None:
+    """Publish a lost queued job again (marked as following its last attempt), then stamp its
+    ``due_at`` so the next sweep waits again. A spare copy is dropped by the conditional acquire."""
+    publish(job.tenant_id, job.job_id, after_attempt=int(job.attempts or 0))
+    waiting.mark_republished(job.job_id, now=now)
+    log.warning("re-published job %s (tenant %s): queued since its message was due at %.0f, never started, "
+                "and no message visible", job.job_id, job.tenant_id, float(job.due_at))

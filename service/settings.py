@@ -142,13 +142,6 @@ class Settings(BaseSettings):
         "of its tenant wakes it (DESIGN §3); 'timer' publishes a copy delayed by defer_delay_s (the "
         "source design's baseline, kept for make bench-sched).",
     )
-    lost_message_grace_s: float = Field(
-        default=30.0, gt=0,
-        description="A queued job whose message became visible this long ago and that has not started is "
-        "re-published by the sweeper (a lost wake or publish; a duplicate is dropped by the conditional "
-        "acquire). Must be >= sqs_wait_time_s: a visible message is received within one long poll by a "
-        "free worker.",
-    )
     handoff_scan_limit: int = Field(
         default=8, ge=1, le=100,
         description="Waiting jobs read per index page when a release looks for the tenant's oldest one "
@@ -474,11 +467,6 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"node_ttl_s={self.node_ttl_s:g} must be >= 2 x heartbeat_interval_s={self.heartbeat_interval_s:g} "
                 "(a node survives one missed beat)"
-            )
-        if self.lost_message_grace_s < self.sqs_wait_time_s:
-            raise ValueError(
-                f"lost_message_grace_s={self.lost_message_grace_s:g} must be >= sqs_wait_time_s="
-                f"{self.sqs_wait_time_s} (a visible message may wait one long poll before it is received)"
             )
         if self.retry_backoff_base_s > self.retry_backoff_max_s:
             raise ValueError(

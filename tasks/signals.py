@@ -14,7 +14,9 @@ job_deferred      ``job_id``, ``tenant_id``, ``reason`` (``"cap"``: parked or, u
 job_woken         ``job`` (the :class:`leases.models.JobItem` as read from the waiting index, ``woken_at``
                   set), ``reason`` (``"release"``/``"door"``/``"sweeper"``/``"cap_change"``): a parked
                   job was moved back to ``queued`` and published (a hand-off)
-job_republished   ``job``: the sweeper re-published a queued job whose message was long overdue
+job_republished   ``job`` (or None), ``reason``: the sweeper published a job again: ``"lost_message"``
+                  (queued, no message could still bring it), ``"lost_handoff"`` (waiting while its
+                  tenant had room), ``"lease_expired"`` (its holder stopped renewing)
 job_dropped       ``job_id``, ``tenant_id``, ``status`` (the status that made it a duplicate)
 job_finished      ``job`` (the item as committed), ``outcome`` (``"succeeded"``/``"failed"``/
                   ``"retrying"``), ``error`` (str or None)
@@ -42,7 +44,7 @@ from celery.utils.dispatch import Signal
 lease_acquired = Signal(name="lease_acquired", providing_args={"lease", "job", "heartbeat"})
 job_deferred = Signal(name="job_deferred", providing_args={"job_id", "tenant_id", "reason", "delay_s"})
 job_woken = Signal(name="job_woken", providing_args={"job", "reason"})
-job_republished = Signal(name="job_republished", providing_args={"job"})
+job_republished = Signal(name="job_republished", providing_args={"job", "reason"})
 job_dropped = Signal(name="job_dropped", providing_args={"job_id", "tenant_id", "status"})
 job_finished = Signal(name="job_finished", providing_args={"job", "outcome", "error"})
 lease_releasing = Signal(name="lease_releasing", providing_args={"lease", "outcome"})

@@ -33,6 +33,14 @@ def test_the_provisioned_queues_and_celery_agree_with_the_clocks():
         assert redrive["deadLetterTargetArn"] == dlq_arn
     assert clocks.heartbeat_interval_s <= clocks.lease_ttl_s / 3
     assert clocks.lease_lost_after_s == clocks.lease_ttl_s / 2
+    # The reconciler's bound: one long poll (a visible message reaches a free worker) plus one
+    # heartbeat (a live holder has started or parked it); well inside the visibility timeout, so a
+    # message hidden by a dead worker is re-published before SQS would return it.
+    assert clocks.lost_message_after_s == settings.sqs_wait_time_s + clocks.heartbeat_interval_s
+    assert clocks.lost_message_after_s >= settings.sqs_wait_time_s
+    assert clocks.lost_message_after_s < clocks.visibility_timeout_s
+    # The sweeper's wait for an infra_lost report: the holder retries it once per heartbeat.
+    assert clocks.infra_report_grace_s == clocks.heartbeat_interval_s < clocks.lease_ttl_s
     assert 0 <= clocks.defer_delay_s <= SQS_MAX_DELAY_S
     assert celeryconfig.broker_transport_options["predefined_queues"].keys() == set(settings.work_queues)
 
@@ -42,17 +50,19 @@ def test_production_defaults_keep_the_rules():
     assert (defaults["lease_ttl_s"], defaults["heartbeat_interval_s"], defaults["sweep_interval_s"],
             defaults["defer_delay_s"]) == (600, 60, 60, 30)
     clocks = Clocks(defaults["lease_ttl_s"], defaults["heartbeat_interval_s"], defaults["sweep_interval_s"],
-                    defaults["defer_delay_s"], defaults["visibility_margin_s"]).check()
+                    defaults["defer_delay_s"], defaults["visibility_margin_s"], defaults["sqs_wait_time_s"]).check()
     assert clocks.visibility_timeout_s == 720
     assert clocks.lease_lost_after_s == 300
+    assert clocks.lost_message_after_s == 70
+    assert clocks.infra_report_grace_s == 60
 
 
 @pytest.mark.parametrize(
     "clocks, limit",
     [
-        (Clocks(600, 201, 60, 30, 60), "lease_ttl_s/3"),
-        (Clocks(600, 60, 60, 901, 60), "0..900"),
-        (Clocks(43_000, 60, 200, 30, 60), "43200"),
+        (Clocks(600, 201, 60, 30, 60, 10), "lease_ttl_s/3"),
+        (Clocks(600, 60, 60, 901, 60, 10), "0..900"),
+        (Clocks(43_000, 60, 200, 30, 60, 10), "43200"),
     ],
 )
 def test_clocks_that_break_a_rule_are_refused(clocks, limit):
