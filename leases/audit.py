@@ -447,7 +447,7 @@ def _repair_counter(tenant_id: str) -> str | None:
 def _repair_stranded(job: JobItem, publish: Callable[[str, str], None]) -> str | None:
     """Put a running job that has no lease back to ``queued`` (re-published) or ``failed``."""
     token = job.lease_token
-    requeue = int(job.attempts or 0) < int(job.max_attempts)
+    requeue = job.attempts_left
     reason = f"stranded: running under token {str(token)[:8]} with no lease (imposition audit --repair)"
     if requeue:  # first: an early copy is deferred until this commits, a spare one dropped
         publish(job.tenant_id, job.job_id, after_attempt=int(job.attempts or 0))

@@ -2,13 +2,22 @@
 
 For each lease whose ``expires_at`` is in the past (found through the expiry index, never a scan):
 
-1. read the job; if it still has attempts left, **re-publish** its message first (so recovery
-   never depends on an old message still existing), else it will be failed. The copy says which
-   attempt it follows, so if it arrives before step 2 commits it is deferred, not dropped;
+1. read the job; if it still has attempts left (``JobItem.attempts_left``), **re-publish** its
+   message first (so recovery never depends on an old message still existing), else it will be
+   failed. The copy says which attempt it follows, so if it arrives before step 2 commits it is
+   deferred, not dropped;
 2. one transaction, fenced by the lease's token and its expiry: delete the lease (condition: same
    token, still expired), ``in_flight − 1``, and the job ``running → queued`` (or ``failed`` when out
-   of attempts). The attempt the dead holder started stays counted: a job that kills its worker
-   ``max_attempts`` times ends ``failed``.
+   of attempts).
+
+**Whose fault** (issue 15, item 5). The attempt the holder started stays counted unless the holder
+reported it ``infra_lost`` (it was alive but could not reach DynamoDB: :mod:`tasks.heartbeat`,
+:func:`leases.transactions.record_infra_lost`); with no such report the reclaim records the
+attempt ``holder_vanished`` in ``JobItem.lost_attempts``: a job that kills its worker
+``max_attempts`` times ends ``failed``. A job that would be failed waits for that report until
+``Clocks.infra_report_grace_s`` past its lease's expiry (the lease is left for a later sweep), so a
+holder cut off from DynamoDB, which reaches it again no later than the sweeper, has its report
+counted first.
 
 Then :func:`bring_back`, the reconciler: drop worker nodes that stopped beating from the slot
 registry, wake the waiting jobs of every tenant with room, re-publish queued jobs that no message
@@ -37,7 +46,7 @@ from pynamodb.exceptions import DoesNotExist, UpdateError
 
 from leases import nodes, outbox, waiting
 from leases.models import LEASE_EXPIRY_PARTITION, PENDING_PARTITION, JobItem, JobStatus, LeaseItem, TenantItem
-from leases.transactions import NamedTransaction, fenced_release, requeue_actions
+from leases.transactions import NamedTransaction, fenced_release, lost_attempt_entry, requeue_actions
 from service.clocks import get_clocks
 
 log = logging.getLogger(__name__)
@@ -72,8 +81,9 @@ def expired_leases(now: float) -> Iterator[LeaseItem]:
     return LeaseItem.by_expiry.query(LEASE_EXPIRY_PARTITION, LeaseItem.expires_at < now)
 
 
-def reclaim(lease: LeaseItem, *, now: float, requeue: bool, reason: str) -> bool:
-    """Reclaim one expired lease in one transaction; True if this call did it.
+def reclaim(lease: LeaseItem, *, now: float, requeue: bool, reason: str, vanished: dict | None = None) -> bool:
+    """Reclaim one expired lease in one transaction; True if this call did it. ``vanished``: an
+    entry appended to the job's ``lost_attempts`` (the holder reported nothing).
 
     Returns False (and changes nothing) if the lease is gone, carries another token, was renewed
     after it was read, or its job no longer runs under it.
@@ -88,6 +98,8 @@ def reclaim(lease: LeaseItem, *, now: float, requeue: bool, reason: str) -> bool
         job_actions = [JobItem.status.set(JobStatus.FAILED.value), JobItem.lease_token.remove(),
                        JobItem.finished_at.set(now), JobItem.error.set(reason),
                        JobItem.error_code.set("lease_expired"), *outbox.intent_actions(now)]
+    if vanished is not None:
+        job_actions.append(JobItem.lost_attempts.set((JobItem.lost_attempts | []).append([vanished])))
 
     def job_item(tx: NamedTransaction, release_id: str) -> None:
         tx.add("update", "job", JobItem(lease.job_id),
@@ -156,6 +168,7 @@ def sweep(
             are left for the next sweep (every step is idempotent).
     """
     report = SweepReport()
+    clocks = get_clocks()
     for lease in expired_leases(now):
         try:
             job = JobItem.get(lease.job_id, consistent_read=True)
@@ -170,14 +183,19 @@ def sweep(
                 report.lost_races += 1
             continue
         assert job is not None
-        requeue = int(job.attempts) < int(job.max_attempts)
+        requeue = job.attempts_left
+        if not requeue and float(lease.expires_at) > now - clocks.infra_report_grace_s:
+            report.held_for_report += 1  # its holder may still report the attempt infra_lost
+            continue
         holder = f"worker {lease.worker} stopped renewing its lease (expired at {lease.expires_at:.0f})"
+        reported = int(job.attempts) in {int(a) for a in (job.infra_lost_attempts or ())}
+        vanished = None if reported else lost_attempt_entry(int(job.attempts), "holder_vanished", holder, now)
         if requeue:
             publish(lease.tenant_id, lease.job_id, after_attempt=int(job.attempts))
             reason = f"{holder}; re-queued"
         else:
             reason = f"{holder}; out of attempts ({job.attempts}/{job.max_attempts})"
-        if not reclaim(lease, now=now, requeue=requeue, reason=reason):
+        if not reclaim(lease, now=now, requeue=requeue, reason=reason, vanished=vanished):
             report.lost_races += 1
             continue
         report.reclaimed[lease.tenant_id] += 1

@@ -86,6 +86,12 @@ class Settings(BaseSettings):
         description="Worker: longest pause between receives while SQS keeps failing; it bounds how long after the "
                     "endpoint is back a worker may take to notice.",
     )
+    sqs_shutdown_receive_margin_s: float = Field(
+        default=5.0, ge=0,
+        description="Worker stopping: how much longer than sqs_wait_time_s it waits for its open long polls to "
+                    "answer, so that what they bring is released (visibility 0) rather than hidden for the "
+                    "visibility timeout (tasks.sqs_transport).",
+    )
 
     # --- Redis (admission control, monitoring-event side channel) ---------------------------------
     redis_url: str = "redis://127.0.0.1:6379/0"

@@ -26,6 +26,8 @@ lease_releasing   ``lease``, ``outcome`` (``"succeeded"``/``"retrying"``/``"fail
 lease_released    ``lease``, ``outcome``: sent right after the holder's release committed, before the
                   hand-off (:func:`leases.waiting.wake`)
 lease_lost        ``lease``, ``detail``
+attempt_infra_lost  ``lease``, ``attempt``: the holder recorded its attempt ``infra_lost`` (it could not
+                  reach DynamoDB; the attempt is not charged)
 lease_recovered   ``lease`` (the reclaimed :class:`leases.models.LeaseItem`), ``requeued`` (bool),
                   ``swept_at`` (the sweep's ``now``, epoch s: the lease existed at least until then)
 webhook_drained   ``tenant_id``, ``job_id``, ``unsettled_s`` (since the job ended): the outbox drain sent a
@@ -49,6 +51,7 @@ job_dropped = Signal(name="job_dropped", providing_args={"job_id", "tenant_id", 
 job_finished = Signal(name="job_finished", providing_args={"job", "outcome", "error"})
 lease_releasing = Signal(name="lease_releasing", providing_args={"lease", "outcome"})
 lease_released = Signal(name="lease_released", providing_args={"lease", "outcome"})
+attempt_infra_lost = Signal(name="attempt_infra_lost", providing_args={"lease", "attempt"})
 lease_lost = Signal(name="lease_lost", providing_args={"lease", "detail"})
 lease_recovered = Signal(name="lease_recovered", providing_args={"lease", "requeued", "swept_at"})
 poison_message = Signal(name="poison_message", providing_args={"queue", "reason", "message_id"})
