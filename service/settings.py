@@ -86,6 +86,18 @@ class Settings(BaseSettings):
         description="Worker: longest pause between receives while SQS keeps failing; it bounds how long after the "
                     "endpoint is back a worker may take to notice.",
     )
+    poll_stamp_path: str = Field(
+        default="",
+        description="Worker: a file whose modification time its SQS poll loop sets (at most once a second), for "
+                    "a supervisor to tell a worker that stopped consuming from an idle one; '' = none. make run "
+                    "sets one per worker.",
+    )
+    supervise_max_restarts: int = Field(
+        default=3, ge=0,
+        description="make run: restarts of one process (it died, or stopped polling) before the run fails with "
+                    "its last log lines.",
+    )
+    supervise_interval_s: float = Field(default=2.0, gt=0, description="make run: seconds between supervisor checks.")
     sqs_shutdown_receive_margin_s: float = Field(
         default=5.0, ge=0,
         description="Worker stopping: how much longer than sqs_wait_time_s it waits for its open long polls to "

@@ -40,6 +40,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--restarts", type=int, default=6, help="most warm restarts of a random node per drain")
     p.add_argument("--restart-every", type=float, default=20.0, help="seconds between restarts while jobs remain")
     p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--submitters", type=int, default=4, help="threads submitting jobs")
     p.add_argument("--wait-time", type=int, default=10, help="SQS long-poll wait of the workers (s)")
     p.add_argument("--stall", type=float, default=90.0, help="a drain with no job finished this long ends (s)")
     p.add_argument("--seed", type=int, default=1)
@@ -68,12 +69,19 @@ def _drain(args: argparse.Namespace, number: int, rng: random.Random, nodes: dic
     started = time.monotonic()
     job_ids: list[str] = []
 
-    def submit_all() -> None:  # while the workers drain (and restart)
-        for i in range(args.jobs):
+    def submit_share(k: int) -> None:  # while the workers drain (and restart)
+        for i in range(k, args.jobs, args.submitters):
             tenant = tenants[i % len(tenants)]
             job_id = uuid.uuid4().hex
             job_ids.append(submit_job(tenant_id=tenant, token=job_id, layout=LAYOUT,
                                       input_key=f"tenants/{tenant}/jobs/{job_id}/input.pdf", job_id=job_id))
+
+    def submit_all() -> None:
+        threads = [threading.Thread(target=submit_share, args=(k,), daemon=True) for k in range(args.submitters)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
 
     submitter = threading.Thread(target=submit_all, name="submitter", daemon=True)
     submitter.start()

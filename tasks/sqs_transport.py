@@ -38,6 +38,11 @@ And, so that a clean shutdown leaves no message hidden (issue 15, item 6):
   original hidden (to come back later as a duplicate) and did not count towards the DLQ's
   ``maxReceiveCount``; a copy is published only if that call fails.
 
+And, so that a supervisor can tell a worker that stopped consuming from one that is idle: with
+``Settings.poll_stamp_path`` set, the file's modification time is set to now (at most once a
+second) each time a queue's poll loop runs: a receive answered, failed, or not sent because every
+slot is busy (``service.stack.Supervisor`` reads it).
+
 Publishing, acks and visibility changes use kombu's blocking boto3 client, whose own retries cover
 short outages; they are not changed here.
 """
@@ -45,6 +50,7 @@ short outages; they are not changed here.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import sys
 import time
@@ -160,6 +166,31 @@ class _ReceiveAnswer:
 Thenable.register(_ReceiveAnswer)  # vine's transform() then uses it as it is, not wrapped in a promise
 
 
+class PollStamp:
+    """A file whose modification time says when the consumer's poll loop last ran; touched at
+    most once per ``every_s`` seconds (a failure to touch it is logged once, never raised)."""
+
+    def __init__(self, path: str, every_s: float = 1.0) -> None:
+        self.path = path
+        self.every_s = every_s
+        self._last = float("-inf")
+        self._warned = False
+
+    def touch(self) -> None:
+        now = time.monotonic()
+        if now - self._last < self.every_s:
+            return
+        self._last = now
+        try:
+            with open(self.path, "a"):
+                pass
+            os.utime(self.path)
+        except OSError as exc:
+            if not self._warned:
+                self._warned = True
+                log.warning("could not touch the poll stamp %s: %s", self.path, exc)
+
+
 class Channel(SQS.Channel):
     """kombu's SQS channel with failed receives read as "no messages", a bounded backoff while a
     queue's receives fail, and one log line per change between failing and answering.
@@ -184,6 +215,12 @@ class Channel(SQS.Channel):
         self._shutdown_margin_s = float(options.get("shutdown_receive_margin_s",
                                                     settings.sqs_shutdown_receive_margin_s))
         self._open_receives = 0  # long polls sent and not answered yet
+        self._poll_stamp = PollStamp(settings.poll_stamp_path) if settings.poll_stamp_path else None
+
+    def _schedule_queue(self, queue):
+        if self._poll_stamp is not None:
+            self._poll_stamp.touch()
+        return super()._schedule_queue(queue)
 
     def _get_from_sqs(self, queue_name, queue_url, connection, count=1, callback=None):
         self._open_receives += 1
