@@ -62,4 +62,5 @@ def sweep() -> dict:
         "woken": dict(report.woken),
         "republished": dict(report.republished),
         "nodes_dropped": report.nodes_dropped,
+        "held_for_report": report.held_for_report,
     }

@@ -65,3 +65,23 @@ def test_a_vanished_holder_is_charged_and_a_job_that_kills_its_worker_ends_faile
     assert (job.status, job.error_code, job.charged_attempts) == ("failed", "lease_expired", 2)
     assert _causes(job_id) == [(1, "holder_vanished"), (2, "holder_vanished")]
     assert not transactions.record_infra_lost(job_id, 2, detail="too late")  # final: stays failed
+
+
+def test_job_show_lists_how_each_lost_attempt_ended(tenant_id):
+    import json
+
+    from click.testing import CliRunner
+
+    from service.cli import main as cli
+
+    job_id = make_job(tenant_id, max_attempts=3)
+    first = transactions.acquire(job_id, tenant_id, "w1")
+    _sweep_at(first.expires_at + 1)
+    assert transactions.record_infra_lost(job_id, 1, detail="renewals failed")
+    result = CliRunner().invoke(cli, ["job", "show", job_id, "--json"])
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    assert shown["infra_lost_attempts"] == [1]
+    assert [(e["attempt"], e["cause"]) for e in shown["lost_attempts"]] == [(1, "holder_vanished"), (1, "infra_lost")]
+    lease = transactions.acquire(job_id, tenant_id, "w2")
+    transactions.commit_success(lease, output_key="k", sheets=1, sides=2)
