@@ -132,7 +132,8 @@ class FairTask(Task):
 
     #: Ack after the job, never before: a crash leaves the message (DESIGN §1).
     acks_late = True
-    #: A killed child's message is requeued (on SQS: made visible again after ``sqs_wait_time_s``).
+    #: A killed child's message is requeued (on SQS: made visible again at once, by
+    #: :meth:`tasks.sqs_transport.Channel._restore`).
     #: Acking it would lose a job whose child died before its lease existed (mid-acquire, or in a
     #: deferral before the copy was published); a child that held a lease has its redelivery
     #: dropped as not ``queued``, and the sweeper brings the job back (module docstring).
