@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -105,11 +106,13 @@ def _drain(args: argparse.Namespace, number: int, rng: random.Random, nodes: dic
             print(f"  drain {number}: restarted {name} at {len(done)}/{len(job_ids)} done", flush=True)
         time.sleep(1)
     missing = [j for j in job_ids if j not in done]
+    statuses = {job.job_id: job.status for job in JobItem.batch_get(missing[:100], attributes_to_get=["job_id", "status"])}
     visible, hidden = _hidden_messages(s.imposition_queue)
     result = {"drain": number, "jobs": len(job_ids), "finished": len(done), "missing": len(missing),
-              "missing_jobs": missing[:20], "restarts": restarts, "visible_messages": visible,
+              "missing_jobs": {j: statuses.get(j) for j in missing[:20]}, "restarts": restarts, "visible_messages": visible,
               "hidden_messages": hidden, "wall_time_s": round(time.monotonic() - started, 1)}
-    print(f"drain {number}: {result['finished']}/{result['jobs']} finished, {result['missing']} missing, "
+    print(f"drain {number}: {result['finished']}/{result['jobs']} finished, {result['missing']} missing "
+          f"{dict(Counter(statuses.values()))}, "
           f"{hidden} message(s) hidden and {visible} visible with every worker idle, {restarts} restarts, "
           f"{result['wall_time_s']} s", flush=True)
     return result
