@@ -12,9 +12,9 @@ lease_lost_after_s     derived    lease_ttl_s / 2: a worker with no successful b
 lost_message_after_s   derived    sqs_wait_time_s + heartbeat_interval_s: a queued job overdue by
                                   this long while its queue shows no visible message has no
                                   message that could still bring it soon; the sweeper re-publishes it
-infra_report_grace_s   derived    heartbeat_interval_s: how long past a lease's expiry the sweeper
-                                  waits for its holder to report ``infra_lost`` before it fails a
-                                  job out of attempts
+infra_report_grace_s   derived    lease_lost_after_s (lease_ttl_s / 2): how long past a lease's expiry
+                                  the sweeper waits for its holder to report ``infra_lost`` before
+                                  it fails a job out of attempts
 defer_delay_s          30 s       SQS DelaySeconds of a cap-hit copy; <= 900 s
 =====================  =========  ===============================================================
 
@@ -81,10 +81,12 @@ class Clocks:
 
     @property
     def infra_report_grace_s(self) -> float:
-        """Seconds past a lease's expiry the sweeper waits before failing a job out of attempts: a
-        holder cut off from DynamoDB retries its ``infra_lost`` report at least once per heartbeat
-        interval, and reaches DynamoDB no later than the sweeper does."""
-        return self.heartbeat_interval_s
+        """Seconds past a lease's expiry the sweeper waits before failing a job out of attempts: half
+        a TTL, as long as the holder's own watchdog allows itself. A holder cut off from DynamoDB
+        retries its ``infra_lost`` report at least once per heartbeat interval, but a call it sent
+        during the outage may return only at the SDK's read timeout (times its retries), later than
+        the sweeper's fresh calls; one heartbeat interval was too short for that (the stall test)."""
+        return self.lease_lost_after_s
 
     def check(self) -> "Clocks":
         """Return self if every rule holds.

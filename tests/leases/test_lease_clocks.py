@@ -39,8 +39,8 @@ def test_the_provisioned_queues_and_celery_agree_with_the_clocks():
     assert clocks.lost_message_after_s == settings.sqs_wait_time_s + clocks.heartbeat_interval_s
     assert clocks.lost_message_after_s >= settings.sqs_wait_time_s
     assert clocks.lost_message_after_s < clocks.visibility_timeout_s
-    # The sweeper's wait for an infra_lost report: the holder retries it once per heartbeat.
-    assert clocks.infra_report_grace_s == clocks.heartbeat_interval_s < clocks.lease_ttl_s
+    # The sweeper's wait for an infra_lost report: half a TTL, past the holder's SDK timeouts.
+    assert clocks.infra_report_grace_s == clocks.lease_lost_after_s >= clocks.heartbeat_interval_s
     assert 0 <= clocks.defer_delay_s <= SQS_MAX_DELAY_S
     assert celeryconfig.broker_transport_options["predefined_queues"].keys() == set(settings.work_queues)
 
@@ -54,7 +54,7 @@ def test_production_defaults_keep_the_rules():
     assert clocks.visibility_timeout_s == 720
     assert clocks.lease_lost_after_s == 300
     assert clocks.lost_message_after_s == 70
-    assert clocks.infra_report_grace_s == 60
+    assert clocks.infra_report_grace_s == 300
 
 
 @pytest.mark.parametrize(
