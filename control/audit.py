@@ -9,20 +9,23 @@ import click
 
 @click.command("audit")
 @click.option("--tenant", "tenant_ids", multiple=True, help="Audit only this tenant (repeatable; default: all).")
-@click.option("--repair", is_flag=True, help="Fix counter drift, orphan leases and stranded jobs (safe while workers run).")
+@click.option("--repair", is_flag=True,
+              help="Fix counter drift, orphan leases, stranded and lost jobs (safe while workers run).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def audit_command(tenant_ids: tuple[str, ...], repair: bool, as_json: bool) -> None:
-    """Compare each tenant's in_flight with its live leases and job statuses; print the drift.
+    """Compare each tenant's in_flight with its live leases and job statuses, look for queued jobs
+    no message could still bring; print the drift.
 
     Exit status 0: no drift (after repairs, with --repair); 1: drift remains.
     """
     from leases import audit
+    from tasks.sweeper import visible_messages  # noqa: PLC0415 (the imposition queue's backlog)
 
     if repair:
         from tasks.messages import publish_job  # noqa: PLC0415 (a stranded job is re-published)
 
-        report = audit.repair(tenant_ids or None, publish=publish_job)
+        report = audit.repair(tenant_ids or None, publish=publish_job, backlog=visible_messages)
     else:
-        report = audit.audit(tenant_ids or None)
+        report = audit.audit(tenant_ids or None, backlog=visible_messages)
     click.echo(report.to_json() if as_json else report.describe())
     sys.exit(0 if report.clean else 1)

@@ -14,6 +14,13 @@
    files to ``./out/`` and checks each (it opens with pikepdf and has the right number of sides);
 6. stops every process it started, also on Ctrl-C.
 
+While it runs (and with ``--keep``, until Ctrl-C) a supervisor (:class:`control.stack.Supervisor`)
+watches every process: a worker, beat or Flower that exits, or a worker that stops polling its
+queue (``poll_stale_after_s``), is named in the progress output with its last log lines and
+restarted, up to ``Settings.supervise_max_restarts`` times; then, or if the webhook receiver or the
+embedded AWS endpoint dies (neither can be restarted without losing what the run needs), the run
+fails with exit 1 and the last log lines.
+
 Logs of every process go to ``.run/``. Exit status: 0 when every job succeeded and every plate
 checked out, 1 otherwise.
 """
@@ -42,8 +49,11 @@ from control.stack import (
     WORKER_READY,
     ManagedProcess,
     ReceiverProcess,
+    SupervisionFailed,
+    Supervisor,
     beat_command,
     flower_command,
+    poll_stale_after_s,
     prometheus_command,
     stop_all,
     wait_for,
@@ -156,6 +166,7 @@ class Demo:
         self.receiver = None
         self.flower: ManagedProcess | None = None
         self.prometheus_url: str | None = None
+        self.supervisor: Supervisor | None = None
 
     # -- set-up --------------------------------------------------------------------------------
 
@@ -222,10 +233,52 @@ class Demo:
         except redis.RedisError as exc:
             self.say(f"  (could not delete this run's Redis keys: {exc})")
 
-    def start(self, name: str, cmd: list[str], ready: str | None, env: dict[str, str]) -> ManagedProcess:
+    def start(self, name: str, cmd: list[str], ready: str | None, env: dict[str, str], *,
+              consumer: bool = False) -> ManagedProcess:
+        """Start one process of the stack and put it under the supervisor (a ``consumer`` sets a
+        poll stamp, so that one that stops polling is noticed too)."""
+        from service.settings import get_settings
+
+        stamp = RUN_DIR / f"{name}.polled" if consumer else None
+        if stamp is not None:
+            stamp.unlink(missing_ok=True)
+            env = {**env, "IMPOSITION_POLL_STAMP_PATH": str(stamp)}
         proc = ManagedProcess(cmd, RUN_DIR / f"{name}.log", env=env, ready_marker=ready, ready_timeout_s=90)
         self.processes.append(proc)
+        self.supervised().add(name, proc, poll_stamp=stamp, max_restarts=get_settings().supervise_max_restarts)
         return proc
+
+    def supervised(self) -> Supervisor:
+        """The run's supervisor (started with the first process)."""
+        if self.supervisor is None:
+            from service.settings import get_settings
+
+            s = get_settings()
+
+            def replace(old: ManagedProcess, new: ManagedProcess) -> None:
+                self.processes[self.processes.index(old)] = new
+                if self.flower is old:
+                    self.flower = new
+
+            self.supervisor = Supervisor(self.say, stale_after_s=poll_stale_after_s(s),
+                                         interval_s=s.supervise_interval_s, on_restart=replace).start()
+        return self.supervisor
+
+    def check_supervision(self) -> None:
+        """Raise the supervisor's failure, if any (the run then fails with it).
+
+        Raises:
+            SupervisionFailed: a process kept dying or stopped polling past its restarts.
+        """
+        if self.supervisor is not None and self.supervisor.failure is not None:
+            raise self.supervisor.failure
+        for name, server in (("moto SQS/S3 server", self.local_aws.main), ("moto DynamoDB server", self.local_aws.dynamodb)):
+            if server is not None and server.proc.poll() is not None:
+                # Not restarted: the embedded endpoint keeps every queue, table and object in memory.
+                tail = "\n".join((RUN_DIR / "moto.log").read_text(errors="replace").splitlines()[-20:])
+                raise SupervisionFailed(f"the {name} exited with status {server.proc.returncode}; restarting it "
+                                        f"would lose every queue, table and object; the last lines of "
+                                        f"{RUN_DIR / 'moto.log'}:\n{tail}")
 
     def start_processes(self, env: dict[str, str]) -> str:
         from service.settings import get_settings
@@ -237,10 +290,11 @@ class Demo:
         ports = {"imposer": _free_port(), "maintenance": _free_port()}
         self.metrics_urls = {node: f"http://127.0.0.1:{p}/metrics" for node, p in ports.items()}
         imposer = self.start("worker-imposition", worker_command(s.imposition_queue, s.slots_per_node, "imposer"),
-                             WORKER_READY, {**env, "IMPOSITION_METRICS_PORT": str(ports["imposer"])})
+                             WORKER_READY, {**env, "IMPOSITION_METRICS_PORT": str(ports["imposer"])}, consumer=True)
         self.start("worker-maintenance", worker_command(s.maintenance_queue, 1, "maintenance"), WORKER_READY,
-                   {**env, "IMPOSITION_METRICS_PORT": str(ports["maintenance"])})
-        self.start("worker-notifications", worker_command(s.notifications_queue, 2, "notifier"), WORKER_READY, env)
+                   {**env, "IMPOSITION_METRICS_PORT": str(ports["maintenance"])}, consumer=True)
+        self.start("worker-notifications", worker_command(s.notifications_queue, 2, "notifier"), WORKER_READY, env,
+                   consumer=True)
         self.start("beat", beat_command(RUN_DIR / "beat-schedule"), BEAT_READY, env)
         port = _free_port()
         # Flower binds 127.0.0.1 here, so its HTTP API may answer without authentication (Flower 2.x).
@@ -285,6 +339,8 @@ class Demo:
 
         self.receiver = ReceiverProcess(RUN_DIR / "receiver.log", env=env)
         self.processes.append(self.receiver.process)
+        # Not restarted: a new receiver would listen on another port than the tenants' webhook URLs.
+        self.supervised().add("webhook receiver", self.receiver.process, max_restarts=0)
         for tenant in tenants:
             set_webhook(tenant, self.receiver.url(tenant), secrets.token_hex(32))
 
@@ -315,6 +371,7 @@ class Demo:
         started = time.monotonic()
         tenants = sorted({j.tenant_id for j in submitted.values()})
         while True:
+            self.check_supervision()
             items = list(JobItem.batch_get(list(submitted)))
             by_tenant = defaultdict(Counter)
             for item in items:
@@ -446,7 +503,8 @@ class Demo:
         self.say(f"\n• the stack stays up: in another terminal `. {(RUN_DIR / 'env').relative_to(REPO)}` and use "
                  "`.venv/bin/imposition` (status, job show, tenant show, audit, submit …); Ctrl-C stops it")
         while True:
-            time.sleep(3600)
+            self.check_supervision()
+            time.sleep(2)
 
     def stop(self) -> None:
         """Stop every process, the local endpoint last, and delete this run's Redis keys and env file.
@@ -457,6 +515,8 @@ class Demo:
         """
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)
+        if self.supervisor is not None:
+            self.supervisor.stop()  # before the processes stop: a stop is not a death
         try:
             if any(proc.proc.poll() is None for proc in self.processes):
                 self.say("• stopping: workers finish the tasks they are running (warm shutdown, at most 20 s; "
@@ -502,6 +562,9 @@ def main(timeout_s: float, keep: bool) -> None:
             demo.keep_running()
     except KeyboardInterrupt:
         click.echo("\n• interrupted")
+    except SupervisionFailed as exc:
+        click.echo(f"\n• the run failed: {exc}")
+        status = 1
     finally:
         demo.stop()
     sys.exit(status)

@@ -56,7 +56,8 @@ def _seconds(start: float | None, end: float | None) -> float | None:
 
 def job_view(job) -> dict[str, Any]:
     """A job item for people and machines: every attribute (numbers as numbers, ``layout``,
-    ``warnings`` and ``history`` as JSON values, not text), each ``*_at`` also as ``*_at_utc``, and
+    ``warnings`` and ``history`` as JSON values, not text; ``infra_lost_attempts`` and
+    ``lost_attempts`` as lists), each ``*_at`` also as ``*_at_utc``, and
     ``waited_s``, ``ran_s``."""
     shown: dict[str, Any] = {}
     for name in type(job).get_attributes():
@@ -65,6 +66,10 @@ def job_view(job) -> dict[str, Any]:
             continue
         if isinstance(value, float) and value.is_integer() and abs(value) < 2**53 and not name.endswith("_at"):
             value = int(value)
+        if isinstance(value, set):  # infra_lost_attempts
+            value = sorted(int(v) for v in value)
+        if isinstance(value, list):  # lost_attempts: PynamoDB maps
+            value = [v.as_dict() if hasattr(v, "as_dict") else v for v in value]
         shown[name] = value
         if name.endswith("_at"):
             shown[f"{name}_utc"] = utc(value)

@@ -7,6 +7,8 @@ so a celery worker's prefork children never outlive it. On Linux the process is 
 SIGKILL, so a killed ``make run`` or test run leaves no worker polling a vanished endpoint. The
 ``*_command`` functions spell the command lines of DESIGN §7 (workers, beat, Flower);
 :class:`ReceiverProcess` starts the demo's webhook receiver (:mod:`webhooks.receiver`).
+:class:`Supervisor` (``make run``) restarts a process that died or, a worker, stopped polling its
+queue, and fails the run with its last log lines once it keeps failing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from observability.events import FLOWER_OPTIONS
@@ -95,8 +98,12 @@ class ManagedProcess:
                  ready_marker: str | None = None, ready_timeout_s: float = 60.0) -> None:
         self.cmd = list(cmd)
         self.log_path = log_path
+        self.env = dict(env or {})
+        self.ready_marker = ready_marker
+        self.ready_timeout_s = ready_timeout_s
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "wb")
+        self.started_at = time.time()
         self.proc = subprocess.Popen(
             self.cmd, cwd=REPO, env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
@@ -151,6 +158,144 @@ class ManagedProcess:
         self.proc.wait()
         if not self._log.closed:
             self._log.close()
+
+
+    def tail(self, lines: int = 20) -> str:
+        """The last ``lines`` lines of its log."""
+        return "\n".join(self.log().splitlines()[-lines:])
+
+    def restarted(self) -> "ManagedProcess":
+        """Stop this process (if it still runs), keep its log as ``<log>.<n>`` and start the same
+        command again with the same environment; returns the new process (ready, if it had a marker).
+
+        Raises:
+            RuntimeError, TimeoutError: as the constructor.
+        """
+        self.stop()
+        n = 1
+        while self.log_path.with_name(f"{self.log_path.name}.{n}").exists():
+            n += 1
+        self.log_path.rename(self.log_path.with_name(f"{self.log_path.name}.{n}"))
+        return type(self)(self.cmd, self.log_path, env=self.env, ready_marker=self.ready_marker,
+                          ready_timeout_s=self.ready_timeout_s)
+
+
+class SupervisionFailed(RuntimeError):
+    """A supervised process kept failing (or may not be restarted); the message names it and
+    carries its last log lines."""
+
+
+@dataclass
+class Supervised:
+    """One process under a :class:`Supervisor`: its name, the process, the poll stamp it sets
+    (a consumer; None for others), how many restarts it may have, and has had."""
+
+    name: str
+    process: ManagedProcess
+    poll_stamp: Path | None = None
+    max_restarts: int = 0
+    restarts: int = 0
+
+
+def poll_stale_after_s(settings) -> float:
+    """Seconds without a poll after which a consumer is said to have stopped consuming: twice the
+    longest healthy gap between two runs of its poll loop (a long poll, ``sqs_wait_time_s``, or the
+    longest receive backoff, ``sqs_receive_backoff_max_s``, while SQS fails)."""
+    return 2 * (settings.sqs_wait_time_s + settings.sqs_receive_backoff_max_s)
+
+
+class Supervisor:
+    """Watches processes from a thread: one that exited, or (a consumer) whose poll stamp is older
+    than ``stale_after_s``, is named through ``say`` with its last log lines and restarted, at most
+    its ``max_restarts`` times; past that, :attr:`failure` is set (a :class:`SupervisionFailed`) and
+    the supervisor stops acting. ``on_restart(old, new)`` lets the owner replace the process it
+    holds.
+
+    Args:
+        say: prints one progress line.
+        stale_after_s: see :func:`poll_stale_after_s`.
+        interval_s: seconds between checks.
+    """
+
+    def __init__(self, say: Callable[[str], None], *, stale_after_s: float, interval_s: float,
+                 on_restart: Callable[[ManagedProcess, ManagedProcess], None] | None = None) -> None:
+        self.say = say
+        self.stale_after_s = stale_after_s
+        self.interval_s = interval_s
+        self.on_restart = on_restart
+        self.watched: list[Supervised] = []
+        self.failure: SupervisionFailed | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
+
+    def add(self, name: str, process: ManagedProcess, *, poll_stamp: Path | None = None,
+            max_restarts: int = 0) -> None:
+        """Watch ``process`` from now on."""
+        with self._lock:
+            self.watched.append(Supervised(name, process, poll_stamp, max_restarts))
+
+    def start(self) -> "Supervisor":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop watching (before the processes are stopped, so a stop is not taken for a death)."""
+        self._stop.set()
+        with self._lock:  # a restart in progress finishes first
+            pass
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=self.interval_s + 1)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            with self._lock:
+                if self._stop.is_set() or self.failure is not None:
+                    return
+                self.check()
+
+    def problem(self, item: Supervised) -> str | None:
+        """Why ``item`` needs a restart, or None: it exited, or it stopped polling."""
+        code = item.process.proc.poll()
+        if code is not None:
+            return f"exited with status {code}"
+        if item.poll_stamp is not None:
+            try:
+                age_s = time.time() - item.poll_stamp.stat().st_mtime
+            except FileNotFoundError:
+                age_s = time.time() - item.process.started_at
+            if age_s > self.stale_after_s:
+                return f"has not polled its queue for {age_s:.0f} s (bound {self.stale_after_s:g} s)"
+        return None
+
+    def check(self) -> None:
+        """One pass over every watched process (see the class docstring)."""
+        for item in self.watched:
+            why = self.problem(item)
+            if why is None:
+                continue
+            tail = item.process.tail()
+            if item.restarts >= item.max_restarts:
+                self.failure = SupervisionFailed(
+                    f"{item.name} {why}, after {item.restarts} restart(s); its last log lines "
+                    f"({item.process.log_path}):\n{tail}")
+                self.say(f"• SUPERVISOR: {self.failure}")
+                return
+            item.restarts += 1
+            self.say(f"• supervisor: {item.name} {why}; restarting it ({item.restarts}/{item.max_restarts}). "
+                     f"Its last log lines:\n" + "\n".join(f"    {line}" for line in tail.splitlines()[-8:]))
+            old = item.process
+            try:
+                item.process = old.restarted()
+            except (RuntimeError, TimeoutError) as exc:
+                self.failure = SupervisionFailed(f"{item.name} {why} and could not be restarted: {exc}")
+                self.say(f"• SUPERVISOR: {self.failure}")
+                return
+            if item.poll_stamp is not None:
+                item.poll_stamp.unlink(missing_ok=True)
+            if self.on_restart is not None:
+                self.on_restart(old, item.process)
+            self.say(f"• supervisor: {item.name} is running again")
 
 
 def stop_all(processes: Sequence[ManagedProcess], timeout_s: float = 20.0) -> None:

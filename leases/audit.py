@@ -10,6 +10,10 @@ What must hold at every instant (each lease transaction keeps it, all or nothing
 * ``orphan_lease`` — every lease fences a job ``running`` under its token;
 * ``stranded_job`` — every ``running`` job has the lease its ``lease_token`` names (else nothing
   would ever bring it back: the sweeper only looks at leases);
+* ``lost_job``     — no ``queued`` job is left with no message that could still bring it: overdue
+  by ``Clocks.lost_message_after_s`` while the work queue shows no visible message (checked only
+  when the caller says how many messages are visible; the sweeper re-publishes such jobs, and
+  ``--repair`` does the same at once);
 * ``job_counters`` — the tenant's ``queued`` and ``waiting`` equal its jobs in those statuses, and
   ``occupied`` equals its live leases plus its queued jobs;
 * the cluster (a whole-cluster audit only) — the slot counter's ``busy`` equals the live leases.
@@ -69,12 +73,13 @@ from leases.transactions import (
     tx_connection,
     with_conflict_retries,
 )
+from service.clocks import get_clocks
 from service.settings import get_settings
 
 log = logging.getLogger(__name__)
 
 #: Drift kinds, in the order repairs are applied.
-DRIFT_KINDS = ("orphan_lease", "stranded_job", "counter", "job_counters", "over_cap")
+DRIFT_KINDS = ("orphan_lease", "stranded_job", "counter", "job_counters", "lost_job", "over_cap")
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,7 @@ class _Snapshot:
     running: dict[str, int]
     #: tenant → its jobs counted by status and its counters read around the count.
     counted: dict[str, "JobCount | None"] = field(default_factory=dict)
+    lost: dict[str, list[JobItem]] = field(default_factory=dict)
 
 
 def _read_jobs(job_ids: Iterable[str]) -> dict[str, JobItem | None]:
@@ -197,7 +203,16 @@ def _tenant_and_leases(tenant_id: str) -> tuple[TenantItem | None, list[LeaseIte
     return after, leases
 
 
-def _snapshot(tenant_ids: list[str] | None) -> _Snapshot:
+def _lost_jobs(tenant_id: str, now: float) -> list[JobItem]:
+    """The tenant's queued jobs overdue by ``Clocks.lost_message_after_s``, confirmed by consistent
+    reads (the index lags)."""
+    overdue = [job.job_id for job in sweeper.lost_queued(tenant_id, now=now)]
+    return [job for job in _read_jobs(overdue).values()
+            if job is not None and job.status == JobStatus.QUEUED.value and job.due_at is not None
+            and float(job.due_at) < now - get_clocks().lost_message_after_s]
+
+
+def _snapshot(tenant_ids: list[str] | None, *, lost_at: float | None = None) -> _Snapshot:
     if tenant_ids is None:
         wanted = {t.tenant_id for t in TenantItem.scan(attributes_to_get=["tenant_id"])}
         wanted |= {lease.tenant_id for lease in LeaseItem.scan(attributes_to_get=["tenant_id"])}
@@ -226,7 +241,8 @@ def _snapshot(tenant_ids: list[str] | None) -> _Snapshot:
             if lease is None or lease.token != job.lease_token:
                 stranded[tenant_id].append(job)
     counted = {tenant_id: _count_jobs(tenant_id) for tenant_id in set(tenants) | set(leases)}
-    return _Snapshot(tenants, leases, jobs_of_leases, stranded, running, counted)
+    lost = {tenant_id: _lost_jobs(tenant_id, lost_at) for tenant_id in tenants} if lost_at is not None else {}
+    return _Snapshot(tenants, leases, jobs_of_leases, stranded, running, counted, lost)
 
 
 class JobCount(NamedTuple):
@@ -299,6 +315,10 @@ def _judge(snap: _Snapshot, now: float) -> list[TenantAudit]:
             audit_.drifts.append(Drift(tenant_id, "stranded_job",
                                        f"job {job.job_id} is running under token {str(job.lease_token)[:8]} "
                                        "but has no such lease", job.job_id))
+        for job in snap.lost.get(tenant_id, []):
+            audit_.drifts.append(Drift(tenant_id, "lost_job",
+                                       f"job {job.job_id} queued, due at {float(job.due_at):.0f}, never started, "
+                                       "and no message visible in its queue", job.job_id))
         if in_flight != len(leases):
             audit_.drifts.append(Drift(tenant_id, "counter", f"in_flight={in_flight} but {len(leases)} live lease(s)"))
         count = snap.counted.get(tenant_id)
@@ -321,10 +341,13 @@ def _judge(snap: _Snapshot, now: float) -> list[TenantAudit]:
     return out
 
 
-def audit(tenant_ids: Iterable[str] | None = None, *, now: float | None = None) -> AuditReport:
+def audit(tenant_ids: Iterable[str] | None = None, *, now: float | None = None,
+          backlog: Callable[[], int] | None = None) -> AuditReport:
     """Audit ``tenant_ids`` (default: every tenant with an item or a lease); read-only.
 
     A drift is kept only if it shows in ``Settings.audit_confirm_snapshots`` snapshots in a row.
+    ``backlog()`` → visible messages in the work queue; with it, lost queued jobs are looked for
+    (``lost_job``) in every snapshot whose queue shows none.
 
     Returns:
         An :class:`AuditReport`; ``report.clean`` is False on drift.
@@ -333,7 +356,9 @@ def audit(tenant_ids: Iterable[str] | None = None, *, now: float | None = None) 
     confirmed: set | None = None
     tenants: list[TenantAudit] = []
     for _ in range(get_settings().audit_confirm_snapshots):
-        tenants = _judge(_snapshot(wanted), time.time() if now is None else now)
+        t = time.time() if now is None else now
+        lost_at = t if backlog is not None and backlog() == 0 else None
+        tenants = _judge(_snapshot(wanted, lost_at=lost_at), t)
         keys = {d.key for t in tenants for d in t.drifts}
         confirmed = keys if confirmed is None else confirmed & keys
         if not confirmed:
@@ -422,7 +447,7 @@ def _repair_counter(tenant_id: str) -> str | None:
 def _repair_stranded(job: JobItem, publish: Callable[[str, str], None]) -> str | None:
     """Put a running job that has no lease back to ``queued`` (re-published) or ``failed``."""
     token = job.lease_token
-    requeue = int(job.attempts or 0) < int(job.max_attempts)
+    requeue = job.attempts_left
     reason = f"stranded: running under token {str(token)[:8]} with no lease (imposition audit --repair)"
     if requeue:  # first: an early copy is deferred until this commits, a spare one dropped
         publish(job.tenant_id, job.job_id, after_attempt=int(job.attempts or 0))
@@ -457,7 +482,8 @@ def _repair_stranded(job: JobItem, publish: Callable[[str, str], None]) -> str |
     return f"{job.tenant_id}: job {job.job_id} {'re-queued' if requeue else 'failed'} (was stranded)"
 
 
-def repair(tenant_ids: Iterable[str] | None = None, *, publish: Callable[[str, str], None]) -> AuditReport:
+def repair(tenant_ids: Iterable[str] | None = None, *, publish: Callable[[str, str], None],
+           backlog: Callable[[], int] | None = None) -> AuditReport:
     """Audit, fix what can be fixed safely (module docstring), and audit again.
 
     Every fix is conditional on the state it read, so under heavy traffic a fix may be refused
@@ -468,6 +494,7 @@ def repair(tenant_ids: Iterable[str] | None = None, *, publish: Callable[[str, s
         tenant_ids: tenants to look at (default: all).
         publish: ``publish(tenant_id, job_id, after_attempt=n)`` re-publishes a job
             (``tasks.messages.publish_job``).
+        backlog: as :func:`audit` (lost queued jobs are re-published).
 
     Returns:
         The audit after the repairs, with ``repairs`` listing each fix made. Drift that remains
@@ -475,7 +502,7 @@ def repair(tenant_ids: Iterable[str] | None = None, *, publish: Callable[[str, s
     """
     wanted = list(tenant_ids) if tenant_ids is not None else None
     done: list[str] = []
-    report = audit(wanted)
+    report = audit(wanted, backlog=backlog)
     for _ in range(get_settings().audit_repair_rounds):
         fixable = [d for d in report.drifts if d.kind != "over_cap"]
         cluster_note = _repair_cluster(report)
@@ -493,7 +520,7 @@ def repair(tenant_ids: Iterable[str] | None = None, *, publish: Callable[[str, s
             if note:
                 log.warning("audit repair: %s", note)
                 done.append(note)
-        report = audit(wanted)
+        report = audit(wanted, backlog=backlog)
     report.repairs = done
     return report
 
@@ -552,4 +579,9 @@ def _repair_drift(drift: Drift, publish: Callable[[str, str], None]) -> str | No
             return _repair_stranded(job, publish)
     elif drift.kind == "counter":
         return _repair_counter(drift.tenant_id)
+    elif drift.kind == "lost_job":
+        job = _read_jobs([drift.job_id]).get(drift.job_id)
+        if job is not None and job.status == JobStatus.QUEUED.value:
+            sweeper.republish_lost(job, publish=publish, now=time.time())
+            return f"{drift.tenant_id}: re-published lost queued job {drift.job_id}"
     return None

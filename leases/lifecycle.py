@@ -6,7 +6,7 @@
     cancel:  job queued|waiting ─► failed (error_code "cancelled")     tenant queued|waiting − 1
              then the caller: wake(tenant) (room freed), admission confirm, job_finished (webhook)
     retry:   job failed ─► the door, as a submission: waiting (+1) | queued (+1)
-             attempt budget renewed (max_attempts = attempts + budget), the failed run kept in
+             attempt budget renewed (max_attempts = charged attempts + budget), the failed run kept in
              ``history``; then the caller: publish (queued) or wake(tenant) (waiting)
 
 Both are conditional on the status read, so a job that moved meanwhile (woken, started by a worker)
@@ -126,7 +126,7 @@ def retry(job_id: str, *, max_attempts: int | None = None) -> Outcome:
 
     One transaction: the job ``failed → queued`` (its tenant has room and nobody waits) or
     ``→ waiting`` (parked: no message), with a new attempt budget (``max_attempts`` =
-    attempts so far + ``max_attempts``, default ``Settings.max_attempts``), ``retries + 1``, the
+    charged attempts so far + ``max_attempts``, default ``Settings.max_attempts``), ``retries + 1``, the
     failed run appended to ``history`` (bounded by ``Settings.job_history_limit``), the outcome
     fields of the failed run removed (error, finish, plate, webhook state); the tenant's ``queued``
     or ``waiting`` + 1. The caller publishes a queued job or wakes the tenant of a parked one.
@@ -163,7 +163,7 @@ def retry(job_id: str, *, max_attempts: int | None = None) -> Outcome:
             placed_as = JobItem(job_id, status=JobStatus.QUEUED.value if queued else JobStatus.WAITING.value)
             tx.add("update", "tenant", TenantItem(job.tenant_id), actions=counter_actions(placed_as, 1))
             tx.add("update", "job", JobItem(job_id),
-                   actions=[*placed, JobItem.max_attempts.set(attempts + budget),
+                   actions=[*placed, JobItem.max_attempts.set(job.charged_attempts + budget),
                             JobItem.retries.set((JobItem.retries | 0) + 1), JobItem.history.set(history),
                             JobItem.error.remove(), JobItem.error_code.remove(), JobItem.finished_at.remove(),
                             JobItem.output_key.remove(), JobItem.sheets.remove(), JobItem.sides.remove(),

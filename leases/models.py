@@ -37,7 +37,9 @@ from enum import StrEnum
 from pynamodb.attributes import (
     BooleanAttribute,
     JSONAttribute,
+    ListAttribute,
     NumberAttribute,
+    NumberSetAttribute,
     UnicodeAttribute,
 )
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
@@ -244,6 +246,16 @@ class JobItem(Model):
     status = UnicodeAttribute(default=JobStatus.QUEUED.value)
     attempts = NumberAttribute(default=0)
     max_attempts = NumberAttribute()
+    #: Attempt numbers whose lease was lost because its holder could not reach DynamoDB (reported by
+    #: the holder: ``infra_lost``); they do not count against ``max_attempts``
+    #: (:attr:`charged_attempts`). A set, so a report written twice counts once.
+    infra_lost_attempts = NumberSetAttribute(null=True)
+    #: How each attempt that lost its lease ended, oldest first: ``[{"attempt", "cause", "at",
+    #: "detail"}, …]`` with cause ``infra_lost`` (its holder, alive, could not reach DynamoDB: not
+    #: charged) or ``holder_vanished`` (the sweeper reclaimed it with no such report: a crash,
+    #: SIGKILL, OOM, a stopped process; charged). An attempt with both was reported late: the
+    #: report decides.
+    lost_attempts = ListAttribute(null=True)
     layout = JSONAttribute()
     input_key = UnicodeAttribute()
     output_key = UnicodeAttribute(null=True)
@@ -263,7 +275,8 @@ class JobItem(Model):
     #: ``repair`` (``imposition audit --repair``).
     woken_by = UnicodeAttribute(null=True)
     #: While ``queued``: when its latest message becomes visible in SQS (publish time + delay, epoch s).
-    #: A queued job still not started ``lost_message_grace_s`` after it is re-published by the sweeper.
+    #: A queued job still not started ``Clocks.lost_message_after_s`` after it, while its queue shows
+    #: no visible message, is re-published by the sweeper.
     due_at = NumberAttribute(null=True)
     #: Fencing token of the lease the job runs under now (absent while queued).
     lease_token = UnicodeAttribute(null=True)
@@ -305,6 +318,17 @@ class JobItem(Model):
     by_waiting = WaitingJobsIndex()
     by_queued = QueuedJobsIndex()
     by_webhook_due = WebhookOutboxIndex()
+
+    @property
+    def charged_attempts(self) -> int:
+        """Attempts that count against ``max_attempts``: those started, less those lost to the
+        infrastructure (:attr:`infra_lost_attempts`)."""
+        return int(self.attempts or 0) - len(self.infra_lost_attempts or ())
+
+    @property
+    def attempts_left(self) -> bool:
+        """True while another attempt is within the budget (``charged_attempts < max_attempts``)."""
+        return self.charged_attempts < int(self.max_attempts)
 
     @property
     def job_status(self) -> JobStatus:

@@ -14,7 +14,9 @@ job_deferred      ``job_id``, ``tenant_id``, ``reason`` (``"cap"``: parked or, u
 job_woken         ``job`` (the :class:`leases.models.JobItem` as read from the waiting index, ``woken_at``
                   set), ``reason`` (``"release"``/``"door"``/``"sweeper"``/``"cap_change"``): a parked
                   job was moved back to ``queued`` and published (a hand-off)
-job_republished   ``job``: the sweeper re-published a queued job whose message was long overdue
+job_republished   ``job`` (or None), ``reason``: the sweeper published a job again: ``"lost_message"``
+                  (queued, no message could still bring it), ``"lost_handoff"`` (waiting while its
+                  tenant had room), ``"lease_expired"`` (its holder stopped renewing)
 job_dropped       ``job_id``, ``tenant_id``, ``status`` (the status that made it a duplicate)
 job_finished      ``job`` (the item as committed), ``outcome`` (:class:`JobOutcome`: succeeded, failed,
                   retrying), ``error`` (str or None)
@@ -24,6 +26,8 @@ lease_releasing   ``lease``, ``outcome`` (:class:`JobOutcome`: succeeded, retryi
 lease_released    ``lease``, ``outcome``: sent right after the holder's release committed, before the
                   hand-off (:func:`leases.waiting.wake`)
 lease_lost        ``lease``, ``detail``
+attempt_infra_lost  ``lease``, ``attempt``: the holder recorded its attempt ``infra_lost`` (it could not
+                  reach DynamoDB; the attempt is not charged)
 lease_recovered   ``lease`` (the reclaimed :class:`leases.models.LeaseItem`), ``requeued`` (bool),
                   ``swept_at`` (the sweep's ``now``, epoch s: the lease existed at least until then)
 webhook_drained   ``tenant_id``, ``job_id``, ``unsettled_s`` (since the job ended): the outbox drain sent a
@@ -67,11 +71,12 @@ class JobOutcome(StrEnum):
 lease_acquired = Signal(name="lease_acquired", providing_args={"lease", "job", "heartbeat"})
 job_deferred = Signal(name="job_deferred", providing_args={"job_id", "tenant_id", "reason", "delay_s"})
 job_woken = Signal(name="job_woken", providing_args={"job", "reason"})
-job_republished = Signal(name="job_republished", providing_args={"job"})
+job_republished = Signal(name="job_republished", providing_args={"job", "reason"})
 job_dropped = Signal(name="job_dropped", providing_args={"job_id", "tenant_id", "status"})
 job_finished = Signal(name="job_finished", providing_args={"job", "outcome", "error"})
 lease_releasing = Signal(name="lease_releasing", providing_args={"lease", "outcome"})
 lease_released = Signal(name="lease_released", providing_args={"lease", "outcome"})
+attempt_infra_lost = Signal(name="attempt_infra_lost", providing_args={"lease", "attempt"})
 lease_lost = Signal(name="lease_lost", providing_args={"lease", "detail"})
 lease_recovered = Signal(name="lease_recovered", providing_args={"lease", "requeued", "swept_at"})
 poison_message = Signal(name="poison_message", providing_args={"queue", "reason", "message_id"})

@@ -2,17 +2,27 @@
 
 For each lease whose ``expires_at`` is in the past (found through the expiry index, never a scan):
 
-1. read the job; if it still has attempts left, **re-publish** its message first (so recovery
-   never depends on an old message still existing), else it will be failed. The copy says which
-   attempt it follows, so if it arrives before step 2 commits it is deferred, not dropped;
+1. read the job; if it still has attempts left (``JobItem.attempts_left``), **re-publish** its
+   message first (so recovery never depends on an old message still existing), else it will be
+   failed. The copy says which attempt it follows, so if it arrives before step 2 commits it is
+   deferred, not dropped;
 2. one transaction, fenced by the lease's token and its expiry: delete the lease (condition: same
    token, still expired), ``in_flight − 1``, and the job ``running → queued`` (or ``failed`` when out
-   of attempts). The attempt the dead holder started stays counted: a job that kills its worker
-   ``max_attempts`` times ends ``failed``.
+   of attempts).
 
-Then :func:`bring_back`, the hand-off's safety net: drop worker nodes that stopped beating from the
-slot registry, wake the waiting jobs of every tenant with room, re-publish queued jobs whose message
-is long overdue.
+**Whose fault** (issue 15, item 5). The attempt the holder started stays counted unless the holder
+reported it ``infra_lost`` (it was alive but could not reach DynamoDB: :mod:`tasks.heartbeat`,
+:func:`leases.transactions.record_infra_lost`); with no such report the reclaim records the
+attempt ``holder_vanished`` in ``JobItem.lost_attempts``: a job that kills its worker
+``max_attempts`` times ends ``failed``. A job that would be failed waits for that report until
+``Clocks.infra_report_grace_s`` past its lease's expiry (the lease is left for a later sweep), so a
+holder cut off from DynamoDB, which reaches it again no later than the sweeper, has its report
+counted first.
+
+Then :func:`bring_back`, the reconciler: drop worker nodes that stopped beating from the slot
+registry, wake the waiting jobs of every tenant with room, re-publish queued jobs that no message
+could still bring (overdue by ``Clocks.lost_message_after_s`` while the queue shows no visible
+message).
 
 Two sweepers at once are safe: both may publish, but only one reclaim transaction succeeds (the
 other finds the lease gone and counts nothing); the spare message finds the job not ``queued``, or
@@ -36,8 +46,8 @@ from pynamodb.exceptions import DoesNotExist, UpdateError
 
 from leases import nodes, outbox, waiting
 from leases.models import LEASE_EXPIRY_PARTITION, PENDING_PARTITION, JobItem, JobStatus, LeaseItem, TenantItem
-from leases.transactions import NamedTransaction, fenced_release, requeue_actions
-from service.settings import get_settings
+from leases.transactions import NamedTransaction, fenced_release, lost_attempt_entry, requeue_actions
+from service.clocks import get_clocks
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +64,9 @@ class SweepReport:
     #: Waiting jobs woken by the safety net (a lost hand-off), queued jobs re-published (lost message).
     woken: Counter = field(default_factory=Counter)
     republished: Counter = field(default_factory=Counter)
+    #: Leases of jobs out of attempts left for a later sweep: their holder may still report them
+    #: ``infra_lost`` (``Clocks.infra_report_grace_s``).
+    held_for_report: int = 0
     #: Worker nodes that stopped beating, dropped from the slot registry.
     nodes_dropped: list = field(default_factory=list)
 
@@ -68,8 +81,9 @@ def expired_leases(now: float) -> Iterator[LeaseItem]:
     return LeaseItem.by_expiry.query(LEASE_EXPIRY_PARTITION, LeaseItem.expires_at < now)
 
 
-def reclaim(lease: LeaseItem, *, now: float, requeue: bool, reason: str) -> bool:
-    """Reclaim one expired lease in one transaction; True if this call did it.
+def reclaim(lease: LeaseItem, *, now: float, requeue: bool, reason: str, vanished: dict | None = None) -> bool:
+    """Reclaim one expired lease in one transaction; True if this call did it. ``vanished``: an
+    entry appended to the job's ``lost_attempts`` (the holder reported nothing).
 
     Returns False (and changes nothing) if the lease is gone, carries another token, was renewed
     after it was read, or its job no longer runs under it.
@@ -84,6 +98,8 @@ def reclaim(lease: LeaseItem, *, now: float, requeue: bool, reason: str) -> bool
         job_actions = [JobItem.status.set(JobStatus.FAILED.value), JobItem.lease_token.remove(),
                        JobItem.finished_at.set(now), JobItem.error.set(reason),
                        JobItem.error_code.set("lease_expired"), *outbox.intent_actions(now)]
+    if vanished is not None:
+        job_actions.append(JobItem.lost_attempts.set((JobItem.lost_attempts | []).append([vanished])))
 
     def job_item(tx: NamedTransaction, release_id: str) -> None:
         tx.add("update", "job", JobItem(lease.job_id),
@@ -152,6 +168,7 @@ def sweep(
             are left for the next sweep (every step is idempotent).
     """
     report = SweepReport()
+    clocks = get_clocks()
     for lease in expired_leases(now):
         try:
             job = JobItem.get(lease.job_id, consistent_read=True)
@@ -166,14 +183,19 @@ def sweep(
                 report.lost_races += 1
             continue
         assert job is not None
-        requeue = int(job.attempts) < int(job.max_attempts)
+        requeue = job.attempts_left
+        if not requeue and float(lease.expires_at) > now - clocks.infra_report_grace_s:
+            report.held_for_report += 1  # its holder may still report the attempt infra_lost
+            continue
         holder = f"worker {lease.worker} stopped renewing its lease (expired at {lease.expires_at:.0f})"
+        reported = int(job.attempts) in {int(a) for a in (job.infra_lost_attempts or ())}
+        vanished = None if reported else lost_attempt_entry(int(job.attempts), "holder_vanished", holder, now)
         if requeue:
             publish(lease.tenant_id, lease.job_id, after_attempt=int(job.attempts))
             reason = f"{holder}; re-queued"
         else:
             reason = f"{holder}; out of attempts ({job.attempts}/{job.max_attempts})"
-        if not reclaim(lease, now=now, requeue=requeue, reason=reason):
+        if not reclaim(lease, now=now, requeue=requeue, reason=reason, vanished=vanished):
             report.lost_races += 1
             continue
         report.reclaimed[lease.tenant_id] += 1
@@ -204,15 +226,16 @@ def bring_back(now: float, *, publish: Callable[..., None], report: SweepReport,
 
     * waiting jobs of a tenant with room are woken (:func:`leases.waiting.wake`): a releaser that
       died between its release and its wake, a cap raised while jobs waited, the index's lag;
-    * queued jobs whose message was due more than ``Settings.lost_message_grace_s`` ago and that
-      never started are re-published (a wake whose publish was lost, a purged or restarted queue):
-      a spare copy is dropped by the conditional acquire. Not while ``backlog()`` (visible messages
-      in the work queue) is above 0: then every worker is busy, an overdue message is simply not
-      received yet, and a copy would only add to the queue.
+    * queued jobs that no message could still bring (:func:`lost_queued`: due more than
+      ``Clocks.lost_message_after_s`` ago while the work queue shows no visible message) are
+      re-published: a wake whose publish was lost, a purged queue, an endpoint restarted empty, a
+      message hidden by a worker that died or stopped with it. A spare copy is dropped by the
+      conditional acquire. Not while ``backlog()`` (visible messages in the work queue) is above
+      0: then every worker is busy, an overdue message is simply not received yet, and a copy
+      would only add to the queue.
 
     A tenant whose step fails is logged and left for the next sweep; the others go on.
     """
-    grace_s = get_settings().lost_message_grace_s
     report.nodes_dropped += nodes.drop_dead(now)
     check_lost = backlog is None or backlog() == 0
     for tenant in TenantItem.by_pending.query(PENDING_PARTITION):
@@ -225,13 +248,26 @@ def bring_back(now: float, *, publish: Callable[..., None], report: SweepReport,
                                      on_woken=on_woken)
                 report.woken[tenant.tenant_id] += len(woken)
             if check_lost and int(tenant.queued or 0) > 0:
-                for job in waiting.stale_queued(tenant.tenant_id, now=now, grace_s=grace_s):
-                    publish(job.tenant_id, job.job_id, after_attempt=int(job.attempts or 0))
-                    waiting.mark_republished(job.job_id, now=now)
+                for job in lost_queued(tenant.tenant_id, now=now):
+                    republish_lost(job, publish=publish, now=now)
                     report.republished[tenant.tenant_id] += 1
-                    log.warning("re-published job %s (tenant %s): queued since its message was due at %.0f "
-                                "and never started", job.job_id, job.tenant_id, float(job.due_at))
                     if on_republished is not None:
                         on_republished(job)
         except Exception:  # noqa: BLE001 - one tenant's failure must not stop the net for the others
             log.exception("sweeper: bringing back the jobs of tenant %s failed; next sweep", tenant.tenant_id)
+
+
+def lost_queued(tenant_id: str, *, now: float) -> Iterator[JobItem]:
+    """The tenant's queued jobs overdue by ``Clocks.lost_message_after_s`` (``due_at`` that long
+    before ``now``), oldest first. Meaningful only while the work queue shows no visible message
+    (the caller checks): then no message could still bring them soon."""
+    return waiting.stale_queued(tenant_id, now=now, grace_s=get_clocks().lost_message_after_s)
+
+
+def republish_lost(job: JobItem, *, publish: Callable[..., None], now: float) -> None:
+    """Publish a lost queued job again (marked as following its last attempt), then stamp its
+    ``due_at`` so the next sweep waits again. A spare copy is dropped by the conditional acquire."""
+    publish(job.tenant_id, job.job_id, after_attempt=int(job.attempts or 0))
+    waiting.mark_republished(job.job_id, now=now)
+    log.warning("re-published job %s (tenant %s): queued since its message was due at %.0f, never started, "
+                "and no message visible", job.job_id, job.tenant_id, float(job.due_at))

@@ -760,6 +760,36 @@ def fail_job(lease: Lease, *, error: str, error_code: str, now: float | None = N
 # --- outside a lease ----------------------------------------------------------------------------
 
 
+def lost_attempt_entry(attempt: int, cause: str, detail: str, now: float) -> dict:
+    """One entry of ``JobItem.lost_attempts`` (``cause``: ``infra_lost`` or ``holder_vanished``)."""
+    return {"attempt": int(attempt), "cause": cause, "at": now, "detail": detail[:500]}
+
+
+def record_infra_lost(job_id: str, attempt: int, *, detail: str, now: float | None = None) -> bool:
+    """The holder of attempt ``attempt`` lost its lease because it could not reach DynamoDB: the
+    attempt stops counting against the budget (``JobItem.infra_lost_attempts``) and the job's
+    ``lost_attempts`` says so. One update, on condition the job is not final (a job the sweeper
+    already failed stays failed). Returns True if written, False if the job is final or missing.
+
+    Raises:
+        pynamodb.exceptions.UpdateError: DynamoDB failed (the caller retries).
+    """
+    t = time.time() if now is None else now
+    entry = lost_attempt_entry(attempt, "infra_lost", detail, t)
+    try:
+        JobItem(job_id).update(
+            actions=[JobItem.infra_lost_attempts.add({int(attempt)}),
+                     JobItem.lost_attempts.set((JobItem.lost_attempts | []).append([entry]))],
+            condition=JobItem.job_id.exists() & JobItem.status.is_in(
+                JobStatus.QUEUED.value, JobStatus.RUNNING.value, JobStatus.WAITING.value),
+        )
+    except UpdateError as exc:
+        if error_code(exc) == _CONDITION_FAILED_EXCEPTION:
+            return False
+        raise
+    return True
+
+
 def record_defer(job_id: str, *, delay_s: float = 0, now: float | None = None) -> bool:
     """Count one deferral on a queued job, stamp its first receive and when its copy is due (best
     effort; ``delay_s`` is the copy's SQS delay).

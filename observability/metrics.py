@@ -30,7 +30,8 @@ metric                                          moved by
                                                 ``cap_change``)
 ``handoff_latency_seconds{tenant}``             ``lease_acquired`` of a woken job: ``started_at − woken_at`` (its
                                                 tenant's release → its start)
-``jobs_republished_total{reason}``              ``job_republished``: a queued job whose message was overdue
+``jobs_republished_total{reason}``              ``job_republished``: the sweeper published a job again
+                                                (``lost_message``/``lost_handoff``/``lease_expired``)
 ``jobs_waiting{tenant}``, ``slots_borrowed{tenant}``,  the beat task ``imposition.sample_queues``: the tenant
 ``cluster_slots``                               item's ``waiting`` counter (parked jobs), its leases above its cap;
                                                 the live nodes' slots (the slot registry)
@@ -121,7 +122,7 @@ class ServiceMetrics:
             "handoff_latency_seconds", "Woken job: its tenant's release (the wake) to its start.", t,
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120), registry=r,
         )
-        self.jobs_republished = Counter("jobs_republished", "Queued jobs the sweeper re-published (message overdue).",
+        self.jobs_republished = Counter("jobs_republished", "Jobs the sweeper published again, by reason.",
                                         ("reason",), registry=r)
         self.jobs_waiting = Gauge("jobs_waiting", "Parked jobs of a tenant (its waiting counter).", t,
                                   multiprocess_mode="mostrecent", registry=r)
@@ -274,9 +275,9 @@ def on_job_woken(sender=None, job=None, reason=None, **_: object) -> None:
     m.handoffs.labels(job.tenant_id, reason or "release").inc()
 
 
-def on_job_republished(sender=None, job=None, **_: object) -> None:
-    """The sweeper re-published a queued job whose message was overdue."""
-    get_metrics().jobs_republished.labels("lost_message").inc()
+def on_job_republished(sender=None, job=None, reason=None, **_: object) -> None:
+    """The sweeper published a job again (``lost_message``, ``lost_handoff``, ``lease_expired``)."""
+    get_metrics().jobs_republished.labels(reason or "lost_message").inc()
 
 
 def on_lease_recovered(sender=None, lease=None, requeued=True, **_: object) -> None:

@@ -9,8 +9,23 @@ sweep_interval_s       60 s       beat period of the sweeper
 visibility_timeout_s   derived    lease_ttl_s + sweep_interval_s + visibility_margin_s, <= 43,200 s
 lease_lost_after_s     derived    lease_ttl_s / 2: a worker with no successful beat for this long
                                   declares its own lease lost and stops
+lost_message_after_s   derived    sqs_wait_time_s + heartbeat_interval_s: a queued job overdue by
+                                  this long while its queue shows no visible message has no
+                                  message that could still bring it soon; the sweeper re-publishes it
+infra_report_grace_s   derived    lease_lost_after_s (lease_ttl_s / 2): how long past a lease's expiry
+                                  the sweeper waits for its holder to report ``infra_lost`` before
+                                  it fails a job out of attempts
 defer_delay_s          30 s       SQS DelaySeconds of a cap-hit copy; <= 900 s
 =====================  =========  ===============================================================
+
+Why ``lost_message_after_s`` is one long poll plus one heartbeat interval: with no visible message
+in the queue, every worker with a free slot is in a long poll, so a message that exists and is not
+hidden is received within ``sqs_wait_time_s``; a live worker that received it acquires or parks the
+job at once (a lease is taken long before its first heartbeat is due). A queued job still not
+started one heartbeat later has its message lost (a purged queue, an endpoint restarted empty, a
+publish that never landed) or hidden by a worker that died or stopped with it, which SQS returns only
+after the visibility timeout. Re-publishing it then costs at worst a duplicate, which the
+conditional acquire drops (the job is no longer ``queued``).
 
 Why the visibility timeout is longer than lease TTL + sweep interval: when a whole node dies
 holding messages, the sweeper (not SQS redelivery) brings their jobs back, so the redelivered copies
@@ -47,6 +62,7 @@ class Clocks:
     sweep_interval_s: float
     defer_delay_s: int
     visibility_margin_s: float
+    sqs_wait_time_s: float
 
     @property
     def visibility_timeout_s(self) -> int:
@@ -57,6 +73,21 @@ class Clocks:
     def lease_lost_after_s(self) -> float:
         """With no successful heartbeat for this long, a worker treats its lease as lost."""
         return self.lease_ttl_s / 2
+
+    @property
+    def lost_message_after_s(self) -> float:
+        """A queued job overdue (``due_at``) by this long, while its queue shows no visible message,
+        has no message that could still bring it soon: one long poll plus one heartbeat interval."""
+        return self.sqs_wait_time_s + self.heartbeat_interval_s
+
+    @property
+    def infra_report_grace_s(self) -> float:
+        """Seconds past a lease's expiry the sweeper waits before failing a job out of attempts: half
+        a TTL, as long as the holder's own watchdog allows itself. A holder cut off from DynamoDB
+        retries its ``infra_lost`` report at least once per heartbeat interval, but a call it sent
+        during the outage may return only at the SDK's read timeout (times its retries), later than
+        the sweeper's fresh calls; one heartbeat interval was too short for that (the stall test)."""
+        return self.lease_lost_after_s
 
     def check(self) -> "Clocks":
         """Return self if every rule holds.
@@ -91,6 +122,7 @@ class Clocks:
             sweep_interval_s=s.sweep_interval_s,
             defer_delay_s=s.defer_delay_s,
             visibility_margin_s=s.visibility_margin_s,
+            sqs_wait_time_s=s.sqs_wait_time_s,
         ).check()
 
 

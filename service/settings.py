@@ -86,6 +86,24 @@ class Settings(BaseSettings):
         description="Worker: longest pause between receives while SQS keeps failing; it bounds how long after the "
                     "endpoint is back a worker may take to notice.",
     )
+    poll_stamp_path: str = Field(
+        default="",
+        description="Worker: a file whose modification time its SQS poll loop sets (at most once a second), for "
+                    "a supervisor to tell a worker that stopped consuming from an idle one; '' = none. make run "
+                    "sets one per worker.",
+    )
+    supervise_max_restarts: int = Field(
+        default=3, ge=0,
+        description="make run: restarts of one process (it died, or stopped polling) before the run fails with "
+                    "its last log lines.",
+    )
+    supervise_interval_s: float = Field(default=2.0, gt=0, description="make run: seconds between supervisor checks.")
+    sqs_shutdown_receive_margin_s: float = Field(
+        default=5.0, ge=0,
+        description="Worker stopping: how much longer than sqs_wait_time_s it waits for its open long polls to "
+                    "answer, so that what they bring is released (visibility 0) rather than hidden for the "
+                    "visibility timeout (tasks.sqs_transport).",
+    )
 
     # --- Redis (admission control, monitoring-event side channel) ---------------------------------
     redis_url: str = "redis://127.0.0.1:6379/0"
@@ -141,13 +159,6 @@ class Settings(BaseSettings):
         description="What a cap hit does: 'handoff' parks the job (status waiting, no message) until a release "
         "of its tenant wakes it (DESIGN §3); 'timer' publishes a copy delayed by defer_delay_s (the "
         "source design's baseline, kept for make bench-sched).",
-    )
-    lost_message_grace_s: float = Field(
-        default=30.0, gt=0,
-        description="A queued job whose message became visible this long ago and that has not started is "
-        "re-published by the sweeper (a lost wake or publish; a duplicate is dropped by the conditional "
-        "acquire). Must be >= sqs_wait_time_s: a visible message is received within one long poll by a "
-        "free worker.",
     )
     handoff_scan_limit: int = Field(
         default=8, ge=1, le=100,
@@ -477,11 +488,6 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"node_ttl_s={self.node_ttl_s:g} must be >= 2 x heartbeat_interval_s={self.heartbeat_interval_s:g} "
                 "(a node survives one missed beat)"
-            )
-        if self.lost_message_grace_s < self.sqs_wait_time_s:
-            raise ValueError(
-                f"lost_message_grace_s={self.lost_message_grace_s:g} must be >= sqs_wait_time_s="
-                f"{self.sqs_wait_time_s} (a visible message may wait one long poll before it is received)"
             )
         if self.retry_backoff_base_s > self.retry_backoff_max_s:
             raise ValueError(

@@ -31,6 +31,7 @@ from control.stack import (
 )
 from service.tenancy import input_key
 from tasks import storage
+from tasks.sweeper import visible_messages
 from tasks.submission import submit_job
 
 SAMPLES = REPO / "samples"
@@ -72,6 +73,9 @@ class Summary:
     leases_acquired: int = 0
     leases_reclaimed: int = 0
     leases_lost_by_holder: int = 0
+    #: Lost attempts by cause (``JobItem.lost_attempts``): ``holder_vanished`` (charged: the kills)
+    #: and ``infra_lost`` (attempts lost to the infrastructure, not charged).
+    lost_attempts: dict = field(default_factory=dict)
     deferrals: int = 0
     attempts: dict = field(default_factory=dict)
     peak_leases: dict = field(default_factory=dict)
@@ -101,6 +105,7 @@ class Summary:
             f"  SIGKILLs             {len(self.kills)} ({sum(1 for k in self.kills if k.holding_job)} holding a lease)",
             f"  leases               {self.leases_acquired} acquired, {self.leases_reclaimed} reclaimed by the sweeper, "
             f"{self.leases_lost_by_holder} found lost by their holder",
+            f"  lost attempts        {self.lost_attempts} (infra_lost: not charged)",
             f"  deferrals            {self.deferrals}",
             f"  attempts per job     {self.attempts}",
             f"  peak leases/tenant   {self.peak_leases}",
@@ -264,6 +269,8 @@ class Soak:
         summary.lost = sorted(j for j in self.status if j not in jobs or jobs[j].status not in FINAL)
         summary.attempts = dict(sorted(Counter(int(j.attempts) for j in jobs.values()).items()))
         summary.deferrals = sum(int(j.defer_count or 0) for j in jobs.values())
+        summary.lost_attempts = dict(sorted(Counter(e["cause"] for j in jobs.values()
+                                                    for e in (j.lost_attempts or [])).items()))
 
         events = read_events(self.event_dir)
         kinds = Counter(e["event"] for e in events)
@@ -285,7 +292,7 @@ class Soak:
         plate_jobs = Counter(key.split("/")[3] for key in plates)
         summary.plates_without_success = sorted(j for j in plate_jobs if jobs.get(j) is None
                                                 or jobs[j].status != "succeeded")
-        report = audit()
+        report = audit(backlog=visible_messages)  # lost queued jobs too
         summary.audit_clean, summary.audit_report = report.clean, report.describe()
         summary.leases_left = len(list(LeaseItem.scan(consistent_read=True)))
         self.out.mkdir(parents=True, exist_ok=True)

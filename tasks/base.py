@@ -48,7 +48,9 @@ message requeued (:attr:`FairTask.reject_on_worker_lost`): if the child held no 
 redelivery runs the job; if it did, the redelivery finds the job ``running`` and is dropped, and the
 sweeper re-publishes the job once the lease expires (within ``lease_ttl_s + sweep_interval_s``).
 That reclaim keeps the attempt the dead child started: a job that kills its worker
-``max_attempts`` times ends ``failed``. A whole node that dies leaves its messages unacked; they
+``max_attempts`` times ends ``failed``. A holder that lost its lease only because it could not
+reach DynamoDB (:attr:`tasks.heartbeat.Heartbeat.lost_cause` ``infra_lost``) reports the attempt
+once DynamoDB answers again, and it is not charged (:func:`leases.transactions.record_infra_lost`). A whole node that dies leaves its messages unacked; they
 come back after the visibility timeout (> lease TTL + sweep interval + margin), after the sweeper
 has re-published their jobs, and are dropped as not ``queued``.
 """
@@ -66,6 +68,7 @@ from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 from kombu.exceptions import KombuError
 from pynamodb.exceptions import PynamoDBException
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
 from leases import transactions, waiting
 from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost, TenantMismatch
@@ -135,7 +138,8 @@ class FairTask(Task):
 
     #: Ack after the job, never before: a crash leaves the message (DESIGN §1).
     acks_late = True
-    #: A killed child's message is requeued (on SQS: made visible again after ``sqs_wait_time_s``).
+    #: A killed child's message is requeued (on SQS: made visible again at once, by
+    #: :meth:`tasks.sqs_transport.Channel._restore`).
     #: Acking it would lose a job whose child died before its lease existed (mid-acquire, or in a
     #: deferral before the copy was published); a child that held a lease has its redelivery
     #: dropped as not ``queued``, and the sweeper brings the job back (module docstring).
@@ -273,7 +277,7 @@ class FairTask(Task):
             except Exception as exc:  # noqa: BLE001 - every job error is recorded, none escapes
                 return self._on_job_error(job, lease, heartbeat, exc)
         if heartbeat.lost.is_set():
-            return self._on_lease_lost(lease, heartbeat.lost_detail)
+            return self._on_lease_lost(lease, heartbeat.lost_detail, heartbeat, int(job.attempts))
         signals.lease_releasing.send(sender=self, lease=lease, outcome=JobOutcome.SUCCEEDED)
         successor = self._successor(tenant_id)
         try:
@@ -283,7 +287,7 @@ class FairTask(Task):
                 hand_off=successor and successor[1],
             )
         except LeaseLost as exc:
-            return self._on_lease_lost(lease, str(exc))
+            return self._on_lease_lost(lease, str(exc), heartbeat, int(job.attempts))
         signals.lease_released.send(sender=self, lease=lease, outcome=JobOutcome.SUCCEEDED)
         self._hand_off(tenant_id, successor)
         job = self._read_committed(job, JobStatus.SUCCEEDED)
@@ -417,12 +421,44 @@ class FairTask(Task):
         signals.job_deferred.send(sender=self, job_id=job_id, tenant_id=tenant_id, reason=reason, delay_s=delay_s)
         raise retry
 
-    def _on_lease_lost(self, lease: transactions.Lease, detail: str) -> dict:
+    def _on_lease_lost(self, lease: transactions.Lease, detail: str, heartbeat, attempt: int) -> dict:
         log.warning("job %s: lease lost, committing nothing (%s)", lease.job_id, detail)
         signals.lease_lost.send(sender=self, lease=lease, detail=detail)
+        if heartbeat.lost_cause == "infra_lost":
+            self._report_infra_lost(heartbeat.lease, attempt, detail)
         return {"outcome": JobOutcome.LEASE_LOST, "job_id": lease.job_id, "tenant_id": lease.tenant_id}
 
-    def _release(self, lease: transactions.Lease, outcome: JobOutcome, reason: str, release) -> dict | None:
+    def _report_infra_lost(self, lease: transactions.Lease, attempt: int, detail: str) -> bool:
+        """This attempt lost its lease because DynamoDB could not be reached: record it
+        ``infra_lost`` so that it does not count against the budget (issue 15, item 5).
+
+        Retried (jittered, at least once per heartbeat interval) until DynamoDB answers, for as long
+        as the sweeper waits for the report: until ``Clocks.infra_report_grace_s`` past the lease's
+        last known expiry. Never raises; returns True if the report was written.
+        """
+        clocks = self.clocks
+        deadline_at = lease.expires_at + clocks.infra_report_grace_s
+        retrying = Retrying(
+            retry=retry_if_exception_type(_INFRASTRUCTURE_ERRORS),
+            wait=wait_random_exponential(multiplier=0.2, max=clocks.heartbeat_interval_s),
+            stop=stop_after_delay(max(0.0, deadline_at - time.time())),
+            reraise=True,
+        )
+        try:
+            written = retrying(transactions.record_infra_lost, lease.job_id, attempt, detail=detail)
+        except _INFRASTRUCTURE_ERRORS as exc:
+            log.error("job %s: could not report attempt %s as infra_lost before the sweeper's grace ended (%s); "
+                      "it counts against the budget", lease.job_id, attempt, exc)
+            return False
+        if written:
+            log.warning("job %s: attempt %s recorded infra_lost (not charged): %s", lease.job_id, attempt, detail)
+            signals.attempt_infra_lost.send(sender=self, lease=lease, attempt=attempt)
+        else:
+            log.warning("job %s: attempt %s not recorded infra_lost: the job is final already", lease.job_id, attempt)
+        return written
+
+    def _release(self, lease: transactions.Lease, outcome: JobOutcome, reason: str, release, heartbeat,
+                 attempt: int) -> dict | None:
         """Run the fenced ``release(hand_off)`` for ``outcome`` (``retrying``/``failed``; a failure
         hands its place to the tenant's next waiting job) and report it.
 
@@ -434,7 +470,7 @@ class FairTask(Task):
         try:
             release(successor and successor[1])
         except LeaseLost as lost:
-            return self._on_lease_lost(lease, str(lost))
+            return self._on_lease_lost(lease, str(lost), heartbeat, attempt)
         signals.lease_released.send(sender=self, lease=lease, outcome=outcome)
         self._hand_off(lease.tenant_id, successor)
         committed = JobStatus.FAILED if outcome == JobOutcome.FAILED else JobStatus.QUEUED
@@ -457,13 +493,13 @@ class FairTask(Task):
 
     def _on_job_error(self, job: JobItem, lease: transactions.Lease, heartbeat, exc: Exception) -> dict:
         """Record a failed attempt: retry it as a new message, or fail the job. Fenced throughout."""
+        attempts = int(job.attempts)  # read after the acquire, which counted this attempt
         if heartbeat.lost.is_set() or isinstance(exc, LeaseLost):
-            return self._on_lease_lost(lease, heartbeat.lost_detail or str(exc))
+            return self._on_lease_lost(lease, heartbeat.lost_detail or str(exc), heartbeat, attempts)
         code = getattr(exc, "code", None) or type(exc).__name__
         reason = str(exc) or type(exc).__name__
-        attempts = int(job.attempts)  # read after the acquire, which counted this attempt
         retryable = bool(getattr(exc, "retryable", True))
-        if retryable and attempts < int(job.max_attempts):
+        if retryable and job.attempts_left:
             delay_s = self.backoff_s(attempts)
             log.warning("job %s attempt %s/%s failed (%s); retrying in %s s",
                         job.job_id, attempts, job.max_attempts, reason, delay_s)
@@ -471,16 +507,17 @@ class FairTask(Task):
                                exc=exc, throw=False)  # published before the release: it follows this attempt
             lost = self._release(lease, JobOutcome.RETRYING, reason,
                                  lambda _: transactions.release_for_retry(lease, error=reason, error_code=code,
-                                                                          delay_s=delay_s))
+                                                                          delay_s=delay_s), heartbeat, attempts)
             if lost is not None:
                 return lost
             raise retry
         if retryable:
-            reason = f"out of attempts ({attempts}/{job.max_attempts}): {reason}"
+            reason = f"out of attempts ({job.charged_attempts}/{job.max_attempts}): {reason}"
         log.warning("job %s failed (%s): %s", job.job_id, code, reason)
         lost = self._release(lease, JobOutcome.FAILED, reason,
                              lambda hand_off: transactions.fail_job(lease, error=reason, error_code=code,
-                                                                    hand_off=hand_off))
+                                                                    hand_off=hand_off),
+                             heartbeat, attempts)
         if lost is not None:
             return lost
         raise JobFailed(job.job_id, code, reason) from exc

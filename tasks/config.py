@@ -40,6 +40,7 @@ broker_transport_options = {
     "polling_interval": _settings.sqs_polling_interval_s,
     "receive_backoff_initial_s": _settings.sqs_receive_backoff_initial_s,
     "receive_backoff_max_s": _settings.sqs_receive_backoff_max_s,
+    "shutdown_receive_margin_s": _settings.sqs_shutdown_receive_margin_s,
 }
 
 task_queues = tuple(

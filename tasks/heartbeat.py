@@ -17,7 +17,11 @@ Two daemon threads per job:
   keep a job running past that point: the worker stops before anyone else could take the slot over.
 
 :attr:`Heartbeat.lost` is set, and both threads stop, when a renewal is refused or the read-back
-shows the token gone (the sweeper reclaimed the lease), or when the watchdog's deadline passes. The
+shows the token gone (the sweeper reclaimed the lease), or when the watchdog's deadline passes.
+:attr:`Heartbeat.lost_cause` says which: ``fenced`` (refused), ``infra_lost`` (the deadline passed
+while renewals failed or hung: this process was alive and could not reach DynamoDB; the attempt is
+then reported so that it does not count against the job's budget) or ``stalled`` (the deadline
+passed with no renewal tried: the process itself did not run, e.g. SIGSTOP; charged). The
 job watches :attr:`lost` (the engine gets it as its cancel event) and commits nothing once it is set;
 every commit is fenced by the token anyway.
 """
@@ -64,6 +68,12 @@ class Heartbeat:
         #: Set once the lease is known or presumed lost; the engine's cancel event.
         self.lost = threading.Event()
         self.lost_detail = ""
+        #: Why the lease was lost: ``fenced``, ``infra_lost`` or ``stalled`` (module docstring); "" while held.
+        self.lost_cause = ""
+        #: Renewals in a row that failed to reach DynamoDB (0 after a confirmed one), and whether one
+        #: is in flight now.
+        self.failed_renewals = 0
+        self._renewing = False
         #: Confirmed renewals so far.
         self.beats = 0
         self._stop = threading.Event()
@@ -105,9 +115,10 @@ class Heartbeat:
 
     # -- the beat ------------------------------------------------------------------------------
 
-    def _declare_lost(self, detail: str) -> None:
+    def _declare_lost(self, detail: str, cause: str) -> None:
         if not self.lost.is_set():
             self.lost_detail = detail
+            self.lost_cause = cause
             self.lost.set()
             log.warning("lease on job %s lost: %s", self.lease.job_id, detail)
         self._stop.set()
@@ -125,8 +136,11 @@ class Heartbeat:
         while True:
             remaining_s = self.deadline_at - time.time()
             if remaining_s <= 0:
+                unreachable = self.failed_renewals > 0 or self._renewing
                 self._declare_lost(
                     f"no confirmed renewal for {self.clocks.lease_lost_after_s:g} s (half the lease TTL)"
+                    + (f"; {self.failed_renewals} renewal(s) failed to reach DynamoDB" if unreachable else ""),
+                    "infra_lost" if unreachable else "stalled",
                 )
                 return
             if self._stop.wait(min(remaining_s, self.clocks.heartbeat_interval_s)):
@@ -135,17 +149,22 @@ class Heartbeat:
     def beat(self) -> None:
         """Renew once (lease, then message visibility); may declare the lease lost."""
         known_expiry_at = self.lease.expires_at
+        self._renewing = True
         try:
             self.lease = renew(self.lease)
         except LeaseLost as exc:
-            self._declare_lost(str(exc))
+            self._declare_lost(str(exc), "fenced")
             return
         except (LeaseError, PynamoDBException, BotoCoreError, ClientError, OSError) as exc:
             # Unresolved (throttled throughout, or the read-back failed too): the lease keeps its
             # last known expiry and the watchdog decides when that is too close.
+            self.failed_renewals += 1
             log.warning("heartbeat of job %s failed (%s); %.1f s to the lease-lost deadline",
                         self.lease.job_id, exc, self.deadline_at - time.time())
             return
+        finally:
+            self._renewing = False
+        self.failed_renewals = 0
         if self._stop.is_set() or self.lease.expires_at <= known_expiry_at:
             return  # stopped meanwhile, or an ambiguous renewal that (read back) did not apply
         self.beats += 1

@@ -27,6 +27,24 @@ What this transport changes, nothing else:
 * one log line when a queue's receives begin to fail (WARNING, with the first error) and one when
   they answer again (INFO, with how long and how many receives failed), not one per receive.
 
+And, so that a clean shutdown leaves no message hidden (issue 15, item 6):
+
+* when its last consumer is cancelled (a warm shutdown, a connection restart), the channel reads
+  every receive still open before it lets the worker go on, for at most ``sqs_wait_time_s`` +
+  ``Settings.sqs_shutdown_receive_margin_s``; what they bring finds no consumer and kombu releases
+  it (visibility 0). kombu 5.7.0 stops its event loop with the long poll still open: SQS answers
+  it when a message arrives, marks that message received, and nobody reads the answer, so the
+  message stays hidden for the visibility timeout (720 s by default) and its job sits ``queued``;
+* a message delivered but not acked when the channel closes, or rejected with ``requeue`` (a pool
+  child lost), is made visible again (visibility 0) instead of kombu's copy, which left the
+  original hidden (to come back later as a duplicate) and did not count towards the DLQ's
+  ``maxReceiveCount``; a copy is published only if that call fails.
+
+And, so that a supervisor can tell a worker that stopped consuming from one that is idle: with
+``Settings.poll_stamp_path`` set, the file's modification time is set to now (at most once a
+second) each time a queue's poll loop runs: a receive answered, failed, or not sent because every
+slot is busy (``control.stack.Supervisor`` reads it).
+
 Publishing, acks and visibility changes use kombu's blocking boto3 client, whose own retries cover
 short outages; they are not changed here.
 """
@@ -34,6 +52,7 @@ short outages; they are not changed here.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import sys
 import time
@@ -41,6 +60,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable
 
+from botocore.exceptions import BotoCoreError, ClientError
+from kombu.asynchronous.http import get_client
 from kombu.transport import SQS, TRANSPORT_ALIASES
 from vine.abstract import Thenable
 
@@ -122,26 +143,58 @@ class _ReceiveAnswer:
     itself raised, and that error is left alone: the promise that caught it raises it again.
     """
 
-    def __init__(self, on_answer: Callable[[Any], Any]) -> None:
+    def __init__(self, on_answer: Callable[[Any], Any], on_settled: Callable[[], None] | None = None) -> None:
         self._on_answer = on_answer
+        self._on_settled = on_settled
         self._settled = False
 
+    def _settle(self) -> None:
+        if not self._settled:
+            self._settled = True
+            if self._on_settled is not None:
+                self._on_settled()
+
     def __call__(self, answer: Any) -> Any:
-        self._settled = True
+        self._settle()
         return self._on_answer(answer)
 
     def throw(self, exc: BaseException | None = None, tb: object = None, propagate: bool = True) -> Any:
         if self._settled:
             return None
-        self._settled = True
+        self._settle()
         error = exc if exc is not None else sys.exc_info()[1]
         return self._on_answer(ReceiveFailed(error))
 
     def cancel(self) -> None:
-        self._settled = True
+        self._settle()
 
 
 Thenable.register(_ReceiveAnswer)  # vine's transform() then uses it as it is, not wrapped in a promise
+
+
+class PollStamp:
+    """A file whose modification time says when the consumer's poll loop last ran; touched at
+    most once per ``every_s`` seconds (a failure to touch it is logged once, never raised)."""
+
+    def __init__(self, path: str, every_s: float = 1.0) -> None:
+        self.path = path
+        self.every_s = every_s
+        self._last = float("-inf")
+        self._warned = False
+
+    def touch(self) -> None:
+        now = time.monotonic()
+        if now - self._last < self.every_s:
+            return
+        self._last = now
+        try:
+            with open(self.path, "a"):
+                pass
+            os.utime(self.path)
+        except OSError as exc:
+            if not self._warned:
+                self._warned = True
+                log.warning("could not touch the poll stamp %s: %s", self.path, exc)
 
 
 class Channel(SQS.Channel):
@@ -150,7 +203,8 @@ class Channel(SQS.Channel):
 
     Transport options (from :mod:`tasks.config`; the settings' defaults otherwise):
     ``receive_backoff_initial_s`` and ``receive_backoff_max_s``, seconds (see
-    :class:`ReceiveBackoff`).
+    :class:`ReceiveBackoff`); ``shutdown_receive_margin_s``, seconds (how much longer than the long
+    poll a cancelled consumer waits for its open receives).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -163,6 +217,15 @@ class Channel(SQS.Channel):
             float(options.get("receive_backoff_max_s", settings.sqs_receive_backoff_max_s)),
         )
         self._outages: dict[str, _Outage] = {}  # queue name → its receives failing since
+        self._shutdown_margin_s = float(options.get("shutdown_receive_margin_s",
+                                                    settings.sqs_shutdown_receive_margin_s))
+        self._open_receives = 0  # long polls sent and not answered yet
+        self._poll_stamp = PollStamp(settings.poll_stamp_path) if settings.poll_stamp_path else None
+
+    def _schedule_queue(self, queue):
+        if self._poll_stamp is not None:
+            self._poll_stamp.touch()
+        return super()._schedule_queue(queue)
 
     @cached_property
     def predefined_queues(self) -> dict[str, dict]:
@@ -175,8 +238,65 @@ class Channel(SQS.Channel):
                 for name, q in self.transport_options.get("predefined_queues", {}).items()}
 
     def _get_from_sqs(self, queue_name, queue_url, connection, count=1, callback=None):
-        return super()._get_from_sqs(queue_name, queue_url, connection, count=count,
-                                     callback=_ReceiveAnswer(callback))
+        self._open_receives += 1
+        answer = _ReceiveAnswer(callback, on_settled=self._receive_settled)
+        try:
+            return super()._get_from_sqs(queue_name, queue_url, connection, count=count, callback=answer)
+        except BaseException:
+            answer.cancel()
+            raise
+
+    def _receive_settled(self) -> None:
+        self._open_receives -= 1
+
+    # -- a clean stop: nothing received is left hidden ------------------------------------------
+
+    def basic_cancel(self, consumer_tag):
+        result = super().basic_cancel(consumer_tag)
+        if not self._consumers and self._open_receives > 0:
+            self.finish_open_receives()
+        return result
+
+    def finish_open_receives(self) -> int:
+        """Read the answers of the receives still open, for at most the long poll plus
+        ``shutdown_receive_margin_s``; returns how many are still open after that (0 normally).
+
+        Drives kombu's curl client directly (not the event loop, which may have stopped already):
+        each answer runs its callbacks, and a queue with no consumer left has what it brought
+        released by kombu (``Channel._release_messages``: visibility 0).
+        """
+        client = get_client(self.hub) if self.hub is not None else None
+        multi = getattr(client, "_multi", None)
+        if multi is None or getattr(client, "_closed", True):
+            return self._open_receives
+        wait_s = self.wait_time_seconds + self._shutdown_margin_s
+        log.info("consumers cancelled with %d SQS receive(s) open; reading their answers (up to %g s) to "
+                 "release what they bring", self._open_receives, wait_s)
+        deadline = time.monotonic() + wait_s
+        while self._open_receives > 0 and time.monotonic() < deadline:
+            multi.select(min(0.25, max(0.0, deadline - time.monotonic())))
+            client._timeout_check()  # performs every socket, then runs the answers' callbacks
+        if self._open_receives > 0:
+            log.warning("%d SQS receive(s) still open after %g s: a message they bring stays hidden until its "
+                        "visibility timeout", self._open_receives, wait_s)
+        return self._open_receives
+
+    def _restore(self, message, unwanted_delivery_info=("sqs_message", "sqs_queue")):
+        """Give a delivered, unacked message back to the queue: its visibility set to 0 (a copy only
+        if that fails, as kombu does)."""
+        info = message.delivery_info
+        sqs_message, queue_url = info.get("sqs_message"), info.get("sqs_queue")
+        if sqs_message and queue_url:
+            queue = self.canonical_queue_name(info["routing_key"]) if info.get("routing_key") else None
+            try:
+                self._new_release_client(self.sqs(queue=queue)).change_message_visibility(
+                    QueueUrl=queue_url, ReceiptHandle=sqs_message["ReceiptHandle"], VisibilityTimeout=0)
+                log.info("released an unstarted message of queue %s (visibility 0)", queue or queue_url)
+                return None
+            except (BotoCoreError, ClientError, OSError) as exc:
+                log.warning("could not release a message of queue %s (%s); publishing a copy instead",
+                            queue or queue_url, exc)
+        return super()._restore(message, unwanted_delivery_info)
 
     def _on_messages_ready(self, queue, qname, messages):
         # kombu's names: ``queue`` is the queue's URL, ``qname`` its name.

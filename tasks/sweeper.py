@@ -19,7 +19,7 @@ from tasks.messages import publish_job
 log = logging.getLogger(__name__)
 
 
-def _visible_messages() -> int:
+def visible_messages() -> int:
     """Messages visible in the imposition queue now (SQS ApproximateNumberOfMessages)."""
     queue = get_settings().imposition_queue
     attributes = aws.sqs().get_queue_attributes(QueueUrl=aws.queue_url(queue),
@@ -39,12 +39,17 @@ def sweep() -> dict:
 
     def recovered(lease: LeaseItem, requeued: bool) -> None:
         signals.lease_recovered.send(sender=sweep, lease=lease, requeued=requeued, swept_at=now)
+        if requeued:
+            signals.job_republished.send(sender=sweep, job=None, reason="lease_expired")
+
+    def woken(job) -> None:
+        signals.job_woken.send(sender=sweep, job=job, reason="sweeper")
+        signals.job_republished.send(sender=sweep, job=job, reason="lost_handoff")
 
     report = sweeper.sweep(
-        now, publish=publish_job, on_reclaimed=recovered,
-        on_woken=lambda job: signals.job_woken.send(sender=sweep, job=job, reason="sweeper"),
-        on_republished=lambda job: signals.job_republished.send(sender=sweep, job=job),
-        backlog=_visible_messages,
+        now, publish=publish_job, on_reclaimed=recovered, on_woken=woken,
+        on_republished=lambda job: signals.job_republished.send(sender=sweep, job=job, reason="lost_message"),
+        backlog=visible_messages,
     )
     if report.total:
         log.warning("sweeper reclaimed %s lease(s): %s", report.total, dict(report.reclaimed))
@@ -57,4 +62,5 @@ def sweep() -> dict:
         "woken": dict(report.woken),
         "republished": dict(report.republished),
         "nodes_dropped": report.nodes_dropped,
+        "held_for_report": report.held_for_report,
     }

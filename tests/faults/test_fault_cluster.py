@@ -133,7 +133,9 @@ def test_an_unexpected_error_before_the_lease_leaves_the_message_to_sqs(cluster,
     assert (job.status, job.attempts, job.defer_count) == ("succeeded", 1, 0)
     logs = "".join(node.log() for node in cluster.nodes.values())
     assert f"could not acquire a lease for job {job_id}" in logs  # rejected, not acked
-    assert logs.count(f"imposition.impose[{job_id}] received") == 2  # SQS offered the same message again
+    # SQS offered the same message again (at least once more: a worker that received it but could
+    # not start it, e.g. its child was killed, releases it at once, so it may be offered more often).
+    assert logs.count(f"imposition.impose[{job_id}] received") >= 2
 
 
 def test_the_heartbeat_keeps_a_long_jobs_message_from_being_redelivered(cluster, faulty_jobs):

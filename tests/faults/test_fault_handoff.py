@@ -33,8 +33,7 @@ def new_tenant(name: str) -> str:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     reset_aws()
-    c = Cluster(tmp_path_factory.mktemp("handoff"), nodes=1, concurrency=4,
-                env={"IMPOSITION_LOST_MESSAGE_GRACE_S": "3"})
+    c = Cluster(tmp_path_factory.mktemp("handoff"), nodes=1, concurrency=4)
     yield c
     c.stop()
 

@@ -246,19 +246,20 @@ def test_a_queued_job_waiting_for_a_busy_worker_is_not_re_published_a_lost_one_i
     """While its message is visible in SQS (every worker busy), an overdue queued job is not
     re-published at each sweep; once the queue has no visible message, it is, once a sweep."""
     from service import aws
+    from service.clocks import get_clocks
     from service.settings import get_settings
     from tasks.messages import publish_job
-    from tasks.sweeper import _visible_messages
+    from tasks.sweeper import visible_messages
 
     tenant = _tenant("busy")
     job = _new_job(tenant)
     assert waiting.admit(job) is True
     publish_job(tenant, job.job_id)  # the real message is there, just not received yet
-    grace = get_settings().lost_message_grace_s
+    grace = get_clocks().lost_message_after_s
     published = []
 
     def sweep_at(k: int) -> None:
-        sweeper.bring_back(time.time() + k * (grace + 1), report=sweeper.SweepReport(), backlog=_visible_messages,
+        sweeper.bring_back(time.time() + k * (grace + 1), report=sweeper.SweepReport(), backlog=visible_messages,
                            publish=lambda t, j, **kw: (published.append(j), publish_job(t, j, **kw)))
 
     for k in range(1, 4):

@@ -31,5 +31,14 @@ def test_the_provisioned_queues_and_celery_agree_with_the_clocks():
         assert redrive["deadLetterTargetArn"] == dlq_arn
     assert clocks.heartbeat_interval_s <= clocks.lease_ttl_s / 3
     assert clocks.lease_lost_after_s == clocks.lease_ttl_s / 2
+    # The reconciler's bound: one long poll (a visible message reaches a free worker) plus one
+    # heartbeat (a live holder has started or parked it); well inside the visibility timeout, so a
+    # message hidden by a dead worker is re-published before SQS would return it.
+    assert clocks.lost_message_after_s == settings.sqs_wait_time_s + clocks.heartbeat_interval_s
+    assert clocks.lost_message_after_s >= settings.sqs_wait_time_s
+    assert clocks.lost_message_after_s < clocks.visibility_timeout_s
+    # The sweeper's wait for an infra_lost report: half a TTL, past the holder's SDK timeouts.
+    assert clocks.infra_report_grace_s == clocks.lease_lost_after_s >= clocks.heartbeat_interval_s
     assert 0 <= clocks.defer_delay_s <= SQS_MAX_DELAY_S
     assert app.conf.broker_transport_options["predefined_queues"].keys() == set(settings.work_queues)
+

@@ -14,6 +14,9 @@ mode            a new connection…
 ``http_400``    the same, answered ``HTTP 400 ThrottlingException`` (what SQS says when throttling)
 ``reset``       is accepted and reset at once (TCP RST: ``ECONNRESET`` on the client)
 ``refuse``      is refused: the proxy stops listening (``ECONNREFUSED``) until the mode changes
+``stall``       is relayed, but nothing the endpoint answers reaches the client until the mode
+                changes (a stalled endpoint or network: the request applies, its answer is late;
+                relayed connections are stalled too, not reset)
 ==============  ===================================================================================
 
 Switching to a failing mode also resets every connection being relayed at that moment, so a long
@@ -39,7 +42,9 @@ from collections import Counter
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
-MODES = ("forward", "http_503", "http_400", "reset", "refuse")
+MODES = ("forward", "http_503", "http_400", "reset", "refuse", "stall")
+#: Modes that relay new connections to the endpoint.
+_RELAYING = ("forward", "stall")
 #: Failing HTTP modes → status line and AWS error type of the answer.
 _ANSWERS = {
     "http_503": (b"503 Service Unavailable", "ServiceUnavailable"),
@@ -118,6 +123,8 @@ class FaultProxy:
         self._listener: socket.socket | None = None
         self._port = 0
         self._stopped = threading.Event()
+        self._flowing = threading.Event()  # clear while stalled: answers wait
+        self._flowing.set()
 
     # -- life cycle ------------------------------------------------------------------------------
 
@@ -164,13 +171,18 @@ class FaultProxy:
         with self._lock:
             previous, self._mode = self._mode, mode
             live: dict[socket.socket, socket.socket] = {}
-            if mode != "forward":
+            if mode not in _RELAYING:
                 live, self._live = self._live, {}
             if mode == "refuse":
                 self._close_listener()
         for client, upstream in live.items():
             self.faults[mode] += 1
             self._kill(client, upstream)
+        if mode == "stall":
+            self.faults[mode] += 1
+            self._flowing.clear()
+        else:
+            self._flowing.set()
         if previous == "refuse" and mode != "refuse":
             self._listen()
 
@@ -236,13 +248,14 @@ class FaultProxy:
             return
         upstream.settimeout(None)
         with self._lock:
-            if self._mode != "forward":  # switched while connecting
+            if self._mode not in _RELAYING:  # switched while connecting
                 self.faults[self._mode] += 1
                 _reset(client)
                 upstream.close()
                 return
             self._live[client] = upstream
-        threading.Thread(target=self._pump, args=(upstream, client), name="fault-proxy-down", daemon=True).start()
+        threading.Thread(target=self._pump, args=(upstream, client, True), name="fault-proxy-down",
+                         daemon=True).start()
         self._pump(client, upstream)
 
     def _kill(self, client: socket.socket, upstream: socket.socket) -> None:
@@ -255,14 +268,17 @@ class FaultProxy:
             with contextlib.suppress(OSError):
                 sock.shutdown(how)  # a blocked recv() returns; SHUT_RD sends the client nothing
 
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, answers: bool = False) -> None:
         """Copy ``source`` to ``sink`` until either end closes; then close both (a doomed client
-        socket with a RST, the others with a FIN)."""
+        socket with a RST, the others with a FIN). ``answers`` (endpoint → client) wait while
+        stalled."""
         try:
             while True:
                 data = source.recv(_BUFFER_BYTES)
                 if not data:
                     break
+                if answers:
+                    self._flowing.wait()
                 sink.sendall(data)
         except OSError:
             pass
