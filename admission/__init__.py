@@ -1,4 +1,4 @@
-"""Admission control: the tenant side of fairness (DESIGN §2, layer 3).
+"""Admission control: the tenant side of fairness (docs/design.md §2, layer 3).
 
 Every submission (``impose.delay``, :func:`tasks.submission.submit`, ``imposition submit``) passes
 :func:`admit` before anything is written or published: idempotency token, rate limit, in-flight cap,

@@ -1,4 +1,4 @@
-"""The admission checks, run atomically in Redis by one Lua script per call (DESIGN §2, layer 3).
+"""The admission checks, run atomically in Redis by one Lua script per call (docs/design.md §2, layer 3).
 
 A retried job (``imposition job retry``) passes :meth:`Admission.readmit`: steps 2–4 without the
 token (the job keeps its own). One admission, in this order, all inside one ``EVALSHA`` (Redis runs a script as one atomic step,

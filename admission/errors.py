@@ -1,4 +1,4 @@
-"""Errors of admission control (DESIGN §2, layer 3). One root, :class:`AdmissionError`::
+"""Errors of admission control (docs/design.md §2, layer 3). One root, :class:`AdmissionError`::
 
     AdmissionError                      every error of this package
     ├── AdmissionRefused                the submission was checked and refused; nothing was published

@@ -92,7 +92,7 @@ class SimJob:
 
     @property
     def wait_s(self) -> float | None:
-        """First start − submission (DESIGN §8's queue wait); None if it never started."""
+        """First start − submission (docs/design.md §8's queue wait); None if it never started."""
         return None if self.started_at is None else self.started_at - self.submitted_at
 
 

@@ -2,7 +2,7 @@
 
 1. starts the local AWS endpoint (moto servers for SQS, S3 and DynamoDB) and checks Redis;
 2. provisions queues (with dead-letter queues), tables and bucket;
-3. starts the processes of DESIGN §7: an imposition worker (``-c 8``), a maintenance worker, a
+3. starts the processes of docs/design.md §7: an imposition worker (``-c 8``), a maintenance worker, a
    notifications worker (webhooks), beat, Flower (reading monitoring events from the Redis side
    channel), a local webhook receiver that verifies each tenant's signed webhooks and confirms
    the jobs (lowering the tenant's admission in-flight count), and, where Debian's ``prometheus``

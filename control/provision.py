@@ -134,7 +134,7 @@ def provision(settings: Settings | None = None) -> ProvisionReport:
 
     Raises:
         botocore.exceptions.ClientError: AWS refused a call (permissions, limits).
-        service.clocks.ClockError: the configured clocks break a rule of DESIGN §4.
+        service.clocks.ClockError: the configured clocks break a rule of docs/design.md §4.
     """
     s = settings or get_settings()
     clocks = get_clocks()

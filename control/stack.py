@@ -5,7 +5,7 @@ log file, waits for a "ready" line, and stops it with SIGTERM, then SIGKILL of t
 so a celery worker's prefork children never outlive it. On Linux the process is also asked to end
 (SIGTERM, through ``prctl(PR_SET_PDEATHSIG)``) when the process that started it dies, even by
 SIGKILL, so a killed ``make run`` or test run leaves no worker polling a vanished endpoint. The
-``*_command`` functions spell the command lines of DESIGN §7 (workers, beat, Flower);
+``*_command`` functions spell the command lines of docs/design.md §7 (workers, beat, Flower);
 :class:`ReceiverProcess` starts the demo's webhook receiver (:mod:`webhooks.receiver`).
 :class:`Supervisor` (``make run``) restarts a process that died or, a worker, stopped polling its
 queue, and fails the run with its last log lines once it keeps failing.
@@ -316,7 +316,7 @@ def celery_command(*args: str, app: str = "tasks") -> list[str]:
 
 def worker_command(queue: str, concurrency: int, node_name: str, *, app: str = "tasks",
                    loglevel: str = "info") -> list[str]:
-    """A worker consuming ``queue`` (DESIGN §7). Gossip, mingle and broker heartbeats are off:
+    """A worker consuming ``queue`` (docs/design.md §7). Gossip, mingle and broker heartbeats are off:
     they need broadcast queues, which the SQS setup does not have."""
     return celery_command(
         "worker", "-Q", queue, "-c", str(concurrency), "-n", f"{node_name}@%h", "-l", loglevel,

@@ -2,7 +2,7 @@
 measured while decoding with a cap, before qpdf decodes any of it.
 
 Runs inside the engine's child process (:mod:`imposition.child`). Which streams count, how each filter
-is bounded and why: ``DESIGN-NOTES.md``, "Bomb-proof input".
+is bounded and why: ``docs/design.md``, "Bomb-proof input".
 """
 
 from __future__ import annotations

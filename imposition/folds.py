@@ -185,7 +185,7 @@ FOLD_SCHEMES: dict[str, FoldScheme] = {scheme.name: scheme for scheme in (
 FOLD_SCHEME_NAMES = tuple(FOLD_SCHEMES)
 #: The scheme a booklet folds when its layout asks for ``signature_pages`` (or, for saddle stitch,
 #: pages a sheet) and names no ``fold_scheme``: per page count, the catalogue's sheet of right-angle
-#: folds (DESIGN-NOTES, "Default fold scheme per signature").
+#: folds (docs/design.md, "Default fold scheme per signature").
 SCHEME_FOR_SIGNATURE_PAGES: dict[int, str] = {4: "F4-1", 8: "F8-7", 16: "F16-7", 32: "F32-5"}
 #: The ``fold_scheme`` value that asks for nested 2-up sheets folded once (no catalogue sheet).
 SECTIONS = "sections"

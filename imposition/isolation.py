@@ -14,7 +14,7 @@ job gets a fresh child that serves it alone and is then killed (as :func:`run_li
 ``max_jobs`` jobs and ``max_rss_bytes`` of resident memory; a child that crashed, was killed on a
 time limit or a cancel, hit its memory limit or is past either bound is replaced at once by a new,
 pre-started one. :func:`prestart` starts the next child early for a process that has other start-up
-work to do first (the ``imposition impose`` command). See DESIGN-NOTES.md ("A warm engine child").
+work to do first (the ``imposition impose`` command). See docs/design.md ("A warm engine child").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``imposition audit``: check, and optionally repair, the lease invariant of DESIGN §4 per tenant.
+"""``imposition audit``: check, and optionally repair, the lease invariant of docs/design.md §4 per tenant.
 
 What must hold at every instant (each lease transaction keeps it, all or nothing):
 

@@ -31,7 +31,7 @@ class LeaseError(Exception):
 
 
 class CapReached(LeaseError):
-    """The tenant's ``in_flight`` is not below its cap (DESIGN §2 layer 2), or the tenant is briefly
+    """The tenant's ``in_flight`` is not below its cap (docs/design.md §2 layer 2), or the tenant is briefly
     frozen while ``imposition audit --repair`` recounts it (``repair_until``, epoch s)."""
 
     def __init__(self, tenant_id: str, in_flight: int | None, cap: int | None, *,

@@ -1,4 +1,4 @@
-"""PynamoDB models of the four tables (DESIGN §5, plus the token claims).
+"""PynamoDB models of the four tables (docs/design.md §5, plus the token claims).
 
 ``TenantItem`` (table ``tenants``)
     one per tenant: ``in_flight`` (leases held now), optional ``cap`` (tier override of

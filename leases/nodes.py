@@ -1,4 +1,4 @@
-"""The registry of live worker nodes: how many slots the cluster has, for borrowing (DESIGN §3).
+"""The registry of live worker nodes: how many slots the cluster has, for borrowing (docs/design.md §3).
 
 ::
 

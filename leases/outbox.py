@@ -1,7 +1,7 @@
 """The webhook outbox (issue 15): the intent to tell a tenant its job ended, written in the same
 transaction as the job's final status, so no failure between the two can lose it.
 
-The outbox is three attributes of the job item, not an item of its own (DESIGN-NOTES, "The webhook
+The outbox is three attributes of the job item, not an item of its own (docs/design.md, "Webhooks: the
 outbox")::
 
     final write (commit, fail, the sweeper's give-up, cancel, a stranded repair)

@@ -1,5 +1,5 @@
 """The scheduling rules, once: may a job take a slot, park, borrow; which waiting job a release
-wakes (DESIGN §2–§3). Pure: no I/O, no AWS import.
+wakes (docs/design.md §2–§3). Pure: no I/O, no AWS import.
 
 Each limit is declared as data (:class:`Below`: ``counter < limit`` on one item), and read two
 ways: :func:`holds` evaluates it on counters in memory (the simulator, :mod:`capacity`), and

@@ -1,4 +1,4 @@
-"""Reclaiming expired leases (DESIGN §4): the core of the sweeper, with ``now`` as an argument.
+"""Reclaiming expired leases (docs/design.md §4): the core of the sweeper, with ``now`` as an argument.
 
 For each lease whose ``expires_at`` is in the past (found through the expiry index, never a scan):
 
@@ -222,7 +222,7 @@ def bring_back(now: float, *, publish: Callable[..., None], report: SweepReport,
                on_woken: Callable[[JobItem], None] | None = None,
                on_republished: Callable[[JobItem], None] | None = None,
                backlog: Callable[[], int] | None = None) -> None:
-    """The safety net of the hand-off (DESIGN §3), for every tenant with waiting or queued jobs.
+    """The safety net of the hand-off (docs/design.md §3), for every tenant with waiting or queued jobs.
 
     * waiting jobs of a tenant with room are woken (:func:`leases.waiting.wake`): a releaser that
       died between its release and its wake, a cap raised while jobs waited, the index's lag;

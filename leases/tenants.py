@@ -32,7 +32,7 @@ def set_cap(tenant_id: str, cap: int | None, *, burst_cap: int | None = None) ->
 
     With a burst cap above the cap, the tenant may take more leases than its cap, up to the burst
     cap, while the cluster's busy slots stay below its live slots less ``Settings.reserve_slots``
-    (borrowing, DESIGN §3); nothing is preempted when others need the slots back.
+    (borrowing, docs/design.md §3); nothing is preempted when others need the slots back.
 
     Lowering the cap below the current ``in_flight`` kills nothing: running jobs finish, and the
     tenant acquires no new lease until ``in_flight`` is below the new cap. A cap of 0 pauses the

@@ -1,4 +1,4 @@
-"""The lease transactions of DESIGN §2 and §4, each one DynamoDB ``TransactWriteItems``.
+"""The lease transactions of docs/design.md §2 and §4, each one DynamoDB ``TransactWriteItems``.
 
 Timeline of one job's slot::
 
@@ -387,13 +387,13 @@ _ALL_OLD = "ALL_OLD"
 
 
 def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, now: float | None = None) -> Lease:
-    """Take a slot for ``job_id`` in one transaction (DESIGN §2, layer 2).
+    """Take a slot for ``job_id`` in one transaction (docs/design.md §2, layer 2).
 
     Items, all or nothing:
 
     1. tenant: ``in_flight += 1`` on condition :func:`cap_has_room` (the override is read in the
        same transaction, so a tier change applies to the next acquire without restarting anything)
-       and :func:`not_frozen`; ``queued −= 1``. With ``borrow`` (DESIGN §3, borrowing) the
+       and :func:`not_frozen`; ``queued −= 1``. With ``borrow`` (docs/design.md §3, borrowing) the
        condition is :func:`can_borrow` instead: ``in_flight < burst_cap``;
     2. the cluster's slot counter: ``busy += 1``; with ``borrow``, on condition ``busy <
        borrowable`` (slots of the live nodes less the reserve);

@@ -1,4 +1,4 @@
-"""Waiting for a slot without polling (DESIGN §3): park, wake, and the door at submission.
+"""Waiting for a slot without polling (docs/design.md §3): park, wake, and the door at submission.
 
 ::
 

@@ -1,4 +1,4 @@
-"""Operators' view of the fairness controls (DESIGN §8): metrics, ``imposition status``, the capacity
+"""Operators' view of the fairness controls (docs/design.md §8): metrics, ``imposition status``, the capacity
 report and Flower over the Redis events side channel.
 
 =====================  ==============================================================================

@@ -20,7 +20,7 @@ ImpositionLeaseRecoveredSustained   page      more than ``alert_lease_recovered_
 ImpositionDeadLetterQueueNotEmpty   ticket    a ``*-dlq`` queue has visible messages, for ``alert_dlq_for_s``
 ImpositionSlotsIdleWhileJobsWait    page      the imposition queue has visible messages while slots are free
                                               (nobody receives them)
-ImpositionSecondLicenceWarranted    ticket    DESIGN §8 over ``capacity_weeks``: daily slot utilisation above
+ImpositionSecondLicenceWarranted    ticket    docs/design.md §8 over ``capacity_weeks``: daily slot utilisation above
                                               ``capacity_utilisation_threshold`` on more than
                                               ``capacity_busy_day_share_threshold`` of the working days
                                               (Monday–Friday, UTC) **and** more than
@@ -127,7 +127,7 @@ def rule_groups(s: Settings | None = None) -> dict:
                       f" / sum(increase(queue_wait_seconds_count[{window}]))) > {s.capacity_long_wait_share_threshold}"),
              "labels": {"severity": "ticket"},
              "annotations": {
-                 "summary": "A second licence is warranted (DESIGN §8 conditions both hold)",
+                 "summary": "A second licence is warranted (docs/design.md §8 conditions both hold)",
                  "description": f"Over {s.capacity_weeks} weeks: slot utilisation above "
                                 f"{s.capacity_utilisation_threshold:g} on more than "
                                 f"{s.capacity_busy_day_share_threshold:g} of working days and more than "

@@ -1,4 +1,4 @@
-"""``imposition capacity-report``: is a second press-tool licence warranted? (DESIGN §8)
+"""``imposition capacity-report``: is a second press-tool licence warranted? (docs/design.md §8)
 
 The seed's rule, every threshold a setting:
 

@@ -4,7 +4,7 @@ Jobs are read per tenant through the ``by-tenant`` index (partition ``tenant_id`
 ``submitted_at``), never by a table scan; the tenants come from the tenants table, which has one
 item per tenant.
 
-A job's **queue wait** is ``started_at − submitted_at`` of its first attempt (DESIGN §8), from the
+A job's **queue wait** is ``started_at − submitted_at`` of its first attempt (docs/design.md §8), from the
 job item. The item keeps only the latest attempt's ``started_at``; for a job that was retried (or
 recovered by the sweeper) that start also holds the earlier runs and the retry backoff, so its wait
 is taken up to its first receive by a worker (``first_received_at``), a lower bound that is exact

@@ -1,4 +1,4 @@
-"""The Prometheus metrics of DESIGN §8 and the receivers that move them.
+"""The Prometheus metrics of docs/design.md §8 and the receivers that move them.
 
 Every increment happens at the domain event that defines it, in the process that sends the signal
 (a prefork child for job signals, the maintenance worker for the sweeper's and the sampler's):

@@ -1,4 +1,4 @@
-"""The clocks of leases, heartbeats, sweeping and deferral, derived in one place (DESIGN §4).
+"""The clocks of leases, heartbeats, sweeping and deferral, derived in one place (docs/design.md §4).
 
 =====================  =========  ===============================================================
 name                   default    rule
@@ -50,7 +50,7 @@ from service.sqs import delay_seconds
 
 
 class ClockError(ValueError):
-    """The configured clocks break a rule of DESIGN §4; the message names the value and the limit."""
+    """The configured clocks break a rule of docs/design.md §4; the message names the value and the limit."""
 
 
 @dataclass(frozen=True)

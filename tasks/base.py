@@ -1,4 +1,4 @@
-"""``FairTask``: the Celery base class that runs every job under a lease (DESIGN §2–§4).
+"""``FairTask``: the Celery base class that runs every job under a lease (docs/design.md §2–§4).
 
 Lifecycle of one delivery (the message carries ``tenant_id``, ``job_id`` and, for a copy published
 ahead of a re-queue, ``after_attempt``)::
@@ -136,7 +136,7 @@ class FairTask(Task):
     Options are class attributes; ``None`` falls back to :mod:`service.settings`.
     """
 
-    #: Ack after the job, never before: a crash leaves the message (DESIGN §1).
+    #: Ack after the job, never before: a crash leaves the message (docs/design.md §1).
     acks_late = True
     #: A killed child's message is requeued (on SQS: made visible again at once, by
     #: :meth:`tasks.sqs_transport.Channel._restore`).

@@ -60,7 +60,7 @@ accept_content = ["json"]
 task_ignore_result = True
 result_backend = None
 
-# DESIGN §1: acks_late, one message at a time per slot.
+# docs/design.md §1: acks_late, one message at a time per slot.
 task_acks_late = True
 task_reject_on_worker_lost = True  # a killed child's message is requeued; see tasks/base.py "Who brings a job back"
 worker_prefetch_multiplier = 1

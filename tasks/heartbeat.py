@@ -1,4 +1,4 @@
-"""The heartbeat: keeps a lease and its SQS message alive while a job runs (DESIGN §4).
+"""The heartbeat: keeps a lease and its SQS message alive while a job runs (docs/design.md §4).
 
 Two daemon threads per job:
 

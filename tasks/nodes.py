@@ -1,4 +1,4 @@
-"""A worker node consuming the imposition queue registers its slots while it runs (DESIGN §3).
+"""A worker node consuming the imposition queue registers its slots while it runs (docs/design.md §3).
 
 ``worker_ready`` (main process): :func:`leases.nodes.register` with the pool's concurrency, then a
 daemon thread beats every ``heartbeat_interval_s`` (a beat that finds the node dropped registers it

@@ -6,7 +6,7 @@ lets an explicit transport override the scheme of *every* URL, so the Redis side
 monitoring events (``observability.events``) and Flower's ``--broker=redis://…`` would get this
 SQS transport too.
 
-Why (``DESIGN-NOTES.md``, "kombu's SQS transport and an erroring endpoint", has the upstream
+Why (``docs/design.md``, "kombu's SQS transport and an erroring endpoint", has the upstream
 reproduction): kombu 5.7.0's asynchronous SQS connection turns a receive answered HTTP 408 or 5xx,
 or not answered at all (connection reset or refused, timeout: curl's code 599), into ``[]``, and its
 channel then calls ``[].get('Messages')``. The AttributeError stops the worker ("Unrecoverable

@@ -1,7 +1,7 @@
 """S3 transfers of one job (input PDF, plate file), retried in place when transient.
 
 Transient failures (throttling, 5xx, connection drops) are retried with tenacity, after botocore's
-own retries (DESIGN §3: transient errors are retried in place). A missing object is not transient:
+own retries (docs/design.md §3: transient errors are retried in place). A missing object is not transient:
 it raises :class:`InputMissing`, which fails the job at once. An input larger than
 ``Settings.max_input_bytes`` is refused from its ``HeadObject`` size, before a byte of it reaches the
 worker's disk, with the engine's :class:`imposition.errors.InputTooLarge` (never retried); the

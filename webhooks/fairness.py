@@ -6,7 +6,7 @@ each taken without blocking and with the round's hard time limit as its timeout,
 child killed mid-round frees itself by then. A round whose tenant has every slot taken is put back
 on the queue with an SQS delay (:mod:`webhooks.tasks`) and the notifications slot goes to the next
 message: one tenant's hanging endpoint holds at most that many notifications slots, for at most one
-round's time limit each. Why this and not the lease mechanism: DESIGN-NOTES, "Fair notifications".
+round's time limit each. Why this and not the lease mechanism: docs/design.md, "Fair notifications".
 
 Redis unreachable: the round goes ahead without the limit (fail open, logged): fairness between
 tenants' webhooks is not worth delaying every tenant's webhook for.

@@ -1,4 +1,4 @@
-"""A small webhook receiver for the demo tenants: the tenant side of DESIGN §1, as its own process.
+"""A small webhook receiver for the demo tenants: the tenant side of docs/design.md §1, as its own process.
 
 ``python -m webhooks.receiver --port 0`` binds a free port on 127.0.0.1 and prints it (alone, on the
 first line of stdout), then serves:

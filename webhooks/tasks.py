@@ -1,4 +1,4 @@
-"""The webhook delivery task and its trigger (DESIGN §1: webhook to the tenant → tenant confirms).
+"""The webhook delivery task and its trigger (docs/design.md §1: webhook to the tenant → tenant confirms).
 
 Every final status is written together with the intent to notify (the outbox, :mod:`leases.outbox`:
 ``webhook_status = pending``, in the same transaction). The normal path is immediate: on

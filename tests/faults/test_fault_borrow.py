@@ -1,4 +1,4 @@
-"""Borrowing (DESIGN §3) on real workers: a tier with a burst cap above its cap takes idle slots,
+"""Borrowing (docs/design.md §3) on real workers: a tier with a burst cap above its cap takes idle slots,
 never the cluster's reserve; a light tenant then starts at once; the slot registry follows the
 live nodes.
 

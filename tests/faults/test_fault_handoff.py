@@ -1,4 +1,4 @@
-"""The hand-off (DESIGN §3) on real workers: park, wake, FIFO within a tenant, the sweeper's safety
+"""The hand-off (docs/design.md §3) on real workers: park, wake, FIFO within a tenant, the sweeper's safety
 net for a releaser killed before its wake and for a lost wake message, a live cap change while jobs
 wait, and handed case 12 under the hand-off (a waiting job costs no message and no attempt).
 

@@ -12,7 +12,7 @@ notifications worker must still deliver (record) webhooks and beat's sweeps must
 On kombu 5.7.0's own SQS transport (``broker_url = "sqs://"``) every worker exits within a second
 of the outage, in every mode, with ``Unrecoverable error: AttributeError("'list' object has no
 attribute 'get'")`` (or, on the 400, ``Exception('Request HTTP Error  HTTP 400 …')``); see
-``DESIGN-NOTES.md`` ("kombu's SQS transport and an erroring endpoint").
+``docs/design.md`` ("kombu's SQS transport and an erroring endpoint").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The clocks of DESIGN §4 against what really runs: the provisioned queues and Celery's transport."""
+"""The clocks of docs/design.md §4 against what really runs: the provisioned queues and Celery's transport."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from tests.support.processes import wait_for
 
 CAP = 4
 
-#: What each acquire outcome means for the delivery (DESIGN §2): the three outcomes, or a lease.
+#: What each acquire outcome means for the delivery (docs/design.md §2): the three outcomes, or a lease.
 OUTCOME = {Lease: "run", CapReached: "defer", LeaseContention: "defer", JobNotQueued: "drop"}
 
 

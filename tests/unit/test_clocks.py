@@ -1,4 +1,4 @@
-"""The clock rules of DESIGN §4 on their own: production defaults, and clocks that break a rule."""
+"""The clock rules of docs/design.md §4 on their own: production defaults, and clocks that break a rule."""
 
 from __future__ import annotations
 
