@@ -1,11 +1,9 @@
 """The durable claim of an idempotency token, written with the job item in one DynamoDB transaction.
 
-Redis (:mod:`admission.control`) is the fast first check of a token, but Redis can forget: a
-restart without persistence, a flush, a failover to a replica that had not seen the write. The
-record that cannot be forgotten is the token's claim in the ``tokens`` table
-(:class:`leases.models.TokenClaimItem`, keyed by tenant and SHA-256 of the token), and it is
-written in the same ``TransactWriteItems`` as the job item, so no job exists without its claim and
-no claim without its job::
+Redis (:mod:`admission.control`) is the fast check and can forget; the claim in the ``tokens`` table
+(:class:`leases.models.TokenClaimItem`, keyed by tenant and SHA-256 of the token) cannot, and it is
+written in the job item's transaction, so no job exists without its claim and no claim without its
+job (why: docs/design.md, "The idempotency token is claimed durably in DynamoDB")::
 
     TransactWriteItems (one NamedTransaction)
       [0] Put claim (tenant, sha256(token)) → job id, expires_at = now + idempotency TTL
@@ -24,12 +22,10 @@ Timeline of a token whose Redis key was lost::
         → DuplicateSubmission(job id of t0); Redis admission abandoned; token put back in Redis
     t3  submit(token) → Redis refuses at once (fast path again)
 
-How the transaction's failure is read (:func:`leases.transactions.classify`, reasons by item
-name): a conflict or throttling is retried (bounded, jittered); a cancellation names the failed
-item (claim →
-:class:`~admission.errors.DuplicateSubmission` with the job id that holds the token; job →
-:class:`~admission.errors.DuplicateJobId`); an ambiguous failure (no answer, 5xx) is resolved by
-reading the claim back: it names our job id exactly when the write applied.
+A failure is read by :func:`leases.transactions.classify` (reasons by item name): claim cancelled →
+:class:`~admission.errors.DuplicateSubmission` (with the job id holding the token); job cancelled →
+:class:`~admission.errors.DuplicateJobId`; ambiguous → the claim is read back (it names our job id
+exactly when the write applied).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The admission checks, run atomically in Redis by one Lua script per call (docs/design.md §2, layer 3).
 
-A retried job (``imposition job retry``) passes :meth:`Admission.readmit`: steps 2–4 without the
-token (the job keeps its own). One admission, in this order, all inside one ``EVALSHA`` (Redis runs a script as one atomic step,
-so a refused submission leaves no partial state and 20 threads racing on one token see exactly one
-winner)::
+One admission, in this order, all inside one ``EVALSHA`` (one atomic step: a refused submission
+leaves no partial state; racing submitters of one token see exactly one winner)::
 
     1. idempotency   GET  token key              taken → DuplicateSubmission(existing job id)
     1b. job id       EXISTS job key              taken (by any tenant) → DuplicateJobId
@@ -14,37 +12,21 @@ winner)::
     4. admit         SET token key = job id (PX idempotency TTL); ZADD rate log; ZADD in-flight set;
                      SET job key = tenant (so ``confirm(job_id)`` finds the tenant)
 
-The rate limit is a *sliding-window log* (one sorted-set entry per admitted job, scored by its
-admission time in integer microseconds): at most ``rate_limit_per_min`` admissions in any window of
-60 s, exactly, with ``retry_after_s`` the time until the oldest entry that matters leaves the
-window. Memory per tenant is bounded by the limit. A job admitted at time s counts against
-admissions in [s, s + 60 s).
-
-"In flight" means admitted and not yet confirmed: the job is added at admission and removed by
-:meth:`Admission.confirm` (the tenant confirms receipt of its webhook) or by :meth:`Admission.abandon`
-(the submission failed after admission). Both are idempotent. An entry older than
-``Settings.admission_in_flight_expiry_s`` (default 24 h, longer than the webhook give-up deadline)
-stops counting, so a job whose webhook can never be delivered and that its tenant never confirms
-holds one unit of that tenant's cap for at most that long.
-
-This script is the *fast* check. The durable record of a token is its claim in DynamoDB
-(:mod:`admission.claims`), written in the same transaction as the job item: if Redis lost the token
-(restart, flush, failover), this script admits it again, and the claim refuses it there
-(:class:`DuplicateSubmission` with the first job's id); the submission then abandons this admission
-and puts the token back here (:meth:`Admission.remember_token`). Likewise a job id the script lets
-through (its key expired or was lost) is refused by the job item's own condition.
-
-Keys (one Redis, not a cluster), all built by :func:`service.redis_keys.redis_key`, whose parts
-can hold no ``:``, so no caller-chosen id can name another tenant's key::
+A retried job (``imposition job retry``) passes :meth:`Admission.readmit`: steps 2–4 without the
+token. "In flight" is admitted and not yet confirmed (:meth:`Admission.confirm`, or
+:meth:`Admission.abandon` when the submission failed after admission; both idempotent); an entry
+older than ``admission_in_flight_expiry_s`` stops counting. Times are Redis's ``TIME`` in integer
+microseconds (tests pass ``now_s``). This is the fast check; the durable one is the token's claim
+(:mod:`admission.claims`). Keys, built by :func:`service.redis_keys.redis_key`::
 
     <namespace>:admission:<tenant>:token:<sha256(token)>   job id, TTL idempotency TTL
     <namespace>:admission:<tenant>:rate                    sorted set job id → admitted at (µs)
     <namespace>:admission:<tenant>:in_flight               sorted set job id → admitted at (µs)
     <namespace>:admission:_:job:<job id>                   tenant id, TTL in-flight expiry
-                                                           (``_``: no tenant; tenant ids start
-                                                           with a letter or digit)
+                                                           (``_``: no tenant)
 
-Time is Redis's own clock (``TIME``), so submitters on different hosts agree; tests pass ``now_s``.
+Why a sliding-window log, the expiry and the two records: docs/design.md, "Admission state lives in
+Redis".
 """
 
 from __future__ import annotations

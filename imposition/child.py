@@ -1,55 +1,31 @@
-"""The engine's child process: ``python -m imposition.child <request.json>``.
+"""The engine's child process: ``python -m imposition.child <request.json>`` or ``--serve <reply fd>``.
 
 :class:`imposition.isolation.EngineChild` starts it through the limits trampoline
-(:mod:`imposition._limits` ``--module imposition.child``), which runs this module in the same process;
-in ``--serve`` mode (below) the child sets each job's address-space and CPU limits itself, before it
-reads that job's input.
-
-The request (written by :meth:`imposition.engines.base.Engine.run_child`) is a JSON object::
+(:mod:`imposition._limits` ``--module imposition.child``). The request (written by
+:meth:`imposition.engines.base.Engine.run_child`) is a JSON object::
 
     {"mode": "impose" | "inspect" | "probe" | "preview", "input": path, "output": path | null,
      "layout": {...} (imposition.job.Layout), "slug": {"job_id": ..., "tenant_id": ...} | null,
-     "max_pages": int, "result": path}
+     "max_pages": int, "result": path,
+     "max_cells_per_sheet": n, "max_cells_per_job": n, "content_budget": {...}}   (optional)
+    preview: {"mode": "preview", "input": plate, "output_dir": dir, "max_px": n, "result": path}
 
-``probe`` only opens the PDF (:func:`imposition.source.open_source`: a PDF, readable, not
-encrypted, with pages; the submission's door check) and answers ``{"ok": true, "pages_in": n}``;
-``inspect`` opens the PDF and plans the job (every typed input error, no output); ``impose`` also
-draws the plan with pikepdf and saves it to ``output``. ``max_cells_per_sheet`` and
-``max_cells_per_job`` (optional; absent: no limit, as in the benchmark) bound the cells of one side
-and of the whole job; ``content_budget`` (optional; :class:`imposition.job.ContentBudget` as JSON) bounds
-what the input's streams decode to, checked first (:func:`imposition.budget.check_content_budget`,
-``content_too_large``). The result file receives either
-``{"ok": true, "sheets": n, "sides": n, "pages_in": n, "blank_pages": n, "warnings": [{"code", "message"}, …]}``
-or ``{"ok": false, "code": ..., "message": ...}``. Exit status 0 when a result was written. Before
-planning, every page's content is checked readable (:func:`imposition.source.content_damage`): a file
-cut short fails ``damaged`` naming its pages; one qpdf repaired whole gives a ``repaired`` warning.
-With the layout's ``on_warning: fail``, a warning fails the job (its code) before anything is drawn.
+``probe`` only opens the PDF (:func:`imposition.source.open_source`) and answers ``{"ok": true,
+"pages_in": n}``; ``inspect`` also plans the job (every typed input error, no output); ``impose``
+also draws the plan and saves it to ``output``; ``preview`` renders every page of a plate to
+``<output_dir>/preview-<n>.png`` (1-based, longer side ``max_px``) and answers ``{"ok": true,
+"previews": [...]}``. Checked first: the content budget (``content_too_large``), then every page's
+content (``damaged``, or a ``repaired`` warning). The result file receives ``{"ok": true, "sheets":
+n, "sides": n, "pages_in": n, "blank_pages": n, "warnings": [{"code", "message"}, …]}`` or ``{"ok":
+false, "code": ..., "message": ...}``; exit status 0 when a result was written. With ``on_warning:
+fail`` a warning fails the job before anything is drawn.
 
-Telling a damaged input from a bug of ours: the input's structure is checked where it is read
-(:mod:`imposition.source`, :mod:`imposition.drawing` raise DamagedPdf naming the page and entry), and
-the errors qpdf raises about the document it holds (:data:`INPUT_ERRORS`) are the input's fault too,
-reported as ``damaged`` (never retried). Any other exception is a bug: it is not caught here, so the
-child ends with its traceback in its log (which the parent writes to the worker's log) and no result,
-and the parent reports ``engine_crashed`` (retryable) without the traceback.
-
-The child is started ahead of its jobs and serves them one at a time (``--serve``, below), so it
-imports only what it uses: pikepdf and the plain-data modules (job, geometry, planning, drawing),
-and pypdfium2 for previews. The layout arrives already validated and resolved by the parent; the
-child never imports pydantic, the settings or the engine classes.
-
-Serving (``python -m imposition.child --serve <reply fd>``, started by
-:class:`imposition.isolation.EngineChild`): the child reads one line per job from its stdin,
-``{"request": path, "log": path, "address_space_bytes": n, "cpu_seconds": n}``; it sets its
-address-space limit (once: a limit can only be lowered) and its CPU-time backstop (``cpu_seconds``
-more than it has used so far), sends its stdout and stderr to the job's log, runs the request as
-above, and writes one line ``{"rss_bytes": n}`` to the reply descriptor. Between jobs it holds no
-open document: after each job it checks that no ``pikepdf.Pdf`` is still alive, and exits (status
-:data:`LEAK_EXIT_STATUS`) if one is, so that nothing of one job can reach the next. End of input
-ends it. A bug of ours (an exception not mapped above) ends it with its traceback in the job's log.
-
-``preview`` (``{"mode": "preview", "input": plate, "output_dir": dir, "max_px": n, "result": path}``)
-renders every page of a plate to ``<output_dir>/preview-<n>.png`` (1-based), its longer side
-``max_px`` pixels, with pypdfium2; the result is ``{"ok": true, "previews": [file name, …]}``.
+``--serve``: one line per job on stdin, ``{"request": path, "log": path, "address_space_bytes": n,
+"cpu_seconds": n}``; the child sets its limits, sends its output to the job's log, runs the request
+and writes ``{"rss_bytes": n}`` to the reply descriptor. It exits with :data:`LEAK_EXIT_STATUS` if a
+``pikepdf.Pdf`` outlives its job; end of input ends it. A damaged input (:data:`INPUT_ERRORS`,
+``DamagedPdf``) is ``damaged``; any other exception is a bug: the child ends with its traceback in
+its log and the parent reports ``engine_crashed``. Why: docs/design.md, "A warm engine child".
 """
 
 from __future__ import annotations

@@ -33,21 +33,10 @@ The tree::
         ├── OutputNotSaved                output_not_saved yes (pdfToolbox could not save, e.g. disk full)
         └── EngineConfigurationError      engine_config   no   (bad process plan, parameters, executable)
 
-``retryable`` and ``code`` are class attributes, so a caller can decide without an instance
-(``issubclass(err, ...)`` or ``err.retryable``). Bad input and limits are never retried: running the
-same file again gives the same answer. Each message names the field or file, the value and the limit;
-a value a tenant wrote is echoed through :func:`shown`, never whole, and no message carries a Python
-traceback or a path of the worker's (those go to the worker's log).
-
-Errors cross the child-process boundary as their ``code`` and message (:func:`error_from_code`), so the
-child never needs to pickle an exception.
-
-A :class:`PlateWarning` is a departure from what the layout asked that still gives a usable plate
-(``code`` is that of its :class:`Departure` class); it travels in the engine's report to the job item,
-``imposition job show``, the webhook and the CLI. A layout with ``on_warning: fail`` turns the first
-one into its :class:`Departure` error instead (:func:`departure_error`). One warning is not a
-departure: ``preview_failed`` (:class:`PreviewFailed`), a plate whose PNG previews could not be
-rendered; the plate is what was asked, so it ships whatever ``on_warning`` says.
+``retryable`` and ``code`` are class attributes; errors cross the child-process boundary as
+``code`` and message (:func:`error_from_code`); a tenant's value is echoed through :func:`shown`. A
+:class:`PlateWarning` carries the ``code`` of its :class:`Departure`; ``on_warning: fail`` turns it
+into that error (:func:`departure_error`). Why: docs/design.md, "Engine errors are typed by class".
 """
 
 from __future__ import annotations

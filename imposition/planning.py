@@ -15,23 +15,20 @@ How cells are laid out (print conventions):
     the slug strip; the gripper and margins are outside the region already. A page that then has to
     shrink is a ``scaled_to_fit`` warning; with ``scaling: none`` it stays at 100 % and the marks or
     bleed the sheet cannot hold become warnings.
-  * Duplex registers: the back's region is the front's seen through the turn (mirrored across the
-    sheet's vertical centre line for sheetwise and work and turn, its horizontal one for work and
-    tumble, :meth:`~imposition.job.Layout.side_regions_pt`), so every trim corner of a front backs
-    onto the matching corner of its back whatever the margins and gripper.
+  * Duplex registers by construction: the back's region is the front's seen through the turn
+    (:meth:`~imposition.job.Layout.side_regions_pt`).
   * Fold schemes (:mod:`imposition.folds`): the scheme's grid, pages against their spine edge,
-    turned 180° where the scheme's folds need it; creep moves each page toward its spine by
-    ``creep_pt`` per leaf outside its own (:attr:`~imposition.ordering.PageOrder.depth`) and per leaf
-    of the signatures nested outside it (saddle stitch). Fold marks sit on every fold line. A
-    scheme chosen for ``signature_pages`` must hold the pages at 100 % with that room reserved,
-    else the job fails naming ``signature_pages`` (never 2-up sheets or shrunk pages instead).
-  * Registration targets sit at the middle of each edge of a plate's block (its pages' clips and
-    marks), 1 mm beyond it; the colour bar runs across the head of the block, above everything; the
-    collation mark of a signature sits on the spine of its outermost sheet's front, a step lower per
-    signature. Room for the targets and the bar is reserved like the room for crop marks; what the
-    printable area still cannot hold is a ``no_room_for_marks`` warning.
-  * Warnings: every departure from what was asked is a :class:`~imposition.errors.PlateWarning` in
-    the plan (:func:`plan_warnings`).
+    turned 180° where its folds need it; creep ``creep_pt`` per leaf outside the page's own; fold
+    marks on every fold line; a scheme chosen for ``signature_pages`` must hold the pages at 100 %,
+    else the job fails naming ``signature_pages``.
+  * Registration targets 1 mm beyond the middle of each edge of the block, the colour bar across
+    its head, collation marks on the spine, their room reserved like crop marks'
+    (``no_room_for_marks`` for what the printable area cannot hold).
+  * Every departure from what was asked is a :class:`~imposition.errors.PlateWarning` in the plan
+    (:func:`plan_warnings`).
+
+Why each convention: docs/design.md, "Room before cells", "Registration by construction",
+"Production layouts", "Default fold scheme per signature".
 """
 
 from __future__ import annotations

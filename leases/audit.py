@@ -1,49 +1,28 @@
 """``imposition audit``: check, and optionally repair, the lease invariant of docs/design.md §4 per tenant.
 
-What must hold at every instant (each lease transaction keeps it, all or nothing):
+What must hold at every instant (each lease transaction keeps it, all or nothing); the finding kinds:
 
 * ``counter``      — the tenant's ``in_flight`` equals its number of live lease items;
-* ``over_cap``     — no lease was taken above the cap (its burst cap, for a tier that borrows): a
-  lease acquired after the cap last changed must have found fewer than that many older live leases
-  of its tenant (leases older than a lowered cap may exceed it legitimately: lowering a cap kills
-  nothing);
+* ``over_cap``     — no lease was taken above the cap (its burst cap, for a tier that borrows) in
+  force when it was acquired (a lowered cap kills nothing);
 * ``orphan_lease`` — every lease fences a job ``running`` under its token;
-* ``stranded_job`` — every ``running`` job has the lease its ``lease_token`` names (else nothing
-  would ever bring it back: the sweeper only looks at leases);
-* ``lost_job``     — no ``queued`` job is left with no message that could still bring it: overdue
-  by ``Clocks.lost_message_after_s`` while the work queue shows no visible message (checked only
-  when the caller says how many messages are visible; the sweeper re-publishes such jobs, and
-  ``--repair`` does the same at once);
+* ``stranded_job`` — every ``running`` job has the lease its ``lease_token`` names;
+* ``lost_job``     — no ``queued`` job is overdue by ``Clocks.lost_message_after_s`` while the work
+  queue shows no visible message (checked only when the caller gives the visible count);
 * ``job_counters`` — the tenant's ``queued`` and ``waiting`` equal its jobs in those statuses, and
   ``occupied`` equals its live leases plus its queued jobs;
 * the cluster (a whole-cluster audit only) — the slot counter's ``busy`` equals the live leases.
 
-Expired leases are not drift: they are the sweeper's work, and reported as ``expired``.
+Expired leases are the sweeper's work, reported as ``expired``, not drift. A drift is reported only
+when seen in ``Settings.audit_confirm_snapshots`` snapshots in a row (the reads are no snapshot).
 
-The reads are not one snapshot (DynamoDB has no multi-table snapshot read), so a worker acting
-between two reads can make a state look wrong for an instant. A drift is reported only when it is
-seen in ``Settings.audit_confirm_snapshots`` snapshots in a row.
-
-**Repair** (``--repair``) is safe while workers run: every fix is one conditional transaction that
-is refused if anything it relied on changed meanwhile (then the tenant is read again):
-
-* orphan lease → delete it and give its slot back, on condition its job still does not run under
-  it (:func:`leases.sweeper.remove_orphan`);
-* stranded job → re-publish it, then put it back to ``queued`` (``failed`` when out of attempts) on
-  condition it still runs under the same token and that lease still does not exist;
-* counter → first freeze the tenant's acquires (``TenantItem.repair_until``, for at most
-  ``Settings.audit_repair_freeze_s``: the tenant's messages are deferred meanwhile), so its lease set
-  can only shrink; then set ``in_flight`` to the number of leases read, on condition ``in_flight``
-  still has the value read and every lease read still exists. With no lease able to appear, those
-  conditions mean the set read is exactly the live set when the fix commits (a release meanwhile
-  refuses it, and it is read again); the freeze is lifted in the same write;
-* job counters → set ``queued`` and ``waiting`` to the jobs counted and ``occupied`` to
-  ``in_flight`` + queued jobs, on condition the counters still have the values read next to the
-  count (every status move changes one of them);
-* over cap → nothing: leases are never taken away; the tenant is admitted again once it is below.
-
-Every repair that frees a slot or changes a counter is followed by a wake of the tenant's waiting
-jobs (:func:`leases.waiting.wake`).
+**Repair** (``--repair``, safe while workers run): each fix is one conditional transaction, refused
+if anything it relied on changed (then the tenant is read again): an orphan lease is removed
+(:func:`leases.sweeper.remove_orphan`), a stranded job re-published and re-queued (or failed), a
+lost job re-published, a counter rewritten under a short freeze of the tenant's acquires
+(``TenantItem.repair_until``), the job counters rewritten; an over-cap lease is left alone. Each fix
+that frees a slot or changes a counter is followed by :func:`leases.waiting.wake`. Why each is safe:
+docs/design.md, "The audit's repair freezes one tenant's acquires for a moment".
 """
 
 from __future__ import annotations

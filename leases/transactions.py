@@ -9,31 +9,21 @@ Timeline of one job's slot::
 
 Invariant kept by every transaction here: a lease item for a job exists exactly while the job is
 ``running`` under that lease's token, and each tenant's ``in_flight`` equals its number of lease
-items. Every function takes ``now`` (epoch seconds) so tests and the sweeper control time.
+items; the tenant's ``queued``/``waiting`` counters move with every status move (:mod:`leases.waiting`).
+Every function takes ``now`` (epoch seconds). A failed write is read by :func:`classify`:
 
-How a failed write is read (:func:`classify`):
+* **retry** — ``TransactionConflict``/``ThrottlingError``/``ProvisionedThroughputExceeded``, or a
+  throttled request: nothing written; tried again with jittered backoff (tenacity), at most
+  ``Settings.lease_conflict_attempts`` times, then :class:`~leases.errors.LeaseContention`;
+* **cancelled** — a condition failed, nothing written; the reason of each item, looked up by item
+  name (:class:`NamedTransaction`), decides the domain error;
+* **ambiguous** — no answer or a 5xx: the write may have applied; the item it would have written is
+  read back (strongly consistent), never blindly repeated. Each attempt carries a fresh
+  ``ClientRequestToken``.
 
-* **retry** — a cancellation reason ``TransactionConflict``/``ThrottlingError``/
-  ``ProvisionedThroughputExceeded``, or a throttling error for the whole request: nothing was
-  written; the same transaction is tried again with jittered backoff (tenacity), bounded by
-  ``Settings.lease_conflict_attempts``, then :class:`~leases.errors.LeaseContention`.
-* **cancelled** — a condition failed: nothing was written; the reason codes say which (one per
-  item, in request order) and decide the domain error.
-* **ambiguous** — no answer (connection dropped, read timeout) or a 5xx: the write *may* have
-  applied. The transaction is never blindly repeated: the item it would have written is read back
-  (strongly consistent) to learn whether it did. Each attempt also carries a fresh
-  ``ClientRequestToken``, which makes botocore's own resends of that attempt idempotent on
-  DynamoDB (AWS API reference, TransactWriteItems: "ClientRequestToken … makes the call
-  idempotent" for 10 minutes).
-
-Every end of a lease goes through :func:`fenced_release`, which writes the id of its attempt into
-the job (``JobItem.release_id``): a writer whose release timed out, or was refused, reads the job
-back and knows whether one of its own attempts applied, so it never reports "lease lost" for a
-commit that happened. Cancellation reasons are read by item name (:class:`NamedTransaction`).
-
-Besides ``in_flight``, the tenant item counts its ``queued`` and ``waiting`` jobs; every
-transaction that moves a job between statuses moves the counters with it (parking and waking:
-:mod:`leases.waiting`).
+Every end of a lease goes through :func:`fenced_release`, which writes its attempt's id into the job
+(``JobItem.release_id``) and reads it back after a timeout or refusal. Why: docs/design.md, "Three
+outcomes, plus "ambiguous"".
 """
 
 from __future__ import annotations

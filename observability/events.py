@@ -1,41 +1,28 @@
 """Celery monitoring events over a Redis side channel, so Flower works although the broker is SQS.
 
-Celery's SQS transport supports only direct exchanges, while monitoring events travel on the topic
-exchange ``celeryev`` and remote control on fanout exchanges; on SQS, Flower sees nothing. Jobs
-stay on SQS; only the events take another road, the Redis the service already runs, at
-``Settings.events_url`` (its own database index):
+Jobs stay on SQS (whose transport has no topic or fanout exchange, so no ``celeryev`` events and no
+remote control); only the events go to Redis, at ``Settings.events_url`` (its own database index)::
 
-* **workers** (``task-received``, ``-started``, ``-succeeded``, ``-failed``, ``-retried``…): Celery's
-  ``Events`` bootstep builds its dispatcher on ``Consumer.connection_for_write()``, and nothing
-  else in the consumer calls that method. :class:`EventsSideChannel`, mixed into the worker's
-  consumer class (``tasks.worker.ServiceConsumer``), returns a connection to the events URL there.
-  ``worker_send_task_events`` turns the task events on (:mod:`tasks.config`). A worker whose events
-  Redis is down when it starts runs without events (logged) rather than wait for it; one that
-  loses it later keeps Celery's behaviour (events buffered, each publish attempt bounded by
-  ``events_redis_timeout_s``).
-* **publishers** (``task-sent``): Celery sends ``task-sent`` through the publishing producer, i.e.
-  to SQS, so ``task_send_sent_event`` stays off; instead :func:`send_task_sent` (an
-  ``after_task_publish`` receiver) sends the same event, with the same fields, from a per-process
-  dispatcher on the events URL. It runs for every publish: a submission, a deferral or retry copy,
-  the sweeper's re-publish, beat's maintenance tasks. A failure to send is logged, never raised:
-  monitoring must not break a submission.
-* **a job's own start** (``task-received``, ``task-started`` of an imposition job): the worker's
-  consumer does not send these two for a :class:`tasks.base.FairTask`
-  (:class:`RunReportedDispatcher`, through ``tasks.worker.run_reported_strategy``); the child sends
-  them when the job gets its lease (:func:`send_run_started`, a ``lease_acquired`` receiver). A
-  delivery that parks its job ends ``task-retried`` (Flower: state RETRY, "Retried"), a duplicate
-  delivery sends nothing; so Flower's "Processed" (its count of ``task-received``) and
-  "Succeeded" count runs of jobs, never parks or spare deliveries.
-* **Flower** reads the channel as its broker: ``celery -A tasks --broker=<events URL> flower``
-  (:func:`control.stack.flower_command`). Task kwargs are ``{"tenant_id", "job_id"}`` and the task id is the job
-  id; the task list shows the kwargs column (:data:`FLOWER_TASKS_COLUMNS`), so each row names its
-  tenant, and it can be searched by tenant (``kwargs:tenant_id=acme``).
+    worker consumer ── task-received/-started/-succeeded/-failed/-retried ──┐
+      (EventsSideChannel mixed into tasks.worker.ServiceConsumer)           │
+    publisher ── task-sent (send_task_sent, after_task_publish receiver) ───┼──► Redis events_url
+    job child ── task-received + task-started at its lease (send_run_started)┘         │
+                                                                  flower --broker=<events URL>
 
-What cannot work: everything in Flower that uses remote control (the worker pages' pool, queue,
-limit and shutdown controls, task revoke/terminate, ``inspect`` data such as reserved, scheduled and
-active tasks, registered tasks, stats). Remote control is a broadcast over the *task* broker, which
-is SQS; workers run with remote control off. Flower's periodic ``inspect`` calls go to the Redis
-channel, where no worker listens: they time out quietly after ``--inspect_timeout``.
+* **workers**: :class:`EventsSideChannel` returns an events-URL connection from
+  ``Consumer.connection_for_write()``, which only the ``Events`` bootstep calls; a worker whose
+  events Redis is down at start runs without events (logged); each later publish is bounded by
+  ``events_redis_timeout_s``.
+* **publishers**: ``task_send_sent_event`` stays off (it would go to SQS); :func:`send_task_sent`
+  sends the same event for every publish, and logs, never raises, a failure.
+* **a job's own start**: :class:`RunReportedDispatcher` (``tasks.worker.run_reported_strategy``)
+  holds back the consumer's ``task-received``/``task-started`` of a :class:`tasks.base.FairTask`; the
+  child sends them at ``lease_acquired``, so Flower's "Processed" counts runs, not parks or spares.
+* **Flower** (:func:`control.stack.flower_command`): task id = job id, kwargs ``{"tenant_id",
+  "job_id"}`` shown (:data:`FLOWER_TASKS_COLUMNS`), searchable as ``kwargs:tenant_id=acme``.
+
+Nothing of Flower that uses remote control works (why: docs/design.md, "Flower counts runs" and
+"Remote control, gossip, mingle are off").
 """
 
 from __future__ import annotations

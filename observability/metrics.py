@@ -42,12 +42,9 @@ metric                                          moved by
 ``sqs_oldest_message_age_seconds{queue}``
 ==============================================  =============================================================
 
-Metrics are created on first use (:func:`get_metrics`), not at import: in a worker,
-prometheus-client must see ``PROMETHEUS_MULTIPROC_DIR`` (set by the exporter's ``celeryd_init``
-hook) before its first metric exists, so that every prefork child writes to the node's directory.
-Gauges summed over live processes use ``multiprocess_mode="livesum"``: a dead child's share drops
-out. The first time a process sees a tenant it creates every tenant-labelled series at zero, so a
-scrape lists each metric for each tenant the node has seen (Prometheus's advice for known labels).
+Metrics are created on first use (:func:`get_metrics`), not at import; process-summed gauges use
+``multiprocess_mode="livesum"``; a tenant's series start at zero when a process first sees it. Why:
+docs/design.md §8.
 """
 
 from __future__ import annotations

@@ -18,26 +18,10 @@ infra_report_grace_s   derived    lease_lost_after_s (lease_ttl_s / 2): how long
 defer_delay_s          30 s       SQS DelaySeconds of a cap-hit copy; <= 900 s
 =====================  =========  ===============================================================
 
-Why ``lost_message_after_s`` is one long poll plus one heartbeat interval: with no visible message
-in the queue, every worker with a free slot is in a long poll, so a message that exists and is not
-hidden is received within ``sqs_wait_time_s``; a live worker that received it acquires or parks the
-job at once (a lease is taken long before its first heartbeat is due). A queued job still not
-started one heartbeat later has its message lost (a purged queue, an endpoint restarted empty, a
-publish that never landed) or hidden by a worker that died or stopped with it, which SQS returns only
-after the visibility timeout. Re-publishing it then costs at worst a duplicate, which the
-conditional acquire drops (the job is no longer ``queued``).
-
-Why the visibility timeout is longer than lease TTL + sweep interval: when a whole node dies
-holding messages, the sweeper (not SQS redelivery) brings their jobs back, so the redelivered copies
-should arrive only after the sweeper had its chance; they then find the jobs no longer ``queued``
-(or running a later attempt) and are dropped. (A single pool child that dies has its message
-requeued at once by its parent, see :mod:`tasks.base`; that copy is dropped the same way if the
-child held a lease, and runs the job if it did not.) Each receive counts towards the dead-letter
-queue's ``maxReceiveCount``, so the DLQ still means a crash loop on this exact message.
-
-kombu applies its own ``visibility_timeout`` transport option only to queues it creates; our queues
-are provisioned (``imposition provision``), so the provisioned attribute is the one that counts and
-both are set from :attr:`Clocks.visibility_timeout_s`.
+The provisioned queues' visibility timeout and kombu's ``visibility_timeout`` transport option are
+both set from :attr:`Clocks.visibility_timeout_s`. Why each derived clock is what it is:
+docs/design.md §4 ("Why the visibility timeout ...") and "Nothing lost when an endpoint or a process
+fails" ("The reconciler").
 """
 
 from __future__ import annotations

@@ -24,35 +24,14 @@ ahead of a re-queue, ``after_attempt``)::
              transaction, then publishes it; any other release is followed by a wake
              (:func:`leases.waiting.wake`); the sweeper is the safety net
 
-Deferrals and retries go through :meth:`FairTask.retry`, which turns Celery's ``countdown`` into
-SQS ``DelaySeconds`` (the broker holds the wait, not the worker: a plain Celery countdown on SQS
-sits in worker memory while its message stays in flight) and keeps the tenant's
-``MessageGroupId``. A deferral never counts as an attempt: attempts are counted by the lease
-transaction in the job item, never by Celery's ``retries`` or by SQS's receive count.
-
-Subclasses implement ``run(self, job, lease, cancel)`` and return a :class:`JobResult`; they raise a
-typed error whose ``retryable`` attribute says whether another attempt could help.
-
-**Early copies are not duplicates.** A retry copy and the sweeper's re-publish are sent *before*
-the transaction that puts the job back to ``queued`` (so a crash between the two cannot lose the
-job), so they can arrive while the job is still ``running``. Such a copy carries ``after_attempt``,
-the attempt it follows; finding the job ``running`` with no later attempt started, it is deferred,
-not dropped (else the job would end ``queued`` with no message at all). Only a job that is final,
-missing, or running a later attempt makes a message a duplicate.
-
-**Who brings a job back.** A message is acked only once a successor exists: a deferred or retry
-copy is published first, a final status is committed first, or a lease is held (the sweeper
-re-publishes the job once that lease expires). Before a lease exists, an unexpected error rejects
-the message instead of acking it, and a worker child that dies (SIGKILL, the OOM killer) has its
-message requeued (:attr:`FairTask.reject_on_worker_lost`): if the child held no lease yet, the
-redelivery runs the job; if it did, the redelivery finds the job ``running`` and is dropped, and the
-sweeper re-publishes the job once the lease expires (within ``lease_ttl_s + sweep_interval_s``).
-That reclaim keeps the attempt the dead child started: a job that kills its worker
-``max_attempts`` times ends ``failed``. A holder that lost its lease only because it could not
-reach DynamoDB (:attr:`tasks.heartbeat.Heartbeat.lost_cause` ``infra_lost``) reports the attempt
-once DynamoDB answers again, and it is not charged (:func:`leases.transactions.record_infra_lost`). A whole node that dies leaves its messages unacked; they
-come back after the visibility timeout (> lease TTL + sweep interval + margin), after the sweeper
-has re-published their jobs, and are dropped as not ``queued``.
+Deferrals and retries go through :meth:`FairTask.retry` (Celery's ``countdown`` becomes SQS
+``DelaySeconds``, the tenant's ``MessageGroupId`` is kept); a deferral is never an attempt. A copy
+carrying ``after_attempt`` that finds its job still ``running`` that attempt is deferred, not dropped.
+Subclasses implement ``run(self, job, lease, cancel)``, return a :class:`JobResult`, and raise typed
+errors whose ``retryable`` says whether another attempt could help. Why each edge is what it is
+(early copies, who brings a job back, a killed child): docs/design.md "Departures from the text" 1,
+"Choices where the design is silent" ("Publish before the transaction", "A message is acked only
+once a successor exists").
 """
 
 from __future__ import annotations

@@ -1,52 +1,27 @@
 """Our SQS transport: kombu's, with receives that survive an erroring or unreachable endpoint.
 
 :mod:`tasks.config` selects it by URL scheme (``broker_url = "imposition-sqs://"``, an alias that
-:func:`register` adds to kombu's transport table). Not through Celery's ``broker_transport``: kombu
-lets an explicit transport override the scheme of *every* URL, so the Redis side channel of the
-monitoring events (``observability.events``) and Flower's ``--broker=redis://…`` would get this
-SQS transport too.
+:func:`register` adds to kombu's transport table), not through Celery's ``broker_transport``, which
+would also give the Redis events channel and Flower this transport. What it changes, nothing else:
 
-Why (``docs/design.md``, "kombu's SQS transport and an erroring endpoint", has the upstream
-reproduction): kombu 5.7.0's asynchronous SQS connection turns a receive answered HTTP 408 or 5xx,
-or not answered at all (connection reset or refused, timeout: curl's code 599), into ``[]``, and its
-channel then calls ``[].get('Messages')``. The AttributeError stops the worker ("Unrecoverable
-error"), or, when the answer is read inside a timer, is logged as "Error in timer" and ends that
-queue's polling for good while the process lives on. Any other HTTP error (400 throttling, 403) is
-raised the same way.
-
-What this transport changes, nothing else:
-
-* a receive whose answer is not a dict, or that kombu raised on while reading it, counts as a
-  failed receive: no messages;
-* while a queue's receives fail, the next receive waits a bounded backoff
-  (``Settings.sqs_receive_backoff_initial_s``, doubled per failure in a row up to
-  ``sqs_receive_backoff_max_s``, each pause drawn between half of it and all of it), where kombu
-  would poll again at once;
+* a receive whose answer is not a dict, or that kombu raised on while reading it, is a failed
+  receive: no messages (kombu 5.7.0 turns a 408/5xx or unanswered receive into ``[]`` and then
+  crashes on it: the upstream bug and its reproduction are in docs/design.md, "kombu's SQS transport
+  and an erroring endpoint");
+* while a queue's receives fail, the next one waits a bounded, jittered backoff
+  (``sqs_receive_backoff_initial_s`` doubled per failure up to ``sqs_receive_backoff_max_s``);
+* one WARNING line when a queue's receives begin to fail, one INFO line when they answer again;
 * a predefined queue given without its ``url`` gets it from ``GetQueueUrl`` when the channel first
   needs it (:func:`service.aws.queue_url`), so the configuration is read without network;
-* one log line when a queue's receives begin to fail (WARNING, with the first error) and one when
-  they answer again (INFO, with how long and how many receives failed), not one per receive.
+* when its last consumer is cancelled, the channel reads every receive still open (at most
+  ``sqs_wait_time_s`` + ``sqs_shutdown_receive_margin_s``) and releases what they bring; a message
+  delivered but not acked when the channel closes, or rejected with ``requeue``, is made visible
+  again (visibility 0) instead of copied (why: docs/design.md, "Nothing lost when an endpoint or a
+  process fails", "The missing job of the 500-job run");
+* with ``poll_stamp_path`` set, each run of a queue's poll loop touches that file (at most once a
+  second) for ``control.stack.Supervisor``.
 
-And, so that a clean shutdown leaves no message hidden (issue 15, item 6):
-
-* when its last consumer is cancelled (a warm shutdown, a connection restart), the channel reads
-  every receive still open before it lets the worker go on, for at most ``sqs_wait_time_s`` +
-  ``Settings.sqs_shutdown_receive_margin_s``; what they bring finds no consumer and kombu releases
-  it (visibility 0). kombu 5.7.0 stops its event loop with the long poll still open: SQS answers
-  it when a message arrives, marks that message received, and nobody reads the answer, so the
-  message stays hidden for the visibility timeout (720 s by default) and its job sits ``queued``;
-* a message delivered but not acked when the channel closes, or rejected with ``requeue`` (a pool
-  child lost), is made visible again (visibility 0) instead of kombu's copy, which left the
-  original hidden (to come back later as a duplicate) and did not count towards the DLQ's
-  ``maxReceiveCount``; a copy is published only if that call fails.
-
-And, so that a supervisor can tell a worker that stopped consuming from one that is idle: with
-``Settings.poll_stamp_path`` set, the file's modification time is set to now (at most once a
-second) each time a queue's poll loop runs: a receive answered, failed, or not sent because every
-slot is busy (``control.stack.Supervisor`` reads it).
-
-Publishing, acks and visibility changes use kombu's blocking boto3 client, whose own retries cover
-short outages; they are not changed here.
+Publishing, acks and visibility changes use kombu's blocking boto3 client, unchanged.
 """
 
 from __future__ import annotations

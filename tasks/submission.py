@@ -12,23 +12,12 @@ nothing behind::
         item (queued)
       → publish (MessageGroupId)
 
-Admission runs before anything is written, so a refused submission (a duplicate token, a spent
-rate limit, a full in-flight count, Redis unreachable) costs no upload, no job item and no
-message. The job item is written before the message exists, so a worker never receives a job it
-cannot find; if a later step fails, the job item and an input this call uploaded are deleted and
-the admission is abandoned (token freed, rate and in-flight entries removed), so a retry with the
-same token is admitted. The job item and the token's claim are written, and undone, together.
-
-A token Redis has forgotten (restart, flush, failover) passes the fast check but not its claim:
-the transaction is refused, the Redis admission abandoned, the token put back into Redis as held
-by the claim's job, and :class:`admission.DuplicateSubmission` names that job, exactly as if Redis
-had refused it. A caller-chosen job id that any job already has is refused with
-:class:`admission.DuplicateJobId`, by Redis or by the job item's condition, and nothing of the job
-that has it changes.
-
-Duplicates: by default a taken token raises :class:`admission.DuplicateSubmission` carrying the
-existing job id; with ``on_duplicate="return"`` the existing job id is returned instead, which makes
-a retried submission (a client that timed out and tries again) idempotent.
+A refused submission costs no upload, no job item and no message; the job item exists before its
+message; a token Redis forgot is refused by its claim exactly as Redis would refuse it
+(:class:`admission.DuplicateSubmission`); a job id any job already has is refused with
+:class:`admission.DuplicateJobId`. A taken token raises :class:`admission.DuplicateSubmission` with
+the existing job id, or, with ``on_duplicate="return"``, returns that id (an idempotent retry).
+Why this order: docs/design.md, "Submission: the order and what each step undoes".
 """
 
 from __future__ import annotations

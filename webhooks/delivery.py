@@ -15,13 +15,9 @@ is recorded on the job item: ``webhook_status``, ``webhook_attempts`` (HTTP atte
 ``webhook_error`` (the last one), ``webhook_delivered_at``. Logs name the job, the tenant and the
 URL without its query; never the secret, never the signature.
 
-**Time limits.** requests' timeouts bound the connect and *each* socket read, not a response: an
-endpoint that sends its answer one byte per second never trips them, and tenacity checks its budget
-only between attempts. A round is therefore bounded by the task's Celery time limits, derived by
-:func:`round_time_limits`: at the soft limit Celery raises ``SoftTimeLimitExceeded`` inside the round
-wherever it blocks (a trickled read included); the round counts as failed and is re-published like
-any failed round. The hard limit (soft + grace) kills a child that ignored the soft one; the task's
-message is then requeued, not acked (see :mod:`webhooks.tasks`).
+**Time limits.** A round is bounded by the task's Celery time limits (:func:`round_time_limits`):
+the soft limit fails the round wherever it blocks, the hard limit (soft + grace) kills the child and
+its message is requeued (why: docs/design.md, "A round is bounded by Celery's time limits").
 
 A tenant with no webhook endpoint has nobody to confirm its jobs: the round confirms on its behalf
 (:func:`admission.confirm`) and records ``no_endpoint``.

@@ -1,31 +1,17 @@
 """The webhook delivery task and its trigger (docs/design.md §1: webhook to the tenant → tenant confirms).
 
-Every final status is written together with the intent to notify (the outbox, :mod:`leases.outbox`:
-``webhook_status = pending``, in the same transaction). The normal path is immediate: on
-:data:`leases.signals.job_finished` (outcome ``succeeded`` or ``failed``; ``retrying`` is ignored),
-which :class:`tasks.base.FairTask` sends *after* the lease is released, and on
-:data:`leases.signals.lease_recovered` with ``requeued=False`` (the sweeper failed a job that was out
-of attempts), the receivers publish the first round, so delivery never holds an imposition slot
-and never makes a job wait for a tenant's endpoint. The safety net is :func:`drain_outbox`
-(``imposition.drain_webhook_outbox``, sent by beat every ``webhook_outbox_drain_interval_s`` to the
-``maintenance`` queue): it sends a round for every event nothing settled within
-``webhook_outbox_grace_s`` (a worker killed between its commit and the publish, a publish refused,
-a round message lost), so every final job's webhook is delivered or recorded ``gave_up``, and a
-tenant without an endpoint is confirmed.
+Every final status is written with its outbox entry (:mod:`leases.outbox`). The receivers of
+:data:`leases.signals.job_finished` (``succeeded``/``failed``; sent after the lease is released) and
+of :data:`leases.signals.lease_recovered` with ``requeued=False`` publish the first round at once;
+:func:`drain_outbox` (``imposition.drain_webhook_outbox``, beat, every
+``webhook_outbox_drain_interval_s``, on ``maintenance``) sends a round for every event nothing settled
+within ``webhook_outbox_grace_s``. A round POSTs only in one of its tenant's delivery slots
+(:mod:`webhooks.fairness`); one that finds them taken is published again with ``busy_deferrals + 1``
+and an SQS delay (``webhook_tenant_busy_delay_s`` doubled, ≤ ``webhook_tenant_busy_delay_max_s``).
 
-**Fair across tenants.** A round POSTs only in one of its tenant's delivery slots
-(:mod:`webhooks.fairness`, ``webhook_tenant_concurrency`` per tenant); one that finds them all taken
-is published again with ``busy_deferrals + 1`` and an SQS delay (``webhook_tenant_busy_delay_s``
-doubled per put-back, at most ``webhook_tenant_busy_delay_max_s`` and until the running round's
-time limit), and its notifications slot takes the next message. It is not a round: nothing is
-recorded (but its outbox entry is moved on when the drain would otherwise send a copy before it
-can run), the give-up clock runs on.
-
-Task ``imposition.deliver_webhook`` (kwargs ``job_id``, ``tenant_id``, ``round_number``, ``first_round_at``,
-``busy_deferrals``)
-runs on its own queue ``notifications`` (``celery -A tasks worker -Q notifications -c 2``); every
-message carries the tenant's ``MessageGroupId``, so one tenant's failing endpoint cannot crowd out
-the others' deliveries on that queue either. Timeline of one event::
+Task ``imposition.deliver_webhook`` (kwargs ``job_id``, ``tenant_id``, ``round_number``,
+``first_round_at``, ``busy_deferrals``) on the ``notifications`` queue, each message with the
+tenant's ``MessageGroupId``. Timeline of one event::
 
     round 1 ── failed ─► SQS DelaySeconds d ─► round 2 ── failed ─► 2d ─► … ─► delivered
       (≤ webhook_attempt_budget_s each)      d = webhook_redelivery_delay_s, doubled, ≤ 900 s
@@ -33,19 +19,11 @@ the others' deliveries on that queue either. Timeline of one event::
       record gave_up (the job stays in its tenant's in-flight count until the tenant confirms it
       or the entry reaches Settings.admission_in_flight_expiry_s; see :mod:`admission.control`)
 
-Each round runs under Celery time limits derived from the settings
-(:func:`webhooks.delivery.round_time_limits`), so an endpoint that answers one byte per second holds
-a notifications slot for the soft limit at most, never longer: the soft limit fails the round, which
-is recorded and re-published like any failed round. The hard limit (soft + grace) kills a child
-that did not get that far; the message is then requeued (``acks_on_timeout=False``: SQS shows it
-again after ``sqs_wait_time_s``), and an exception that escapes the task leaves it in the queue too
-(``acks_on_failure=False``: back after the visibility timeout), so no event is lost; a message that
-keeps failing that way reaches the ``notifications`` dead-letter queue after ``max_receive_count``
-receives. Keep the hard limit below the queues' visibility timeout, or SQS hands a running round's
-message to a second worker (a duplicate POST).
-
-Delivery is at least once: a message delivered twice by SQS may POST the event twice (same event
-id); the tenant drops the second by its id.
+Each round runs under Celery time limits from :func:`webhooks.delivery.round_time_limits`
+(``acks_on_timeout=False``, ``acks_on_failure=False``: a killed or escaped round stays in the queue).
+Keep the hard limit below the queues' visibility timeout. Delivery is at least once (tenants drop a
+repeat by its event id). Why: docs/design.md, "Webhooks: the outbox, fair delivery, shared replay
+store".
 """
 
 from __future__ import annotations
