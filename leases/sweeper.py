@@ -10,29 +10,13 @@ For each lease whose ``expires_at`` is in the past (found through the expiry ind
    token, still expired), ``in_flight − 1``, and the job ``running → queued`` (or ``failed`` when out
    of attempts).
 
-**Whose fault** (issue 15, item 5). The attempt the holder started stays counted unless the holder
-reported it ``infra_lost`` (it was alive but could not reach DynamoDB: :mod:`tasks.heartbeat`,
-:func:`leases.transactions.record_infra_lost`); with no such report the reclaim records the
-attempt ``holder_vanished`` in ``JobItem.lost_attempts``: a job that kills its worker
-``max_attempts`` times ends ``failed``. A job that would be failed waits for that report until
-``Clocks.infra_report_grace_s`` past its lease's expiry (the lease is left for a later sweep), so a
-holder cut off from DynamoDB, which reaches it again no later than the sweeper, has its report
-counted first.
-
-Then :func:`bring_back`, the reconciler: drop worker nodes that stopped beating from the slot
-registry, wake the waiting jobs of every tenant with room, re-publish queued jobs that no message
-could still bring (overdue by ``Clocks.lost_message_after_s`` while the queue shows no visible
-message).
-
-Two sweepers at once are safe: both may publish, but only one reclaim transaction succeeds (the
-other finds the lease gone and counts nothing); the spare message finds the job not ``queued``, or
-runs it as its next attempt, never alongside another run. A renewal that lands between the query
-and the transaction makes the transaction fail (not expired any more), and the lease stays.
-
-A lease whose job does not run under it (the job is missing, or holds another token or status) is
-an **orphan**: it can fence nothing, so it is deleted and its slot given back, on condition the
-job still does not run under it. Our transactions never leave one; :mod:`leases.audit` reports how
-one came to be (a hand edit, a restored backup).
+The holder's attempt stays counted (``holder_vanished`` in ``JobItem.lost_attempts``) unless the
+holder reported it ``infra_lost``; a job that would be failed waits for that report until
+``Clocks.infra_report_grace_s`` past its lease's expiry. Then :func:`bring_back`, the reconciler:
+drop worker nodes that stopped beating, wake the waiting jobs of every tenant with room, re-publish
+queued jobs that no message could still bring (``Clocks.lost_message_after_s``). A lease whose job
+does not run under it is an **orphan**, removed by :func:`remove_orphan`. Two sweepers at once are
+safe. Why: docs/design.md §4, "Attempts count what the job caused", "The reconciler".
 """
 
 from __future__ import annotations

@@ -14,16 +14,10 @@ cluster      slots busy (the slot counter) of the live nodes' slots (the slot re
              ``capacity_nodes × slots_per_node`` while no node is registered; the live nodes;
              per tenant, leases borrowed above its cap.
 
-One consistent read: every tenant item and the cluster's slot counter come from one DynamoDB
-``TransactGetItems`` (:func:`leases.transactions.read_tenants_and_slots`), serializable against the
-lease transactions, which move a tenant's ``in_flight`` and the counter's ``busy`` together; so the
-tenants' in flight add up to the slots busy. Where they do not (counter drift: ``imposition
-audit``), or the read took more than one transaction (over 99 tenants), the screen says so
-(:class:`Consistency`) instead of showing two numbers that silently disagree.
-
-What it adds to Flower: Flower shows Celery tasks as events arrive (and forgets them when it
-restarts); this shows the fairness state itself (caps, leases, deferrals, recoveries, waits) and
-the queues, which Flower cannot inspect on SQS.
+Every tenant item and the slot counter come from one ``TransactGetItems``
+(:func:`leases.transactions.read_tenants_and_slots`); where they still disagree (counter drift, or
+over 99 tenants) the screen says so (:class:`Consistency`). Why, and what it adds to Flower:
+docs/design.md, "`status` reads tenants and the slot counter in one `TransactGetItems`".
 """
 
 from __future__ import annotations

@@ -115,7 +115,7 @@ class Settings(BaseSettings):
                     "run its own, so runs sharing a Redis never see each other's state.",
     )
 
-    # --- fairness: slots and caps (docs/design.md §2) ------------------------------------------------------
+    # --- fairness: slots and caps (docs/design.md §2) ----------------------------------------------
     slots_per_node: int = Field(default=8, ge=1, description="Licensed press-tool slots per node.")
     worker_process_start_timeout_s: float = Field(
         default=30.0, gt=0, description="Celery's worker_proc_alive_timeout: how long a new pool child may take "
@@ -145,7 +145,7 @@ class Settings(BaseSettings):
         "slots; DynamoDB numbers hold at most 38 digits). A cap of 0 pauses a tenant until it is raised.",
     )
 
-    # --- clocks (docs/design.md §4; derived ones in service.clocks) ---------------------------------------
+    # --- clocks (docs/design.md §4; derived ones in service.clocks) -------------------------------
     lease_ttl_s: float = Field(default=600.0, gt=0)
     heartbeat_interval_s: float = Field(default=60.0, gt=0)
     sweep_interval_s: float = Field(default=60.0, gt=0)
@@ -185,7 +185,7 @@ class Settings(BaseSettings):
         default=5, ge=1, description="imposition audit --repair: re-read-and-repair rounds before giving up"
     )
 
-    # --- retries (docs/design.md §3) -------------------------------------------------------------------------
+    # --- retries (docs/design.md §3) -----------------------------------------------------------------
     max_attempts: int = Field(default=3, ge=1)
     max_attempts_limit: int = Field(
         default=10, ge=1, description="Largest attempt budget a submission may ask for (max_attempts=...)."
@@ -198,7 +198,7 @@ class Settings(BaseSettings):
     publish_retry_interval_step_s: float = Field(default=0.5, ge=0)
     publish_retry_interval_max_s: float = Field(default=2.0, ge=0)
 
-    # --- admission (docs/design.md §2, layer 3) ------------------------------------------------------------
+    # --- admission (docs/design.md §2, layer 3) ----------------------------------------------------
     job_history_limit: int = Field(
         default=20, ge=1, le=1000,
         description="Earlier runs kept in a retried job's history (JobItem.history), entries; the oldest go first.",
@@ -236,7 +236,7 @@ class Settings(BaseSettings):
         default=30.0, ge=0, description="How long a process keeps a tenant's admission overrides (0: no cache)."
     )
 
-    # --- webhooks (docs/design.md §1: signed event to the tenant, who confirms) ------------------------------
+    # --- webhooks (docs/design.md §1: signed event to the tenant, who confirms) ----------------------
     webhook_connect_timeout_s: float = Field(default=5.0, gt=0)
     webhook_read_timeout_s: float = Field(default=10.0, gt=0)
     webhook_attempt_budget_s: float = Field(
@@ -301,7 +301,7 @@ class Settings(BaseSettings):
         "link-local or other non-public address (local runs and tests only: otherwise an SSRF hole)."
     )
 
-    # --- engine (docs/design.md §6) --------------------------------------------------------------------------
+    # --- engine (docs/design.md §6) ------------------------------------------------------------------
     engine: Literal["pikepdf", "pdftoolbox"] = "pikepdf"
     engine_time_limit_s: float = Field(default=300.0, gt=0)
     engine_memory_limit_bytes: int = Field(default=2 * 1024**3, gt=0)
@@ -366,7 +366,7 @@ class Settings(BaseSettings):
     pdftoolbox_process_plan: str = ""
     pdftoolbox_variables: dict[str, str] = Field(default_factory=dict)
 
-    # --- observability (docs/design.md §8; package observability) -------------------------------------------
+    # --- observability (docs/design.md §8; package observability) -----------------------------------
     metrics_port: int = Field(
         default=0, ge=0, le=65_535,
         description="HTTP port of this worker node's Prometheus endpoint; 0 = no endpoint. One port per "

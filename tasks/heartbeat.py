@@ -12,9 +12,8 @@ Two daemon threads per job:
      message, is the source of truth);
 
 * the **watchdog** declares the lease lost once the lease's known ``expires_at`` is less than half
-  a TTL away (``lease_lost_after_s`` after the last confirmed renewal). It runs apart from the beat
-  so that a renewal call that hangs (botocore's timeouts and retries can outlast the TTL) cannot
-  keep a job running past that point: the worker stops before anyone else could take the slot over.
+  a TTL away (``lease_lost_after_s`` after the last confirmed renewal), apart from the beat, so a
+  hanging renewal cannot keep a job running past it (docs/design.md, "The heartbeat has a watchdog").
 
 :attr:`Heartbeat.lost` is set, and both threads stop, when a renewal is refused or the read-back
 shows the token gone (the sweeper reclaimed the lease), or when the watchdog's deadline passes.

@@ -19,16 +19,11 @@ URL without its query; never the secret, never the signature.
 the soft limit fails the round wherever it blocks, the hard limit (soft + grace) kills the child and
 its message is requeued (why: docs/design.md, "A round is bounded by Celery's time limits").
 
-A tenant with no webhook endpoint has nobody to confirm its jobs: the round confirms on its behalf
-(:func:`admission.confirm`) and records ``no_endpoint``.
-
-**Fairness.** The POSTs of a round run in one of the tenant's delivery slots
-(:func:`webhooks.fairness.delivery_slot`); a round that finds them all taken POSTs nothing and
-reports ``busy``, and the task puts it back on the queue with a delay.
-
-**The outbox.** The final write of the job put the event in the outbox (:mod:`leases.outbox`);
-recording ``delivered``, ``gave_up`` or ``no_endpoint`` takes it out, recording ``retrying`` moves
-the time the outbox drain may step in past the next round.
+A tenant with no webhook endpoint has its jobs confirmed by the round (:func:`admission.confirm`,
+recorded ``no_endpoint``). The POSTs run in one of the tenant's delivery slots
+(:func:`webhooks.fairness.delivery_slot`); a round that finds none reports ``busy`` and is put back.
+Recording ``delivered``, ``gave_up`` or ``no_endpoint`` takes the event out of the outbox
+(:mod:`leases.outbox`); ``retrying`` moves the drain's time past the next round.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
 """Where a webhook may go: public addresses only (the SSRF guard).
 
-A tenant chooses its webhook URL and the notifications worker POSTs to it from inside the service's
-network. Unchecked, ``http://169.254.169.254/latest/meta-data/`` (cloud instance metadata),
-``http://127.0.0.1:6379/`` or ``http://10.0.0.5/admin`` would make the worker reach what only the
-service should reach.
-
 Rule: every address the URL's host is, or resolves to, must be public: not loopback, link-local,
 multicast, unspecified, private, reserved, nor otherwise not globally reachable (the IANA
 special-purpose address registries, RFC 6890, as :mod:`ipaddress` encodes them). An IPv4-mapped IPv6
@@ -16,15 +11,13 @@ Checked twice:
 * :func:`check_destination` when the URL is set (``imposition tenant set-webhook``): a clear error
   for the operator, before any event is due.
 * :func:`guarded_session` at every new connection of a delivery: the connection resolves the host
-  once, checks every address and connects only to the addresses it checked. No second lookup
-  happens between check and connect, so DNS rebinding (a name that answers a public address when
-  the URL is set, or to a first lookup, and 127.0.0.1 to the next) cannot slip through; a pooled
-  keep-alive connection stays on the address it was checked for. Redirects are never followed
-  (:mod:`webhooks.delivery`), and proxies named in the environment are ignored: a proxy would resolve
-  the name itself, after our check.
+  once, checks every address and connects only to the addresses it checked (no second lookup:
+  no DNS rebinding); redirects are never followed and environment proxies are ignored.
 
 ``Settings.webhook_allow_private_addresses`` (env ``IMPOSITION_WEBHOOK_ALLOW_PRIVATE_ADDRESSES``)
 turns both checks off, for local runs whose receivers listen on 127.0.0.1.
+
+Why: docs/design.md, "Webhook destinations: public addresses only".
 """
 
 from __future__ import annotations
