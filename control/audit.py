@@ -6,9 +6,12 @@ import sys
 
 import click
 
+from control.cli import TENANT_ID
+
 
 @click.command("audit")
-@click.option("--tenant", "tenant_ids", multiple=True, help="Audit only this tenant (repeatable; default: all).")
+@click.option("--tenant", "tenant_ids", multiple=True, type=TENANT_ID,
+              help="Audit only this tenant (repeatable; default: all; a tenant that is not registered: exit 2).")
 @click.option("--repair", is_flag=True,
               help="Fix counter drift, orphan leases, stranded and lost jobs (safe while workers run).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
@@ -16,10 +19,19 @@ def audit_command(tenant_ids: tuple[str, ...], repair: bool, as_json: bool) -> N
     """Compare each tenant's in_flight with its live leases and job statuses, look for queued jobs
     no message could still bring; print the drift.
 
-    Exit status 0: no drift (after repairs, with --repair); 1: drift remains.
+    Exit status 0: no drift (after repairs, with --repair); 1: drift remains; 2: a --tenant that is
+    not a registered, canonical tenant id.
     """
+    from admission.errors import UnknownTenant
+    from admission.limits import require_registered
     from leases import audit
     from tasks.sweeper import visible_messages  # noqa: PLC0415 (the imposition queue's backlog)
+
+    for tenant_id in tenant_ids:
+        try:
+            require_registered(tenant_id)
+        except UnknownTenant as exc:
+            raise click.BadParameter(str(exc), param_hint="--tenant") from None
 
     if repair:
         from tasks.messages import publish_job  # noqa: PLC0415 (a stranded job is re-published)

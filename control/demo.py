@@ -302,13 +302,27 @@ class Demo:
         self.prometheus_url = self.start_prometheus(env, ports)
         # Submit only once every slot has its AWS clients: a fair start for every tenant.
         wait_for(lambda: imposer.log().count(SLOT_WARM) >= s.slots_per_node, 60, what="warm slots")
-        (RUN_DIR / "env").write_text("".join(f"export {k}={v}\n" for k, v in env.items()))
+        # The operator's shell is production-like: an unregistered (or mistyped) tenant is refused.
+        operator_env = {k: v for k, v in env.items() if k != "IMPOSITION_AUTO_REGISTER_TENANTS"}
+        (RUN_DIR / "env").write_text("".join(f"export {k}={v}\n" for k, v in operator_env.items()))
         self.say("• metrics: " + ", ".join(f"{node} {url}" for node, url in self.metrics_urls.items()))
         if self.prometheus_url:
             self.say(f"• Prometheus: {self.prometheus_url} (scrapes both nodes, alert rules loaded: "
-                     f"{self.prometheus_url}alerts)")
+                     f"{self.alerts_url()})")
         self.say(f"• in another terminal: . {(RUN_DIR / 'env').relative_to(REPO)} && .venv/bin/imposition status")
         return f"http://127.0.0.1:{port}/"
+
+    def alerts_url(self) -> str:
+        """Prometheus's page of the alert rules: ``/alerts``, or ``/classic/alerts`` on the 2.x
+        releases Debian ships without the new UI (``/alerts`` answers 404 there)."""
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"{self.prometheus_url}alerts", timeout=2):
+                return f"{self.prometheus_url}alerts"
+        except (urllib.error.URLError, OSError):
+            return f"{self.prometheus_url}classic/alerts"
 
     def start_prometheus(self, env: dict[str, str], ports: dict[str, int]) -> str | None:
         """Start Debian's Prometheus on a free loopback port, scraping the worker nodes ``ports`` and
@@ -483,7 +497,7 @@ class Demo:
         self.say(f"• Flower {'is' if self.keep else 'was'} at {flower_url}; process logs are in {RUN_DIR.relative_to(REPO)}/")
         if self.prometheus_url:
             self.say(f"• Prometheus {'is' if self.keep else 'was'} at {self.prometheus_url} "
-                     f"(alerts: {self.prometheus_url}alerts)")
+                     f"(alerts: {self.alerts_url()})")
         self.say(f"• finished in {time.monotonic() - t0:.0f} s")
         return 1 if problems or len(items) != len(jobs) else 0
 

@@ -73,11 +73,19 @@ class ImposeTask(FairTask):
         ``MessageGroupId``. Returns the job id (also the Celery task id).
 
         Raises:
-            see :func:`tasks.submission.submit_job`.
+            SubmissionRequired: positional arguments, or no ``token``.
+            see :func:`tasks.submission.submit_job` for a refused or invalid submission.
         """
-        if args:
-            raise TypeError("impose.delay takes keyword arguments only: tenant_id, token, input_key, layout")
+        if args or "token" not in kwargs:
+            raise SubmissionRequired(self._refusal(args, kwargs, []))
         return submit_job(**kwargs)
+
+    def _refusal(self, args: Any, kwargs: dict, callbacks: list[str]) -> str:
+        """The :class:`SubmissionRequired` message: what to pass instead, and what was given."""
+        return (f"{self.name} runs only submitted jobs: pass kwargs tenant_id, token, input_key and layout "
+                "(impose.apply_async(kwargs={...}), impose.delay(...) or tasks.submission.submit_job), "
+                f"no positional arguments and no callbacks; got args={shown_value(args)}, kwargs "
+                f"{sorted(kwargs)}{', callbacks ' + ', '.join(callbacks) if callbacks else ''}")
 
     def apply_async(self, args: Any = None, kwargs: dict | None = None, task_id: str | None = None,
                     producer: Any = None, link: Any = None, link_error: Any = None, shadow: Any = None,
@@ -101,11 +109,7 @@ class ImposeTask(FairTask):
         callbacks = [name for name, value in (("link", link), ("link_error", link_error),
                                               *((n, options.get(n)) for n in _CANVAS_OPTIONS[2:])) if value]
         if args or "token" not in kwargs or callbacks:
-            raise SubmissionRequired(
-                f"{self.name} runs only submitted jobs: pass kwargs tenant_id, token, input_key and layout "
-                "(impose.apply_async(kwargs={...}), impose.delay(...) or tasks.submission.submit_job), "
-                f"no positional arguments and no callbacks; got args={shown_value(args)}, kwargs "
-                f"{sorted(kwargs)}{', callbacks ' + ', '.join(callbacks) if callbacks else ''}")
+            raise SubmissionRequired(self._refusal(args, kwargs, callbacks))
         return AsyncResult(submit_job(**kwargs), app=self.app)
 
     def run(self, *, job: JobItem, lease: Lease, cancel: threading.Event) -> JobResult:

@@ -49,6 +49,8 @@ def test_a_signature_delay_submits_the_job(imposition_worker, tenant_id):
     lambda t: impose.apply_async(kwargs={"tenant_id": t, "job_id": "j-bare"}),
     lambda t: impose.s(tenant_id=t, job_id="j-sig").apply_async(),
     lambda t: impose.apply_async((t, "j-args")),
+    lambda t: impose.delay(tenant_id=t, input_key="k", layout=LAYOUT),  # no token
+    lambda t: impose.delay(t, "tok", "k", LAYOUT),
     lambda t: impose.apply_async(kwargs={"tenant_id": t, "token": "x", "input_key": "k", "layout": LAYOUT},
                                  link=impose.s(tenant_id=t, job_id="next")),
 ])

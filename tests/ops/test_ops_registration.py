@@ -105,6 +105,8 @@ def test_commands_that_change_a_tenant_refuse_an_unknown_one_and_register_nothin
         result = cli(*args, expect=2)
         assert "unknown_tenant" in result.output and f"imposition tenant create {stranger}" in result.output, args
     assert read_tenant(stranger) is None  # none of them registered it
+    assert "unknown_tenant" in cli("audit", "--tenant", stranger, expect=2).output
+    assert "canonical form is 'acme'" in cli("audit", "--tenant", "ACME", expect=2).output
     cli("tenant", "create", stranger)
     assert cli_json("tenant", "set-cap", stranger, "3")["cap"] == 3
 
