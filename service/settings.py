@@ -357,6 +357,12 @@ class Settings(BaseSettings):
         default=1024, ge=16, le=8192,
         description="Longer side of a preview PNG, pixels (an SRA3 side at 1024 px is ~2.3 px per mm).",
     )
+    preview_max_sides: int = Field(
+        default=500, ge=1, le=1500,
+        description="Most sides a plate's previews are rendered for; a larger plate ships without previews "
+        "and with the warning preview_failed (the preview keys live on the job item, which DynamoDB "
+        "caps at 400 KB: 1,500 keys of a 121-character tenant id fill about 280 KB).",
+    )
     preview_time_limit_s: float = Field(
         default=60.0, gt=0,
         description="Wall-clock limit of rendering one plate's previews; past it the plate ships with the "

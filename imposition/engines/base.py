@@ -38,6 +38,12 @@ log = logging.getLogger(__name__)
 OUT_OF_MEMORY_SIGNS = ("MemoryError", "bad_alloc", "Cannot allocate memory", "out of memory")
 
 
+def _remove_previews(preview_dir: Path) -> None:
+    """Delete the ``preview-<n>.png`` files a failed preview run left in ``preview_dir``."""
+    for path in preview_dir.glob("preview-*.png"):
+        path.unlink(missing_ok=True)
+
+
 @dataclass(frozen=True)
 class ImposeReport:
     """What an imposition produced.
@@ -179,12 +185,17 @@ class Engine(ABC):
         finally:
             partial.unlink(missing_ok=True)
         warnings, previews = placed.warnings, ()
-        if preview_dir is not None:
+        if preview_dir is not None and placed.sides > self.settings.preview_max_sides:
+            warnings += (PlateWarning(PreviewFailed.code, f"no preview of the plate: {placed.sides} sides, more than "
+                                      f"preview_max_sides={self.settings.preview_max_sides}"),)
+        elif preview_dir is not None:
             try:
                 previews = self.previews(output_path, preview_dir, cancel=cancel)
             except EngineCancelled:
+                _remove_previews(preview_dir)
                 raise
             except ImpositionError as exc:
+                _remove_previews(preview_dir)  # a half-rendered set must not pass for the previews
                 log.warning("previews of %s failed (%s): %s", output_path.name, exc.code, exc)
                 warnings += (PlateWarning(PreviewFailed.code, f"no preview of the plate ({exc.code}): {exc.message}"),)
         report = ImposeReport(placed.sheets, placed.sides, placed.pages_in, placed.blank_pages,

@@ -91,6 +91,17 @@ def test_a_preview_that_fails_is_a_warning_and_the_plate_ships(settings, tmp_pat
     assert list(tmp_path.glob("preview-*.png")) == []
 
 
+def test_a_plate_with_more_sides_than_preview_max_sides_ships_without_previews(settings, tmp_path):
+    # The preview keys are stored on the job item (DynamoDB: 400 KB an item), so their number is bounded.
+    engine = PikepdfEngine(settings.model_copy(update={"preview_max_sides": 1}))
+    report = engine.impose(black_pages(tmp_path / "in.pdf", count=8), parse_layout(FOUR_UP), tmp_path / "plate.pdf",
+                           preview_dir=tmp_path)
+    assert report.sides == 2 and report.previews == ()
+    assert [w.code for w in report.warnings] == ["preview_failed"]
+    assert "2 sides, more than preview_max_sides=1" in report.warnings[0].message
+    assert list(tmp_path.glob("preview-*.png")) == []
+
+
 def test_a_preview_failure_does_not_fail_a_layout_that_fails_on_warnings(settings, tmp_path):
     """``on_warning: fail`` is about departures of the plate from its layout; a missing preview is not
     one: the plate is what was asked."""

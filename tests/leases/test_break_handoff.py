@@ -1,0 +1,495 @@
+"""Attacks on the release hand-off (``fenced_release`` with ``HandOff``): real moto DynamoDB.
+
+Simulated workers are threads that follow ``FairTask``'s release protocol (``_successor``: read the
+tenant's oldest waiting jobs; commit/fail with the ``HandOff``; publish the handed job or else
+wake; then ``wake_borrowers``), sharing an in-memory queue instead of SQS, so the races are between
+real DynamoDB transactions. Alongside: cap changes, operator cancels, ambiguous failures.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import threading
+import time
+import uuid
+
+import pytest
+from botocore.exceptions import ClientError
+
+from leases import lifecycle, nodes, transactions, waiting
+from leases.audit import audit
+from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost, WrongJobStatus
+from leases.models import JobItem, JobStatus, TenantItem
+from leases.tenants import set_cap
+from service.settings import get_settings
+from tests.leases.test_break_waiting import SimCluster, _assert_clean, _new_job, _tenant, _wait_final
+
+
+def _counters(tenant_id: str) -> dict[str, int]:
+    item = TenantItem.get(tenant_id, consistent_read=True)
+    return {k: int(getattr(item, k) or 0) for k in ("in_flight", "queued", "waiting", "occupied")}
+
+
+def _handoff(tenant_id: str) -> transactions.HandOff | None:
+    """``FairTask._successor``'s read."""
+    jobs = waiting.oldest_waiting(tenant_id, get_settings().handoff_scan_limit)
+    return transactions.HandOff([j.job_id for j in jobs], time.time()) if jobs else None
+
+
+class HandOffSim(SimCluster):
+    """SimCluster whose commits and failures hand their place on as ``FairTask`` does, and which
+    counts acquires and final commits per job."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.acquires: collections.Counter = collections.Counter()
+        self.finals: collections.Counter = collections.Counter()
+        self.handed: list[str] = []
+        self.running_jobs: set[str] = set()
+        self.twice: list[str] = []
+
+    def _acquire(self, job_id: str, after_attempt: int):
+        tid = self.tenant_id
+        try:
+            return transactions.acquire(job_id, tid, "w")
+        except JobNotQueued as exc:
+            from tasks.base import is_duplicate
+            if not is_duplicate(exc, after_attempt):
+                time.sleep(0.05)
+                self.q.put((job_id, after_attempt))
+            return None
+        except CapReached as exc:
+            for _ in range(5):
+                try:
+                    if exc.may_borrow:
+                        try:
+                            return transactions.acquire(job_id, tid, "w", borrow=True)
+                        except CapReached as refused:
+                            exc = refused
+                    if waiting.park(job_id, tid):
+                        return None
+                    return transactions.acquire(job_id, tid, "w")
+                except CapReached as again:
+                    exc = again
+                except JobNotQueued:
+                    return None
+            self.q.put((job_id, after_attempt))
+            return None
+        except LeaseContention:
+            self.q.put((job_id, after_attempt))
+            return None
+
+    def _run_one(self, job_id: str, after_attempt: int) -> None:
+        tid = self.tenant_id
+        lease = self._acquire(job_id, after_attempt)
+        if lease is None:
+            return
+        with self.lock:
+            self.acquires[job_id] += 1
+            if job_id in self.running_jobs:
+                self.twice.append(job_id)
+            self.running_jobs.add(job_id)
+            self.running += 1
+            self.most = max(self.most, self.running)
+        time.sleep(random.uniform(0.0, 0.04))
+        with self.lock:
+            self.running -= 1
+            self.running_jobs.discard(job_id)
+        job = transactions.read_job(job_id)
+        r = random.random()
+        hand_off = None
+        try:
+            if r < 0.15 and int(job.attempts) < int(job.max_attempts):
+                self.publish(tid, job_id, after_attempt=int(job.attempts))
+                transactions.release_for_retry(lease, error="x", error_code="injected")
+            else:
+                hand_off = _handoff(tid)
+                if r < 0.3:
+                    transactions.fail_job(lease, error="x", error_code="injected", hand_off=hand_off)
+                else:
+                    transactions.commit_success(lease, output_key="k", sheets=1, sides=2, hand_off=hand_off)
+                with self.lock:
+                    self.finals[job_id] += 1
+        except LeaseLost:
+            return
+        if hand_off is not None and hand_off.job_id is not None:
+            self.handed.append(hand_off.job_id)
+            self.publish(tid, hand_off.job_id)
+        else:
+            waiting.wake(tid, publish=self.publish)
+        waiting.wake_borrowers(publish=self.publish)
+
+
+def _submit(sim: SimCluster, n: int) -> list[str]:
+    ids = []
+    for _ in range(n):
+        job = _new_job(sim.tenant_id)
+        if waiting.admit(job):
+            sim.publish(sim.tenant_id, job.job_id)
+        else:
+            waiting.wake(sim.tenant_id, publish=sim.publish, reason="door")
+        ids.append(job.job_id)
+    return ids
+
+
+def _over_cap(tenant_id: str) -> list[str]:
+    return [d.detail for d in audit([tenant_id]).drifts if d.kind == "over_cap"]
+
+
+def _assert_ran_once(sim: HandOffSim, statuses: dict[str, str]) -> None:
+    final_twice = {j: n for j, n in sim.finals.items() if n > 1}
+    assert not final_twice and not sim.twice, (final_twice, sim.twice)
+    for job in JobItem.batch_get(list(statuses), consistent_read=True):
+        assert sim.acquires[job.job_id] == int(job.attempts or 0), (job.job_id, sim.acquires[job.job_id], job.attempts)
+
+
+def test_handoff_storm_one_tenant_many_releasers(fresh_aws):
+    """10 releasers of one tenant (cap 2), 60 jobs, every commit/failure hands its place on."""
+    tenant = _tenant("ho")
+    set_cap(tenant, 2)
+    sim = HandOffSim(tenant, workers=10, sweepers=1)
+    sim.start()
+    ids = _submit(sim, 60)
+    overs = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not all(
+            JobStatus(j.status).is_final for j in JobItem.batch_get(ids, consistent_read=True)):
+        overs += _over_cap(tenant)
+        time.sleep(0.5)
+    statuses = _wait_final(ids, 150)
+    sim.join()
+    assert not sim.errors, sim.errors[:3]
+    assert not overs, overs[:3]
+    assert sim.most <= 2, sim.most
+    assert sim.handed, "no release handed its place on: the attack did not exercise the hand-off"
+    _assert_ran_once(sim, statuses)
+    _assert_clean(tenant, statuses)
+
+
+def test_handoff_storm_with_cap_flapping_and_cancels(fresh_aws):
+    """Hand-off storm while the cap goes 0/1/3/2 and an operator cancels waiting/queued jobs."""
+    tenant = _tenant("hoflap")
+    set_cap(tenant, 2)
+    sim = HandOffSim(tenant, workers=8, sweepers=1)
+    sim.start()
+    ids = _submit(sim, 50)
+    cancelled: list[str] = []
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def canceller():
+        while not stop.is_set():
+            try:
+                for job in waiting.oldest_waiting(tenant, 3)[:1]:
+                    try:
+                        lifecycle.cancel(job.job_id)
+                        cancelled.append(job.job_id)
+                        waiting.wake(tenant, publish=sim.publish, reason="cancel")
+                    except (WrongJobStatus, LeaseContention):
+                        pass
+            except BaseException as exc:  # noqa: BLE001
+                errors.append(exc)
+            time.sleep(random.uniform(0.1, 0.4))
+
+    c = threading.Thread(target=canceller, daemon=True)
+    c.start()
+    overs = []
+    for cap in (0, 3, 1, 0, 2, 3, 0, 1, 2):
+        set_cap(tenant, cap)
+        waiting.wake(tenant, publish=sim.publish, reason="cap_change")
+        time.sleep(0.8)
+        overs += _over_cap(tenant)
+    stop.set()
+    c.join(10)
+    set_cap(tenant, 2)
+    waiting.wake(tenant, publish=sim.publish, reason="cap_change")
+    statuses = _wait_final(ids, 150)
+    sim.join()
+    assert not sim.errors and not errors, (sim.errors[:3], errors[:3])
+    assert not overs, overs[:3]
+    _assert_ran_once(sim, statuses)
+    _assert_clean(tenant, statuses)
+
+
+def _running(tenant_id: str, n: int) -> list[transactions.Lease]:
+    leases = []
+    for _ in range(n):
+        job = _new_job(tenant_id)
+        waiting.admit(job, door=False)
+        leases.append(transactions.acquire(job.job_id, tenant_id, "w"))
+    return leases
+
+
+def _parked(tenant_id: str, n: int) -> list[str]:
+    ids = []
+    for _ in range(n):
+        job = _new_job(tenant_id)
+        assert waiting.admit(job) is False
+        ids.append(job.job_id)
+    return ids
+
+
+def test_stale_candidate_list_skips_gone_foreign_and_cancelled_jobs(fresh_aws):
+    """A hand-off whose candidates are: a job id that does not exist, another tenant's waiting job,
+    a cancelled one, one already woken, then a waiting one: the last gets the place, nothing else
+    moves, counters exact."""
+    tenant, other = _tenant("stale"), _tenant("other")
+    set_cap(tenant, 1)
+    set_cap(other, 1)
+    [lease] = _running(tenant, 1)
+    _running(other, 1)
+    cancelled, woken, target = _parked(tenant, 3)
+    [foreign] = _parked(other, 1)
+    lifecycle.cancel(cancelled)
+    set_cap(tenant, 2)
+    assert waiting.wake(tenant, publish=lambda *a, **k: None, reason="cap_change") == [woken]
+    set_cap(tenant, 1)
+    hand_off = transactions.HandOff([uuid.uuid4().hex, foreign, cancelled, woken, target], time.time())
+    before = _counters(tenant)
+    transactions.commit_success(lease, output_key="k", sheets=1, sides=2, hand_off=hand_off)
+    after = _counters(tenant)
+    # occupied was 2 (1 lease + 1 woken queued) > cap 1: PASS_ON refuses, the place is freed instead.
+    assert hand_off.job_id is None, (hand_off.job_id, before, after)
+    assert JobItem.get(foreign, consistent_read=True).status == "waiting"
+    assert JobItem.get(target, consistent_read=True).status == "waiting"
+    assert after == {"in_flight": 0, "queued": 1, "waiting": 1, "occupied": 1}, after
+    assert audit([tenant, other]).clean
+
+
+def test_stale_candidates_then_the_waiting_one_is_handed(fresh_aws):
+    tenant, other = _tenant("stale2"), _tenant("other2")
+    set_cap(tenant, 1)
+    set_cap(other, 1)
+    [lease] = _running(tenant, 1)
+    _running(other, 1)
+    cancelled, target = _parked(tenant, 2)
+    [foreign] = _parked(other, 1)
+    lifecycle.cancel(cancelled)
+    hand_off = transactions.HandOff([uuid.uuid4().hex, foreign, cancelled, target], time.time())
+    transactions.fail_job(lease, error="x", error_code="injected", hand_off=hand_off)
+    assert hand_off.job_id == target
+    assert JobItem.get(target, consistent_read=True).status == "queued"
+    assert JobItem.get(foreign, consistent_read=True).status == "waiting"
+    assert JobItem.get(cancelled, consistent_read=True).status == "failed"
+    assert _counters(tenant) == {"in_flight": 0, "queued": 1, "waiting": 0, "occupied": 1}
+    assert audit([tenant, other]).clean
+
+
+@pytest.mark.parametrize("new_cap, handed", [(0, False), (1, False), (2, True), (5, True)])
+def test_cap_changed_between_successor_read_and_release(fresh_aws, new_cap, handed):
+    """cap 2, 2 leases, 3 waiting; the cap changes after the successor list was read."""
+    tenant = _tenant("capchg")
+    set_cap(tenant, 2)
+    leases = _running(tenant, 2)
+    parked = _parked(tenant, 3)
+    hand_off = _handoff(tenant)
+    assert hand_off.candidates == parked
+    set_cap(tenant, new_cap)
+    transactions.commit_success(leases[0], output_key="k", sheets=1, sides=2, hand_off=hand_off)
+    assert (hand_off.job_id is not None) == handed, (new_cap, hand_off.job_id, _counters(tenant))
+    if not handed:
+        woken = waiting.wake(tenant, publish=lambda *a, **k: None)
+        c = _counters(tenant)
+        assert c["occupied"] <= max(new_cap, 1), (new_cap, c, woken)  # 1: the lease still running
+    c = _counters(tenant)
+    assert c["in_flight"] + c["queued"] == c["occupied"], c
+    assert audit([tenant]).clean
+
+
+def test_borrowing_tier_at_the_reserve_hand_off(fresh_aws):
+    """Tier cap 1 burst 3 holding 3 leases (2 borrowed), cluster at its reserve: a commit hands its
+    place on; the successor cannot borrow and must park again, counters exact, no lease over 3."""
+    nodes.register(f"node-{uuid.uuid4().hex[:6]}", 3 + get_settings().reserve_slots)
+    tenant, other = _tenant("burst"), _tenant("filler")
+    set_cap(tenant, 1, burst_cap=3)
+    jobs = [_new_job(tenant) for _ in range(3)]
+    for job in jobs:
+        waiting.admit(job, door=False)
+    leases = [transactions.acquire(jobs[0].job_id, tenant, "w")]
+    leases += [transactions.acquire(j.job_id, tenant, "w", borrow=True) for j in jobs[1:]]
+    parked = _parked(tenant, 2)
+    hand_off = _handoff(tenant)
+    # another tenant takes the freed slot (no borrow needed) before the successor can acquire
+    transactions.commit_success(leases[2], output_key="k", sheets=1, sides=2, hand_off=hand_off)
+    assert hand_off.job_id == parked[0]
+    _running(other, 1)
+    with pytest.raises(CapReached) as refused:
+        transactions.acquire(parked[0], tenant, "w")
+    assert refused.value.may_borrow
+    with pytest.raises(CapReached):
+        transactions.acquire(parked[0], tenant, "w", borrow=True)
+    assert waiting.park(parked[0], tenant)
+    assert _counters(tenant) == {"in_flight": 2, "queued": 0, "waiting": 2, "occupied": 2}
+    assert audit([tenant, other]).clean
+
+
+class _AfterApplyFault:
+    """A botocore ``after-call`` hook on the process's transaction client: the first
+    ``n`` TransactWriteItems calls that *applied* are answered as a 500 (the write happened, the
+    answer was lost), as DynamoDB's "InternalServerError … may or may not have succeeded"."""
+
+    def __init__(self, n: int) -> None:
+        self.left = n
+        self.hits = 0
+
+    def __call__(self, http_response, parsed, model, **kwargs):
+        if self.left > 0 and http_response.status_code == 200:
+            self.left -= 1
+            self.hits += 1
+            raise ClientError({"Error": {"Code": "InternalServerError", "Message": "injected after apply"},
+                               "ResponseMetadata": {"HTTPStatusCode": 500}}, "TransactWriteItems")
+
+    def __enter__(self):
+        self.events = transactions.tx_connection().client.meta.events
+        self.events.register("after-call.dynamodb.TransactWriteItems", self)
+        return self
+
+    def __exit__(self, *exc):
+        self.events.unregister("after-call.dynamodb.TransactWriteItems", self)
+
+
+@pytest.mark.parametrize("faults", [1, 2, 3])
+def test_ambiguous_release_with_hand_off_after_apply(fresh_aws, faults):
+    """The hand-off release applies but its answer is a 5xx (and the resends' too): the caller must
+    learn that it applied and which job was handed the place, exactly once."""
+    tenant = _tenant("amb")
+    set_cap(tenant, 1)
+    [lease] = _running(tenant, 1)
+    first, second = _parked(tenant, 2)
+    hand_off = _handoff(tenant)
+    with _AfterApplyFault(faults) as fault:
+        transactions.commit_success(lease, output_key="k", sheets=1, sides=2, hand_off=hand_off)
+    assert fault.hits >= 1
+    assert hand_off.job_id == first, hand_off
+    assert JobItem.get(first, consistent_read=True).status == "queued"
+    assert JobItem.get(second, consistent_read=True).status == "waiting"
+    assert _counters(tenant) == {"in_flight": 0, "queued": 1, "waiting": 1, "occupied": 1}
+    assert audit([tenant]).clean
+
+
+def test_ambiguous_hand_off_whose_successor_is_cancelled_meanwhile(fresh_aws):
+    """The hand-off applies, the answer is lost, and the handed job is cancelled before the
+    read-back: the release is still known as applied, the hand-off reported, counters exact."""
+    tenant = _tenant("ambc")
+    set_cap(tenant, 1)
+    [lease] = _running(tenant, 1)
+    first, second = _parked(tenant, 2)
+    hand_off = _handoff(tenant)
+
+    class CancelThenFault(_AfterApplyFault):
+        def __call__(self, http_response, parsed, model, **kwargs):
+            if self.left > 0 and http_response.status_code == 200:
+                self.left -= 1
+                self.hits += 1
+                # an operator cancels the handed job between the write and the read-back
+                lifecycle.cancel(first)
+                raise ClientError({"Error": {"Code": "InternalServerError", "Message": "injected"},
+                                   "ResponseMetadata": {"HTTPStatusCode": 500}}, "TransactWriteItems")
+
+    with CancelThenFault(1):
+        transactions.commit_success(lease, output_key="k", sheets=1, sides=2, hand_off=hand_off)
+    assert hand_off.job_id == first
+    waiting.wake(tenant, publish=lambda *a, **k: None)
+    c = _counters(tenant)
+    assert c == {"in_flight": 0, "queued": 1, "waiting": 0, "occupied": 1}, c
+    assert audit([tenant]).clean
+
+
+class RoutedSim(HandOffSim):
+    """A HandOffSim whose publish routes a message to the sim of the job's tenant (``wake_borrowers``
+    wakes other tenants' jobs)."""
+
+    routes: dict = {}
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        RoutedSim.routes[self.tenant_id] = self
+
+    def publish(self, tenant_id, job_id, *, after_attempt=0, delay_s=0):
+        RoutedSim.routes[tenant_id].q.put((job_id, after_attempt))
+
+
+def test_handoff_storm_borrowing_tier_against_a_plain_tier_at_the_reserve(fresh_aws):
+    """A borrowing tier (cap 1, burst 4) and a plain tier (cap 3) share 5 borrowable slots above the
+    reserve; both hand their places on. No lease over a cap or burst, counters exact, every job ends."""
+    nodes.register(f"node-{uuid.uuid4().hex[:6]}", 5 + get_settings().reserve_slots)
+    borrower, plain = _tenant("borrower"), _tenant("plain")
+    set_cap(borrower, 1, burst_cap=4)
+    set_cap(plain, 3)
+    sims = [RoutedSim(borrower, workers=5, sweepers=1), RoutedSim(plain, workers=4)]
+    for sim in sims:
+        sim.start()
+    ids = {sim.tenant_id: _submit(sim, 30) for sim in sims}
+    overs = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        overs += [d.detail for d in audit([borrower, plain]).drifts if d.kind == "over_cap"]
+        time.sleep(0.5)
+    statuses = {t: _wait_final(i, 150) for t, i in ids.items()}
+    for sim in sims:
+        sim.join()
+    assert not any(sim.errors for sim in sims), [sim.errors[:3] for sim in sims]
+    assert not overs, overs[:3]
+    assert sims[0].most > 1, "the borrowing tier never borrowed: the attack did not exercise borrowing"
+    for sim in sims:
+        _assert_ran_once(sim, statuses[sim.tenant_id])
+        _assert_clean(sim.tenant_id, statuses[sim.tenant_id])
+
+
+class _RandomAmbiguity:
+    """botocore hooks on the process's transaction client: a share of TransactWriteItems calls is
+    answered 500 *after* it applied (``after-call``), another share refused 500 before it is sent
+    (``before-call``: nothing applied). Every thread of the test shares the client."""
+
+    def __init__(self, after: float, before: float) -> None:
+        self.after, self.before = after, before
+        self.hits = collections.Counter()
+        self.on = True
+
+    @staticmethod
+    def _error(where: str) -> ClientError:
+        return ClientError({"Error": {"Code": "InternalServerError", "Message": f"injected {where}"},
+                            "ResponseMetadata": {"HTTPStatusCode": 500}}, "TransactWriteItems")
+
+    def after_call(self, http_response, parsed, model, **kwargs):
+        if self.on and http_response.status_code == 200 and random.random() < self.after:
+            self.hits["after"] += 1
+            raise self._error("after apply")
+
+    def before_call(self, model, params, **kwargs):
+        if self.on and random.random() < self.before:
+            self.hits["before"] += 1
+            raise self._error("before apply")
+
+    def __enter__(self):
+        self.events = transactions.tx_connection().client.meta.events
+        self.events.register("after-call.dynamodb.TransactWriteItems", self.after_call)
+        self.events.register("before-call.dynamodb.TransactWriteItems", self.before_call)
+        return self
+
+    def __exit__(self, *exc):
+        self.events.unregister("after-call.dynamodb.TransactWriteItems", self.after_call)
+        self.events.unregister("before-call.dynamodb.TransactWriteItems", self.before_call)
+
+
+def test_handoff_storm_under_ambiguous_5xx_before_and_after_apply(fresh_aws):
+    """The hand-off storm while 30 % of the transactions are answered 500 after they applied and 15 %
+    before: every lease transaction must read itself back, nothing double-counted or lost."""
+    tenant = _tenant("amb-storm")
+    set_cap(tenant, 2)
+    sim = HandOffSim(tenant, workers=8, sweepers=1)
+    ids = _submit(sim, 80)
+    with _RandomAmbiguity(after=0.3, before=0.15) as fault:
+        sim.start()
+        deadline = time.monotonic() + 25
+        while time.monotonic() < deadline and not all(
+                JobStatus(j.status).is_final for j in JobItem.batch_get(ids, consistent_read=True)):
+            time.sleep(0.5)
+        fault.on = False
+    statuses = _wait_final(ids, 150)
+    sim.join()
+    assert fault.hits["after"] > 5 and fault.hits["before"] > 5, fault.hits
+    assert not sim.errors, [f"{type(e).__name__}: {e} ({getattr(e, 'cause', None)})" for e in sim.errors[:5]]
+    _assert_ran_once(sim, statuses)
+    _assert_clean(tenant, statuses)
