@@ -410,10 +410,10 @@ class RoutedSim(HandOffSim):
         RoutedSim.routes[tenant_id].q.put((job_id, after_attempt))
 
 
-def test_handoff_storm_borrowing_tier_against_a_plain_tier_at_the_reserve(fresh_aws):
-    """A borrowing tier (cap 1, burst 4) and a plain tier (cap 3) share 5 borrowable slots above the
-    reserve; both hand their places on. No lease over a cap or burst, counters exact, every job ends."""
-    nodes.register(f"node-{uuid.uuid4().hex[:6]}", 5 + get_settings().reserve_slots)
+def _borrowing_storm_round() -> int:
+    """One round: a borrowing tier (cap 1, burst 4) and a plain tier (cap 3) share 5 borrowable
+    slots above the reserve, both handing their places on; asserts the invariants and returns the
+    most leases the borrowing tier held at once."""
     borrower, plain = _tenant("borrower"), _tenant("plain")
     set_cap(borrower, 1, burst_cap=4)
     set_cap(plain, 3)
@@ -431,10 +431,21 @@ def test_handoff_storm_borrowing_tier_against_a_plain_tier_at_the_reserve(fresh_
         sim.join()
     assert not any(sim.errors for sim in sims), [sim.errors[:3] for sim in sims]
     assert not overs, overs[:3]
-    assert sims[0].most > 1, "the borrowing tier never borrowed: the attack did not exercise borrowing"
     for sim in sims:
         _assert_ran_once(sim, statuses[sim.tenant_id])
         _assert_clean(sim.tenant_id, statuses[sim.tenant_id])
+    return sims[0].most
+
+
+def test_handoff_storm_borrowing_tier_against_a_plain_tier_at_the_reserve(fresh_aws):
+    """No lease over a cap or burst, counters exact, every job ends; repeated (up to three rounds)
+    until the borrowing tier did borrow in a round, since whether it gets the chance depends on the
+    threads' timing."""
+    nodes.register(f"node-{uuid.uuid4().hex[:6]}", 5 + get_settings().reserve_slots)
+    most = [_borrowing_storm_round()]
+    while most[-1] <= 1 and len(most) < 3:
+        most.append(_borrowing_storm_round())
+    assert most[-1] > 1, f"the borrowing tier never borrowed in {len(most)} rounds: the attack did not exercise borrowing"
 
 
 class _RandomAmbiguity:
