@@ -159,9 +159,15 @@ class Bench:
         (OUT / "durations.json").write_text("{}")
         os.environ.update(self.env)
         from control.provision import provision
+        from leases import transactions
+        from leases.models import reset_connections
+        from service import aws
         from service.settings import get_settings
 
         get_settings.cache_clear()
+        aws.reset()  # this process's clients point at the previous policy's endpoint
+        reset_connections()
+        transactions._connection_for.cache_clear()
         provision()
         return self
 
