@@ -3,7 +3,7 @@
 Redis (:mod:`admission.control`) is the fast check and can forget; the claim in the ``tokens`` table
 (:class:`leases.models.TokenClaimItem`, keyed by tenant and SHA-256 of the token) cannot, and it is
 written in the job item's transaction, so no job exists without its claim and no claim without its
-job (why: docs/design.md, "The idempotency token is claimed durably in DynamoDB")::
+job::
 
     TransactWriteItems (one NamedTransaction)
       [0] Put claim (tenant, sha256(token)) → job id, expires_at = now + idempotency TTL
@@ -14,18 +14,11 @@ job (why: docs/design.md, "The idempotency token is claimed durably in DynamoDB"
           condition job_new    = attribute_not_exists(job_id)            job ids are global
       [2] Update tenant: queued + 1 or waiting + 1 (the counters the hand-off keeps exact)
 
-Timeline of a token whose Redis key was lost::
-
-    t0  submit(token) → Redis admits → [claim + job] commits → published            one job
-    t1  Redis restarts empty
-    t2  submit(token) → Redis admits (it forgot) → [claim + job] cancelled: [0] failed
-        → DuplicateSubmission(job id of t0); Redis admission abandoned; token put back in Redis
-    t3  submit(token) → Redis refuses at once (fast path again)
-
 A failure is read by :func:`leases.transactions.classify` (reasons by item name): claim cancelled →
-:class:`~admission.errors.DuplicateSubmission` (with the job id holding the token); job cancelled →
-:class:`~admission.errors.DuplicateJobId`; ambiguous → the claim is read back (it names our job id
-exactly when the write applied).
+:class:`~admission.errors.DuplicateSubmission` (with the job id holding the token: a token Redis
+forgot is refused here, and put back in Redis); job cancelled → :class:`~admission.errors.DuplicateJobId`;
+ambiguous → the claim is read back (it names our job id exactly when the write applied). Why: docs/design.md,
+"The idempotency token is claimed durably in DynamoDB"; a token Redis forgot: "Admission state lives in Redis".
 """
 
 from __future__ import annotations

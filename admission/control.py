@@ -16,17 +16,10 @@ A retried job (``imposition job retry``) passes :meth:`Admission.readmit`: steps
 token. "In flight" is admitted and not yet confirmed (:meth:`Admission.confirm`, or
 :meth:`Admission.abandon` when the submission failed after admission; both idempotent); an entry
 older than ``admission_in_flight_expiry_s`` stops counting. Times are Redis's ``TIME`` in integer
-microseconds (tests pass ``now_s``). This is the fast check; the durable one is the token's claim
-(:mod:`admission.claims`). Keys, built by :func:`service.redis_keys.redis_key`::
-
-    <namespace>:admission:<tenant>:token:<sha256(token)>   job id, TTL idempotency TTL
-    <namespace>:admission:<tenant>:rate                    sorted set job id → admitted at (µs)
-    <namespace>:admission:<tenant>:in_flight               sorted set job id → admitted at (µs)
-    <namespace>:admission:_:job:<job id>                   tenant id, TTL in-flight expiry
-                                                           (``_``: no tenant)
-
-Why a sliding-window log, the expiry and the two records: docs/design.md, "Admission state lives in
-Redis".
+microseconds (tests pass ``now_s``). The keys: :func:`token_key`, :func:`rate_key`,
+:func:`in_flight_key`, :func:`job_key`. This is the fast check; the durable one is the token's claim
+(:mod:`admission.claims`). Why a sliding-window log, the expiry and the two records: docs/design.md,
+"Admission state lives in Redis".
 """
 
 from __future__ import annotations
@@ -35,6 +28,7 @@ import functools
 import hashlib
 import os
 from collections.abc import Callable
+from typing import cast
 
 import redis
 from redis.backoff import NoBackoff
@@ -166,22 +160,27 @@ def token_hash(token: str) -> str:
 
 
 def token_key(tenant_id: str, token: str) -> str:
-    """Redis key of ``tenant_id``'s idempotency ``token``."""
+    """Redis key of ``tenant_id``'s idempotency ``token``,
+    ``<namespace>:admission:<tenant>:token:<sha256(token)>`` (:func:`service.redis_keys.redis_key`):
+    the job id holding it, TTL the idempotency TTL."""
     return redis_key(KeyKind.TOKEN, tenant_id, token_hash(token))
 
 
 def rate_key(tenant_id: str) -> str:
-    """Redis key of ``tenant_id``'s rate-limit log."""
+    """Redis key of ``tenant_id``'s rate-limit log, ``<namespace>:admission:<tenant>:rate``: a sorted
+    set job id → admitted at (µs)."""
     return redis_key(KeyKind.RATE, tenant_id)
 
 
 def in_flight_key(tenant_id: str) -> str:
-    """Redis key of ``tenant_id``'s set of unconfirmed jobs."""
+    """Redis key of ``tenant_id``'s set of unconfirmed jobs,
+    ``<namespace>:admission:<tenant>:in_flight``: a sorted set job id → admitted at (µs)."""
     return redis_key(KeyKind.IN_FLIGHT, tenant_id)
 
 
 def job_key(job_id: str) -> str:
-    """Redis key mapping an admitted job to its tenant (a key of no tenant: job ids are global).
+    """Redis key mapping an admitted job to its tenant (a key of no tenant: job ids are global),
+    ``<namespace>:admission:_:job:<job id>`` (``_``: no tenant): the tenant id, TTL the in-flight expiry.
 
     Raises:
         service.tenancy.InvalidJobId: ``job_id`` is not canonical.
@@ -197,8 +196,9 @@ class Admission:
     """Admission control against one Redis database.
 
     Args:
-        client: a redis-py client (default: one for ``Settings.redis_url`` with
-            ``Settings.admission_redis_timeout_s`` as connect and read timeout).
+        client: a redis-py client with ``decode_responses=True`` (default: one for
+            ``Settings.redis_url`` with ``Settings.admission_redis_timeout_s`` as connect and read
+            timeout).
         limits: tenant id → :class:`TenantLimits` (default :func:`admission.limits.limits_for`,
             the configured overrides).
 
@@ -338,7 +338,8 @@ class Admission:
             return False  # a malformed id was never admitted
         if tenant_id is None:
             try:
-                tenant_id = self.client.get(job_key(job_id))
+                # a str, not bytes: the client decodes responses (see ``client`` above)
+                tenant_id = cast("str | None", self.client.get(job_key(job_id)))
             except RedisError as exc:
                 raise AdmissionUnavailable(f"confirm of job {job_id}: Redis unavailable ({exc})") from exc
             if tenant_id is None:
@@ -385,7 +386,8 @@ class Admission:
     def token_job(self, tenant_id: str, token: str) -> str | None:
         """The job id holding ``tenant_id``'s ``token``, or None if the token is free."""
         try:
-            return self.client.get(token_key(validate_tenant_id(tenant_id), token))
+            # a str, not bytes: the client decodes responses (see ``client`` above)
+            return cast("str | None", self.client.get(token_key(validate_tenant_id(tenant_id), token)))
         except RedisError as exc:
             raise AdmissionUnavailable(f"tenant {tenant_id!r}: Redis unavailable ({exc})") from exc
 

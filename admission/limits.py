@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 
 from pynamodb.exceptions import DoesNotExist, PynamoDBException
+from pynamodb.expressions.update import Action
 
 import logging
 
@@ -164,7 +165,7 @@ def set_limits(
         raise ValueError(f"reset={sorted(unknown)}: unknown limit(s); known: {sorted(attributes)}")
     values = {"rate_limit_per_min": rate_limit_per_min, "in_flight_cap": in_flight_cap,
               "idempotency_ttl_s": idempotency_ttl_s}
-    actions = []
+    actions: list[Action] = []
     for name, value in values.items():
         if name in reset:
             actions.append(attributes[name].remove())

@@ -2,19 +2,16 @@
 
     python -m bench.inprocess <what> <input.pdf> <output.pdf> <runs> [<json>]
 
-``runs`` is the least number of runs; a short job runs until a second has been measured.
-
-``what``:
+``runs`` is the least number of runs; a short job runs until a second has been measured. ``what``:
 
 * ``engine``: :meth:`imposition.PikepdfEngine.impose` with a child process started per job (the
   former worker, and the engine without :func:`imposition.isolation.keep_warm`), ``json`` the layout
   specification; that start is in the time.
-* ``warm``: the same call as a worker process makes it now, with a warm engine child
-  (:func:`imposition.isolation.keep_warm`, started before the clock): the request, the work in the
-  child and the answer.
+* ``warm``: the same call as a worker process makes it now, with a warm engine child (started
+  before the clock): the request, the work in the child and the answer.
 * ``work``: the same job's work alone, :func:`imposition.child.run` in this process (the content
-  budget's check, open, plan, draw, save), ``json`` the resolved layout (:meth:`imposition.spec.LayoutSpec.resolved`). ``engine`` minus
-  ``work`` is the child's start.
+  budget's check, open, plan, draw, save), ``json`` the resolved layout
+  (:meth:`imposition.spec.LayoutSpec.resolved`); ``engine`` minus ``work`` is the child's start.
 * ``copy``: the copy floor, :func:`bench.copy_floor.copy_pages`.
 * ``rewrite``: the rewrite floor, :func:`bench.copy_floor.rewrite`.
 
@@ -22,8 +19,8 @@ The output file is removed before each run, outside the clock. Prints one JSON o
 ``cpu_s`` (user + system, this process and its children) per run; ``peak_rss_kib``: the largest
 resident set of the process that did the work (the engine's child for ``engine``, this process
 otherwise, its imports included; for ``warm``, whose child is reaped only at the end, this
-process's); and for the in-process contenders ``job_memory_kib``: how far one
-more run raised this process's resident set above where it stood (Linux; None elsewhere).
+process's); and for the in-process contenders ``job_memory_kib``: how far one more run raised this
+process's resident set above where it stood (Linux; None elsewhere).
 """
 
 from __future__ import annotations

@@ -21,11 +21,15 @@ import importlib
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from imposition.cli import layout_text
 from service.tenancy import TenancyError, shown_value, validate_job_id, validate_tenant_id
+
+if TYPE_CHECKING:  # the click.Choice of --on-duplicate; tasks.submission itself is imported when run
+    from tasks.submission import OnDuplicate
 
 
 class LazyGroup(click.Group):
@@ -217,7 +221,7 @@ def provision() -> None:
 @click.option("--on-duplicate", type=click.Choice(["raise", "return"]), default="raise", show_default=True,
               help="A token already submitted: refuse (exit 2), or print the job id that holds it.")
 @click.argument("input_pdf", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def submit(tenant_id: str, token: str, layout_option: str, max_attempts: int | None, on_duplicate: str,
+def submit(tenant_id: str, token: str, layout_option: str, max_attempts: int | None, on_duplicate: OnDuplicate,
            input_pdf: Path) -> None:
     """Upload INPUT_PDF under the tenant's prefix, submit it, and print the job id.
 

@@ -38,6 +38,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import click
 
@@ -59,6 +60,9 @@ from control.stack import (
     wait_for,
     worker_command,
 )
+
+if TYPE_CHECKING:  # imported where the stack starts
+    from control.localaws import LocalAws
 
 RUN_DIR = REPO / ".run"
 #: What each prefork child of a worker logs once its AWS clients are open (tasks.celery_app).
@@ -159,11 +163,11 @@ class Demo:
     def __init__(self, *, keep: bool = False) -> None:
         self.keep = keep  # the stack stays up after the workload (``make run KEEP=1``)
         self.processes: list[ManagedProcess] = []
-        self.local_aws = None
+        self.local_aws: LocalAws | None = None
         self.run_id = uuid.uuid4().hex[:8]
         self.namespace = f"imposition-demo-{self.run_id}"  # this run's Redis keys (deleted at stop)
         self.redis_urls: tuple[str, ...] = ()  # where they may be, once the settings are read
-        self.receiver = None
+        self.receiver: ReceiverProcess | None = None
         self.flower: ManagedProcess | None = None
         self.prometheus_url: str | None = None
         self.supervisor: Supervisor | None = None
@@ -178,10 +182,10 @@ class Demo:
 
         RUN_DIR.mkdir(exist_ok=True)
         self.say("• starting the local AWS endpoint (moto server: SQS, S3, DynamoDB) …")
-        self.local_aws = LocalAws(log_path=RUN_DIR / "moto.log")
-        self.local_aws.start()
+        local_aws = self.local_aws = LocalAws(log_path=RUN_DIR / "moto.log")
+        local_aws.start()
         env = {
-            **self.local_aws.env,
+            **local_aws.env,
             # The demo's webhook receiver listens on 127.0.0.1, which the SSRF guard refuses by default.
             "IMPOSITION_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",
             # This run's own Redis keys (admission, recent counts): runs sharing a Redis never meet;
@@ -272,6 +276,7 @@ class Demo:
         """
         if self.supervisor is not None and self.supervisor.failure is not None:
             raise self.supervisor.failure
+        assert self.local_aws is not None, "check_supervision() before start_stack()"
         for name, server in (("moto SQS/S3 server", self.local_aws.main), ("moto DynamoDB server", self.local_aws.dynamodb)):
             if server is not None and server.proc.poll() is not None:
                 # Not restarted: the embedded endpoint keeps every queue, table and object in memory.
@@ -351,12 +356,12 @@ class Demo:
 
         from webhooks.endpoints import set_webhook
 
-        self.receiver = ReceiverProcess(RUN_DIR / "receiver.log", env=env)
-        self.processes.append(self.receiver.process)
+        receiver = self.receiver = ReceiverProcess(RUN_DIR / "receiver.log", env=env)
+        self.processes.append(receiver.process)
         # Not restarted: a new receiver would listen on another port than the tenants' webhook URLs.
-        self.supervised().add("webhook receiver", self.receiver.process, max_restarts=0)
+        self.supervised().add("webhook receiver", receiver.process, max_restarts=0)
         for tenant in tenants:
-            set_webhook(tenant, self.receiver.url(tenant), secrets.token_hex(32))
+            set_webhook(tenant, receiver.url(tenant), secrets.token_hex(32))
 
     # -- the workload --------------------------------------------------------------------------
 
@@ -387,7 +392,7 @@ class Demo:
         while True:
             self.check_supervision()
             items = list(JobItem.batch_get(list(submitted)))
-            by_tenant = defaultdict(Counter)
+            by_tenant: defaultdict[str, Counter[str]] = defaultdict(Counter)
             for item in items:
                 by_tenant[item.tenant_id][item.status] += 1
             done = sum(1 for i in items if JobStatus(i.status).is_final)

@@ -266,8 +266,8 @@ def _image_bytes(stream: pikepdf.Stream, codec: str, head: bytes) -> int:
     if codec in ("/JBIG2Decode", "/CCITTFaxDecode", "/CCF") or stream.get("/ImageMask") is True:
         components, bits = 1, 1
     else:
-        bits = stream.get("/BitsPerComponent", 8)
-        bits = bits if isinstance(bits, int) and 0 < bits <= 16 else 8
+        declared_bits = stream.get("/BitsPerComponent", 8)
+        bits = declared_bits if isinstance(declared_bits, int) and 0 < declared_bits <= 16 else 8
         components = _components(stream.get("/ColorSpace"))  # JPX may leave it out: DEFAULT_COMPONENTS
     declared = 0
     if isinstance(width, int) and isinstance(height, int) and width > 0 and height > 0:
@@ -541,10 +541,10 @@ class _Meter:
             raise self._refuse(f"{name}, with the content before it,", self.operators,
                                "max_content_operators_per_job", budget.max_content_operators_per_job, "operators")
 
-    def walk(self, pending: list[tuple[pikepdf.Object, bool]], what: str | None = None) -> None:
+    def walk(self, pending: list[tuple[pikepdf.Object | None, bool]], what: str | None = None) -> None:
         """Measure every stream reachable from ``pending`` (``(object, content)`` pairs: ``content``
-        marks the streams, and the values of a dictionary, that are content streams); ``what`` names
-        the first one in messages."""
+        marks the streams, and the values of a dictionary, that are content streams; an object that
+        is no container, None included, is skipped); ``what`` names the first one in messages."""
         while pending:
             obj, content = pending.pop()
             if not isinstance(obj, _CONTAINERS):
@@ -586,7 +586,7 @@ def check_content_budget(pdf: pikepdf.Pdf, budget: ContentBudget, path: Path) ->
         obj = page.obj
         meter.where = f"page {number}: "
         meter.page_contents(obj.get("/Contents"))
-        pending: list[tuple[pikepdf.Object, bool]] = [(inherited(obj, "/Resources"), False),
+        pending: list[tuple[pikepdf.Object | None, bool]] = [(inherited(obj, "/Resources"), False),
                                                       (obj.get("/Group"), False)]
         annotations = obj.get("/Annots")
         if isinstance(annotations, Array):

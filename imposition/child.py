@@ -12,20 +12,15 @@
 
 ``probe`` only opens the PDF (:func:`imposition.source.open_source`) and answers ``{"ok": true,
 "pages_in": n}``; ``inspect`` also plans the job (every typed input error, no output); ``impose``
-also draws the plan and saves it to ``output``; ``preview`` renders every page of a plate to
-``<output_dir>/preview-<n>.png`` (1-based, longer side ``max_px``) and answers ``{"ok": true,
-"previews": [...]}``. Checked first: the content budget (``content_too_large``), then every page's
-content (``damaged``, or a ``repaired`` warning). The result file receives ``{"ok": true, "sheets":
-n, "sides": n, "pages_in": n, "blank_pages": n, "warnings": [{"code", "message"}, …]}`` or ``{"ok":
-false, "code": ..., "message": ...}``; exit status 0 when a result was written. With ``on_warning:
-fail`` a warning fails the job before anything is drawn.
-
-``--serve``: one line per job on stdin, ``{"request": path, "log": path, "address_space_bytes": n,
-"cpu_seconds": n}``; the child sets its limits, sends its output to the job's log, runs the request
-and writes ``{"rss_bytes": n}`` to the reply descriptor. It exits with :data:`LEAK_EXIT_STATUS` if a
-``pikepdf.Pdf`` outlives its job; end of input ends it. A damaged input (:data:`INPUT_ERRORS`,
-``DamagedPdf``) is ``damaged``; any other exception is a bug: the child ends with its traceback in
-its log and the parent reports ``engine_crashed``. Why: docs/design.md, "A warm engine child".
+also draws the plan and saves it to ``output``; ``preview`` renders every page of a plate
+(:func:`render_previews`) and answers ``{"ok": true, "previews": [...]}``. Checked first: the content
+budget (``content_too_large``), then every page's content (``damaged``, or a ``repaired`` warning);
+with ``on_warning: fail`` a warning fails the job before anything is drawn. The result file receives
+``{"ok": true, "sheets": n, "sides": n, "pages_in": n, "blank_pages": n, "warnings": [{"code",
+"message"}, …]}`` or ``{"ok": false, "code": ..., "message": ...}``; exit status 0 when a result was
+written. ``--serve``: :func:`serve`. A damaged input (:data:`INPUT_ERRORS`, ``DamagedPdf``) is
+``damaged``; any other exception is a bug: the child ends with its traceback in its log and the
+parent reports ``engine_crashed``. Why: docs/design.md, "A warm engine child".
 """
 
 from __future__ import annotations
@@ -112,8 +107,9 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         plan = plan_imposition(layout, boxes, slug=slug, max_cells_per_sheet=request.get("max_cells_per_sheet"),
                                max_cells_per_job=request.get("max_cells_per_job"))
         warnings = ([PlateWarning("repaired", repaired)] if repaired else []) + list(plan.warnings)
-        if layout.on_warning == "fail" and warnings:
-            raise departure_error(warnings)  # type: ignore[misc]  # not None: warnings is not empty
+        failure = departure_error(warnings) if layout.on_warning == "fail" else None
+        if failure is not None:  # (None without warnings)
+            raise failure
         if request["mode"] == "impose":
             from .drawing import draw_plan  # only the impose mode needs the drawing code (a serving child has it)
 
@@ -179,7 +175,13 @@ def _open_documents() -> int:
 
 
 def serve(reply_fd: int) -> int:
-    """Serve jobs read from stdin, one line each, until end of input (see the module docstring)."""
+    """Serve jobs read from stdin, one line each, until end of input.
+
+    A line is ``{"request": path, "log": path, "address_space_bytes": n, "cpu_seconds": n}``: the
+    child sets its limits (:func:`_limit`), sends its output to the job's log, runs the request
+    (:func:`answer`) and writes ``{"rss_bytes": n}`` to ``reply_fd``. It exits with
+    :data:`LEAK_EXIT_STATUS` if a ``pikepdf.Pdf`` outlives its job; end of input ends it.
+    """
     import imposition.drawing  # noqa: F401 (paid once, before the first job)
 
     devnull = os.open(os.devnull, os.O_WRONLY)

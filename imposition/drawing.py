@@ -28,6 +28,7 @@ byte for byte share one content stream.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pikepdf
 from pikepdf import Array, Dictionary, Name
@@ -136,8 +137,9 @@ class _Forms:
                 self._claimed_streams.add(contents.objgen)
                 return contents  # zero copy: the content stream becomes the form
             stream = pikepdf.Stream(self.source, b"")
-            stream.write(contents.read_raw_bytes(), filter=contents.get("/Filter"),
-                         decode_parms=contents.get("/DecodeParms"))
+            # the stream's own filters, passed through as read (pikepdf type-checks them)
+            stream.write(contents.read_raw_bytes(), filter=cast("Name | Array | None", contents.get("/Filter")),
+                         decode_parms=cast("Dictionary | Array | None", contents.get("/DecodeParms")))
             return stream
         parts = list(contents) if isinstance(contents, Array) else []
         data = b"\n".join(part.read_bytes() for part in parts if isinstance(part, pikepdf.Stream))

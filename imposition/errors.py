@@ -1,42 +1,27 @@
 """Errors of the imposition engines: one root, every leaf typed, retryable or not.
 
-The tree::
+The tree, each leaf with its ``code`` (each class's docstring says when it is raised)::
 
-    ImpositionError                       code            retryable
-    ├── InputError                        (bad input: the tenant must fix the file or the layout)
-    │   ├── NotAPdf                       not_a_pdf       no
-    │   ├── NoPages                       no_pages        no
-    │   ├── PasswordRequired              password_required no
-    │   ├── DamagedPdf                    damaged         no
-    │   ├── PageTooLarge                  page_too_large  no
-    │   ├── InvalidLayout                 invalid_layout  no
-    │   └── Departure                     (a warning made a failure by the layout's ``on_warning: fail``)
-    │       ├── Repaired                  repaired        no   (the file needed repair; every page read whole)
-    │       ├── ScaledToFit               scaled_to_fit   no   (pages shrunk to fit their cells)
-    │       ├── NoRoomForMarks            no_room_for_marks no (marks shortened or left out)
-    │       ├── BleedReduced              bleed_reduced   no   (less bleed kept than bleed_mm asked)
-    │       └── NoRoomForSlug             no_room_for_slug no  (the slug line left out)
-    ├── LimitExceeded                     (the job breaks a limit of the service)
-    │   ├── InputTooLarge                 input_too_large no
-    │   ├── TooManyPages                  too_many_pages  no
-    │   ├── TooManyCells                  too_many_cells  no
-    │   ├── TimeLimitExceeded             time_limit      no
-    │   ├── MemoryLimitExceeded           memory_limit    no
-    │   └── ContentTooLarge               content_too_large no (streams decode past their budget)
-    ├── EngineCancelled                   cancelled       no   (the caller asked the engine to stop)
-    ├── PreviewFailed                     preview_failed  no   (a plate's preview could not be rendered: a warning,
-    │                                                          never a failed job)
-    └── EngineFailure                     (the engine itself failed)
-        ├── EngineCrashed                 engine_crashed  yes  (child process killed for an unknown reason)
-        ├── LicenceUnavailable            licence         yes  (pdfToolbox licence missing or expired)
-        ├── EngineAborted                 engine_aborted  yes  (pdfToolbox aborted or ran out of memory)
-        ├── OutputNotSaved                output_not_saved yes (pdfToolbox could not save, e.g. disk full)
-        └── EngineConfigurationError      engine_config   no   (bad process plan, parameters, executable)
+    ImpositionError
+    ├── InputError: bad input, the tenant must fix the file or the layout (never retried)
+    │   ├── NotAPdf not_a_pdf · NoPages no_pages · PasswordRequired password_required
+    │   ├── DamagedPdf damaged · PageTooLarge page_too_large · InvalidLayout invalid_layout
+    │   └── Departure: a warning made a failure by the layout's ``on_warning: fail``
+    │       └── Repaired repaired · ScaledToFit scaled_to_fit · NoRoomForMarks no_room_for_marks
+    │           · BleedReduced bleed_reduced · NoRoomForSlug no_room_for_slug
+    ├── LimitExceeded: the job breaks a limit of the service (never retried)
+    │   └── InputTooLarge input_too_large · TooManyPages too_many_pages · TooManyCells too_many_cells
+    │       · TimeLimitExceeded time_limit · MemoryLimitExceeded memory_limit
+    │       · ContentTooLarge content_too_large
+    ├── EngineCancelled cancelled: the caller asked the engine to stop (not retried)
+    ├── PreviewFailed preview_failed: a warning, never a failed job
+    └── EngineFailure: the engine itself failed
+        ├── retryable: EngineCrashed engine_crashed · LicenceUnavailable licence
+        │   · EngineAborted engine_aborted · OutputNotSaved output_not_saved
+        └── not retryable: EngineConfigurationError engine_config
 
-``retryable`` and ``code`` are class attributes; errors cross the child-process boundary as
-``code`` and message (:func:`error_from_code`); a tenant's value is echoed through :func:`shown`. A
-:class:`PlateWarning` carries the ``code`` of its :class:`Departure`; ``on_warning: fail`` turns it
-into that error (:func:`departure_error`). Why: docs/design.md, "Engine errors are typed by class".
+``retryable`` and ``code`` are class attributes; :func:`error_from_code` rebuilds a child's error,
+:func:`departure_error` a :class:`PlateWarning`'s. Why: docs/design.md, "Engine errors are typed by class".
 """
 
 from __future__ import annotations

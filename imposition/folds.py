@@ -28,6 +28,7 @@ from typing import Literal
 Axis = Literal["v", "h"]
 Half = Literal["low", "high"]
 Direction = Literal["over", "under"]
+_AXES: dict[str, Axis] = {"v": "v", "h": "h"}  # an axis as :func:`_scheme` reads it
 
 
 @dataclass(frozen=True)
@@ -154,14 +155,14 @@ def fold(scheme: FoldScheme) -> tuple[tuple[bool, ...], tuple[int, ...]]:
     if reading != list(range(1, scheme.pages + 1)):
         raise ValueError(f"{scheme.name}: folds into pages {reading}, not 1…{scheme.pages}")
     turned = tuple(cell[3] < 0 for cell in cells)
-    depth = tuple(min(cell[2], layers - 1 - cell[2]) for cell in cells)
+    depth = tuple(int(min(cell[2], layers - 1 - cell[2])) for cell in cells)  # layers are whole: int() types it
     return turned, depth
 
 
 def _scheme(name: str, columns: int, front: tuple[int, ...], back: tuple[int, ...], folds: str) -> FoldScheme:
     """A scheme from its grids and its folds written ``"h+u v-u"`` (axis, ``-`` low or ``+`` high
     half moving, ``o`` over or ``u`` under)."""
-    steps = tuple(Fold(word[0], "low" if word[1] == "-" else "high", "over" if word[2] == "o" else "under")  # type: ignore[arg-type]
+    steps = tuple(Fold(_AXES[word[0]], "low" if word[1] == "-" else "high", "over" if word[2] == "o" else "under")
                   for word in folds.split())
     return FoldScheme(name, columns, len(front) // columns, front, back, steps)
 

@@ -279,13 +279,16 @@ class EngineChild:
             self.address_space_bytes = memory_limit_bytes or 0
         line = json.dumps({"request": str(request_path), "log": str(log_path),
                            "address_space_bytes": memory_limit_bytes or 0, "cpu_seconds": cpu_backstop_s})
+        stdin, replies = self._process.stdin, self._replies
+        # only kill() closes them, and a killed child is retired: never handed out again
+        assert stdin is not None and replies is not None, "run() of a killed child"
         try:
-            self._process.stdin.write(line.encode() + b"\n")
-            self._process.stdin.flush()
+            stdin.write(line.encode() + b"\n")
+            stdin.flush()
         except (BrokenPipeError, OSError):
             pass  # it died meanwhile: the wait below finds it ended
         try:
-            reply = self._wait(deadline, time_limit_s, cancel)
+            reply = self._wait(replies, deadline, time_limit_s, cancel)
         except BaseException:
             self.kill()  # a timeout, a cancel or an exception in the waiting thread (a Celery time limit)
             raise
@@ -306,8 +309,8 @@ class EngineChild:
         size = os.fstat(self._startup_log).st_size
         return os.pread(self._startup_log, LOG_TAIL_BYTES, max(0, size - LOG_TAIL_BYTES)).decode("utf-8", "replace")
 
-    def _wait(self, deadline: float, time_limit_s: float, cancel: threading.Event | None) -> dict | None:
-        """The child's answer, or None when it ended without one."""
+    def _wait(self, replies: int, deadline: float, time_limit_s: float, cancel: threading.Event | None) -> dict | None:
+        """The child's answer on the pipe ``replies``, or None when it ended without one."""
         while True:
             newline = self._pending.find(b"\n")
             if newline >= 0:
@@ -318,9 +321,9 @@ class EngineChild:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeLimitExceeded(f"the engine ran past its time limit of {time_limit_s:g} s and was killed")
-            ready, _, _ = select.select([self._replies], [], [], min(POLL_INTERVAL_S, remaining))
+            ready, _, _ = select.select([replies], [], [], min(POLL_INTERVAL_S, remaining))
             if ready:
-                chunk = os.read(self._replies, 65536)
+                chunk = os.read(replies, 65536)
                 if not chunk:
                     return None  # end of file: the child is gone (it alone holds the pipe's other end)
                 self._pending += chunk

@@ -10,7 +10,7 @@ draws with pikepdf) share them without paying for the other side's imports.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 from .sheets import EPSILON_PT, pt_to_mm
 
@@ -22,6 +22,9 @@ CUT_AND_STACK = "cut_and_stack"
 STEP_AND_REPEAT = "step_and_repeat"
 #: The folded layouts: two pages per side against the spine, creep and fold marks.
 BOOKLETS = (SADDLE_STITCH, PERFECT_BOUND)
+#: Where padding blanks go in a booklet: at the end, at the start, or before the last page (so the
+#: last page stays the back cover).
+BlankPagesAt = Literal["end", "start", "before_back_cover"]
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ class Layout:
     rows: int
     duplex: str
     binding: str
-    blank_pages_at: str
+    blank_pages_at: BlankPagesAt
     creep_pt: float
     signature_pages: int
     pages: tuple[int, ...] | None

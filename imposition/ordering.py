@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .folds import FOLD_SCHEMES, FoldScheme
-from .job import CUT_AND_STACK, N_UP, PERFECT_BOUND, SADDLE_STITCH, STEP_AND_REPEAT, Layout
+from .job import CUT_AND_STACK, N_UP, PERFECT_BOUND, SADDLE_STITCH, STEP_AND_REPEAT, BlankPagesAt, Layout
 
 if TYPE_CHECKING:
-    from .spec import BlankPagesAt, LayoutSpec
+    from .spec import LayoutSpec
 
 #: A cell's content: a 0-based source page index, or None (prints nothing).
 Slot = int | None

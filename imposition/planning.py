@@ -1,31 +1,18 @@
 """The imposition plan: where every page lands on every plate, with its clip and the marks.
 
 :func:`plan_imposition` turns a layout and the boxes of the source pages into an
-:class:`ImpositionPlan`, independent of any PDF library; an engine only draws it.
+:class:`ImpositionPlan`, independent of any PDF library; an engine only draws it::
 
-How cells are laid out (print conventions):
-  * Cells are laid on each page's TrimBox: a cell is as large as the largest trimmed page (never
-    larger than an equal share of the usable sheet), the block of cells and gutters is centred on
-    the sheet, and each page sits centred in its cell (booklets: against the spine).
-  * ``scaling: fit`` shrinks a page larger than its cell, without distortion; it never enlarges.
-  * Bleed: around each trim, up to ``bleed_mm``, no more than the page's BleedBox holds and no more
-    than half the space to the neighbouring trim (or the sheet edge), so neighbours never overlap.
-  * Room: before cells are sized (and step-and-repeat copies counted), the side's region gives up
-    what the layout asks outside the block of trims: bleed, crop and fold marks (offset + length),
-    the slug strip; the gripper and margins are outside the region already. A page that then has to
-    shrink is a ``scaled_to_fit`` warning; with ``scaling: none`` it stays at 100 % and the marks or
-    bleed the sheet cannot hold become warnings.
-  * Duplex registers by construction: the back's region is the front's seen through the turn
-    (:meth:`~imposition.job.Layout.side_regions_pt`).
-  * Fold schemes (:mod:`imposition.folds`): the scheme's grid, pages against their spine edge,
-    turned 180° where its folds need it; creep ``creep_pt`` per leaf outside the page's own; fold
-    marks on every fold line; a scheme chosen for ``signature_pages`` must hold the pages at 100 %,
-    else the job fails naming ``signature_pages``.
-  * Registration targets 1 mm beyond the middle of each edge of the block, the colour bar across
-    its head, collation marks on the spine, their room reserved like crop marks'
-    (``no_room_for_marks`` for what the printable area cannot hold).
-  * Every departure from what was asked is a :class:`~imposition.errors.PlateWarning` in the plan
-    (:func:`plan_warnings`).
+    Layout + [PageBoxes] ─► frame (sheet, orientation, grid: _choose_frame)
+                         ─► page order (imposition.ordering) ─► per side: region, cells,
+                            placements (trim, clip, matrix), bleed, marks, targets, colour
+                            bar, slug ─► ImpositionPlan (plates in output order, warnings)
+
+It follows print's conventions (listed in :func:`plan_imposition`'s docstring): cells on each
+page's TrimBox, the block centred on the sheet; ``scaling: fit`` shrinks, never enlarges; bleed up
+to ``bleed_mm`` without reaching a neighbour; room for bleed, marks and slug taken before cells are
+sized; duplex registered by construction; fold schemes with creep and fold marks; every departure
+from what was asked a :class:`~imposition.errors.PlateWarning` (:func:`plan_warnings`).
 
 Why each convention: docs/design.md, "Room before cells", "Registration by construction",
 "Production layouts", "Default fold scheme per signature".
@@ -199,6 +186,8 @@ def _grid(
         TooManyCells: more than ``max_cells_per_sheet`` cells (None: no limit but a finite count),
             found before any cell is laid out.
     """
+    columns: int | None
+    rows: int | None
     if layout.kind != STEP_AND_REPEAT:
         columns, rows = layout.columns, layout.rows
     else:
@@ -376,14 +365,16 @@ class _Cell:
     creep_steps: int = 0
 
 
+#: A matrix as ``(a, b, c, d, e, f)`` (:attr:`Placement.matrix`).
+_Shorthand = tuple[float, float, float, float, float, float]
 #: Where a page lands in a cell, by (its boxes, cell index, side region, how it sits): trim, matrix,
 #: scale. A plan works each out once: most documents have only a few distinct page geometries.
-_Spots = dict[tuple[PageBoxes, int, Rect, _Cell], tuple[Rect, tuple[float, ...], float]]
+_Spots = dict[tuple[PageBoxes, int, Rect, _Cell], tuple[Rect, _Shorthand, float]]
 
 
 def _spot(
     layout: Layout, frame: _Frame, region: Rect, index: int, boxes: PageBoxes, how: _Cell
-) -> tuple[Rect, tuple[float, ...], float]:
+) -> tuple[Rect, _Shorthand, float]:
     """Where a page with ``boxes`` lands in cell ``index`` of ``region``: its trim on the sheet, the
     matrix from its user space to the sheet, its scale."""
     cell = frame.cell(region, index)
@@ -397,7 +388,7 @@ def _spot(
         x0, shift = (cell.x0, -creep_pt) if how.spine_left else (cell.x1 - placed_w, creep_pt)
     y0 = cell.y0 + (cell.height - placed_h) / 2
     matrix = placement_matrix(boxes, scale, (x0 + shift, y0), upside_down=how.turned)
-    return Rect.from_size(x0, y0, placed_w, placed_h), tuple(matrix.shorthand), scale
+    return Rect.from_size(x0, y0, placed_w, placed_h), matrix.shorthand, scale
 
 
 def _cells_of(layout: Layout, order: PageOrder, sheet: SheetOrder, side: int) -> list[_Cell]:
@@ -438,7 +429,7 @@ def _turned(placements: list[Placement], region: Rect) -> list[Placement]:
     result = []
     for p in placements:
         trim = p.trim.transformed(turn)
-        matrix = tuple((Matrix(*p.matrix) @ turn).shorthand)
+        matrix = (Matrix(*p.matrix) @ turn).shorthand
         result.append(replace(p, trim=trim, clip=trim, matrix=matrix, upside_down=not p.upside_down))
     return result
 
@@ -650,6 +641,30 @@ def plan_imposition(
 ) -> ImpositionPlan:
     """Plan the imposition of a document.
 
+    How cells are laid out (print conventions):
+      * Cells are laid on each page's TrimBox: a cell is as large as the largest trimmed page (never
+        larger than an equal share of the usable sheet), the block of cells and gutters is centred on
+        the sheet, and each page sits centred in its cell (booklets: against the spine).
+      * ``scaling: fit`` shrinks a page larger than its cell, without distortion; it never enlarges.
+      * Bleed: around each trim, up to ``bleed_mm``, no more than the page's BleedBox holds and no more
+        than half the space to the neighbouring trim (or the sheet edge), so neighbours never overlap.
+      * Room: before cells are sized (and step-and-repeat copies counted), the side's region gives up
+        what the layout asks outside the block of trims: bleed, crop and fold marks (offset + length),
+        the slug strip; the gripper and margins are outside the region already. A page that then has to
+        shrink is a ``scaled_to_fit`` warning; with ``scaling: none`` it stays at 100 % and the marks or
+        bleed the sheet cannot hold become warnings.
+      * Duplex registers by construction: the back's region is the front's seen through the turn
+        (:meth:`~imposition.job.Layout.side_regions_pt`).
+      * Fold schemes (:mod:`imposition.folds`): the scheme's grid, pages against their spine edge,
+        turned 180° where its folds need it; creep ``creep_pt`` per leaf outside the page's own; fold
+        marks on every fold line; a scheme chosen for ``signature_pages`` must hold the pages at 100 %,
+        else the job fails naming ``signature_pages``.
+      * Registration targets 1 mm beyond the middle of each edge of the block, the colour bar across
+        its head, collation marks on the spine, their room reserved like crop marks'
+        (``no_room_for_marks`` for what the printable area cannot hold).
+      * Every departure from what was asked is a :class:`~imposition.errors.PlateWarning` in the plan
+        (:func:`plan_warnings`).
+
     Args:
         layout: the layout (a :class:`~imposition.spec.LayoutSpec` is resolved first).
         pages: the boxes of every source page, in document order (at least one).
@@ -703,7 +718,7 @@ def plan_imposition(
                 f"{sides * frame.columns * frame.rows} cells, more than max_cells_per_job={max_cells_per_job}"
             )
     order: PageOrder = page_order(layout, len(pages), grid=(frame.columns, frame.rows))
-    plates = []
+    plates: list[Plate] = []
     spots: _Spots = {}
     found = _Departures()
     for number, sheet in enumerate(order.sheets, start=1):

@@ -110,8 +110,9 @@ def open_source(path: Path, *, max_pages: int, warnings_out: list[str] | None = 
     return pdf
 
 
-def inherited(page: pikepdf.Dictionary, key: str) -> pikepdf.Object | None:
-    """A page attribute, looked up through the page tree when the page lacks it.
+def inherited(page: pikepdf.Object | None, key: str) -> pikepdf.Object | None:
+    """A page attribute, looked up through the page tree when the page lacks it (None when
+    ``page`` is no dictionary).
 
     /Resources, /MediaBox, /CropBox and /Rotate are inheritable (PDF 32000-1 §7.7.3.4, Table 30).
     """

@@ -25,14 +25,14 @@ naming each bad field, its value (cut short: :func:`~imposition.errors.shown`) a
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from .errors import InvalidLayout, clipped, shown
 from .folds import FOLD_SCHEME_NAMES, FOLD_SCHEMES, SCHEME_FOR_SIGNATURE_PAGES, SECTIONS, FoldScheme
-from .job import Layout
+from .job import BlankPagesAt, Layout
 from .sheets import mm_to_pt, preset_names, preset_size_mm
 
 #: PDF page size limits in default user space units (PDF 32000-1 Annex C.2): 3 to 14 400.
@@ -54,9 +54,6 @@ Orientation = Literal["auto", "portrait", "landscape"]
 #: (both sides on one plate, the sheet turned side to side), ``work_and_tumble`` (turned head to foot).
 Duplex = Literal["sheetwise", "work_and_turn", "work_and_tumble"]
 Binding = Literal["left_to_right", "right_to_left"]
-#: Where padding blanks go in a booklet: at the end, at the start, or before the last page (so the
-#: last page stays the back cover).
-BlankPagesAt = Literal["end", "start", "before_back_cover"]
 
 
 class _Strict(BaseModel):
@@ -164,7 +161,9 @@ class LayoutSpec(_Strict):
         layout = self.resolved()
         problems = [layout.room_problem(*size) for size in layout.sheet_sizes_pt()]
         if all(problems):  # under ``auto`` both orientations were tried: the first, portrait, is named
-            raise ValueError(problems[0] + (", nor turned landscape" if len(problems) > 1 else ""))
+            first = problems[0]
+            assert first is not None  # all() held: every orientation has its problem
+            raise ValueError(first + (", nor turned landscape" if len(problems) > 1 else ""))
         return self
 
     def sheet_size_pt(self) -> tuple[float, float]:
@@ -179,8 +178,9 @@ class LayoutSpec(_Strict):
         """Margins as ``(top_pt, right_pt, bottom_pt, left_pt)`` on the front side."""
         if isinstance(self.margin_mm, Margins):
             m = self.margin_mm
-            return tuple(mm_to_pt(v) for v in (m.top_mm, m.right_mm, m.bottom_mm, m.left_mm))  # type: ignore[return-value]  # four floats: a tuple of fixed length mypy cannot see through the generator
-        return (mm_to_pt(self.margin_mm),) * 4  # type: ignore[return-value]  # four floats: mypy types (x,) * 4 as tuple[float, ...]
+            return mm_to_pt(m.top_mm), mm_to_pt(m.right_mm), mm_to_pt(m.bottom_mm), mm_to_pt(m.left_mm)
+        margin_pt = mm_to_pt(self.margin_mm)
+        return margin_pt, margin_pt, margin_pt, margin_pt
 
     def resolved(self) -> Layout:
         """This layout in the planner's terms: lengths in points, every default filled in.
@@ -227,10 +227,14 @@ class LayoutSpec(_Strict):
         )
 
 
-#: A fold scheme of :mod:`imposition.folds` (its names, the one list).
-FoldSchemeName = Literal[FOLD_SCHEME_NAMES]  # type: ignore[valid-type]
-#: A booklet's ``fold_scheme``: a scheme, or ``sections`` (nested 2-up sheets folded once).
-FoldSchemeOrSections = Literal[(*FOLD_SCHEME_NAMES, SECTIONS)]  # type: ignore[valid-type]
+if TYPE_CHECKING:  # a Literal of names listed at run time: mypy types them as strings
+    FoldSchemeName = str
+    FoldSchemeOrSections = str
+else:
+    #: A fold scheme of :mod:`imposition.folds` (its names, the one list).
+    FoldSchemeName = Literal[FOLD_SCHEME_NAMES]
+    #: A booklet's ``fold_scheme``: a scheme, or ``sections`` (nested 2-up sheets folded once).
+    FoldSchemeOrSections = Literal[(*FOLD_SCHEME_NAMES, SECTIONS)]
 
 
 class _Booklet(LayoutSpec):

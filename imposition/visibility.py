@@ -40,10 +40,12 @@ class _Visibility:
         if not isinstance(oc, Dictionary) or depth > MAX_DEPTH:
             return True
         if oc.get("/Type") == Name.OCMD:
-            if isinstance(oc.get("/VE"), Array):
-                return self._expression(oc.VE, depth + 1)
-            groups = oc.get("/OCGs")
-            groups = [groups] if isinstance(groups, Dictionary) else [g for g in (groups or []) if isinstance(g, Dictionary)]
+            expression = oc.get("/VE")
+            if isinstance(expression, Array):
+                return self._expression(expression, depth + 1)
+            named = oc.get("/OCGs")
+            groups = ([named] if isinstance(named, Dictionary)
+                      else [g for g in (named or []) if isinstance(g, Dictionary)])
             if not groups:
                 return True
             states = [self.visible(g, depth + 1) for g in groups]

@@ -342,8 +342,8 @@ def audit(tenant_ids: Iterable[str] | None = None, *, now: float | None = None,
         confirmed = keys if confirmed is None else confirmed & keys
         if not confirmed:
             break
-    for t in tenants:
-        t.drifts = [d for d in t.drifts if d.key in (confirmed or set())]
+    for tenant in tenants:
+        tenant.drifts = [d for d in tenant.drifts if d.key in (confirmed or set())]
     cluster = None
     if wanted is None:
         for _ in range(get_settings().audit_confirm_snapshots):
@@ -423,7 +423,7 @@ def _repair_counter(tenant_id: str) -> str | None:
         TenantItem(tenant_id).update(actions=[TenantItem.repair_until.remove()])
 
 
-def _repair_stranded(job: JobItem, publish: Callable[[str, str], None]) -> str | None:
+def _repair_stranded(job: JobItem, publish: waiting.Publish) -> str | None:
     """Put a running job that has no lease back to ``queued`` (re-published) or ``failed``."""
     token = job.lease_token
     requeue = job.attempts_left
@@ -461,7 +461,7 @@ def _repair_stranded(job: JobItem, publish: Callable[[str, str], None]) -> str |
     return f"{job.tenant_id}: job {job.job_id} {'re-queued' if requeue else 'failed'} (was stranded)"
 
 
-def repair(tenant_ids: Iterable[str] | None = None, *, publish: Callable[[str, str], None],
+def repair(tenant_ids: Iterable[str] | None = None, *, publish: waiting.Publish,
            backlog: Callable[[], int] | None = None) -> AuditReport:
     """Audit, fix what can be fixed safely (module docstring), and audit again.
 
@@ -536,7 +536,7 @@ def _repair_job_counters(tenant_id: str) -> str | None:
     return with_conflict_retries(attempt, what=f"repair job counters of tenant {tenant_id}")
 
 
-def _repair_one(drift: Drift, publish: Callable[[str, str], None]) -> str | None:
+def _repair_one(drift: Drift, publish: waiting.Publish) -> str | None:
     """Apply the fix of one drift (module docstring), then wake the tenant's waiting jobs; a note of
     what was done, or None."""
     note = _repair_drift(drift, publish)
@@ -545,22 +545,25 @@ def _repair_one(drift: Drift, publish: Callable[[str, str], None]) -> str | None
     return note
 
 
-def _repair_drift(drift: Drift, publish: Callable[[str, str], None]) -> str | None:
+def _repair_drift(drift: Drift, publish: waiting.Publish) -> str | None:
     if drift.kind == "job_counters":
         return _repair_job_counters(drift.tenant_id)
+    if drift.kind == "counter":
+        return _repair_counter(drift.tenant_id)
+    job_id = drift.job_id
+    if job_id is None:  # the other kinds are a job's drifts (over_cap is never repaired)
+        return None
     if drift.kind == "orphan_lease":
-        lease = read_lease(drift.job_id)
+        lease = read_lease(job_id)
         if lease is not None and sweeper.remove_orphan(lease, expired_before=None):
-            return f"{drift.tenant_id}: removed orphan lease of job {drift.job_id}"
+            return f"{drift.tenant_id}: removed orphan lease of job {job_id}"
     elif drift.kind == "stranded_job":
-        job = _read_jobs([drift.job_id]).get(drift.job_id)
+        job = _read_jobs([job_id]).get(job_id)
         if job is not None and job.status == JobStatus.RUNNING.value:
             return _repair_stranded(job, publish)
-    elif drift.kind == "counter":
-        return _repair_counter(drift.tenant_id)
     elif drift.kind == "lost_job":
-        job = _read_jobs([drift.job_id]).get(drift.job_id)
+        job = _read_jobs([job_id]).get(job_id)
         if job is not None and job.status == JobStatus.QUEUED.value:
             sweeper.republish_lost(job, publish=publish, now=time.time())
-            return f"{drift.tenant_id}: re-published lost queued job {drift.job_id}"
+            return f"{drift.tenant_id}: re-published lost queued job {job_id}"
     return None

@@ -1,29 +1,15 @@
-"""PynamoDB models of the four tables (docs/design.md §5, plus the token claims).
+"""PynamoDB models of the service's tables (docs/design.md §5)::
 
-``TenantItem`` (table ``tenants``)
-    one per tenant: ``in_flight`` (leases held now), optional ``cap`` (tier override of
-    ``Settings.default_cap``), admission overrides, webhook URL and secret.
-``LeaseItem`` (table ``leases``)
-    one per held slot, keyed by job id (a job can never hold two leases): tenant, worker, fencing
-    ``token``, ``expires_at``. The global secondary index :class:`LeaseExpiryIndex` (partition
-    ``expiry_partition``, sort ``expires_at``) lets the sweeper query expired leases without a scan.
-    The table holds at most (nodes × slots) items, so one partition value is enough.
-``JobItem`` (table ``jobs``)
-    one per job: status (``queued → running → succeeded | failed``, ``queued ⇄ waiting`` while its
-    tenant is at its cap, back to ``queued`` on a retry or a reclaim), attempts and budget, layout,
-    S3 keys, timestamps (epoch seconds, float), defer count, error. The index
-    :class:`JobsByTenantIndex` (partition ``tenant_id``, sort ``submitted_at``) serves per-tenant
-    reports; two sparse indexes hold only the jobs of one status, per tenant, oldest submission
-    first: :class:`WaitingJobsIndex` (``waiting``: the hand-off's FIFO) and
-    :class:`QueuedJobsIndex` (``queued``: the sweeper's lost-message check); a third,
-    :class:`WebhookOutboxIndex`, holds the final jobs whose webhook is not settled (the outbox).
+    table (setting)   model            one item per                  indexes
+    tenants_table     TenantItem       tenant                        by-pending (sparse)
+    leases_table      LeaseItem        held slot, keyed by job id    by-expiry
+    jobs_table        JobItem          job                           by-tenant; by-waiting, by-queued,
+                                                                     by-webhook-due (sparse)
+    cluster_table     ClusterItem      slot counter, live node       nodes-by-expiry (sparse)
+    tokens_table      TokenClaimItem   claimed idempotency token     (``expires_at``: DynamoDB TTL)
 
-``TokenClaimItem`` (table ``tokens``)
-    one per (tenant, idempotency token) submitted within the idempotency TTL: the durable claim of
-    the token (:mod:`admission.claims`), written in one transaction with the job item it names;
-    ``expires_at`` is the table's DynamoDB TTL attribute.
-
-Times are UNIX epoch seconds (float) everywhere, named ``*_at``.
+Each model's docstring says what its items hold and how their indexes are used. Times are UNIX
+epoch seconds (float) everywhere, named ``*_at``.
 
 Table names and the region come from :mod:`service.settings` when a model first talks to DynamoDB
 (never at import; :class:`_FromSettings`); the endpoint follows the AWS SDK's environment
@@ -33,6 +19,7 @@ Table names and the region come from :mod:`service.settings` when a model first 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from pynamodb.attributes import (
     BooleanAttribute,
@@ -42,6 +29,7 @@ from pynamodb.attributes import (
     NumberSetAttribute,
     UnicodeAttribute,
 )
+from pynamodb.expressions.update import Action
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 
@@ -107,7 +95,9 @@ class PendingTenantsIndex(GlobalSecondaryIndex["TenantItem"]):
 
 
 class TenantItem(Model):
-    """A tenant's fairness state and configuration."""
+    """A tenant's fairness state and configuration: ``in_flight`` (leases held now), optional
+    ``cap`` (tier override of ``Settings.default_cap``), the job counters, admission overrides,
+    webhook URL and secret."""
 
     class Meta(_Meta):
         table_name = _FromSettings("tenants_table")
@@ -144,9 +134,9 @@ class TenantItem(Model):
     repair_until = NumberAttribute(null=True)
 
     @classmethod
-    def counted(cls, counter: "NumberAttribute", delta: int) -> list:
+    def counted(cls, counter: "NumberAttribute", delta: int) -> list[Action]:
         """Update actions: ``counter += delta`` and, for a job queued or parked, the pending mark."""
-        actions = [counter.add(delta)]
+        actions: list[Action] = [counter.add(delta)]
         if delta > 0:
             actions.append(cls.pending_partition.set(PENDING_PARTITION))
         return actions
@@ -168,7 +158,12 @@ class LeaseExpiryIndex(GlobalSecondaryIndex["LeaseItem"]):
 
 
 class LeaseItem(Model):
-    """One held slot: the right of ``worker`` to run ``job_id`` until ``expires_at``."""
+    """One held slot: the right of ``worker`` to run ``job_id`` until ``expires_at``.
+
+    Keyed by job id, so a job can never hold two leases. :class:`LeaseExpiryIndex` (partition
+    ``expiry_partition``, sort ``expires_at``) lets the sweeper query expired leases without a scan;
+    the table holds at most (nodes × slots) items, so one partition value is enough.
+    """
 
     class Meta(_Meta):
         table_name = _FromSettings("leases_table")
@@ -235,7 +230,16 @@ class WebhookOutboxIndex(GlobalSecondaryIndex["JobItem"]):
 
 
 class JobItem(Model):
-    """One imposition job and its whole history."""
+    """One imposition job and its whole history.
+
+    Status ``queued → running → succeeded | failed``, ``queued ⇄ waiting`` while its tenant is at
+    its cap, back to ``queued`` on a retry or a reclaim; attempts and budget, layout, S3 keys,
+    timestamps, defer count, error. :class:`JobsByTenantIndex` (partition ``tenant_id``, sort
+    ``submitted_at``) serves per-tenant reports; two sparse indexes hold only the jobs of one
+    status, per tenant, oldest submission first: :class:`WaitingJobsIndex` (``waiting``: the
+    hand-off's FIFO) and :class:`QueuedJobsIndex` (``queued``: the sweeper's lost-message check); a
+    third, :class:`WebhookOutboxIndex`, holds the final jobs whose webhook is not settled (the outbox).
+    """
 
     class Meta(_Meta):
         table_name = _FromSettings("jobs_table")
@@ -255,7 +259,7 @@ class JobItem(Model):
     #: charged) or ``holder_vanished`` (the sweeper reclaimed it with no such report: a crash,
     #: SIGKILL, OOM, a stopped process; charged). An attempt with both was reported late: the
     #: report decides.
-    lost_attempts = ListAttribute(null=True)
+    lost_attempts: ListAttribute[dict[str, Any]] = ListAttribute(null=True)
     layout = JSONAttribute()
     input_key = UnicodeAttribute()
     output_key = UnicodeAttribute(null=True)
@@ -387,7 +391,9 @@ class ClusterItem(Model):
 
 
 class TokenClaimItem(Model):
-    """The durable claim of one tenant's idempotency token: the job that holds it, until when.
+    """The durable claim of one tenant's idempotency token: the job that holds it, until when; one
+    item per (tenant, token) submitted within the idempotency TTL (:mod:`admission.claims`), written
+    in one transaction with the job item it names. ``expires_at`` is the table's DynamoDB TTL attribute.
 
     Keyed by (``tenant_id``, ``token_sha256``: SHA-256 hex of the UTF-8 token, so the key is 64
     characters whatever the caller's token). A claim whose ``expires_at`` has passed no longer
@@ -409,8 +415,10 @@ class TokenClaimItem(Model):
 TOKEN_CLAIM_TTL_ATTRIBUTE = "expires_at"
 
 ALL_MODELS: tuple[type[Model], ...] = (TenantItem, LeaseItem, JobItem, ClusterItem, TokenClaimItem)
+# PynamoDB types ``Model.Meta`` as an instance protocol (``region: str``); it is a class, and a
+# descriptor set on it is read per use.
 for _model in ALL_MODELS:
-    _model.Meta.region = _FromSettings("aws_region")  # type: ignore[assignment]  # a descriptor read per use
+    _model.Meta.region = _FromSettings("aws_region")  # type: ignore[assignment]  # PynamoDB's stub: Meta is a class
 
 
 def reset_connections() -> None:

@@ -151,10 +151,11 @@ def wake_room(tenant: TenantState, cluster: ClusterState | None, default_cap: in
     """How many of the tenant's waiting jobs a wake may try: its room under its cap, or, when its
     tier borrows, under its burst cap as far as the cluster has slots above the reserve."""
     own = room(tenant, default_cap)
-    if not borrows(tenant, default_cap):
+    burst_cap = tenant.burst_cap
+    if burst_cap is None or not borrows(tenant, default_cap):  # (a tier without a burst cap never borrows)
         return own
     spare = (int(cluster.borrowable or 0) - int(cluster.busy or 0)) if cluster is not None else 0
-    return max(own, min(tenant.burst_cap - int(tenant.occupied or 0), spare))
+    return max(own, min(burst_cap - int(tenant.occupied or 0), spare))
 
 
 def may_wake(tenant: TenantState, default_cap: int) -> bool:

@@ -48,7 +48,8 @@ def set_cap(tenant_id: str, cap: int | None, *, burst_cap: int | None = None) ->
     borrows = _checked_tier(cap, burst_cap)
     ensure_tenant(tenant_id)
     action = TenantItem.cap.remove() if cap is None else TenantItem.cap.set(cap)
-    burst = TenantItem.burst_cap.set(burst_cap) if borrows else TenantItem.burst_cap.remove()
+    # borrows only with a burst cap (_checked_tier); the None test narrows it for mypy
+    burst = TenantItem.burst_cap.set(burst_cap) if borrows and burst_cap is not None else TenantItem.burst_cap.remove()
 
     def attempt() -> None:
         t = time.time()

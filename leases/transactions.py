@@ -12,14 +12,12 @@ Invariant kept by every transaction here: a lease item for a job exists exactly 
 items; the tenant's ``queued``/``waiting`` counters move with every status move (:mod:`leases.waiting`).
 Every function takes ``now`` (epoch seconds). A failed write is read by :func:`classify`:
 
-* **retry** — ``TransactionConflict``/``ThrottlingError``/``ProvisionedThroughputExceeded``, or a
-  throttled request: nothing written; tried again with jittered backoff (tenacity), at most
-  ``Settings.lease_conflict_attempts`` times, then :class:`~leases.errors.LeaseContention`;
-* **cancelled** — a condition failed, nothing written; the reason of each item, looked up by item
-  name (:class:`NamedTransaction`), decides the domain error;
-* **ambiguous** — no answer or a 5xx: the write may have applied; the item it would have written is
-  read back (strongly consistent), never blindly repeated. Each attempt carries a fresh
-  ``ClientRequestToken``.
+* **retry** (:data:`RETRYABLE_REASONS`, :data:`RETRYABLE_ERRORS`): nothing written; tried again with
+  jittered backoff, at most ``Settings.lease_conflict_attempts`` times (:func:`with_conflict_retries`);
+* **cancelled**: a condition failed, nothing written; each item's reason, looked up by item name
+  (:class:`NamedTransaction`), decides the domain error;
+* **ambiguous**: no answer or a 5xx: the write may have applied; the item it would have written is
+  read back (strongly consistent), never blindly repeated (each attempt has its ``ClientRequestToken``).
 
 Every end of a lease goes through :func:`fenced_release`, which writes its attempt's id into the job
 (``JobItem.release_id``) and reads it back after a timeout or refusal. Why: docs/design.md, "Three
@@ -36,7 +34,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, overload
 
 from pynamodb.connection import Connection
 from pynamodb.exceptions import (
@@ -138,7 +136,9 @@ def classify(exc: PynamoDBException) -> tuple[str, tuple[str, ...]]:
     """
     code = error_code(exc)
     codes = _reason_codes(exc) if isinstance(exc, TransactWriteError) and code else ()
-    if any(c in RETRYABLE_REASONS for c in codes) or code in RETRYABLE_ERRORS:
+    if any(c in RETRYABLE_REASONS for c in codes):
+        return RETRY, codes
+    if code is not None and code in RETRYABLE_ERRORS:
         return RETRY, codes or (code,)
     if codes or code == _CONDITION_FAILED_EXCEPTION:
         return CANCELLED, codes or (CONDITION_FAILED,)
@@ -332,8 +332,14 @@ def slot_to_borrow():
     return condition_of(policy.BORROW_CLUSTER, get_settings().default_cap)
 
 
+@overload
+def tenant_state(tenant: TenantItem) -> policy.TenantState: ...
+@overload
+def tenant_state(tenant: None) -> None: ...
+@overload
+def tenant_state(tenant: TenantItem | None) -> policy.TenantState | None: ...
 def tenant_state(tenant: TenantItem | None) -> policy.TenantState | None:
-    """The counters of a tenant item, as :mod:`leases.policy` reads them."""
+    """The counters of a tenant item, as :mod:`leases.policy` reads them (None for None)."""
     if tenant is None:
         return None
     return policy.TenantState(
@@ -471,12 +477,12 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, n
                     status = old_job.get("status", {}).get("S")
                     raise JobNotQueued(job_id, status, _number(old_job, "attempts"), reason_codes=codes) from exc
                 if CONDITION_FAILED in (reason_code(reasons, "tenant"), reason_code(reasons, "cluster")):
-                    old = old_item(reasons, "tenant")
-                    cap = _number(old, "cap")
-                    frozen = float(old["repair_until"]["N"]) if "repair_until" in old else None
-                    raise CapReached(tenant_id, _number(old, "in_flight"), s.default_cap if cap is None else cap,
+                    old_tenant = old_item(reasons, "tenant")
+                    cap = _number(old_tenant, "cap")
+                    frozen = float(old_tenant["repair_until"]["N"]) if "repair_until" in old_tenant else None
+                    raise CapReached(tenant_id, _number(old_tenant, "in_flight"), s.default_cap if cap is None else cap,
                                      repair_until=frozen if frozen and frozen >= t else None,
-                                     burst_cap=_number(old, "burst_cap"), borrowing=borrow,
+                                     burst_cap=_number(old_tenant, "burst_cap"), borrowing=borrow,
                                      reason_codes=codes) from exc
             raise
         return Lease(job_id, tenant_id, worker, token, t, t + s.lease_ttl_s)
@@ -606,6 +612,7 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
                 tx.add("update", "cluster", slots_item(), actions=[ClusterItem.busy.add(-1)])
                 job_item(tx, release_id)
                 if handing:
+                    assert hand_off is not None  # the candidates are its own
                     tx.add("update", "successor", JobItem(candidates[0]),
                            actions=wake_actions(tenant_id, hand_off.woken_at, hand_off.reason),
                            condition=is_waiting(tenant_id))

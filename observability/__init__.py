@@ -19,12 +19,7 @@ module                 what it owns
 ``install()``s         connected by :func:`tasks.wiring.install` in every process of the app
 =====================  ==============================================================================
 
-Errors, one root::
-
-    ObservabilityError
-    ├── MetricsSetupError    the metrics endpoint cannot start (port taken, prometheus-client
-    │                        imported before its multiprocess directory was set)
-    └── ReportWindowError    a capacity-report window or slot count that cannot be reported on
+Errors, one root: :mod:`observability.errors`.
 """
 
 from observability.errors import MetricsSetupError, ObservabilityError, ReportWindowError

@@ -7,26 +7,12 @@ observability.alerts`` rewrites them; a test fails when they differ from what th
     observability/prometheus/alerts.yml       rule groups (Prometheus rule-file YAML)
     observability/grafana/imposition.json     a dashboard (Grafana JSON model, Prometheus data source)
 
-Alerts (``severity`` ``page``: someone acts now; ``ticket``: the next working day):
+The alerts, by ``severity`` (``page``: someone acts now; ``ticket``: the next working day); when each
+fires (for ``alert_for_s`` unless said) is written where :func:`rule_groups` defines it::
 
-==================================  ========  ==========================================================
-alert                               severity  fires when (for ``alert_for_s`` unless said)
-==================================  ========  ==========================================================
-ImpositionTenantStarving            page      a tenant's p95 ``queue_wait_seconds`` over
-                                              ``alert_rate_window_s`` exceeds ``alert_starving_wait_p95_s``
-                                              while the cluster has free slots
-ImpositionLeaseRecoveredSustained   page      more than ``alert_lease_recovered_per_hour`` leases of one
-                                              tenant reclaimed within the last hour (workers die under it)
-ImpositionDeadLetterQueueNotEmpty   ticket    a ``*-dlq`` queue has visible messages, for ``alert_dlq_for_s``
-ImpositionSlotsIdleWhileJobsWait    page      the imposition queue has visible messages while slots are free
-                                              (nobody receives them)
-ImpositionSecondLicenceWarranted    ticket    docs/design.md §8 over ``capacity_weeks``: daily slot utilisation above
-                                              ``capacity_utilisation_threshold`` on more than
-                                              ``capacity_busy_day_share_threshold`` of the working days
-                                              (Monday–Friday, UTC) **and** more than
-                                              ``capacity_long_wait_share_threshold`` of jobs waited over
-                                              ``capacity_long_wait_s``
-==================================  ========  ==========================================================
+    page    ImpositionTenantStarving, ImpositionLeaseRecoveredSustained,
+            ImpositionSlotsIdleWhileJobsWait
+    ticket  ImpositionDeadLetterQueueNotEmpty, ImpositionSecondLicenceWarranted
 
 Free slots are ``sum(slots_total) - sum(slots_busy)`` over every imposition node (other nodes export
 0). The licence alert needs Prometheus to keep ``capacity_weeks`` of data (``--storage.tsdb.retention.time``;
@@ -86,6 +72,8 @@ def rule_groups(s: Settings | None = None) -> dict:
         "rules": [
             {"record": SLOTS_FREE, "expr": "sum(slots_total) - sum(slots_busy)"},
             {"record": UTILISATION, "expr": "sum(slots_busy) / sum(slots_total)"},
+            # A tenant's p95 queue_wait_seconds over alert_rate_window_s exceeds alert_starving_wait_p95_s
+            # while the cluster has free slots.
             {"alert": "ImpositionTenantStarving",
              "expr": f"{starving_wait_expr(s)} > {s.alert_starving_wait_p95_s:g} and on() {SLOTS_FREE} > 0",
              "for": for_, "labels": {"severity": "page"},
@@ -94,6 +82,8 @@ def rule_groups(s: Settings | None = None) -> dict:
                  "description": f"p95 of queue_wait_seconds over {_duration(s.alert_rate_window_s)} above "
                                 f"{s.alert_starving_wait_p95_s:g} s with idle slots. Check `imposition status` "
                                 "(cap, waiting, oldest waiting job) and `imposition audit`."}},
+            # More than alert_lease_recovered_per_hour leases of one tenant reclaimed within the last
+            # hour (workers die under it).
             {"alert": "ImpositionLeaseRecoveredSustained",
              "expr": f"sum by (tenant) (increase(lease_recovered_total[1h])) > {s.alert_lease_recovered_per_hour}",
              "for": for_, "labels": {"severity": "page"},
@@ -101,12 +91,14 @@ def rule_groups(s: Settings | None = None) -> dict:
                  "summary": "Leases of tenant {{ $labels.tenant }} keep expiring (reclaimed by the sweeper)",
                  "description": "Workers die or stall while running this tenant's jobs (out of memory, a crash "
                                 "loop). See the workers' logs and `imposition jobs list --tenant`."}},
+            # A *-dlq queue has visible messages, for alert_dlq_for_s.
             {"alert": "ImpositionDeadLetterQueueNotEmpty",
              "expr": f'max by (queue) (sqs_messages{{queue=~".*{s.dead_letter_suffix}", state="visible"}}) > 0',
              "for": _duration(s.alert_dlq_for_s), "labels": {"severity": "ticket"},
              "annotations": {
                  "summary": "Dead-letter queue {{ $labels.queue }} is not empty",
                  "description": "Look with `imposition dlq list`, put back with `imposition dlq redrive`."}},
+            # The imposition queue has visible messages while slots are free (nobody receives them).
             {"alert": "ImpositionSlotsIdleWhileJobsWait",
              "expr": (f'max(sqs_messages{{queue="{s.imposition_queue}", state="visible"}}) > 0'
                       f" and on() {SLOTS_FREE} > 0"),
@@ -121,6 +113,10 @@ def rule_groups(s: Settings | None = None) -> dict:
         "name": "imposition-capacity",
         "interval": "1h",
         "rules": [
+            # docs/design.md §8 over capacity_weeks: daily slot utilisation above
+            # capacity_utilisation_threshold on more than capacity_busy_day_share_threshold of the
+            # working days (Monday–Friday, UTC) and more than capacity_long_wait_share_threshold of
+            # jobs waited over capacity_long_wait_s.
             {"alert": "ImpositionSecondLicenceWarranted",
              "expr": (f"avg_over_time({busy_day}[{window}:1d]) > {s.capacity_busy_day_share_threshold}"
                       f" and on() (1 - sum(increase(queue_wait_seconds_bucket{{le=\"{long_wait}\"}}[{window}]))"

@@ -8,22 +8,10 @@ The seed's rule, every threshold a setting:
                   longer than ``capacity_long_wait_s`` (3 min),
                   both in the same window (``capacity_weeks``, 4 weeks).
 
-Otherwise the report names the condition that holds, if any, and calls it a transient burst.
-
-From the job items (no metrics store needed, so the window can reach back four weeks):
-
-* **slot utilisation of a working day** (Monday–Friday in ``capacity_timezone``, between
-  ``capacity_day_start_hour`` and ``capacity_day_end_hour``) = slot-seconds occupied by jobs
-  (``[started_at, finished_at)``, a running job up to now) ÷ (slots total × the day's length;
-  today's length only up to now). Slots total = ``capacity_nodes × slots_per_node``. A job item
-  keeps only its last attempt's times, so earlier attempts of retried jobs are not counted: the
-  figure can only be low, never high.
-* **long waits**: the share of the window's working-day jobs whose queue wait
-  (:func:`observability.history.wait_s`) exceeds ``capacity_long_wait_s``. A job still queued
-  counts once it has waited that long; one that has not yet is left out (undecided).
-
-The PNG (matplotlib, no display needed) plots the daily utilisation against the utilisation line
-and the daily share of long waits against the share line.
+Otherwise the report names the condition that holds, if any, and calls it a transient burst. Both
+figures come from the job items (:func:`compute_report` defines them), over the working days of
+:func:`report_window`. The PNG (matplotlib, no display needed) plots the daily utilisation against
+the utilisation line and the daily share of long waits against the share line.
 """
 
 from __future__ import annotations
@@ -211,6 +199,16 @@ def compute_report(jobs: Iterable[JobTimes], *, days: list[WorkingDay], tz: Zone
                    now: float, thresholds: Thresholds) -> CapacityReport:
     """The report for ``jobs`` over the working ``days`` (pure: no I/O).
 
+    * **slot utilisation of a working day** (Monday–Friday in ``capacity_timezone``, between
+      ``capacity_day_start_hour`` and ``capacity_day_end_hour``) = slot-seconds occupied by jobs
+      (``[started_at, finished_at)``, a running job up to ``now``) ÷ (``slots_total`` × the day's
+      length; today's length only up to now). The command's slots total is ``capacity_nodes ×
+      slots_per_node``. A job item keeps only its last attempt's times, so earlier attempts of
+      retried jobs are not counted: the figure can only be low, never high.
+    * **long waits**: the share of the window's working-day jobs whose queue wait
+      (:func:`observability.history.wait_s`) exceeds ``capacity_long_wait_s``. A job still queued
+      counts once it has waited that long; one that has not yet is left out (undecided).
+
     A job's run counts towards every day it overlaps; its wait counts on the calendar day (in
     ``tz``) it was submitted, if that is one of ``days``.
 
@@ -227,21 +225,21 @@ def compute_report(jobs: Iterable[JobTimes], *, days: list[WorkingDay], tz: Zone
     for job in jobs:
         if job.started_at is not None:
             run_start = float(job.started_at)
-            finished = job.finished_at is not None and float(job.finished_at) >= run_start
-            run_end = float(job.finished_at) if finished else now
+            finished_at = job.finished_at
+            run_end = float(finished_at) if finished_at is not None and float(finished_at) >= run_start else now
             i = bisect.bisect_right(ends, run_start)  # the first day ending after the run starts
             while i < len(days) and days[i].start < run_end:
                 busy[i] += _overlap(run_start, run_end, days[i].start, days[i].end)
                 i += 1
-        i = index.get(dt.datetime.fromtimestamp(float(job.submitted_at), tz).date())
+        day = index.get(dt.datetime.fromtimestamp(float(job.submitted_at), tz).date())
         wait = wait_s(job, now)
-        if i is None or wait is None:
+        if day is None or wait is None:
             continue
         if wait > thresholds.long_wait_s:
-            measured[i] += 1
-            long_waits[i] += 1
+            measured[day] += 1
+            long_waits[day] += 1
         elif not _still_waiting(job):
-            measured[i] += 1  # a job still waiting, not yet long, is undecided
+            measured[day] += 1  # a job still waiting, not yet long, is undecided
     usage = [DayUsage(d.day, busy[i], slots_total * (d.end - d.start), measured[i], long_waits[i])
              for i, d in enumerate(days)]
     return CapacityReport(days[0].start if days else now, days[-1].end if days else now, slots_total,

@@ -1,4 +1,10 @@
-"""Errors of the observability package (tree in :mod:`observability`)."""
+"""Errors of the observability package, one root::
+
+    ObservabilityError
+    ├── MetricsSetupError    the metrics endpoint cannot start (port taken, prometheus-client
+    │                        imported before its multiprocess directory was set)
+    └── ReportWindowError    a capacity-report window or slot count that cannot be reported on
+"""
 
 from __future__ import annotations
 

@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import sys
+from typing import Any
 
 from celery.signals import celeryd_init, worker_process_shutdown, worker_ready
 
@@ -69,7 +70,7 @@ def prepare_multiprocess_dir(path: str) -> str:
         shutil.rmtree(path)
     os.makedirs(path)
     os.environ[ENV_VAR] = path
-    values = sys.modules.get("prometheus_client.values")
+    values: Any = sys.modules.get("prometheus_client.values")  # its ValueClass is replaced below
     if values is not None and not getattr(values.ValueClass, "_multiprocess", False):
         from prometheus_client import REGISTRY  # noqa: PLC0415 - prometheus-client only after PROMETHEUS_MULTIPROC_DIR is set
         from prometheus_client.metrics import MetricWrapperBase  # noqa: PLC0415 - prometheus-client only after PROMETHEUS_MULTIPROC_DIR is set

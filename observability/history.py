@@ -22,15 +22,22 @@ from leases.models import JobItem, JobStatus, TenantItem
 
 
 class JobTimes(Protocol):
-    """What the reports read of a job (a :class:`leases.models.JobItem` has all of it)."""
+    """What the reports read of a job (a :class:`leases.models.JobItem` has all of it); read only."""
 
-    tenant_id: str
-    status: str
-    attempts: float
-    submitted_at: float
-    first_received_at: float | None
-    started_at: float | None
-    finished_at: float | None
+    @property
+    def tenant_id(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def attempts(self) -> float: ...
+    @property
+    def submitted_at(self) -> float: ...
+    @property
+    def first_received_at(self) -> float | None: ...
+    @property
+    def started_at(self) -> float | None: ...
+    @property
+    def finished_at(self) -> float | None: ...
 
 
 def tenant_ids() -> list[str]:

@@ -1,37 +1,27 @@
 """``FairTask``: the Celery base class that runs every job under a lease (docs/design.md §2–§4).
 
-Lifecycle of one delivery (the message carries ``tenant_id``, ``job_id`` and, for a copy published
-ahead of a re-queue, ``after_attempt``)::
+One delivery (kwargs ``tenant_id``, ``job_id``; ``after_attempt`` on a copy sent before a re-queue)::
 
-    acquire ─┬─ TenantMismatch ────────────► reject as poison (dead-letter queue): the message
-             │                                names another tenant than the job's, never run it
-             ├─ JobNotQueued ──────────────► ack and drop (a duplicate or a finished job), or
-             │                                defer if the attempt it follows still holds the job;
-             │                                no job item at all: reject as poison ``no_such_job``
-             ├─ CapReached ────────────────► park: the job becomes ``waiting`` (no message),
-             │                                then ack; a release of its tenant wakes it
-             │                                (``waiting_policy = "timer"``: a delayed copy)
-             ├─ LeaseContention ───────────► defer: a copy with SQS DelaySeconds, then ack
-             ├─ any other error ────────────► reject: SQS keeps the message (redelivered after the
-             │                                visibility timeout; a crash loop ends in the DLQ)
-             └─ Lease ─► heartbeat ─► run() ─┬─ ok ────────────► commit_success (fenced)
-                                             ├─ bad input ─────► fail_job (fenced), no retry
-                                             ├─ other error ───► retry copy with backoff, then
-                                             │                   release_for_retry (fenced);
-                                             │                   out of attempts: fail_job
-                                             └─ lease lost ────► commit nothing
-             a commit or failure hands its place to the tenant's oldest waiting job in the same
-             transaction, then publishes it; any other release is followed by a wake
-             (:func:`leases.waiting.wake`); the sweeper is the safety net
+    acquire ─┬─ TenantMismatch ──► reject as poison (DLQ): it names another tenant than the job's
+             ├─ JobNotQueued ────► ack and drop (a duplicate or a finished job), or defer if the
+             │                      attempt it follows still holds the job; no job item at all:
+             │                      reject as poison ``no_such_job``
+             ├─ CapReached ──────► park: the job becomes ``waiting`` (no message), then ack; a
+             │                      release of its tenant wakes it (timer policy: a delayed copy)
+             ├─ LeaseContention ─► defer: a copy with SQS DelaySeconds, then ack
+             ├─ any other error ─► reject: SQS keeps the message (redelivered after the visibility
+             │                      timeout; a crash loop ends in the DLQ)
+             └─ Lease ─► heartbeat ─► run() ─┬─ ok ──────────► commit_success (fenced)
+                                             ├─ bad input ───► fail_job (fenced), no retry
+                                             ├─ other error ─► retry copy with backoff, then
+                                             │                 release_for_retry (fenced); out of
+                                             │                 attempts: fail_job
+                                             └─ lease lost ──► commit nothing
+    A commit or failure hands its place to the tenant's oldest waiting job in its own transaction,
+    then publishes it; any other release is followed by a wake; the sweeper is the safety net.
 
-Deferrals and retries go through :meth:`FairTask.retry` (Celery's ``countdown`` becomes SQS
-``DelaySeconds``, the tenant's ``MessageGroupId`` is kept); a deferral is never an attempt. A copy
-carrying ``after_attempt`` that finds its job still ``running`` that attempt is deferred, not dropped.
-Subclasses implement ``run(self, job, lease, cancel)``, return a :class:`JobResult`, and raise typed
-errors whose ``retryable`` says whether another attempt could help. Why each edge is what it is
-(early copies, who brings a job back, a killed child): docs/design.md "Departures from the text" 1,
-"Choices where the design is silent" ("Publish before the transaction", "A message is acked only
-once a successor exists").
+Copies go through :meth:`FairTask.retry` (a deferral is never an attempt). Why each edge: docs/design.md
+"Departures from the text" 1, "Publish before the transaction", "A message is acked only once a successor exists".
 """
 
 from __future__ import annotations
@@ -55,7 +45,7 @@ from leases.models import JobItem, JobStatus
 from service.clocks import Clocks, get_clocks
 from service.settings import get_settings
 from service.sqs import backoff_s, delay_seconds
-from service.tenancy import message_group_id, shown_value, validate_job_id
+from service.tenancy import message_group_id, shown_value, validate_job_id, validate_tenant_id
 from leases import signals
 from leases.signals import JobOutcome
 from tasks.heartbeat import Heartbeat
@@ -112,7 +102,9 @@ def is_duplicate(exc: JobNotQueued, after_attempt: int) -> bool:
 class FairTask(Task):
     """Celery task base class that wraps each job in a lease.
 
-    Options are class attributes; ``None`` falls back to :mod:`service.settings`.
+    Subclasses implement ``run(self, job, lease, cancel)``, return a :class:`JobResult`, and raise
+    typed errors whose ``retryable`` says whether another attempt could help. Options are class
+    attributes; ``None`` falls back to :mod:`service.settings`.
     """
 
     #: Ack after the job, never before: a crash leaves the message (docs/design.md §1).
@@ -226,11 +218,12 @@ class FairTask(Task):
             return self._drop_duplicate(job_id, tenant_id, exc)
         except CapReached as exc:
             try:
-                lease = self._park_or_acquire(job_id, tenant_id, worker, exc)
+                acquired = self._park_or_acquire(job_id, tenant_id, worker, exc)
             except JobNotQueued as gone:  # a duplicate delivery parked or ran it meanwhile
                 return self._drop_duplicate(job_id, tenant_id, gone)
-            if lease is None:
+            if acquired is None:
                 raise Retry(f"parked: tenant {tenant_id} is at its cap; a release of its slots wakes it", exc=exc)  # noqa: B904 - Celery reads exc=, the park is no error of this except
+            lease = acquired
         except LeaseContention as exc:
             self._defer(job_id, tenant_id, exc)
         except _INFRASTRUCTURE_ERRORS as exc:
@@ -279,11 +272,11 @@ class FairTask(Task):
         A message whose fields are missing or malformed can never run: it is rejected and sent on
         to the dead-letter queue (:func:`tasks.worker.expedite_to_dead_letter_queue`), not acked.
         """
-        tenant_id, job_id, after_attempt = kwargs.get("tenant_id"), kwargs.get("job_id"), kwargs.get("after_attempt", 0)
-        problems = []
-        for check, value in ((message_group_id, tenant_id), (validate_job_id, job_id)):
+        after_attempt = kwargs.get("after_attempt", 0)
+        problems, checked = [], []
+        for check, value in ((validate_tenant_id, kwargs.get("tenant_id")), (validate_job_id, kwargs.get("job_id"))):
             try:
-                check(value)
+                checked.append(check(value))
             except ValueError as exc:
                 problems.append(str(exc))
         if not isinstance(after_attempt, int) or isinstance(after_attempt, bool) or after_attempt < 0:
@@ -292,6 +285,7 @@ class FairTask(Task):
             problems.append(f"positional arguments {shown_value(args)}: the message carries keyword arguments only")
         if problems:
             self._reject_as_poison("; ".join(problems))
+        tenant_id, job_id = checked
         return tenant_id, job_id, after_attempt
 
     def _reject_as_poison(self, problem: str, reason: str = "invalid_fields") -> NoReturn:
@@ -371,9 +365,10 @@ class FairTask(Task):
         reserve to a borrowing tier. Never raises (a wake or publish that fails is the sweeper's:
         a handed job is ``queued`` with ``due_at`` set, so a lost publish is re-published)."""
         try:
-            if successor is not None and successor[1].job_id is not None:
+            handed_id = successor[1].job_id if successor is not None else None
+            if successor is not None and handed_id is not None:
                 jobs, hand_off = successor
-                job = jobs[hand_off.job_id]
+                job = jobs[handed_id]
                 publish_job(tenant_id, job.job_id)
                 job.woken_at, job.woken_by = hand_off.woken_at, hand_off.reason
                 signals.job_woken.send(sender=self, job=job, reason="release")
@@ -385,7 +380,7 @@ class FairTask(Task):
         except Exception as exc:  # noqa: BLE001 - the job's own outcome is committed; the sweeper wakes
             log.warning("hand-off for tenant %s failed (the sweeper will wake its jobs): %s", tenant_id, exc)
 
-    def _defer(self, job_id: str, tenant_id: str, exc: Exception) -> None:
+    def _defer(self, job_id: str, tenant_id: str, exc: Exception) -> NoReturn:
         """Publish the deferred copy, then count it (best effort); raises Retry (ack) or Reject."""
         reason = {CapReached: "cap", JobNotQueued: "release_pending"}.get(type(exc), "contention")
         delay_s = self._option("defer_delay_s")

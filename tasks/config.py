@@ -62,7 +62,7 @@ result_backend = None
 
 # docs/design.md §1: acks_late, one message at a time per slot.
 task_acks_late = True
-task_reject_on_worker_lost = True  # a killed child's message is requeued; see tasks/base.py "Who brings a job back"
+task_reject_on_worker_lost = True  # a killed child's message is requeued; see tasks.base.FairTask.reject_on_worker_lost
 worker_prefetch_multiplier = 1
 worker_concurrency = _settings.slots_per_node
 worker_proc_alive_timeout = _settings.worker_process_start_timeout_s

@@ -58,9 +58,10 @@ def register() -> str:
 
 @dataclass(frozen=True)
 class ReceiveFailed:
-    """The answer of a receive that kombu could not read: ``error`` is what it raised."""
+    """The answer of a receive that kombu could not read: ``error`` is what it raised (None when
+    vine's ``throw()`` came with no exception and none was being handled)."""
 
-    error: BaseException
+    error: BaseException | None
 
     def describe(self) -> str:
         return f"{type(self.error).__name__}: {self.error}"
@@ -240,7 +241,8 @@ class Channel(SQS.Channel):
         each answer runs its callbacks, and a queue with no consumer left has what it brought
         released by kombu (``Channel._release_messages``: visibility 0).
         """
-        client = get_client(self.hub) if self.hub is not None else None
+        # kombu's curl client, read through its private ``_multi`` and ``_timeout_check`` (no stub has them)
+        client: Any = get_client(self.hub) if self.hub is not None else None
         multi = getattr(client, "_multi", None)
         if multi is None or getattr(client, "_closed", True):
             return self._open_receives

@@ -15,15 +15,12 @@ is recorded on the job item: ``webhook_status``, ``webhook_attempts`` (HTTP atte
 ``webhook_error`` (the last one), ``webhook_delivered_at``. Logs name the job, the tenant and the
 URL without its query; never the secret, never the signature.
 
-**Time limits.** A round is bounded by the task's Celery time limits (:func:`round_time_limits`):
-the soft limit fails the round wherever it blocks, the hard limit (soft + grace) kills the child and
-its message is requeued (why: docs/design.md, "A round is bounded by Celery's time limits").
-
-A tenant with no webhook endpoint has its jobs confirmed by the round (:func:`admission.confirm`,
-recorded ``no_endpoint``). The POSTs run in one of the tenant's delivery slots
-(:func:`webhooks.fairness.delivery_slot`); a round that finds none reports ``busy`` and is put back.
-Recording ``delivered``, ``gave_up`` or ``no_endpoint`` takes the event out of the outbox
-(:mod:`leases.outbox`); ``retrying`` moves the drain's time past the next round.
+A round is bounded by the task's Celery time limits (:class:`RoundTimeLimits`; why: docs/design.md,
+"A round is bounded by Celery's time limits"). A tenant with no webhook endpoint has its jobs
+confirmed by the round (:func:`admission.confirm`, recorded ``no_endpoint``). The POSTs run in one
+of the tenant's delivery slots (:func:`webhooks.fairness.delivery_slot`); a round that finds none
+reports ``busy`` and is put back. Recording ``delivered``, ``gave_up`` or ``no_endpoint`` takes the
+event out of the outbox (:mod:`leases.outbox`); ``retrying`` moves the drain's time past the next round.
 """
 
 from __future__ import annotations
@@ -37,6 +34,7 @@ from dataclasses import dataclass
 import requests
 from celery.exceptions import SoftTimeLimitExceeded
 from pynamodb.exceptions import DoesNotExist, UpdateError
+from pynamodb.expressions.update import Action
 from tenacity import (
     RetryError,
     Retrying,
@@ -99,7 +97,8 @@ class RoundTimeLimits:
             ``stop_before_delay``) and may then take both timeouts, the rest of the round (reading
             the job and the endpoint) takes the overhead. Past it, the round fails.
         hard_s: ``soft_s + webhook_hard_limit_grace_s``: time to record the failed round and publish
-            the next one before Celery kills the child.
+            the next one before Celery kills the child. Keep it below the queues' visibility
+            timeout, or SQS hands a running round's message to a second worker.
     """
 
     soft_s: float
@@ -181,7 +180,7 @@ def record(job_id: str, status: str, *, attempts: int = 0, error: str | None = N
     status of :data:`SETTLED` takes the event out of the outbox; ``due_at`` (epoch s) moves the time
     the outbox drain may send a round itself (:mod:`leases.outbox`).
     """
-    actions = [JobItem.webhook_status.set(status), JobItem.webhook_attempts.add(attempts)]
+    actions: list[Action] = [JobItem.webhook_status.set(status), JobItem.webhook_attempts.add(attempts)]
     actions.append(JobItem.webhook_error.set(error) if error else JobItem.webhook_error.remove())
     if status == DELIVERED:
         actions.append(JobItem.webhook_delivered_at.set(time.time()))

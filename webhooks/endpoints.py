@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from pynamodb.exceptions import DoesNotExist
+from pynamodb.expressions.update import Action
 
 from leases.models import TenantItem
 from service.tenancy import shown_value, validate_tenant_id
@@ -76,9 +77,9 @@ def endpoint_for(tenant_id: str) -> WebhookEndpoint | None:
     return WebhookEndpoint(tenant_id, item.webhook_url, item.webhook_secret)
 
 
-def checked_webhook(url: str, secret: str | None) -> None:
+def checked_webhook(url: str, secret: str | None) -> str:
     """Check a webhook URL, its destination and its secret as :func:`set_webhook` does (also for
-    ``imposition tenant create``).
+    ``imposition tenant create``); returns the secret.
 
     Raises:
         WebhookConfigError, UnsafeWebhookDestination: see :func:`set_webhook`.
@@ -86,6 +87,7 @@ def checked_webhook(url: str, secret: str | None) -> None:
     check_destination(check_url(url))
     if not secret or len(secret) < MIN_SECRET_LEN:
         raise WebhookConfigError(f"webhook secret: must be at least {MIN_SECRET_LEN} characters")
+    return secret
 
 
 def set_webhook(tenant_id: str, url: str | None, secret: str | None) -> None:
@@ -101,10 +103,10 @@ def set_webhook(tenant_id: str, url: str | None, secret: str | None) -> None:
     from leases.transactions import ensure_tenant  # noqa: PLC0415 (keeps this module light to import)
 
     validate_tenant_id(tenant_id)
+    actions: list[Action]
     if url is None:
         actions = [TenantItem.webhook_url.remove(), TenantItem.webhook_secret.remove()]
     else:
-        checked_webhook(url, secret)
-        actions = [TenantItem.webhook_url.set(url), TenantItem.webhook_secret.set(secret)]
+        actions = [TenantItem.webhook_url.set(url), TenantItem.webhook_secret.set(checked_webhook(url, secret))]
     ensure_tenant(tenant_id)
     TenantItem(tenant_id).update(actions=[*actions, TenantItem.updated_at.set(time.time())])

@@ -71,8 +71,14 @@ class Confirmations:
         return {"tenants": tenants, **totals}
 
 
+class ReceiverServer(ThreadingHTTPServer):
+    """The receiver's HTTP server, with the :class:`Confirmations` its handler records."""
+
+    confirmations: Confirmations
+
+
 def make_server(host: str = "127.0.0.1", port: int = 0, *, tolerance_s: float | None = None,
-                replay_store: ReplayStore | None = None) -> ThreadingHTTPServer:
+                replay_store: ReplayStore | None = None) -> ReceiverServer:
     """A receiver bound to ``host:port`` (0: a free port; see ``server.server_address``), not yet serving.
 
     Its :class:`Confirmations` is ``server.confirmations``.
@@ -138,9 +144,9 @@ def make_server(host: str = "127.0.0.1", port: int = 0, *, tolerance_s: float | 
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's signature)
             log.debug("%s - %s", self.address_string(), format % args)
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    server = ReceiverServer((host, port), Handler)
     server.daemon_threads = True
-    server.confirmations = confirmations  # type: ignore[attr-defined]  # the handler reads it from its server
+    server.confirmations = confirmations
     return server
 
 

@@ -27,7 +27,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from webhooks.errors import (
@@ -67,6 +67,15 @@ def signed_headers(body: bytes, secret: str, event_id: str, *, timestamp_s: int 
         SIGNATURE_HEADER: f"t={t},{SCHEME}={compute_signature(secret, t, body)}",
         EVENT_ID_HEADER: event_id,
     }
+
+
+class Headers(Protocol):
+    """Request headers as a verifier reads them: ``items()`` gives ``(name, value)`` pairs, a name
+    repeated when the request repeats it (a mapping, or :class:`email.message.Message` as
+    :mod:`http.server` gives them)."""
+
+    def items(self) -> Iterable[tuple[str, str]]:
+        """Every header as a ``(name, value)`` pair."""
 
 
 class ReplayStore(Protocol):
@@ -159,7 +168,7 @@ def _text(value: object) -> str | None:
     return value if isinstance(value, str) and value.isascii() else None
 
 
-def _header(headers: Mapping[str, str], name: str) -> str | None:
+def _header(headers: Headers, name: str) -> str | None:
     """The value of header ``name`` (names compared case-insensitively), or None if it is absent.
 
     Raises:
@@ -224,7 +233,7 @@ def parse_signature_header(value: str) -> tuple[int, list[str]]:
 
 
 def verify_webhook(
-    headers: Mapping[str, str],
+    headers: Headers,
     body: bytes | str,
     secret: str,
     tolerance_s: float = DEFAULT_TOLERANCE_S,
@@ -241,7 +250,8 @@ def verify_webhook(
     request that fails an earlier check.
 
     Args:
-        headers: the request headers (any mapping; names compared case-insensitively).
+        headers: the request headers (any mapping, or :class:`Headers`; names compared
+            case-insensitively).
         body: the raw request body, exactly as received.
         secret: the tenant's webhook secret.
         tolerance_s: largest accepted ``|now - t|``, seconds (default 300, Stripe's).

@@ -21,9 +21,8 @@ tenant's ``MessageGroupId``. Timeline of one event::
 
 Each round runs under Celery time limits from :func:`webhooks.delivery.round_time_limits`
 (``acks_on_timeout=False``, ``acks_on_failure=False``: a killed or escaped round stays in the queue).
-Keep the hard limit below the queues' visibility timeout. Delivery is at least once (tenants drop a
-repeat by its event id). Why: docs/design.md, "Webhooks: the outbox, fair delivery, shared replay
-store".
+Delivery is at least once (tenants drop a repeat by its event id). Why: docs/design.md, "Webhooks:
+the outbox, fair delivery, shared replay store".
 """
 
 from __future__ import annotations

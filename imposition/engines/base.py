@@ -95,7 +95,7 @@ class EngineJob:
 
     Attributes:
         input_path: the source PDF.
-        spec: the validated layout.
+        spec: the validated layout (None for a preview of a plate: it has none).
         output_path: where to write the plate file (a temporary name; the policy renames it).
         work_dir: a private directory for request, result and log files, removed afterwards.
         slug: job and tenant for the slug line.
@@ -105,7 +105,7 @@ class EngineJob:
     """
 
     input_path: Path
-    spec: LayoutSpec
+    spec: LayoutSpec | None
     output_path: Path
     work_dir: Path
     slug: SlugInfo | None
@@ -184,7 +184,8 @@ class Engine(ABC):
             raise
         finally:
             partial.unlink(missing_ok=True)
-        warnings, previews = placed.warnings, ()
+        warnings = placed.warnings
+        previews: tuple[Path, ...] = ()
         if preview_dir is not None and placed.sides > self.settings.preview_max_sides:
             warnings += (PlateWarning(PreviewFailed.code, f"no preview of the plate: {placed.sides} sides, more than "
                                       f"preview_max_sides={self.settings.preview_max_sides}"),)
@@ -247,8 +248,7 @@ class Engine(ABC):
         """
         with tempfile.TemporaryDirectory(prefix="imposition-preview-") as work_dir:
             limit_s = self.settings.preview_time_limit_s
-            job = EngineJob(plate, None, plate, Path(work_dir), None, cancel,  # type: ignore[arg-type]
-                            time.monotonic() + limit_s, limit_s)
+            job = EngineJob(plate, None, plate, Path(work_dir), None, cancel, time.monotonic() + limit_s, limit_s)
             result = self.run_child(job, "preview", {"output_dir": str(preview_dir),
                                                      "max_px": self.settings.preview_max_px})
         return tuple(preview_dir / name for name in result["previews"])
@@ -275,6 +275,7 @@ class Engine(ABC):
         if mode == "preview":
             request: dict[str, Any] = {"mode": mode, "input": str(job.input_path), "result": str(result_path)}
         else:
+            assert job.spec is not None, f"{mode}: only a preview job has no layout"
             request = {
                 "mode": mode,
                 "input": str(job.input_path),

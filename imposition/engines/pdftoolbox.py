@@ -8,23 +8,8 @@ The executable, the process plan and site variables come from the settings
 (``pdftoolbox_path``, ``pdftoolbox_process_plan``, ``pdftoolbox_variables``); the layout is passed as
 variables (:func:`layout_variables`) that the process plan reads. Before the licence is spent, the
 input is inspected in the same limited child as the open engine uses, so bad input fails with the
-same typed errors and the page limit holds.
-
-Exit codes (callas pdfToolbox CLI reference) and what they become:
-
-====================  ==========================================  =========================
-code                  meaning                                     error
-====================  ==========================================  =========================
-0–99                  success (non-zero: hits or warnings)        —
-100                   licence missing or expired                  LicenceUnavailable (retry)
-101, 102              parameters or syntax wrong                  EngineConfigurationError
-104                   could not open the input                    DamagedPdf
-105                   input encrypted                             PasswordRequired
-106                   could not save the output                   OutputNotSaved (retry)
-107                   input damaged                               DamagedPdf
-130, 134              aborted, out of memory                      EngineAborted (retry)
-other, or a signal    unknown                                     EngineCrashed (retry)
-====================  ==========================================  =========================
+same typed errors and the page limit holds. Exit codes (callas pdfToolbox CLI reference) become
+typed errors by :func:`error_for_exit` (the table: :data:`_EXIT_ERRORS`).
 """
 
 from __future__ import annotations
@@ -54,6 +39,9 @@ SUCCESS_BELOW = 100
 #: The trampoline's exit code when the executable cannot be run.
 CANNOT_EXECUTE = 127
 
+#: Exit code → (error, meaning), from the callas pdfToolbox CLI reference. 0–99 is success (non-zero:
+#: hits or warnings); any other code, or a signal, is :class:`EngineCrashed` (unknown). Licence,
+#: save, abort and crash errors are retried (their classes' ``retryable``).
 _EXIT_ERRORS: dict[int, tuple[type[ImpositionError], str]] = {
     100: (LicenceUnavailable, "licence missing or expired"),
     101: (EngineConfigurationError, "wrong parameters"),
@@ -69,7 +57,7 @@ _EXIT_ERRORS: dict[int, tuple[type[ImpositionError], str]] = {
 
 
 def error_for_exit(returncode: int, log_tail: str) -> ImpositionError | None:
-    """The typed error for a pdfToolbox exit status, or None for success."""
+    """The typed error for a pdfToolbox exit status (:data:`_EXIT_ERRORS`), or None for success."""
     if 0 <= returncode < SUCCESS_BELOW:
         return None
     detail = log_tail.strip()[-300:]
@@ -135,6 +123,7 @@ class PdfToolboxEngine(Engine):
         plan = self.settings.pdftoolbox_process_plan
         if not plan or not Path(plan).is_file():
             raise EngineConfigurationError(f"pdftoolbox_process_plan={plan!r}: no such process plan file")
+        assert job.spec is not None, "pdfToolbox imposes: a job with a layout"
         variables = {**self.settings.pdftoolbox_variables, **layout_variables(job.spec)}
         return [
             executable, plan, str(job.input_path), f"--outputfile={job.output_path}",
