@@ -13,6 +13,11 @@ operator tests turn it off and register every tenant they use.
 
 ``-m unit`` (``make test-unit``) starts nothing: the unit tier (``tests/unit``) needs no server.
 
+``make test`` runs the suite in parallel (pytest-xdist, ``--dist loadfile``: a file's tests stay in one
+process, so its module fixtures start once). Each xdist process is a session of its own: its own moto
+servers, Redis namespace, Prometheus multiprocess directory and logs (``.pytest_cache/<worker id>/``);
+the controller starts nothing.
+
 Redis: database 13 for admission control and 12 for monitoring events (never database 0, which
 ``make run`` uses). Every key the session writes lies under its own namespace,
 ``imposition-test-<random>`` (``IMPOSITION_REDIS_KEY_NAMESPACE``), and the tests delete only that
@@ -58,15 +63,26 @@ def unit_tier_only(config: pytest.Config) -> bool:
     return config.getoption("markexpr", "") == "unit"
 
 
+def xdist_controller(config: pytest.Config) -> bool:
+    """True in the process that only hands tests to pytest-xdist's workers (``-n N``): it runs none."""
+    return not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", None))
+
+
+def session_servers_skipped(config: pytest.Config) -> bool:
+    """True when this process starts no server: the unit tier alone, or xdist's controller."""
+    return unit_tier_only(config) or xdist_controller(config)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _local_aws
     from control.localaws import LocalAws
 
     os.environ.update(SESSION_ENV)
-    if unit_tier_only(config):
+    if session_servers_skipped(config):
         return
-    log_dir = Path(config.rootpath, ".pytest_cache")
-    log_dir.mkdir(exist_ok=True)
+    worker_id = getattr(config, "workerinput", {}).get("workerid", "main")
+    log_dir = Path(config.rootpath, ".pytest_cache", worker_id)
+    log_dir.mkdir(parents=True, exist_ok=True)
     # the workers' prometheus multiprocess files: this checkout's own, never another run's
     os.environ.setdefault("IMPOSITION_METRICS_DIR", str(log_dir / "metrics"))
     _local_aws = LocalAws(log_path=log_dir / "moto.log").start()
@@ -78,7 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Stop the local AWS endpoint; delete this session's Redis keys from both databases."""
-    if unit_tier_only(config):
+    if session_servers_skipped(config):
         return
     from service import redis_namespace
 

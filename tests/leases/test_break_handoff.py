@@ -412,15 +412,21 @@ class RoutedSim(HandOffSim):
 
 def _borrowing_storm_round() -> int:
     """One round: a borrowing tier (cap 1, burst 4) and a plain tier (cap 3) share 5 borrowable
-    slots above the reserve, both handing their places on; asserts the invariants and returns the
-    most leases the borrowing tier held at once."""
+    slots above the reserve, both handing their places on; the plain tier's jobs come once the
+    borrowing tier has borrowed. Asserts the invariants and returns the most leases the borrowing
+    tier held at once."""
     borrower, plain = _tenant("borrower"), _tenant("plain")
     set_cap(borrower, 1, burst_cap=4)
     set_cap(plain, 3)
     sims = [RoutedSim(borrower, workers=5, sweepers=1), RoutedSim(plain, workers=4)]
     for sim in sims:
         sim.start()
-    ids = {sim.tenant_id: _submit(sim, 30) for sim in sims}
+    # The borrowing tier first, until it borrows (or 15 s pass), then the plain tier into the storm.
+    ids = {borrower: _submit(sims[0], 30)}
+    deadline = time.monotonic() + 15
+    while sims[0].most <= 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ids[plain] = _submit(sims[1], 30)
     overs = []
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

@@ -72,6 +72,14 @@ class Cluster:
         """Every process of the cluster: imposer nodes first, then the others in start order."""
         return [*self.nodes.values(), *self.others]
 
+    def republished(self, job_ids: list[str]) -> int:
+        """How many copies the sweeper re-published of ``job_ids`` so far (its log lines). A message a
+        node received but has not started within ``Clocks.lost_message_after_s`` (2 s under the tests'
+        clocks: a loaded machine's pool child still warming up) looks lost and is copied; the copy is
+        dropped as a duplicate later, but it is a message in the queue meanwhile."""
+        maintenance = self.others[0].log()
+        return sum(maintenance.count(f"re-published job {job_id} ") for job_id in job_ids)
+
     def exited(self) -> dict[str, int]:
         """Log file name → exit status of every process that is no longer running."""
         return {p.log_path.name: p.proc.returncode for p in self.processes() if p.proc.poll() is not None}

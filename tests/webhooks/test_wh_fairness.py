@@ -58,11 +58,15 @@ class _Endpoint(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def _client_gone(self) -> bool:
-        """True once the client closed the connection (its read timeout ended the POST)."""
-        readable, _, _ = select.select([self.connection], [], [], 0)
+    #: the connections of the ``/hang/`` requests still open, by kind
+    open_conns: dict[str, set[socket.socket]] = {}
+
+    @staticmethod
+    def _client_gone(conn: socket.socket, wait_s: float = 0.0) -> bool:
+        """True once the client closed ``conn`` (its read timeout ended the POST)."""
+        readable, _, _ = select.select([conn], [], [], wait_s)
         try:
-            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            return bool(readable) and conn.recv(1, socket.MSG_PEEK) == b""
         except OSError:
             return True
 
@@ -74,18 +78,23 @@ class _Endpoint(BaseHTTPRequestHandler):
             if kind == "ok":
                 self.seen_at_ok[self.path] = (self.calls["hang"], self.open_now["hang"])
             else:
+                # A request counts as open beside this one only while its client is still connected:
+                # the thread that serves it notices a hang-up up to a poll later, so ask here.
+                still = {c for c in self.open_conns.get(kind, set()) if not self._client_gone(c, 0.2)}
+                self.open_conns[kind] = still | {self.connection}
                 self.open_now[kind] += 1
-                self.most_open[kind] = max(self.most_open[kind], self.open_now[kind])
+                self.most_open[kind] = max(self.most_open[kind], len(self.open_conns[kind]))
         if kind == "ok":
             self.send_response(204)
             self.end_headers()
             return
         try:
-            while not self.stop.wait(0.05) and not self._client_gone():
+            while not self.stop.wait(0.05) and not self._client_gone(self.connection):
                 pass
         finally:
             with self.lock:
                 self.open_now[kind] -= 1
+                self.open_conns[kind].discard(self.connection)
 
 
 @pytest.fixture(scope="module")
