@@ -35,9 +35,12 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-## The test suite after the gates (real moto servers, real Redis, real celery worker processes).
+## The test suite after the gates (real moto servers, real Redis, real celery worker processes), in
+## TEST_PROCESSES parallel pytest processes (pytest-xdist; a file's tests stay in one process, and each
+## process has its own moto servers and Redis namespace). TEST_PROCESSES=0 runs it in this process.
+TEST_PROCESSES ?= 3
 test: lint prometheus
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(if $(filter-out 0,$(TEST_PROCESSES)),-n $(TEST_PROCESSES) --dist loadfile)
 
 ## The unit tier alone: pure tests, no server (tests/unit, under a minute).
 test-unit: $(STAMP)
