@@ -57,6 +57,7 @@ from leases import outbox
 from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost, TenantMismatch
 from leases import policy
 from leases.models import CLUSTER_SLOTS_KEY, ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem
+from service import aws
 from service.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ class Retryable(Exception):
 
 @functools.lru_cache(maxsize=None)
 def _connection_for(pid: int) -> Connection:
-    return Connection(region=get_settings().aws_region)
+    return aws.on_shared_session(Connection(region=get_settings().aws_region))
 
 
 def tx_connection() -> Connection:

@@ -27,19 +27,20 @@ def _bind_queue_urls(sender: object = None, **_: object) -> None:
     from tasks.config import bind_queue_urls  # noqa: PLC0415 - Celery reads the config module lazily; so do we
 
     bind_queue_urls(app.conf)
+    aws.preload_service_models()  # the children inherit the parsed botocore models
 
 
 @worker_process_init.connect
 def _fresh_clients_after_fork(**_: object) -> None:
     """A prefork child must not reuse its parent's DynamoDB connection pool; it opens its own AWS
-    clients (one per PynamoDB model: each loads botocore's DynamoDB service model, 0.1–1 s of CPU)
-    and its broker channel before its first job (the engine package is already imported by the
+    clients (one per PynamoDB model, all on one botocore session whose service models the parent
+    parsed before the fork: :func:`service.aws.preload_service_models`) and its broker channel before its first job (the engine package is already imported by the
     parent, before the fork), so neither the first job of each slot nor its first hand-off pays
     for them (they did: 2–6 s per slot under load, seen in a per-call trace of bench-sched)."""
     reset_connections()
     aws.sqs(), aws.s3(), tx_connection()
     for model in ALL_MODELS:  # each model has its own botocore client, created on first access
-        model._get_connection().connection.client  # noqa: B018 (the access creates it)
+        aws.on_shared_session(model._get_connection().connection).client  # noqa: B018 (the access creates it)
     with app.producer_or_acquire() as producer:  # the broker channel the hand-off publishes on
         channel = producer.connection.default_channel
         for queue in get_settings().work_queues:  # kombu opens one boto3 client per queue, on first use
