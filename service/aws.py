@@ -53,11 +53,17 @@ def preload_service_models(services: tuple[str, ...] = SERVICES) -> None:
     loader.load_data("_retry")
 
 
-@functools.lru_cache(maxsize=None)
-def _botocore_session(pid: int) -> botocore.session.Session:
+def new_botocore_session() -> botocore.session.Session:
+    """A new botocore session on the shared :func:`service_models` (for a library that makes a
+    session per client and takes credentials of its own: kombu)."""
     session = botocore.session.get_session()
     session.register_component("data_loader", service_models())
     return session
+
+
+@functools.lru_cache(maxsize=None)
+def _botocore_session(pid: int) -> botocore.session.Session:
+    return new_botocore_session()
 
 
 def botocore_session() -> botocore.session.Session:
