@@ -11,6 +11,11 @@ Two moto server processes, each on a free port:
 
 Run one server by hand with ``python -m control.localaws [--single-threaded] [--port N]``: it prints
 ``listening on <port>`` once it accepts connections.
+
+Both forget moto's record of DynamoDB model instances after every request (:func:`forgetting_copies`):
+moto 5.2 keeps every model object ever created for its dashboard, and ``TransactWriteItems``
+deep-copies each table it touches, so each transaction would keep a whole copy of the jobs table
+alive (docs/design.md, "Known limits of the local stack").
 """
 
 from __future__ import annotations
@@ -41,6 +46,22 @@ def _exit_with_parent(parent_pid: int, interval_s: float = 1.0) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
+def forgetting_copies(app):
+    """Wrap the WSGI ``app`` so that after each request the instances moto tracks for its dashboard
+    (``instances_tracked`` of each DynamoDB model class) are forgotten; the tables themselves are
+    untouched."""
+    from moto.core.model_instances import model_data
+
+    def wrapped(environ, start_response):
+        try:
+            return app(environ, start_response)
+        finally:
+            for model in model_data["dynamodb"].values():
+                model.instances_tracked = []  # moto's class attribute (InstanceTrackerMeta)
+
+    return wrapped
+
+
 def serve(host: str, port: int, single_threaded: bool, parent_pid: int | None = None) -> None:
     """Serve moto's backends on ``host:port`` (port 0 picks a free one) until killed, or until
     ``parent_pid`` exits."""
@@ -51,7 +72,7 @@ def serve(host: str, port: int, single_threaded: bool, parent_pid: int | None = 
     )
     from werkzeug.serving import make_server
 
-    app = DomainDispatcherApplication(create_backend_app)
+    app = forgetting_copies(DomainDispatcherApplication(create_backend_app))
     server = make_server(host, port, app, threaded=not single_threaded, request_handler=MotoRequestHandler)
     print(f"listening on {server.server_port}", flush=True)
     if parent_pid:
