@@ -62,6 +62,59 @@ def forgetting_copies(app):
     return wrapped
 
 
+def item_level_transaction_rollback() -> None:
+    """Make moto's ``TransactWriteItems`` keep only the items it touches for its rollback.
+
+    moto 5.2 deep-copies every table a transaction names before applying it, and puts the copies
+    back if it is cancelled: each lease transaction copied the whole jobs table, so the local
+    endpoint slowed down as jobs accumulated (a transaction's cost grew with the table, not with the
+    transaction). Here the backend's ``copy`` module is swapped, for the call, for one whose
+    ``deepcopy`` leaves tables alone; the touched items are copied beforehand and, if the
+    transaction is cancelled or refused, put back (or removed, if they did not exist). Indexes
+    follow, since moto reads them from the items. For the single-threaded DynamoDB server only.
+    """
+    import copy
+    import types
+
+    from moto.dynamodb import models as backend_module
+    from moto.dynamodb.models.table import Table
+
+    def keep_tables(obj, memo=None):
+        return obj if isinstance(obj, Table) else copy.deepcopy(obj, memo)
+
+    no_table_copies = types.SimpleNamespace(deepcopy=keep_tables, copy=copy.copy)
+    original = backend_module.DynamoDBBackend.transact_write_items
+
+    def transact_write_items(self, transact_items):
+        touched = []
+        for entry in transact_items:
+            op = next(iter(entry.values()))
+            table = self.tables.get(op.get("TableName")) if isinstance(op, dict) else None
+            key = (op.get("Item") if "Put" in entry else op.get("Key")) if table is not None else None
+            if table is None or not key or table.hash_key_attr not in key:
+                continue  # moto refuses it itself, before anything applies
+            if table.range_key_attr is not None and table.range_key_attr not in key:
+                continue
+            hash_value, range_value = self.get_keys_value(table, key)
+            touched.append((table, hash_value, range_value, copy.deepcopy(table.get_item(hash_value, range_value))))
+        backend_module.copy = no_table_copies
+        try:
+            return original(self, transact_items)
+        except BaseException:
+            for table, hash_value, range_value, before in reversed(touched):
+                if before is None:
+                    table.delete_item(hash_value, range_value)
+                elif range_value is not None:
+                    table.items[hash_value][range_value] = before
+                else:
+                    table.items[hash_value] = before
+            raise
+        finally:
+            backend_module.copy = copy
+
+    backend_module.DynamoDBBackend.transact_write_items = transact_write_items
+
+
 def serve(host: str, port: int, single_threaded: bool, parent_pid: int | None = None) -> None:
     """Serve moto's backends on ``host:port`` (port 0 picks a free one) until killed, or until
     ``parent_pid`` exits."""
@@ -72,6 +125,8 @@ def serve(host: str, port: int, single_threaded: bool, parent_pid: int | None = 
     )
     from werkzeug.serving import make_server
 
+    if single_threaded:
+        item_level_transaction_rollback()
     app = forgetting_copies(DomainDispatcherApplication(create_backend_app))
     server = make_server(host, port, app, threaded=not single_threaded, request_handler=MotoRequestHandler)
     print(f"listening on {server.server_port}", flush=True)
