@@ -112,7 +112,7 @@ def item_level_transaction_rollback() -> None:
         finally:
             backend_module.copy = copy
 
-    backend_module.DynamoDBBackend.transact_write_items = transact_write_items
+    backend_module.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]  # moto's method, replaced in this server process only
 
 
 def serve(host: str, port: int, single_threaded: bool, parent_pid: int | None = None) -> None:
