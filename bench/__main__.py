@@ -20,19 +20,30 @@ take turns run by run; outputs are removed before each run, outside the clock), 
 
 Then memory against pages (3: peak RSS of each process; for the in-process contenders also the job's
 own memory, the rise of the resident set during one run) and each goal of the engine issue checked
-row by row (4). Results go to ``out/bench/results.md`` and ``results.json``; with
-``BENCH_UPDATE_DOC=1`` a full run also refreshes the tables in the committed ``bench/RESULTS.md``
-(between its ``bench:tables`` markers). ``BENCH_QUICK=1`` runs only 8 and 64 pages.
+row by row (4), every ratio beside the old one: with ``BENCH_BASELINE=<git ref>`` (``main``, a
+commit) that ref's engine is measured in the same run as ours (its ``imposition`` and ``service``
+packages exported to ``out/bench/baseline``, driven by this harness), else the old one is the last
+recorded run's (the goals tables of ``bench/RESULTS.md``). Results go to ``out/bench/results.md`` and
+``results.json``; with ``BENCH_UPDATE_DOC=1`` a full run also refreshes the tables in the committed
+``bench/RESULTS.md`` (between its ``bench:tables`` markers). ``BENCH_QUICK=1`` runs only 8 and 64 pages.
+
+The in-process contenders take turns too: each is run :data:`IN_PROCESS_ROUNDS` times, one after
+the other, and its runs pooled. Our packages are byte-compiled first (``compileall``), as pip
+compiles an installed package such as pdfimpose: with ``PYTHONDONTWRITEBYTECODE`` set, an editable
+install would otherwise compile its modules from source on every start.
 """
 
 from __future__ import annotations
 
+import compileall
+import io
 import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -45,6 +56,15 @@ WORK = ROOT / "out" / "bench"
 RESULTS_DOC = ROOT / "bench" / "RESULTS.md"
 MARK_BEGIN, MARK_END = "<!-- bench:tables -->", "<!-- /bench:tables -->"
 QUICK = bool(os.environ.get("BENCH_QUICK"))
+#: A git ref whose engine is measured beside ours in the same run (``BENCH_BASELINE``), or None.
+BASELINE_REF = os.environ.get("BENCH_BASELINE") or None
+BASELINE = WORK / "baseline"
+#: What of the baseline ref is exported: the engine and the settings it reads (the harness is ours).
+BASELINE_PACKAGES = ("imposition", "service")
+#: Packages of ours byte-compiled before measuring.
+OUR_PACKAGES = ("imposition", "service", "control", "bench")
+#: Each in-process contender runs this many times, the contenders taking turns; runs are pooled.
+IN_PROCESS_ROUNDS = 3
 PAGE_COUNTS = (8, 64) if QUICK else (8, 64, 512, 4096)
 LAYOUTS = {
     "saddle stitch": ({"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape"},
@@ -90,13 +110,34 @@ def _python(*args: str) -> list[str]:
     return [sys.executable, *args]
 
 
-def external(commands: dict[str, tuple[list[str], Path]], runs: int) -> dict[str, Measure]:
-    """Each command ``runs`` times, the commands taking turns, under :mod:`bench.meter`."""
+def export_baseline(ref: str) -> Path:
+    """Export ``ref``'s :data:`BASELINE_PACKAGES` to :data:`BASELINE` (replacing what was there), with
+    this harness's own ``bench`` package beside them, byte-compiled; returns the folder. Commands run
+    there (their working directory first on ``sys.path``) import that engine."""
+    shutil.rmtree(BASELINE, ignore_errors=True)
+    BASELINE.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", "--format=tar", ref, *BASELINE_PACKAGES], cwd=ROOT,
+                             capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(BASELINE, filter="data")
+    shutil.copytree(ROOT / "bench", BASELINE / "bench", ignore=shutil.ignore_patterns("__pycache__"))
+    _compile(BASELINE, ("bench", *BASELINE_PACKAGES))
+    return BASELINE
+
+
+def _compile(root: Path, packages: Iterable[str]) -> None:
+    for package in packages:
+        compileall.compile_dir(root / package, quiet=1)
+
+
+def external(commands: dict[str, tuple[list[str], Path, Path]], runs: int) -> dict[str, Measure]:
+    """Each command (``(argv, output, working directory)``) ``runs`` times, the commands taking turns,
+    under :mod:`bench.meter`."""
     samples: dict[str, list[dict]] = {name: [] for name in commands}
     for _ in range(runs):
-        for name, (command, output) in commands.items():
+        for name, (command, output, cwd) in commands.items():
             output.unlink(missing_ok=True)
-            meter = subprocess.run(_python("-m", "bench.meter", "--", *command), cwd=ROOT,
+            meter = subprocess.run(_python("-m", "bench.meter", "--", *command), cwd=cwd,
                                    capture_output=True, text=True, check=True)
             result = json.loads(meter.stdout)
             if result["returncode"] != 0:
@@ -106,43 +147,54 @@ def external(commands: dict[str, tuple[list[str], Path]], runs: int) -> dict[str
                              [s["peak_rss_kib"] for s in runs_]) for name, runs_ in samples.items()}
 
 
-def in_process(what: str, source: Path, output: Path, runs: int, argument: str | None = None) -> Measure:
-    """``runs`` runs of one contender inside one process (:mod:`bench.inprocess`)."""
-    command = _python("-m", "bench.inprocess", what, str(source), str(output), str(runs),
-                      *([argument] if argument else []))
-    result = json.loads(subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout)
-    return Measure.of(result["wall_s"], result["cpu_s"], [result["peak_rss_kib"]], result["job_memory_kib"])
+def in_process(contenders: dict[str, tuple[str, Path, str | None, Path]], source: Path, runs: int) -> dict[str, Measure]:
+    """Each contender (``(what, output, argument, working directory)``) inside a process of its own
+    (:mod:`bench.inprocess`, at least ``runs`` runs), :data:`IN_PROCESS_ROUNDS` times, the contenders
+    taking turns; the runs of its rounds pooled, its job memory that of the first round."""
+    results: dict[str, list[dict]] = {name: [] for name in contenders}
+    for _ in range(IN_PROCESS_ROUNDS):
+        for name, (what, output, argument, cwd) in contenders.items():
+            command = _python("-m", "bench.inprocess", what, str(source), str(output), str(runs),
+                              *([argument] if argument else []))
+            results[name].append(json.loads(subprocess.run(command, cwd=cwd, capture_output=True, text=True,
+                                                           check=True).stdout))
+    return {name: Measure.of([wall for r in rounds for wall in r["wall_s"]], [cpu for r in rounds for cpu in r["cpu_s"]],
+                             [r["peak_rss_kib"] for r in rounds], rounds[0]["job_memory_kib"])
+            for name, rounds in results.items()}
 
 
-def measure_page_count(page_count: int, pdfimpose: str) -> dict:
-    """Every measurement of one input size."""
+def measure_page_count(page_count: int, pdfimpose: str, baseline: Path | None) -> dict:
+    """Every measurement of one input size (``baseline``: the exported baseline, or None)."""
     from imposition.spec import parse_layout
 
     source = WORK / f"input_{page_count}.pdf"
     if not source.exists():
         labelled_document(source, page_count)
     runs = repeats(page_count)
-    commands: dict[str, tuple[list[str], Path]] = {
-        "copy": (_python("-m", "bench.copy_floor", str(source), str(WORK / "copy.pdf")), WORK / "copy.pdf"),
+    commands: dict[str, tuple[list[str], Path, Path]] = {
+        "copy": (_python("-m", "bench.copy_floor", str(source), str(WORK / "copy.pdf")), WORK / "copy.pdf", ROOT),
     }
     for name, (layout, pdfimpose_args) in LAYOUTS.items():
         ours_out, theirs_out = WORK / f"ours {name}.pdf", WORK / f"pdfimpose {name}.pdf"
         ours = _python("-m", "imposition.cli", str(source), "--layout", json.dumps(layout), "-o", str(ours_out))
-        commands[f"ours {name}"] = (ours, ours_out)
-        commands[f"ours before {name}"] = ([*ours, "--no-prestart"], ours_out)
+        commands[f"ours {name}"] = (ours, ours_out, ROOT)
+        commands[f"ours before {name}"] = ([*ours, "--no-prestart"], ours_out, ROOT)
+        if baseline is not None:
+            commands[f"ours baseline {name}"] = (ours, ours_out, baseline)
         commands[f"pdfimpose {name}"] = ([pdfimpose, *pdfimpose_args, str(source), "--output", str(theirs_out)],
-                                         theirs_out)
-    measured = {"external": external(commands, runs), "in_process": {}}
-    inside = measured["in_process"]
+                                         theirs_out, ROOT)
+    contenders: dict[str, tuple[str, Path, str | None, Path]] = {}
     for name, (layout, _) in LAYOUTS.items():
         output = WORK / f"inprocess {name}.pdf"
-        inside[f"engine {name}"] = in_process("engine", source, output, runs, json.dumps(layout))
-        inside[f"warm {name}"] = in_process("warm", source, output, runs, json.dumps(layout))
-        inside[f"work {name}"] = in_process("work", source, output, runs,
-                                            json.dumps(parse_layout(layout).resolved().to_json()))
-    inside["copy"] = in_process("copy", source, WORK / "inprocess copy.pdf", runs)
-    inside["rewrite"] = in_process("rewrite", source, WORK / "inprocess rewrite.pdf", runs)
-    return measured
+        resolved = json.dumps(parse_layout(layout).resolved().to_json())
+        contenders[f"engine {name}"] = ("engine", output, json.dumps(layout), ROOT)
+        contenders[f"warm {name}"] = ("warm", output, json.dumps(layout), ROOT)
+        contenders[f"work {name}"] = ("work", output, resolved, ROOT)
+        if baseline is not None:
+            contenders[f"work baseline {name}"] = ("work", output, resolved, baseline)
+    contenders["copy"] = ("copy", WORK / "inprocess copy.pdf", None, ROOT)
+    contenders["rewrite"] = ("rewrite", WORK / "inprocess rewrite.pdf", None, ROOT)
+    return {"external": external(commands, runs), "in_process": in_process(contenders, source, runs)}
 
 
 def _ratio(value: float) -> str:
@@ -265,35 +317,95 @@ def memory_table(results: dict[int, dict]) -> str:
     return _table(columns, rows, text_columns=2)
 
 
-def goals_table(results: dict[int, dict]) -> str:
-    columns = ["layout", "pages", f"ours ÷ pdfimpose speed, wall / CPU (≥ {SPEED_OVER_PDFIMPOSE_GOAL:g}×)", "met",
-               f"ours ÷ copy time, external, wall / CPU (≤ {TIME_OVER_COPY_GOAL:g}×)", "met",
-               f"work ÷ copy time, in-process, wall / CPU (≤ {TIME_OVER_COPY_GOAL:g}×)", "met"]
+#: The goal columns of the goals table, by the words their headers start with.
+GOAL_COLUMNS = {"speed": "ours ÷ pdfimpose speed", "external": "ours ÷ copy time, external",
+                "work": "work ÷ copy time, in-process"}
+SMALL_GOALS_HEADER = "goal (issue 13)"
+
+
+def recorded_goals(text: str) -> dict[tuple[str, int, str], str]:
+    """The goal ratios of the run recorded in ``text`` (``bench/RESULTS.md``, between its markers), as
+    printed (``wall / CPU``; of a cell ``old → new``, the new): ``(layout, pages, goal)`` → ratios,
+    ``goal`` a key of :data:`GOAL_COLUMNS` or, for issue 13's table, the row's goal."""
+    if MARK_BEGIN not in text:
+        return {}
+    block = text.split(MARK_BEGIN, 1)[1].split(MARK_END, 1)[0]
+    found: dict[tuple[str, int, str], str] = {}
+    header: list[str] | None = None
+    for line in block.splitlines():
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if cells[0] == "layout":
+            header = cells
+            continue
+        if header is None or len(cells) != len(header) or not cells[1].isdigit():
+            continue
+        row = (cells[0], int(cells[1]))
+        for goal, words in GOAL_COLUMNS.items():
+            for index, name in enumerate(header):
+                if name.startswith(words):
+                    found[(*row, goal)] = cells[index].rsplit("→", 1)[-1].strip()
+        if SMALL_GOALS_HEADER in header:
+            now = next(index for index, name in enumerate(header) if name.startswith("now"))
+            found[(*row, cells[header.index(SMALL_GOALS_HEADER)])] = cells[now].rsplit("→", 1)[-1].strip()
+    return found
+
+
+def _old_and_new(old: tuple[float, float] | str | None, new: tuple[float, float]) -> str:
+    """``old → new`` (``old``: ratios measured in this run, or as recorded), ``— → new`` when none."""
+    shown = _both(old) if isinstance(old, tuple) else old or "—"
+    return f"{shown} → {_both(new)}"
+
+
+def goals_table(results: dict[int, dict], recorded: dict[tuple[str, int, str], str]) -> str:
+    """The goals, each ratio beside the old one: the baseline's in this run when measured
+    (``BENCH_BASELINE``), else the last recorded run's (``recorded``, :func:`recorded_goals`)."""
+    old_is = "baseline" if BASELINE_REF else "last recorded"
+    columns = ["layout", "pages", f"ours ÷ pdfimpose speed, wall / CPU (≥ {SPEED_OVER_PDFIMPOSE_GOAL:g}×), {old_is} → now",
+               "met", f"ours ÷ copy time, external, wall / CPU (≤ {TIME_OVER_COPY_GOAL:g}×), {old_is} → now", "met",
+               f"work ÷ copy time, in-process, wall / CPU (≤ {TIME_OVER_COPY_GOAL:g}×), {old_is} → now", "met"]
     rows = []
     for name, pages, m, inside in _jobs(results):
         speed = _ratios(m[f"pdfimpose {name}"], m[f"ours {name}"])
         over_copy = _ratios(m[f"ours {name}"], m["copy"])
         work_over_copy = _ratios(inside[f"work {name}"], inside["copy"])
-        rows.append([name, str(pages), _both(speed), _goal(speed, lambda r: r >= SPEED_OVER_PDFIMPOSE_GOAL),
-                     _both(over_copy), _goal(over_copy, lambda r: r <= TIME_OVER_COPY_GOAL),
-                     _both(work_over_copy), _goal(work_over_copy, lambda r: r <= TIME_OVER_COPY_GOAL)])
+        if BASELINE_REF:
+            old: dict[str, tuple[float, float] | str | None] = {
+                "speed": _ratios(m[f"pdfimpose {name}"], m[f"ours baseline {name}"]),
+                "external": _ratios(m[f"ours baseline {name}"], m["copy"]),
+                "work": _ratios(inside[f"work baseline {name}"], inside["copy"])}
+        else:
+            old = {goal: recorded.get((name, pages, goal)) for goal in GOAL_COLUMNS}
+        rows.append([name, str(pages), _old_and_new(old["speed"], speed),
+                     _goal(speed, lambda r: r >= SPEED_OVER_PDFIMPOSE_GOAL),
+                     _old_and_new(old["external"], over_copy), _goal(over_copy, lambda r: r <= TIME_OVER_COPY_GOAL),
+                     _old_and_new(old["work"], work_over_copy),
+                     _goal(work_over_copy, lambda r: r <= TIME_OVER_COPY_GOAL)])
     small = []
     for name, pages, m, inside in _jobs(results):
         if pages == SMALL_JOB_PAGES:
-            before, now = _ratios(m[f"pdfimpose {name}"], m[f"ours before {name}"]), _ratios(m[f"pdfimpose {name}"],
-                                                                                              m[f"ours {name}"])
-            small.append([name, str(pages), f"ours ÷ pdfimpose speed, end to end (≥ {SMALL_JOB_SPEED_GOAL:g}×)",
-                          _both(before), _both(now), _goal(now, lambda r: r >= SMALL_JOB_SPEED_GOAL)])
+            goal = f"ours ÷ pdfimpose speed, end to end (≥ {SMALL_JOB_SPEED_GOAL:g}×)"
+            now = _ratios(m[f"pdfimpose {name}"], m[f"ours {name}"])
+            old_now = (_ratios(m[f"pdfimpose {name}"], m[f"ours baseline {name}"]) if BASELINE_REF
+                       else recorded.get((name, pages, goal)))
+            small.append([name, str(pages), goal, _both(_ratios(m[f"pdfimpose {name}"], m[f"ours before {name}"])),
+                          _old_and_new(old_now, now), _goal(now, lambda r: r >= SMALL_JOB_SPEED_GOAL)])
         if pages >= IN_PROCESS_FROM_PAGES:
-            before, now = (_ratios(inside[f"engine {name}"], inside["copy"]),
-                           _ratios(inside[f"warm {name}"], inside["copy"]))
-            small.append([name, str(pages), f"engine API ÷ copy, in-process (≤ {TIME_OVER_COPY_GOAL:g}×)",
-                          _both(before), _both(now), _goal(now, lambda r: r <= TIME_OVER_COPY_GOAL)])
-            work = _ratios(inside[f"work {name}"], inside["copy"])
-            small.append([name, str(pages), f"work ÷ copy, in-process (≤ {TIME_OVER_COPY_GOAL:g}×)", "—",
-                          _both(work), _goal(work, lambda r: r <= TIME_OVER_COPY_GOAL)])
-    small_table = _table(["layout", "pages", "goal (issue 13)", "before: child per job, started after the CLI",
-                          "now: warm child, pre-started", "met"], small, text_columns=3)
+            goal = f"engine API ÷ copy, in-process (≤ {TIME_OVER_COPY_GOAL:g}×)"
+            now = _ratios(inside[f"warm {name}"], inside["copy"])
+            small.append([name, str(pages), goal, _both(_ratios(inside[f"engine {name}"], inside["copy"])),
+                          _old_and_new(None if BASELINE_REF else recorded.get((name, pages, goal)), now),
+                          _goal(now, lambda r: r <= TIME_OVER_COPY_GOAL)])
+            goal = f"work ÷ copy, in-process (≤ {TIME_OVER_COPY_GOAL:g}×)"
+            now = _ratios(inside[f"work {name}"], inside["copy"])
+            old_now = (_ratios(inside[f"work baseline {name}"], inside["copy"]) if BASELINE_REF
+                       else recorded.get((name, pages, goal)))
+            small.append([name, str(pages), goal, "—", _old_and_new(old_now, now),
+                          _goal(now, lambda r: r <= TIME_OVER_COPY_GOAL)])
+    small_table = _table(["layout", "pages", SMALL_GOALS_HEADER, "before: child per job, started after the CLI",
+                          f"now: warm child, pre-started ({old_is} → now)", "met"], small, text_columns=3)
     memory = [(name, _linear(list(results), values)) for name, measured, values in _memory_rows(results)
               if name.startswith("ours") and measured == "job memory"]
     return (_table(columns, rows) + "\nSmall jobs, before and now (issue 13: no start-up paid twice):\n\n"
@@ -301,13 +413,13 @@ def goals_table(results: dict[int, dict]) -> str:
             + "; ".join(f"{name}: {_tick(ok)}" for name, ok in memory) + ".\n")
 
 
-def render(results: dict[int, dict], conditions: str) -> str:
+def render(results: dict[int, dict], conditions: str, recorded: dict[tuple[str, int, str], str]) -> str:
     return (
         f"{conditions}\n\n"
         "### 1. External commands (start-up included)\n\n" + external_table(results) +
         "\n### 2. Inside a long-lived process (start-up separated from work)\n\n" + in_process_table(results) +
         "\n### 3. Memory against pages\n\n" + memory_table(results) +
-        "\n### 4. Goals of the engine issue, row by row\n\n" + goals_table(results)
+        "\n### 4. Goals of the engine issue, row by row\n\n" + goals_table(results, recorded)
     )
 
 
@@ -325,10 +437,15 @@ def _refresh_results_doc(tables: str) -> None:
 def main() -> None:
     WORK.mkdir(parents=True, exist_ok=True)
     pdfimpose = shutil.which("pdfimpose", path=str(Path(sys.executable).parent)) or "pdfimpose"
+    _compile(ROOT, OUR_PACKAGES)
+    baseline = export_baseline(BASELINE_REF) if BASELINE_REF else None
+    baseline_commit = (subprocess.run(["git", "rev-parse", "--short", BASELINE_REF], cwd=ROOT, capture_output=True,
+                                      text=True, check=True).stdout.strip() if BASELINE_REF else None)
+    recorded = recorded_goals(RESULTS_DOC.read_text()) if RESULTS_DOC.exists() else {}
     load_before, started = os.getloadavg(), time.monotonic()
     results: dict[int, dict] = {}
     for page_count in PAGE_COUNTS:
-        results[page_count] = measure_page_count(page_count, pdfimpose)
+        results[page_count] = measure_page_count(page_count, pdfimpose, baseline)
         m = results[page_count]["external"]
         print(f"{page_count:5} pages: " + ", ".join(f"{name} {value.wall_s:.3f} s" for name, value in m.items()),
               flush=True)
@@ -337,12 +454,15 @@ def main() -> None:
     conditions = (
         f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {os.cpu_count()} CPUs in {time.monotonic() - started:.0f} s; "
         f"load average {load_before[0]:.2f} at the start, {load_after[0]:.2f} at the end; "
-        f"medians of {repeats(8)} runs up to 64 pages, {repeats(512)} from 512 (in-process: at least as many, and "
-        f"at least 1 s of runs); times in seconds, wall clock unless marked CPU (user + system)."
+        f"medians of {repeats(8)} runs up to 64 pages, {repeats(512)} from 512 (in-process: {IN_PROCESS_ROUNDS} rounds "
+        f"taking turns, each of at least as many runs and at least 1 s of them); times in seconds, wall clock unless "
+        f"marked CPU (user + system). Old ratios: "
+        + (f"the baseline {BASELINE_REF} ({baseline_commit}), measured in this run." if BASELINE_REF
+           else "the last recorded run's (the tables this run replaced).")
         + ("\n\n**The machine was busy with other work during this run: wall times carry its queueing; the CPU "
            "columns and CPU ratios are the steadier measure.**" if busy else "")
     )
-    tables = render(results, conditions)
+    tables = render(results, conditions, recorded)
     (WORK / "results.md").write_text(tables)
     (WORK / "results.json").write_text(json.dumps(
         {pages: {kind: {name: asdict(value) for name, value in group.items()} for kind, group in measured.items()}

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from imposition.cli import layout_text
+from imposition.cli import layout_text, skip_exit_collection
 from service.tenancy import TenancyError, shown_value, validate_job_id, validate_tenant_id
 
 if TYPE_CHECKING:  # the click.Choice of --on-duplicate; tasks.submission itself is imported when run
@@ -298,5 +298,12 @@ def tenant_set_cap(tenant_id: str, cap: int | None, use_default: bool, burst_cap
     click.echo(json.dumps(describe_tenant(tenant_id), indent=2, sort_keys=True))
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The ``imposition`` console script (pyproject.toml): :func:`main` in a process of its own, which
+    ends without a last garbage collection (:func:`imposition.cli.skip_exit_collection`)."""
+    skip_exit_collection()
     main()
+
+
+if __name__ == "__main__":
+    run()

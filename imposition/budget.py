@@ -11,7 +11,7 @@ import base64
 import binascii
 import re
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +20,7 @@ from pikepdf import Array, Dictionary, Name
 
 from .errors import ContentTooLarge
 from .job import ContentBudget
-from .source import inherited
+from .source import SourcePage, read_pages
 
 #: Largest piece a decoding stage hands on at once (bytes): what a bomb can make the engine hold.
 CHUNK_BYTES = 1 << 20
@@ -33,8 +33,9 @@ DEFAULT_COMPONENTS = 4
 
 @dataclass(frozen=True)
 class ContentUse:
-    """What :func:`check_content_budget` measured: ``decoded_bytes`` of every counted stream, ``operators``
-    of every content stream, ``streams`` counted."""
+    """What :func:`check_content_budget` measured: ``decoded_bytes`` of every counted stream (at most: a
+    stream the budget held by its raw length alone counts at its most), ``operators`` of every content
+    stream, ``streams`` counted."""
 
     decoded_bytes: int
     operators: int
@@ -211,6 +212,23 @@ _STAGES = {
     "/RunLengthDecode": _run_length, "/RL": _run_length,
     "/Crypt": _passed_through,
 }
+#: Most bytes a deflate stream inflates to per byte of it: a match of 258 bytes coded in 2 bits (a 1-bit
+#: length code and a 1-bit distance code, RFC 1951 §3.2.5), 129 bytes a bit.
+DEFLATE_MOST_BYTES_PER_BYTE = 1032
+#: Longest string one LZW code stands for (bytes): a 4,096-entry table grows by one byte an entry.
+LZW_LONGEST_CODE_BYTES = 4096
+
+#: The most each general-purpose filter decodes ``n`` bytes of input to, without decoding them: its
+#: best compression ratio (every code of LZW is at least 9 bits; ASCII85's ``z`` is one character for
+#: four bytes; RunLength repeats one byte 128 times for two).
+_MOST_BYTES = {
+    "/FlateDecode": lambda n: DEFLATE_MOST_BYTES_PER_BYTE * n, "/Fl": lambda n: DEFLATE_MOST_BYTES_PER_BYTE * n,
+    "/LZWDecode": lambda n: LZW_LONGEST_CODE_BYTES * n, "/LZW": lambda n: LZW_LONGEST_CODE_BYTES * n,
+    "/ASCIIHexDecode": lambda n: n // 2 + 1, "/AHx": lambda n: n // 2 + 1,
+    "/ASCII85Decode": lambda n: 4 * n, "/A85": lambda n: 4 * n,
+    "/RunLengthDecode": lambda n: 64 * n, "/RL": lambda n: 64 * n,
+    "/Crypt": lambda n: n,
+}
 #: Image codecs: the decoded size is the image's samples, not something the engine decodes.
 _IMAGE_CODECS = frozenset({"/DCTDecode", "/DCT", "/JPXDecode", "/JBIG2Decode", "/CCITTFaxDecode", "/CCF"})
 #: Components of the colour spaces given by name (§8.6).
@@ -218,7 +236,7 @@ _COMPONENTS = {"/DeviceGray": 1, "/G": 1, "/CalGray": 1, "/DeviceRGB": 3, "/RGB"
                "/DeviceCMYK": 4, "/CMYK": 4, "/Indexed": 1, "/I": 1, "/Separation": 1, "/Pattern": 1}
 
 
-def _components(colour_space: pikepdf.Object | None) -> int:
+def _components(colour_space: object) -> int:
     if isinstance(colour_space, Name):
         return _COMPONENTS.get(str(colour_space), DEFAULT_COMPONENTS)
     if isinstance(colour_space, Array) and len(colour_space) > 0:
@@ -254,7 +272,7 @@ def _jpeg_frame_bytes(head: bytes) -> int:
     return 0
 
 
-def _image_bytes(stream: pikepdf.Stream, codec: str, head: bytes) -> int:
+def _image_bytes(entries: dict[str, object], codec: str, head: bytes) -> int:
     """What the image codec ``codec`` decodes ``stream`` to: its rows of samples as the dictionary
     declares them (/Width, /Height, the colour space's components, /BitsPerComponent), and for a JPEG
     its own frame when that is larger (the decoder fills the frame its header names).
@@ -262,13 +280,13 @@ def _image_bytes(stream: pikepdf.Stream, codec: str, head: bytes) -> int:
     Raises:
         _Unbounded: no usable /Width or /Height (and, for a JPEG, no frame header).
     """
-    width, height = stream.get("/Width"), stream.get("/Height")
-    if codec in ("/JBIG2Decode", "/CCITTFaxDecode", "/CCF") or stream.get("/ImageMask") is True:
+    width, height = entries.get("/Width"), entries.get("/Height")
+    if codec in ("/JBIG2Decode", "/CCITTFaxDecode", "/CCF") or entries.get("/ImageMask") is True:
         components, bits = 1, 1
     else:
-        declared_bits = stream.get("/BitsPerComponent", 8)
+        declared_bits = entries.get("/BitsPerComponent", 8)
         bits = declared_bits if isinstance(declared_bits, int) and 0 < declared_bits <= 16 else 8
-        components = _components(stream.get("/ColorSpace"))  # JPX may leave it out: DEFAULT_COMPONENTS
+        components = _components(entries.get("/ColorSpace"))  # JPX may leave it out: DEFAULT_COMPONENTS
     declared = 0
     if isinstance(width, int) and isinstance(height, int) and width > 0 and height > 0:
         declared = height * ((width * components * bits + 7) // 8)
@@ -278,11 +296,19 @@ def _image_bytes(stream: pikepdf.Stream, codec: str, head: bytes) -> int:
     return max(declared, frame)
 
 
-def _filters(stream: pikepdf.Stream) -> list[tuple[str, Dictionary | None]]:
-    """The stream's filters in the order they decode, each with its /DecodeParms (or None)."""
-    filters = stream.get("/Filter")
+def _entries(stream: pikepdf.Stream) -> dict[str, object]:
+    """The entries of ``stream``'s dictionary, read at once (pikepdf's ``get`` of an absent key costs
+    several times a whole ``items()``); looked up with ``dict.get``, an absent or null entry is None,
+    as pikepdf's ``get`` gives it."""
+    return dict(stream.stream_dict.items())
+
+
+def _filters(entries: dict[str, object]) -> list[tuple[str, Dictionary | None]]:
+    """The stream's filters (``entries``: its dictionary) in the order they decode, each with its
+    /DecodeParms (or None)."""
+    filters = entries.get("/Filter")
     names = [filters] if isinstance(filters, Name) else list(filters) if isinstance(filters, Array) else []
-    parms = stream.get("/DecodeParms")
+    parms = entries.get("/DecodeParms")
     parm_list = list(parms) if isinstance(parms, Array) else [parms] * len(names)
     parm_list += [None] * (len(names) - len(parm_list))
     return [(str(name), parm if isinstance(parm, Dictionary) else None) for name, parm in zip(names, parm_list)]
@@ -356,13 +382,33 @@ class _OperatorCount:
             raise _Over(self.count, operators=True)
 
 
-def measure(stream: pikepdf.Stream, bytes_cap: int, operators_cap: int | None) -> tuple[int, int]:
+def most_decoded(stream: pikepdf.Stream, entries: dict[str, object]) -> int | None:
+    """The most bytes any stage of :func:`measure` can count for ``stream``, from its raw length and
+    filters alone (:data:`_MOST_BYTES`), nothing decoded; None when a filter is an image codec or one
+    the engine cannot decode, or the raw data cannot be read (:func:`measure` then says which);
+    ``entries``: the stream's dictionary (:func:`_entries`)."""
+    filters = _filters(entries)
+    try:
+        most = len(stream.read_raw_bytes())
+    except (pikepdf.PdfError, pikepdf.QpdfRuntimeError):
+        return None
+    for name, _parms in filters:
+        grow = _MOST_BYTES.get(name)
+        if grow is None:
+            return None
+        most = max(most, grow(most))  # each stage is capped: the largest stage output counts
+    return most
+
+
+def measure(stream: pikepdf.Stream, bytes_cap: int, operators_cap: int | None,
+            entries: dict[str, object] | None = None) -> tuple[int, int]:
     """Decode ``stream`` in pieces, counting; nothing of it is kept.
 
     Args:
         stream: the stream (its raw data is read whole: it is part of the input file).
         bytes_cap: most decoded bytes allowed, checked after every filter of the chain.
         operators_cap: most operators allowed, or None for a stream that is not content.
+        entries: the stream's dictionary (:func:`_entries`), when read already.
 
     Returns:
         ``(decoded bytes, operators)``; operators 0 when not counted. Behind a PNG or TIFF predictor
@@ -373,7 +419,8 @@ def measure(stream: pikepdf.Stream, bytes_cap: int, operators_cap: int | None) -
         _Over: past a cap (``produced``: where it stopped); _Unbounded: cannot be bounded.
         pikepdf.PdfError: qpdf cannot read the raw data.
     """
-    filters = _filters(stream)
+    entries = _entries(stream) if entries is None else entries
+    filters = _filters(entries)
     raw = stream.read_raw_bytes()
     chunks: Iterable[bytes] = _capped(_raw_chunks(raw), bytes_cap) if not filters else _raw_chunks(raw)
     exact = True
@@ -384,7 +431,7 @@ def measure(stream: pikepdf.Stream, bytes_cap: int, operators_cap: int | None) -
             head = b""
             for chunk in chunks:  # the codec's input: bounded by the stages before it
                 head += chunk[: JPEG_HEADER_WINDOW_BYTES - len(head)]
-            size = _image_bytes(stream, name, head)
+            size = _image_bytes(entries, name, head)
             if size > bytes_cap:
                 raise _Over(size)
             return size, 0
@@ -413,27 +460,48 @@ def measure(stream: pikepdf.Stream, bytes_cap: int, operators_cap: int | None) -
 
 #: What can hold a stream or lead to one.
 _CONTAINERS = (Dictionary, Array, pikepdf.Stream)
+#: The Python type of every PDF object pikepdf hands over as an object (numbers and booleans come as
+#: Python values): a cheap first test before the dearer ``isinstance`` of its PDF type.
+_OBJECT = pikepdf.Object
+#: The object number and generation pikepdf gives a direct object.
+_DIRECT = (0, 0)
 #: Entries whose values are content streams, or dictionaries of them: annotation appearances
 #: (§12.5.5, with their appearance states) and Type 3 glyph descriptions (§9.6.5).
 _CONTENT_KEYS = ("/AP", "/CharProcs")
 
 
-def _is_content(stream: pikepdf.Stream) -> bool:
-    """A form XObject or a tiling pattern: a content stream of its own (§8.10, §8.7.3)."""
-    return stream.get("/Subtype") == Name.Form or stream.get("/PatternType") == 1
+_FORM, _IMAGE = Name.Form, Name.Image
 
 
-def _kind(stream: pikepdf.Stream, content: bool) -> str:
-    subtype = stream.get("/Subtype")
-    if subtype == Name.Form:
+def _is_content(entries: dict[str, object]) -> bool:
+    """A form XObject or a tiling pattern (``entries``: the stream's dictionary): a content stream of
+    its own (§8.10, §8.7.3)."""
+    return entries.get("/Subtype") == _FORM or entries.get("/PatternType") == 1
+
+
+def _kind(entries: dict[str, object], content: bool) -> str:
+    subtype = entries.get("/Subtype")
+    if subtype == _FORM:
         return "a form XObject"
-    if subtype == Name.Image:
+    if subtype == _IMAGE:
         return "an image"
     return "a content stream" if content else "a stream"
 
 
+def _name(entries: dict[str, object], content: bool, key: tuple[int, int] | None) -> str:
+    """A stream in a message: its kind and, for an indirect one, its object number."""
+    return _kind(entries, content) + (f" (object {key[0]} {key[1]})" if key else "")
+
+
 class _Meter:
-    """The walk over what the plate can carry, with the job's running totals."""
+    """The walk over what the plate can carry, with the job's running totals.
+
+    A stream that is not content and that fits the budget by :func:`most_decoded` alone is not
+    decoded: it waits in ``_pending``, counted at its most, and is measured only if a later count would
+    not fit with the pending ones at their most (:meth:`_settle`, in walk order). Each stream is then
+    measured with the same caps and totals as if every stream were measured in turn, so the same
+    input is refused by the same stream with the same message; the rest is never decoded.
+    """
 
     def __init__(self, budget: ContentBudget, path: Path) -> None:
         self.budget = budget
@@ -444,30 +512,56 @@ class _Meter:
         self.where = ""
         self._seen: set[tuple[int, int]] = set()
         self._measured: dict[tuple[int, int], tuple[int, int]] = {}
+        #: Streams counted at their most, not measured yet: (stream, its dictionary, its name in
+        #: messages, where it was met).
+        self._pending: list[tuple[pikepdf.Stream, dict[str, object], str | None, str]] = []
+        self._pending_bytes = 0
+        self._pending_keys: set[tuple[int, int]] = set()
 
     def _refuse(self, what: str, produced: int, setting: str, limit: int, unit: str) -> ContentTooLarge:
         return ContentTooLarge(f"{self.path.name}: {self.where}{what} holds more than {setting}={limit} {unit} "
                                f"(refused after {produced} {unit})")
 
     def stream(self, stream: pikepdf.Stream, content: bool, *, stream_bytes_left: int | None = None,
-               stream_operators_left: int | None = None, what: str | None = None) -> tuple[int, int]:
-        """Measure ``stream`` once (by object), add it to the job's totals; returns ``(bytes, operators)``."""
+               stream_operators_left: int | None = None, what: str | None = None,
+               may_wait: bool = True, entries: dict[str, object] | None = None) -> tuple[int, int]:
+        """Measure ``stream`` once (by object), add it to the job's totals; returns ``(bytes, operators)``,
+        the bytes at their most for a stream left pending (``may_wait``: see the class). ``entries``:
+        the stream's dictionary, when read already (:func:`_entries`)."""
         key = stream.objgen if stream.is_indirect else None
+        if key is not None and key in self._pending_keys:
+            self._settle()
         if key is not None and key in self._measured:
             return self._measured[key]
         budget = self.budget
         per_stream_bytes = budget.max_decoded_bytes_per_stream if stream_bytes_left is None else stream_bytes_left
         per_stream_operators = budget.max_content_operators_per_stream if stream_operators_left is None \
             else stream_operators_left
-        job_bytes_left = budget.max_decoded_bytes_per_job - self.decoded_bytes
+        job_bytes_left = budget.max_decoded_bytes_per_job - self.decoded_bytes - self._pending_bytes
+        entries = _entries(stream) if entries is None else entries
+        if may_wait and not content:
+            most = most_decoded(stream, entries)
+            if most is not None and most <= min(per_stream_bytes, job_bytes_left):
+                self._pending.append((stream, entries, what, self.where))
+                self._pending_bytes += most
+                self.streams += 1
+                if key is not None:
+                    self._pending_keys.add(key)
+                return most, 0
         job_operators_left = budget.max_content_operators_per_job - self.operators
         bytes_cap = min(per_stream_bytes, job_bytes_left)
         operators_cap = min(per_stream_operators, job_operators_left) if content else None
-        name = what or f"{_kind(stream, content)}" + (f" (object {key[0]} {key[1]})" if key else "")
         try:
-            size, operators = measure(stream, bytes_cap, operators_cap)
+            size, operators = measure(stream, bytes_cap, operators_cap, entries)
         except _Over as over:
             counting_bytes = not over.operators
+            if counting_bytes and self._pending and job_bytes_left < per_stream_bytes:
+                # the job's cap was lowered by the streams counted at their most: measure them, then this
+                self._settle()
+                return self.stream(stream, content, stream_bytes_left=stream_bytes_left,
+                                   stream_operators_left=stream_operators_left, what=what, may_wait=False,
+                                   entries=entries)
+            name = what or _name(entries, content, key)
             if counting_bytes and per_stream_bytes <= job_bytes_left:
                 raise self._refuse(name, over.produced, "max_decoded_bytes_per_stream",
                                    budget.max_decoded_bytes_per_stream, "decoded bytes") from None
@@ -482,6 +576,7 @@ class _Meter:
                                "max_content_operators_per_job", budget.max_content_operators_per_job,
                                "operators") from None
         except _Unbounded as unbounded:
+            name = what or _name(entries, content, key)
             raise ContentTooLarge(
                 f"{self.path.name}: {self.where}{name} cannot be held to max_decoded_bytes_per_stream="
                 f"{budget.max_decoded_bytes_per_stream}: it uses {unbounded}"
@@ -508,6 +603,8 @@ class _Meter:
         total_bytes = total_operators = 0
         for index, part in enumerate(streams):
             name = f"its content ({len(streams)} streams, up to part {index + 1})"
+            if part.is_indirect and part.objgen in self._pending_keys:
+                self._settle()
             if part.is_indirect and part.objgen in self._measured:
                 # measured before (another page, or twice in this array): the engine concatenates
                 # the parts into a new stream of this page's, so they count again
@@ -529,9 +626,20 @@ class _Meter:
             if part.is_indirect:
                 self._seen.add(part.objgen)
 
+    def _settle(self) -> None:
+        """Measure every pending stream, in the order they were met, each where it was met."""
+        pending, where = self._pending, self.where
+        self._pending, self._pending_bytes, self._pending_keys = [], 0, set()
+        for stream, entries, what, self.where in pending:
+            self.streams -= 1
+            self.stream(stream, False, what=what, may_wait=False, entries=entries)
+        self.where = where
+
     def _charge(self, size: int, operators: int, name: str) -> None:
         """Add a stream measured before to the job's totals again; raises past a job limit."""
         budget = self.budget
+        if self._pending and self.decoded_bytes + self._pending_bytes + size > budget.max_decoded_bytes_per_job:
+            self._settle()
         self.decoded_bytes += size
         self.operators += operators
         if self.decoded_bytes > budget.max_decoded_bytes_per_job:
@@ -545,26 +653,34 @@ class _Meter:
         """Measure every stream reachable from ``pending`` (``(object, content)`` pairs: ``content``
         marks the streams, and the values of a dictionary, that are content streams; an object that
         is no container, None included, is skipped); ``what`` names the first one in messages."""
-        while pending:
+        seen = self._seen
+        pending = [item for item in pending if isinstance(item[0], _OBJECT) and isinstance(item[0], _CONTAINERS)]
+        while pending:  # only containers are pushed
             obj, content = pending.pop()
-            if not isinstance(obj, _CONTAINERS):
-                continue
-            if obj.is_indirect:
-                if obj.objgen in self._seen:
+            objgen = obj.objgen
+            if objgen != _DIRECT:
+                if objgen in seen:
                     continue
-                self._seen.add(obj.objgen)
+                seen.add(objgen)
             if isinstance(obj, pikepdf.Stream):
-                self.stream(obj, content or _is_content(obj), what=what)
+                entries = _entries(obj)
+                self.stream(obj, content or _is_content(entries), what=what, entries=entries)
                 what = None
-                pending.extend((value, False) for _, value in obj.stream_dict.items() if isinstance(value, _CONTAINERS))
+                for value in entries.values():
+                    if isinstance(value, _OBJECT) and isinstance(value, _CONTAINERS):
+                        pending.append((value, False))
             elif isinstance(obj, Dictionary):
-                pending.extend((value, content or key in _CONTENT_KEYS) for key, value in obj.items()
-                               if isinstance(value, _CONTAINERS))
+                for key, value in obj.items():
+                    if isinstance(value, _OBJECT) and isinstance(value, _CONTAINERS):
+                        pending.append((value, content or key in _CONTENT_KEYS))
             else:
-                pending.extend((value, content) for value in obj if isinstance(value, _CONTAINERS))
+                for value in obj:
+                    if isinstance(value, _OBJECT) and isinstance(value, _CONTAINERS):
+                        pending.append((value, content))
 
 
-def check_content_budget(pdf: pikepdf.Pdf, budget: ContentBudget, path: Path) -> ContentUse:
+def check_content_budget(pdf: pikepdf.Pdf, budget: ContentBudget, path: Path,
+                         pages: Sequence[SourcePage] | None = None) -> ContentUse:
     """Measure every stream the plate can carry against ``budget``; raise at the first one past it.
 
     Counted, each object once: every page's content, its resources (inherited ones too) and group
@@ -573,7 +689,8 @@ def check_content_budget(pdf: pikepdf.Pdf, budget: ContentBudget, path: Path) ->
     intents and the interactive form's default resources. Nothing else of the input reaches a plate
     (:func:`imposition.drawing.draw_plan` keeps only these), so a stream no page reaches is neither
     decoded nor copied. Only raw stream data is read: qpdf decodes nothing here (and warns of nothing
-    that :func:`imposition.source.content_damage` should hear about).
+    that :func:`imposition.source.content_damage` should hear about). ``pages``: the pages of ``pdf``,
+    read already (:func:`imposition.source.read_pages`).
 
     Returns:
         What was counted.
@@ -582,20 +699,18 @@ def check_content_budget(pdf: pikepdf.Pdf, budget: ContentBudget, path: Path) ->
         ContentTooLarge: ``content_too_large``, naming the page, the stream, the setting and its limit.
     """
     meter = _Meter(budget, path)
-    for number, page in enumerate(pdf.pages, start=1):
-        obj = page.obj
+    for number, page in enumerate(read_pages(pdf) if pages is None else pages, start=1):
         meter.where = f"page {number}: "
-        meter.page_contents(obj.get("/Contents"))
-        pending: list[tuple[pikepdf.Object | None, bool]] = [(inherited(obj, "/Resources"), False),
-                                                      (obj.get("/Group"), False)]
-        annotations = obj.get("/Annots")
+        meter.page_contents(page.get("/Contents"))
+        pending: list[tuple[pikepdf.Object | None, bool]] = [(page.resources, False), (page.get("/Group"), False)]
+        annotations = page.get("/Annots")
         if isinstance(annotations, Array):
             pending.extend((annotation.get("/AP"), True) for annotation in annotations
                            if isinstance(annotation, Dictionary))
-        meter.walk([item for item in pending if item[0] is not None])
+        meter.walk(pending)
     meter.where = "the catalog: "
     root = pdf.Root
     acro_form = root.get("/AcroForm")
     meter.walk([(root.get("/OutputIntents"), False),
                 (acro_form.get("/DR") if isinstance(acro_form, Dictionary) else None, False)])
-    return ContentUse(meter.decoded_bytes, meter.operators, meter.streams)
+    return ContentUse(meter.decoded_bytes + meter._pending_bytes, meter.operators, meter.streams)

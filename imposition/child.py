@@ -39,7 +39,7 @@ from .budget import check_content_budget
 from .errors import DamagedPdf, ImpositionError, MemoryLimitExceeded, PlateWarning, PreviewFailed, departure_error
 from .job import ContentBudget, Layout, SlugInfo
 from .planning import plan_imposition
-from .source import content_damage, open_source, page_boxes, qpdf_message
+from .source import content_damage, open_source, page_boxes, qpdf_message, read_pages
 
 #: What qpdf raises about a document it cannot make sense of: its PDF errors (PdfError and
 #: DataDecodingError), its runtime errors (QpdfRuntimeError, e.g. "/Count is wrong after flattening
@@ -100,10 +100,12 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
             return {"ok": True, "pages_in": len(pdf.pages)}
     open_warnings: list[str] = []
     with open_source(path, max_pages=int(request["max_pages"]), warnings_out=open_warnings) as pdf:
+        pages = read_pages(pdf)  # the page tree walked once for the three checks
         if request.get("content_budget"):
-            check_content_budget(pdf, ContentBudget.from_json(request["content_budget"]), path)
-        repaired = content_damage(pdf, path, open_warnings)
-        boxes = page_boxes(pdf)
+            check_content_budget(pdf, ContentBudget.from_json(request["content_budget"]), path, pages)
+        repaired = content_damage(pdf, path, open_warnings, pages)
+        boxes = page_boxes(pdf, pages)
+        del pages
         plan = plan_imposition(layout, boxes, slug=slug, max_cells_per_sheet=request.get("max_cells_per_sheet"),
                                max_cells_per_job=request.get("max_cells_per_job"))
         warnings = ([PlateWarning("repaired", repaired)] if repaired else []) + list(plan.warnings)

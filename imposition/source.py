@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import pikepdf
 
@@ -126,10 +128,28 @@ def inherited(page: pikepdf.Object | None, key: str) -> pikepdf.Object | None:
     return None
 
 
-def _entry(page: pikepdf.Dictionary, key: str) -> pikepdf.Object | None:
-    """``page[key]``, or None when absent (a membership test first: pikepdf's ``get`` of an absent
-    key costs several times more)."""
-    return page[key] if key in page else None
+class SourcePage(NamedTuple):
+    """One page as the checks read it (the content budget, the damage check, the boxes), read once:
+    its dictionary, the keys it holds (null entries left out, as pikepdf's ``in`` leaves them out) and
+    its /Resources (inherited when absent). Valid until the page is changed (drawing changes it)."""
+
+    obj: pikepdf.Dictionary
+    keys: set[str]
+    resources: pikepdf.Object | None
+
+    def get(self, key: str) -> pikepdf.Object | None:
+        """The page's entry ``key``, or None when absent (an absent key costs no call into pikepdf)."""
+        return self.obj.get(key) if key in self.keys else None
+
+
+def read_pages(pdf: pikepdf.Pdf) -> list[SourcePage]:
+    """Every page of ``pdf`` in order (the page tree walked once, for every check)."""
+    pages = []
+    for page in pdf.pages:
+        obj = page.obj
+        keys = obj.keys()
+        pages.append(SourcePage(obj, keys, obj.get("/Resources") if "/Resources" in keys else inherited(obj, "/Resources")))
+    return pages
 
 
 def _box(value: pikepdf.Object | None, page_number: int, name: str) -> Rect | None:
@@ -151,12 +171,12 @@ _INHERITED_ENTRIES = ("/MediaBox", "/CropBox", "/Rotate")
 _OWN_ENTRIES = ("/TrimBox", "/BleedBox", "/UserUnit")
 
 
-def _entries(page: pikepdf.Dictionary, from_tree: dict[tuple[int, int], tuple]) -> tuple:
+def _entries(page: SourcePage, from_tree: dict[tuple[int, int], tuple]) -> tuple:
     """The page's /MediaBox, /CropBox, /Rotate (inherited when absent), /TrimBox, /BleedBox and
     /UserUnit, each None when absent. What a page inherits is looked up once per parent node."""
-    inheritable = [_entry(page, key) for key in _INHERITED_ENTRIES]
+    inheritable = [page.get(key) for key in _INHERITED_ENTRIES]
     if None in inheritable:
-        parent = _entry(page, "/Parent")
+        parent = page.get("/Parent")
         if isinstance(parent, pikepdf.Dictionary) and parent.is_indirect:
             tree = from_tree.get(parent.objgen)
             if tree is None:
@@ -164,7 +184,7 @@ def _entries(page: pikepdf.Dictionary, from_tree: dict[tuple[int, int], tuple]) 
         else:
             tree = tuple(inherited(parent, key) for key in _INHERITED_ENTRIES)
         inheritable = [own if own is not None else up for own, up in zip(inheritable, tree)]
-    return (*inheritable, *(_entry(page, key) for key in _OWN_ENTRIES))
+    return (*inheritable, *(page.get(key) for key in _OWN_ENTRIES))
 
 
 def _page_boxes(entries: tuple, page_number: int) -> PageBoxes:
@@ -190,8 +210,9 @@ def _page_boxes(entries: tuple, page_number: int) -> PageBoxes:
     return PageBoxes(crop=crop, trim=trim, bleed=bleed, rotate_degrees_cw=rotate, user_unit=user_unit)
 
 
-def page_boxes(pdf: pikepdf.Pdf) -> list[PageBoxes]:
-    """The boxes of every page of ``pdf``, in page order, per PDF 32000-1 §14.11.2.
+def page_boxes(pdf: pikepdf.Pdf, pages: Sequence[SourcePage] | None = None) -> list[PageBoxes]:
+    """The boxes of every page of ``pdf`` (``pages``: its pages read already, :func:`read_pages`), in
+    page order, per PDF 32000-1 §14.11.2.
 
     Pages whose box entries are written the same (most documents) share one :class:`PageBoxes`,
     worked out once: per page only the entries are read and compared as written (pikepdf hands
@@ -204,8 +225,8 @@ def page_boxes(pdf: pikepdf.Pdf) -> list[PageBoxes]:
     known: dict[tuple, PageBoxes] = {}
     from_tree: dict[tuple[int, int], tuple] = {}
     boxes = []
-    for number, page in enumerate(pdf.pages, start=1):
-        entries = _entries(page.obj, from_tree)
+    for number, page in enumerate(read_pages(pdf) if pages is None else pages, start=1):
+        entries = _entries(page, from_tree)
         key = tuple(entry.unparse(resolved=True) if isinstance(entry, pikepdf.Object) else entry for entry in entries)
         found = known.get(key)
         if found is None:
@@ -231,21 +252,22 @@ def _named_objects(warnings: list[str]) -> dict[tuple[int, int], str]:
     return named
 
 
-def _missing(mapping: pikepdf.Dictionary) -> list[str]:
+def _missing(mapping: pikepdf.Dictionary, keys: set[str] | None = None) -> list[str]:
     """Keys of ``mapping`` whose value is null: a reference to an object the file does not hold (qpdf
-    resolves a dangling reference to null and then hides the key from ``in`` and ``keys()``)."""
-    if len(mapping) == len(mapping.keys()):  # ``len`` counts null entries, ``keys()`` does not: cheap
+    resolves a dangling reference to null and then hides the key from ``in`` and ``keys()``);
+    ``keys``: ``mapping.keys()`` when read already."""
+    if len(mapping) == len(mapping.keys() if keys is None else keys):  # ``len`` counts null entries: cheap
         return []
     return sorted(key for key, value in mapping.as_dict().items() if value is None)
 
 
-def _content_problem(page: pikepdf.Dictionary, warned: dict[tuple[int, int], str], pdf: pikepdf.Pdf,
+def _content_problem(page: SourcePage, warned: dict[tuple[int, int], str], pdf: pikepdf.Pdf,
                      path: Path, repairs: list[str]) -> str | None:
     """Why the content of ``page`` cannot be read whole, or None. Each content stream is decoded;
     warnings qpdf gives before that (it repairs lazily, as objects are first read) go to ``repairs``."""
-    if "/Contents" not in page:
-        return "its content stream (/Contents) is missing" if "/Contents" in _missing(page) else None
-    contents = page["/Contents"]
+    if "/Contents" not in page.keys:
+        return "its content stream (/Contents) is missing" if "/Contents" in _missing(page.obj, page.keys) else None
+    contents = page.obj.get("/Contents")
     parts = list(contents) if isinstance(contents, pikepdf.Array) else [contents]
     for index, part in enumerate(parts):
         if not isinstance(part, pikepdf.Stream):
@@ -274,11 +296,12 @@ def _resources_problem(resources: pikepdf.Object | None, warned: dict[tuple[int,
     decoded: a damaged one is one qpdf warned about)."""
     if not isinstance(resources, pikepdf.Dictionary):
         return None  # absent (nothing to name) or the wrong type (typed in drawing)
-    missing = _missing(resources)
+    keys = resources.keys()
+    missing = _missing(resources, keys)
     if missing:
         return f"its resource categories {', '.join(missing)} are missing"
     for category in RESOURCE_CATEGORIES:
-        entries = resources[category] if category in resources else None
+        entries = resources.get(category) if category in keys else None
         if not isinstance(entries, pikepdf.Dictionary):
             continue
         missing = _missing(entries)
@@ -293,7 +316,8 @@ def _resources_problem(resources: pikepdf.Object | None, warned: dict[tuple[int,
     return None
 
 
-def content_damage(pdf: pikepdf.Pdf, path: Path, open_warnings: list[str]) -> str | None:
+def content_damage(pdf: pikepdf.Pdf, path: Path, open_warnings: list[str],
+                   pages: Sequence[SourcePage] | None = None) -> str | None:
     """Whether every page's content and resources read whole; raises when one does not.
 
     A file cut short keeps its page tree (qpdf rebuilds the cross-reference table) but loses the
@@ -304,6 +328,7 @@ def content_damage(pdf: pikepdf.Pdf, path: Path, open_warnings: list[str]) -> st
         pdf: the open source (:func:`open_source`).
         path: its file (named by its bare name in messages).
         open_warnings: what qpdf warned of while opening it (``open_source(warnings_out=...)``).
+        pages: its pages, read already (:func:`read_pages`).
 
     Returns:
         None for a file that needed no repair; otherwise what qpdf repaired (the first warning and
@@ -316,11 +341,10 @@ def content_damage(pdf: pikepdf.Pdf, path: Path, open_warnings: list[str]) -> st
     repairs = [*open_warnings, *pdf.get_warnings()]
     damaged: dict[int, str] = {}
     checked: dict[tuple[int, int], str | None] = {}
-    for number, page in enumerate(pdf.pages, start=1):
-        obj = page.obj
-        problem = _content_problem(obj, warned, pdf, path, repairs)
+    for number, page in enumerate(read_pages(pdf) if pages is None else pages, start=1):
+        problem = _content_problem(page, warned, pdf, path, repairs)
         if problem is None:
-            resources = inherited(obj, "/Resources")
+            resources = page.resources
             key = resources.objgen if isinstance(resources, pikepdf.Object) and resources.is_indirect else None
             if key is None or key not in checked:
                 problem = _resources_problem(resources, warned, path)
@@ -328,7 +352,7 @@ def content_damage(pdf: pikepdf.Pdf, path: Path, open_warnings: list[str]) -> st
                     checked[key] = problem
             else:
                 problem = checked[key]
-            if problem is None and "/Resources" in _missing(obj):
+            if problem is None and "/Resources" in _missing(page.obj, page.keys):
                 problem = "its /Resources is missing"
         if problem is not None:
             damaged[number] = problem
