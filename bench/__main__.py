@@ -2,35 +2,24 @@
 
 Inputs: 8, 64, 512 and 4,096-page A5 documents, each page with text and its own image
 (:mod:`bench.documents`). Layouts: saddle stitch on A4 and 2 × 2 n-up on A3 (pdfimpose has no plain
-n-up; its closest is ``wire --signature 2x2``: four pages per side, cut and stacked).
+n-up; its closest is ``wire --signature 2x2``: four pages per side, cut and stacked). Contenders take
+turns run by run (in-process ones :data:`IN_PROCESS_ROUNDS` times, their runs pooled); every time is a
+median of at least three runs with its CPU time (user + system) beside it:
 
-Every time is a median of at least three runs (7 up to 64 pages, 5 from 512; external contenders
-take turns run by run; outputs are removed before each run, outside the clock), with its CPU time
-(user + system) beside the wall time, and every peak RSS the largest over the runs. The timings:
+1. **External commands** (:mod:`bench.meter`): ``python -m imposition.cli`` (the CLI, its child
+   started first), the same with ``--no-prestart`` (before: the child after the CLI's start-up),
+   ``pdfimpose``, and ``python -m bench.copy_floor`` (open, append every page, save).
+2. **Inside a long-lived process** (:mod:`bench.inprocess`): the engine API with a child per job
+   (before) and with the worker's warm child (now), the work alone, the copy and rewrite floors.
 
-1. **External commands**, start-up included, as a user runs them (:mod:`bench.meter`):
-   ``python -m imposition.cli`` (ours: the CLI process, the engine's limited child process started
-   first, loading while the CLI starts), the same with ``--no-prestart`` (before: the child started
-   after the CLI's start-up), ``pdfimpose``, and ``python -m bench.copy_floor`` (open, append every
-   page, save).
-2. **Inside a long-lived process**, as the worker runs the engine (:mod:`bench.inprocess`): the
-   engine API with a child started per job (before), the engine API with the worker's warm child
-   (now), the same work without any child, the copy floor and the rewrite floor (open and save
-   unchanged, deterministic /ID) in-process.
-
-Then memory against pages (3: peak RSS of each process; for the in-process contenders also the job's
-own memory, the rise of the resident set during one run) and each goal of the engine issue checked
-row by row (4), every ratio beside the old one: with ``BENCH_BASELINE=<git ref>`` (``main``, a
-commit) that ref's engine is measured in the same run as ours (its ``imposition`` and ``service``
-packages exported to ``out/bench/baseline``, driven by this harness), else the old one is the last
-recorded run's (the goals tables of ``bench/RESULTS.md``). Results go to ``out/bench/results.md`` and
-``results.json``; with ``BENCH_UPDATE_DOC=1`` a full run also refreshes the tables in the committed
-``bench/RESULTS.md`` (between its ``bench:tables`` markers). ``BENCH_QUICK=1`` runs only 8 and 64 pages.
-
-The in-process contenders take turns too: each is run :data:`IN_PROCESS_ROUNDS` times, one after
-the other, and its runs pooled. Our packages are byte-compiled first (``compileall``), as pip
-compiles an installed package such as pdfimpose: with ``PYTHONDONTWRITEBYTECODE`` set, an editable
-install would otherwise compile its modules from source on every start.
+Then memory against pages (3) and each goal of the engine issue row by row (4), every ratio beside
+the old one: with ``BENCH_BASELINE=<git ref>`` that ref's ``imposition`` and ``service``, exported
+to ``out/bench/baseline`` and driven by this harness, are measured in the same run; else the old one
+is the last recorded run's (:func:`recorded_goals`). Our packages are byte-compiled first, as pip
+compiles an installed pdfimpose (``PYTHONDONTWRITEBYTECODE`` would make each start compile ours).
+Results go to ``out/bench/results.md`` and ``results.json``; with ``BENCH_UPDATE_DOC=1`` a full run
+also refreshes the tables in ``bench/RESULTS.md`` (between its ``bench:tables`` markers).
+``BENCH_QUICK=1`` runs only 8 and 64 pages.
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@
 
 * :func:`copy_pages` (the engine issue's floor): open the input, append every page to a new PDF with
   pikepdf's page list (``pages.extend``), save with pikepdf's defaults.
-* :func:`rewrite` (a stricter floor): open the input and save it unchanged, with the engine's own save
-  options (``deterministic_id=True``). Any pikepdf tool that writes every page at least reads every
-  object and writes it again; the engine, which draws into the source document, does exactly that
-  plus the imposition.
+* :func:`rewrite` (a stricter floor): open the input and save it unchanged, as the engine saves a plate
+  (:func:`imposition.drawing.save_plate`: unencrypted, the /ID a digest of the file). Any pikepdf
+  tool that writes every page at least reads every object and writes it again; the engine, which
+  draws into the source document, does exactly that plus the imposition.
 
 pikepdf's ``PageList.append``/``extend`` counts the pages on every insertion (its ``count()``
 builds the page list: O(pages) per page), so the copy floor grows faster than linearly with pages;
@@ -29,9 +29,11 @@ def copy_pages(source: Path, target: Path) -> None:
 
 
 def rewrite(source: Path, target: Path) -> None:
-    """Open ``source`` and save it unchanged to ``target``, as the engine saves (deterministic /ID)."""
+    """Open ``source`` and save it unchanged to ``target``, as the engine saves a plate."""
+    from imposition.drawing import save_plate  # only this floor needs the engine's save
+
     with pikepdf.open(source) as pdf:
-        pdf.save(target, deterministic_id=True)
+        save_plate(pdf, target)
 
 
 def main(argv: list[str]) -> None:

@@ -309,7 +309,7 @@ def _filters(entries: dict[str, object]) -> list[tuple[str, Dictionary | None]]:
     filters = entries.get("/Filter")
     names = [filters] if isinstance(filters, Name) else list(filters) if isinstance(filters, Array) else []
     parms = entries.get("/DecodeParms")
-    parm_list = list(parms) if isinstance(parms, Array) else [parms] * len(names)
+    parm_list: list[object] = list(parms) if isinstance(parms, Array) else [parms] * len(names)
     parm_list += [None] * (len(names) - len(parm_list))
     return [(str(name), parm if isinstance(parm, Dictionary) else None) for name, parm in zip(names, parm_list)]
 
@@ -654,9 +654,10 @@ class _Meter:
         marks the streams, and the values of a dictionary, that are content streams; an object that
         is no container, None included, is skipped); ``what`` names the first one in messages."""
         seen = self._seen
-        pending = [item for item in pending if isinstance(item[0], _OBJECT) and isinstance(item[0], _CONTAINERS)]
-        while pending:  # only containers are pushed
-            obj, content = pending.pop()
+        containers: list[tuple[pikepdf.Object, bool]] = [
+            (obj, content) for obj, content in pending if isinstance(obj, _OBJECT) and isinstance(obj, _CONTAINERS)]
+        while containers:  # only containers are pushed
+            obj, content = containers.pop()
             objgen = obj.objgen
             if objgen != _DIRECT:
                 if objgen in seen:
@@ -668,15 +669,15 @@ class _Meter:
                 what = None
                 for value in entries.values():
                     if isinstance(value, _OBJECT) and isinstance(value, _CONTAINERS):
-                        pending.append((value, False))
+                        containers.append((value, False))
             elif isinstance(obj, Dictionary):
                 for key, value in obj.items():
                     if isinstance(value, _OBJECT) and isinstance(value, _CONTAINERS):
-                        pending.append((value, content or key in _CONTENT_KEYS))
+                        containers.append((value, content or key in _CONTENT_KEYS))
             else:
                 for value in obj:
                     if isinstance(value, _OBJECT) and isinstance(value, _CONTAINERS):
-                        pending.append((value, content))
+                        containers.append((value, content))
 
 
 def check_content_budget(pdf: pikepdf.Pdf, budget: ContentBudget, path: Path,
