@@ -12,10 +12,9 @@ Two moto server processes, each on a free port:
 Run one server by hand with ``python -m control.localaws [--single-threaded] [--port N]``: it prints
 ``listening on <port>`` once it accepts connections.
 
-Both forget moto's record of DynamoDB model instances after every request (:func:`forgetting_copies`):
-moto 5.2 keeps every model object ever created for its dashboard, and ``TransactWriteItems``
-deep-copies each table it touches, so each transaction would keep a whole copy of the jobs table
-alive (docs/design.md, "Known limits of the local stack").
+Both forget moto's record of DynamoDB model instances after every request (:func:`forgetting_copies`),
+and the DynamoDB server's transactions roll back item by item instead of copying whole tables
+(:func:`item_level_transaction_rollback`); why: docs/design.md, "Known limits of the local stack".
 """
 
 from __future__ import annotations
