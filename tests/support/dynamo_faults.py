@@ -5,7 +5,8 @@ handlers play DynamoDB's part on the client's event hooks (botocore's documented
 
 * :class:`DynamoFaults` — ``before-send``: by seeded chance, answer a request with HTTP 400
   ``ThrottlingException`` (any operation) or ``TransactionCanceledException`` whose reasons say
-  ``TransactionConflict`` (``TransactWriteItems``), instead of sending it. Nothing is written, as with
+  ``TransactionConflict`` (``TransactWriteItems``, its faults taking the kinds in turn), instead of
+  sending it. Nothing is written, as with
   the real service; botocore's own retry logic sees the answer like any other.
 * :class:`LostResponses` — ``after-call``: the request reached moto and applied, then the response
   is "lost" (``ReadTimeoutError`` raised): the ambiguous failure a timeout after a write causes.
@@ -16,6 +17,7 @@ and each model's table connection.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import threading
@@ -60,8 +62,9 @@ class DynamoFaults:
     Args:
         rate: chance of a fault per request (0–1).
         seed: seed of the random generator.
-        kinds: ``"throttle"`` and/or ``"conflict"`` (a conflict only for ``TransactWriteItems``; other
-            operations drawn for it get a throttle).
+        kinds: ``"throttle"`` and/or ``"conflict"``. A conflict only for ``TransactWriteItems``, whose
+            faults take the kinds in turn (conflict first), so a few faulted transactions already
+            show both; other operations get a throttle.
         operations: operation names to touch (default: all).
 
     ``injected`` counts faults by kind; ``calls`` counts requests seen, by operation.
@@ -75,6 +78,7 @@ class DynamoFaults:
         self.injected: Counter = Counter()
         self.calls: Counter = Counter()
         self._random = random.Random(seed)
+        self._transaction_kinds = itertools.cycle(sorted(kinds))  # "conflict" before "throttle"
         self._lock = threading.Lock()
         self._id = f"dynamo-faults-{uuid.uuid4().hex}"
         self._clients: list = []
@@ -87,7 +91,7 @@ class DynamoFaults:
             self.calls[operation] += 1
             if self._random.random() >= self.rate:
                 return None
-            kind = self._random.choice(self.kinds)
+            kind = next(self._transaction_kinds) if operation == "TransactWriteItems" else "throttle"
         if kind == "conflict" and operation == "TransactWriteItems":
             items = json.loads(request.body)["TransactItems"]
             reasons = [{"Code": "None"} for _ in items]
