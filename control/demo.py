@@ -402,7 +402,9 @@ class Demo:
                 c = by_tenant[t]
                 total = sum(c.values())
                 wait = f", {c['waiting']} waiting" if c["waiting"] else ""
-                parts.append(f"{t} {c['succeeded'] + c['failed']}/{total} ({sampler.now.get(t, 0)} leases{wait})")
+                held = sampler.now.get(t, 0)
+                parts.append(f"{t} {c['succeeded'] + c['failed']}/{total} "
+                             f"({held} lease{'' if held == 1 else 's'}{wait})")
             defers = sum(int(i.defer_count or 0) for i in items)
             self.say(f"  {elapsed:5.0f}s  " + " | ".join(parts) + f" | cap defers {defers}")
             if done == len(submitted):

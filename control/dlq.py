@@ -222,10 +222,13 @@ def dlq_list(queue: str | None, as_json: bool) -> None:
 def dlq_redrive(queue: str | None, job_id: str | None, everything: bool) -> None:
     """Put messages back on their source queue (send, then delete: none lost, none doubled).
 
-    Give exactly one of --job and --all (exit status 2 otherwise). Prints how many were moved."""
+    Give exactly one of --job and --all (exit status 2 otherwise). Prints how many were moved.
+    Exit status 1: --job named a job with no dead-lettered message."""
     if (job_id is None) == (not everything):
         raise click.UsageError("give exactly one of --job ID and --all")
     moved = redrive(job_id=job_id, queue=queue)
+    if job_id is not None and not moved:
+        raise click.ClickException(f"no dead-lettered message of job {job_id} (`imposition dlq list` shows them)")
     click.echo(f"redrove {len(moved)} message(s)")
 
 

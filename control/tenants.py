@@ -107,7 +107,9 @@ def tenant_list(as_json: bool) -> None:
 def tenant_show(tenant_id: str) -> None:
     """Print a tenant as JSON: cap (and whether it is an override), burst, admission limits, webhook
     URL (the secret never: ``webhook_secret_set``), in flight, queued, waiting, live leases, and
-    ``admission_in_flight`` (admitted, unconfirmed; ``null`` if Redis cannot be reached)."""
+    ``admission_in_flight`` (admitted, unconfirmed; ``null`` if Redis cannot be reached).
+
+    Exit status 1: no such tenant (never registered; ``tenant create`` registers one)."""
     _show(tenant_id)
 
 
@@ -119,6 +121,9 @@ def _show(tenant_id: str) -> None:
     from service.settings import get_settings
 
     shown = describe_tenant(tenant_id)
+    if not shown["known"]:
+        raise click.ClickException(f"no such tenant: {tenant_id} (never registered; `imposition tenant create` "
+                                   "registers one)")
     item = read_tenant(tenant_id)
     if item is not None:
         shown.update(tenant_view(item, get_settings().default_cap))

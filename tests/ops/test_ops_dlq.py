@@ -62,6 +62,9 @@ def test_redrive_of_one_job_moves_only_its_message(new_tenant):
     assert [k["job_id"] for k in queue_bodies(s.imposition_queue)] == [jobs[1]]
     assert sorted(m["job_id"] for m in cli_json("dlq", "list", "--json")) == sorted([jobs[0], jobs[2]])
     cli("dlq", "redrive", expect=2)  # neither --job nor --all
+    missing = cli("dlq", "redrive", "--job", "0" * 32, expect=1)  # a job with no dead letter: not a quiet "0"
+    assert "no dead-lettered message of job " + "0" * 32 in missing.output
+    assert sorted(m["job_id"] for m in cli_json("dlq", "list", "--json")) == sorted([jobs[0], jobs[2]])
     cli("dlq", "list", "no-such-queue", expect=2)
 
 
