@@ -1,28 +1,21 @@
 """The heartbeat: keeps a lease and its SQS message alive while a job runs (docs/design.md §4).
 
-Two daemon threads per job:
+Three daemon threads per job:
 
-* the **beat** wakes every ``heartbeat_interval_s`` and
+* the **beat** renews the lease every ``heartbeat_interval_s`` (:func:`leases.transactions.renew`,
+  fenced; throttling retried in place, an ambiguous renewal read back);
+* the **visibility** thread extends the message's visibility after each confirmed renewal, on its
+  own so that an SQS call that hangs or retries cannot delay a renewal (an SQS outage must not cost
+  a running job its lease); a failure is logged, never fatal: the lease is the source of truth;
+* the **watchdog** declares the lease lost once its known ``expires_at`` is less than half a TTL
+  away, apart from the beat, so a hanging renewal cannot keep a job running past it.
 
-  1. renews the lease (``expires_at = now + lease_ttl_s``), conditional on its fencing token
-     (:func:`leases.transactions.renew`: throttling is retried in place; an ambiguous renewal, a
-     timeout after the write may have applied, is read back before anything is decided);
-  2. extends the message's visibility to the derived visibility timeout, so SQS does not redeliver a
-     message whose job is still running (a failure here is logged, never fatal: the lease, not the
-     message, is the source of truth);
-
-* the **watchdog** declares the lease lost once the lease's known ``expires_at`` is less than half
-  a TTL away (``lease_lost_after_s`` after the last confirmed renewal), apart from the beat, so a
-  hanging renewal cannot keep a job running past it (docs/design.md, "The heartbeat has a watchdog").
-
-:attr:`Heartbeat.lost` is set, and both threads stop, when a renewal is refused or the read-back
+:attr:`Heartbeat.lost` is set, and the threads stop, when a renewal is refused or the read-back
 shows the token gone (the sweeper reclaimed the lease), or when the watchdog's deadline passes.
-:attr:`Heartbeat.lost_cause` says which: ``fenced`` (refused), ``infra_lost`` (the deadline passed
-while renewals failed or hung: this process was alive and could not reach DynamoDB; the attempt is
-then reported so that it does not count against the job's budget) or ``stalled`` (the deadline
-passed with no renewal tried: the process itself did not run, e.g. SIGSTOP; charged). The
-job watches :attr:`lost` (the engine gets it as its cancel event) and commits nothing once it is set;
-every commit is fenced by the token anyway.
+:attr:`Heartbeat.lost_cause` says which: ``fenced`` (refused), ``infra_lost`` (renewals failed or
+hung: DynamoDB could not be reached; not charged as an attempt) or ``stalled`` (no renewal tried:
+the process itself did not run, e.g. SIGSTOP; charged). The job watches :attr:`lost` (the engine's
+cancel event) and commits nothing once it is set; every commit is fenced by the token anyway.
 """
 
 from __future__ import annotations
@@ -75,12 +68,17 @@ class Heartbeat:
         self._renewing = False
         #: Confirmed renewals so far.
         self.beats = 0
+        #: Visibility extensions that reached SQS so far.
+        self.extensions = 0
         self._stop = threading.Event()
+        self._extension_due = threading.Event()
         name = f"heartbeat-{lease.job_id}"
         self._threads = (
             threading.Thread(target=self._beat_loop, name=name, daemon=True),
             threading.Thread(target=self._watch_loop, name=f"{name}-watchdog", daemon=True),
         )
+        self._visibility_thread = threading.Thread(target=self._visibility_loop, name=f"{name}-visibility",
+                                                   daemon=True)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -90,18 +88,22 @@ class Heartbeat:
         return self.lease.expires_at - self.clocks.lease_ttl_s + self.clocks.lease_lost_after_s
 
     def start(self) -> "Heartbeat":
-        """Start the beat and the watchdog; returns self."""
+        """Start the beat, the watchdog and the visibility thread; returns self."""
         for thread in self._threads:
             thread.start()
+        if self.queue_url and self.receipt_handle:
+            self._visibility_thread.start()
         return self
 
     def stop(self) -> None:
         """Stop beating and watching (the lease is kept as it is) and wait for the beat thread.
 
         A renewal in flight is not interrupted; the wait for it is bounded by one interval plus
-        the SDK's timeouts.
+        the SDK's timeouts. A visibility extension in flight is not waited for: it ends on its
+        own (an extension after the message was deleted is refused by SQS and logged).
         """
         self._stop.set()
+        self._extension_due.set()  # wakes the visibility thread, which sees the stop
         for thread in self._threads:
             if thread.is_alive() and threading.current_thread() is not thread:
                 thread.join(timeout=self.clocks.heartbeat_interval_s + 30)
@@ -167,16 +169,22 @@ class Heartbeat:
         if self._stop.is_set() or self.lease.expires_at <= known_expiry_at:
             return  # stopped meanwhile, or an ambiguous renewal that (read back) did not apply
         self.beats += 1
-        self._extend_visibility()
+        self._extension_due.set()  # extensions due while one hangs coalesce into one
 
-    def _extend_visibility(self) -> None:
-        if not (self.queue_url and self.receipt_handle):
-            return
-        try:
-            aws.sqs().change_message_visibility(
-                QueueUrl=self.queue_url,
-                ReceiptHandle=self.receipt_handle,
-                VisibilityTimeout=self.clocks.visibility_timeout_s,
-            )
-        except (BotoCoreError, ClientError) as exc:
-            log.warning("could not extend visibility of job %s's message: %s", self.lease.job_id, exc)
+    def _visibility_loop(self) -> None:
+        while True:
+            self._extension_due.wait()
+            if self._stop.is_set():
+                return
+            self._extension_due.clear()
+            try:
+                aws.sqs().change_message_visibility(
+                    QueueUrl=self.queue_url,
+                    ReceiptHandle=self.receipt_handle,
+                    VisibilityTimeout=self.clocks.visibility_timeout_s,
+                )
+            except (BotoCoreError, ClientError) as exc:
+                if not self._stop.is_set():
+                    log.warning("could not extend visibility of job %s's message: %s", self.lease.job_id, exc)
+            else:
+                self.extensions += 1

@@ -146,3 +146,29 @@ def test_the_receive_backoff_doubles_from_its_start_up_to_its_bound_and_is_jitte
         ReceiveBackoff(2.0, 1.0)
     with pytest.raises(ValidationError, match="sqs_receive_backoff_initial_s=20 must be <= sqs_receive_backoff_max_s=10"):
         Settings(sqs_receive_backoff_initial_s=20, sqs_receive_backoff_max_s=10)
+
+
+def test_a_running_job_keeps_its_lease_through_an_sqs_stall_longer_than_half_its_ttl(cluster, proxy):
+    """The heartbeat extended the message's visibility on the renewal's own thread: an SQS call that
+    hung for longer than ``lease_lost_after_s`` held back every renewal, the watchdog declared the
+    lease lost (``stalled``: charged) and a job that was running well lost its attempt."""
+    from service.clocks import get_clocks
+
+    assert cluster.exited() == {}, "a process had exited before this stall"
+    clocks = get_clocks()
+    stall_s = clocks.lease_lost_after_s + 3.5  # longer than the watchdog allows without a renewal
+    tenant = f"stall-{uuid.uuid4().hex[:8]}"
+    cluster.mark(f"tenant-{tenant}.sleep", str(stall_s + 2 * clocks.heartbeat_interval_s + 2))
+    job_id = cluster.submit(tenant)
+    wait_for(lambda: cluster.events_of(job_id, "acquired"), 30, what="the job to start")
+    time.sleep(1.5 * clocks.heartbeat_interval_s)  # a first renewal, and its extension, before the stall
+
+    with proxy.failing("stall"):
+        time.sleep(stall_s)
+
+    [job] = finish_all(cluster, [job_id])
+    assert job.status == "succeeded", job.error
+    assert cluster.events_of(job_id, "lost") == []
+    assert (len(cluster.events_of(job_id, "acquired")), int(job.attempts)) == (1, 1)  # one run, not a second
+    assert len(committed(cluster, job_id)) == 1
+    assert cluster.exited() == {}
