@@ -40,6 +40,10 @@ class ContentUse:
     decoded_bytes: int
     operators: int
     streams: int
+    #: Content streams (object numbers and generations) read whole by the count: unfiltered, or one
+    #: /FlateDecode without /DecodeParms inflated to its end (zlib's end of stream and checksum):
+    #: qpdf decodes them without error or warning, so the damage check need not decode them again.
+    read_whole: frozenset[tuple[int, int]] = frozenset()
 
 
 class _Over(Exception):
@@ -400,6 +404,61 @@ def most_decoded(stream: pikepdf.Stream, entries: dict[str, object]) -> int | No
     return most
 
 
+def _measure_small(raw: bytes, inflate: bool, bytes_cap: int, operators_cap: int | None) -> tuple[int, int, bool]:
+    """:func:`measure` of a stream whose raw data is one chunk (at most CHUNK_BYTES) and that is
+    unfiltered or one /FlateDecode without /DecodeParms: the same stages, caps and counts, the
+    pieces handed on without generators. Returns ``(decoded bytes, operators, read whole)``; read
+    whole: unfiltered, or inflated to zlib's end of stream (its checksum matched)."""
+    counter = _OperatorCount(operators_cap) if operators_cap is not None else None
+    size = 0
+    if not inflate:
+        if raw:
+            size = len(raw)
+            if size > bytes_cap:
+                raise _Over(size)
+            if counter is not None:
+                counter.feed(raw)
+        whole = True
+    else:
+        whole = False
+        inflater = zlib.decompressobj()
+        try:
+            data = raw
+            while data:  # as :func:`_inflate` over the one chunk
+                out = inflater.decompress(data, CHUNK_BYTES)
+                if out:
+                    size += len(out)
+                    if size > bytes_cap:
+                        raise _Over(size)
+                    if counter is not None:
+                        counter.feed(out)
+                data = inflater.unconsumed_tail
+                if inflater.eof:
+                    whole = True
+                    break
+                if not data and len(out) < CHUNK_BYTES:
+                    break
+            if not whole:
+                tail = inflater.flush()
+                if tail:
+                    size += len(tail)
+                    if size > bytes_cap:
+                        raise _Over(size)
+                    if counter is not None:
+                        counter.feed(tail)
+        except zlib.error:
+            pass  # zlib stopped where qpdf stops too; the damage check decodes it with qpdf
+    if counter is None:
+        return size, 0, whole
+    operators = counter.finish()
+    if operators > counter.cap:
+        raise _Over(operators, operators=True)
+    return size, operators, whole
+
+
+_FLATE_ONLY = [("/FlateDecode", None)]
+
+
 def measure(stream: pikepdf.Stream, bytes_cap: int, operators_cap: int | None,
             entries: dict[str, object] | None = None) -> tuple[int, int]:
     """Decode ``stream`` in pieces, counting; nothing of it is kept.
@@ -419,9 +478,17 @@ def measure(stream: pikepdf.Stream, bytes_cap: int, operators_cap: int | None,
         _Over: past a cap (``produced``: where it stopped); _Unbounded: cannot be bounded.
         pikepdf.PdfError: qpdf cannot read the raw data.
     """
+    return _measure(stream, bytes_cap, operators_cap, entries)[:2]
+
+
+def _measure(stream: pikepdf.Stream, bytes_cap: int, operators_cap: int | None,
+             entries: dict[str, object] | None = None) -> tuple[int, int, bool]:
+    """:func:`measure`, and whether the stream was read whole (:func:`_measure_small`)."""
     entries = _entries(stream) if entries is None else entries
     filters = _filters(entries)
     raw = stream.read_raw_bytes()
+    if len(raw) <= CHUNK_BYTES and (not filters or filters == _FLATE_ONLY):
+        return _measure_small(raw, bool(filters), bytes_cap, operators_cap)
     chunks: Iterable[bytes] = _capped(_raw_chunks(raw), bytes_cap) if not filters else _raw_chunks(raw)
     exact = True
     for index, (name, parms) in enumerate(filters):
@@ -434,7 +501,7 @@ def measure(stream: pikepdf.Stream, bytes_cap: int, operators_cap: int | None,
             size = _image_bytes(entries, name, head)
             if size > bytes_cap:
                 raise _Over(size)
-            return size, 0
+            return size, 0, False
         stage = _STAGES.get(name)
         if stage is None:
             raise _Unbounded(f"filter {name}, which the engine cannot decode")
@@ -449,11 +516,11 @@ def measure(stream: pikepdf.Stream, bytes_cap: int, operators_cap: int | None,
         if counter is not None:
             counter.feed(chunk)
     if operators_cap is None:
-        return size, 0
+        return size, 0, False
     operators = counter.finish() if counter is not None else (size + 1) // 2
     if operators > operators_cap:
         raise _Over(operators, operators=True)
-    return size, operators
+    return size, operators, False
 
 
 # --- which streams count ---------------------------------------------------------------------------
@@ -517,6 +584,8 @@ class _Meter:
         self._pending: list[tuple[pikepdf.Stream, dict[str, object], str | None, str]] = []
         self._pending_bytes = 0
         self._pending_keys: set[tuple[int, int]] = set()
+        #: Content streams read whole (:attr:`ContentUse.read_whole`).
+        self.read_whole: set[tuple[int, int]] = set()
 
     def _refuse(self, what: str, produced: int, setting: str, limit: int, unit: str) -> ContentTooLarge:
         return ContentTooLarge(f"{self.path.name}: {self.where}{what} holds more than {setting}={limit} {unit} "
@@ -552,7 +621,7 @@ class _Meter:
         bytes_cap = min(per_stream_bytes, job_bytes_left)
         operators_cap = min(per_stream_operators, job_operators_left) if content else None
         try:
-            size, operators = measure(stream, bytes_cap, operators_cap, entries)
+            size, operators, whole = _measure(stream, bytes_cap, operators_cap, entries)
         except _Over as over:
             counting_bytes = not over.operators
             if counting_bytes and self._pending and job_bytes_left < per_stream_bytes:
@@ -583,6 +652,9 @@ class _Meter:
             ) from None
         except (pikepdf.PdfError, pikepdf.QpdfRuntimeError):
             size, operators = 0, 0  # unreadable: the damage check names it (imposition.source.content_damage)
+        else:
+            if whole and content and key is not None:
+                self.read_whole.add(key)
         self.decoded_bytes += size
         self.operators += operators
         self.streams += 1
@@ -714,4 +786,5 @@ def check_content_budget(pdf: pikepdf.Pdf, budget: ContentBudget, path: Path,
     acro_form = root.get("/AcroForm")
     meter.walk([(root.get("/OutputIntents"), False),
                 (acro_form.get("/DR") if isinstance(acro_form, Dictionary) else None, False)])
-    return ContentUse(meter.decoded_bytes + meter._pending_bytes, meter.operators, meter.streams)
+    return ContentUse(meter.decoded_bytes + meter._pending_bytes, meter.operators, meter.streams,
+                      frozenset(meter.read_whole))

@@ -101,9 +101,11 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     open_warnings: list[str] = []
     with open_source(path, max_pages=int(request["max_pages"]), warnings_out=open_warnings) as pdf:
         pages = read_pages(pdf)  # the page tree walked once for the three checks
+        read_whole: frozenset[tuple[int, int]] = frozenset()
         if request.get("content_budget"):
-            check_content_budget(pdf, ContentBudget.from_json(request["content_budget"]), path, pages)
-        repaired = content_damage(pdf, path, open_warnings, pages)
+            read_whole = check_content_budget(pdf, ContentBudget.from_json(request["content_budget"]), path,
+                                              pages).read_whole
+        repaired = content_damage(pdf, path, open_warnings, pages, read_whole)
         boxes = page_boxes(pdf, pages)
         del pages
         plan = plan_imposition(layout, boxes, slug=slug, max_cells_per_sheet=request.get("max_cells_per_sheet"),

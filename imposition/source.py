@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from pathlib import Path
 from typing import NamedTuple
 
@@ -262,9 +262,10 @@ def _missing(mapping: pikepdf.Dictionary, keys: set[str] | None = None) -> list[
 
 
 def _content_problem(page: SourcePage, warned: dict[tuple[int, int], str], pdf: pikepdf.Pdf,
-                     path: Path, repairs: list[str]) -> str | None:
-    """Why the content of ``page`` cannot be read whole, or None. Each content stream is decoded;
-    warnings qpdf gives before that (it repairs lazily, as objects are first read) go to ``repairs``."""
+                     path: Path, repairs: list[str], read_whole: Set[tuple[int, int]]) -> str | None:
+    """Why the content of ``page`` cannot be read whole, or None. Each content stream is decoded,
+    but for those in ``read_whole`` (read whole by the content budget already); warnings qpdf gives
+    before that (it repairs lazily, as objects are first read) go to ``repairs``."""
     if "/Contents" not in page.keys:
         return "its content stream (/Contents) is missing" if "/Contents" in _missing(page.obj, page.keys) else None
     contents = page.obj.get("/Contents")
@@ -275,6 +276,8 @@ def _content_problem(page: SourcePage, warned: dict[tuple[int, int], str], pdf: 
         if part.is_indirect and part.objgen in warned:
             return f"its content stream (object {part.objgen[0]} {part.objgen[1]}) is damaged: " + \
                 qpdf_message(warned[part.objgen], path)
+        if part.is_indirect and part.objgen in read_whole:
+            continue  # what qpdf warned of before goes to ``repairs`` with the next call below
         repairs.extend(pdf.get_warnings())  # what qpdf found lazily before (a reconstruction): not this stream's
         try:
             part.read_bytes()
@@ -317,7 +320,8 @@ def _resources_problem(resources: pikepdf.Object | None, warned: dict[tuple[int,
 
 
 def content_damage(pdf: pikepdf.Pdf, path: Path, open_warnings: list[str],
-                   pages: Sequence[SourcePage] | None = None) -> str | None:
+                   pages: Sequence[SourcePage] | None = None,
+                   read_whole: Set[tuple[int, int]] = frozenset()) -> str | None:
     """Whether every page's content and resources read whole; raises when one does not.
 
     A file cut short keeps its page tree (qpdf rebuilds the cross-reference table) but loses the
@@ -329,6 +333,9 @@ def content_damage(pdf: pikepdf.Pdf, path: Path, open_warnings: list[str],
         path: its file (named by its bare name in messages).
         open_warnings: what qpdf warned of while opening it (``open_source(warnings_out=...)``).
         pages: its pages, read already (:func:`read_pages`).
+        read_whole: content streams the content budget read whole
+            (:attr:`imposition.budget.ContentUse.read_whole`): qpdf would decode them without error or
+            warning, so they are not decoded again.
 
     Returns:
         None for a file that needed no repair; otherwise what qpdf repaired (the first warning and
@@ -342,7 +349,7 @@ def content_damage(pdf: pikepdf.Pdf, path: Path, open_warnings: list[str],
     damaged: dict[int, str] = {}
     checked: dict[tuple[int, int], str | None] = {}
     for number, page in enumerate(read_pages(pdf) if pages is None else pages, start=1):
-        problem = _content_problem(page, warned, pdf, path, repairs)
+        problem = _content_problem(page, warned, pdf, path, repairs, read_whole)
         if problem is None:
             resources = page.resources
             key = resources.objgen if isinstance(resources, pikepdf.Object) and resources.is_indirect else None

@@ -171,3 +171,46 @@ def test_a_plate_in_object_streams_gets_its_digest_and_none_of_the_source_traile
     with pikepdf.open(io.BytesIO(plates[0])) as plate:
         assert "/Junk" not in plate.trailer and len(plate.pages) == 2
         assert bytes(plate.trailer.ID[1]).hex() != STATIC_ID_HEX.decode()
+
+
+_GOOD_CONTENT = zlib.compress(b"0 0 m 100 100 l S\n" * 50)
+#: Content streams as written (each /FlateDecode but the first): whether the budget reads them whole.
+_CONTENT_VARIANTS = {
+    "unfiltered": (b"0 0 m 100 100 l S\n", False, True),
+    "whole": (_GOOD_CONTENT, True, True),
+    "trailing-bytes": (_GOOD_CONTENT + b"\r\n", True, True),
+    "truncated": (_GOOD_CONTENT[:-6], True, False),
+    "bad-checksum": (_GOOD_CONTENT[:-1] + bytes([_GOOD_CONTENT[-1] ^ 1]), True, False),
+    "bad-header": (b"\x00" + _GOOD_CONTENT[1:], True, False),
+}
+
+
+@pytest.mark.parametrize("variant", list(_CONTENT_VARIANTS))
+def test_a_content_stream_read_whole_is_not_decoded_again_and_the_verdict_is_the_same(settings, tmp_path, variant):
+    """The damage check skips qpdf's decode of a content stream the budget read whole (unfiltered, or
+    inflated to zlib's end and checksum); for every variant its verdict (the ``repaired`` warning or
+    the ``damaged`` message) is the one it gives when it decodes every stream itself."""
+    from imposition.budget import check_content_budget
+    from imposition.job import ContentBudget
+    from imposition.source import content_damage, open_source, read_pages
+
+    data, flated, read_whole = _CONTENT_VARIANTS[variant]
+    with pikepdf.new() as pdf:
+        page = add_page(pdf, 1)
+        page.obj.Contents = pdf.make_stream(b"")
+        page.obj.Contents.write(data, filter=Name.FlateDecode if flated else None)
+        source = save_as_written(pdf, tmp_path / f"{variant}.pdf")
+
+    def verdict(skip: bool) -> tuple[str, str | None, frozenset]:
+        warnings: list[str] = []
+        with open_source(source, max_pages=10, warnings_out=warnings) as pdf:
+            pages = read_pages(pdf)
+            whole = check_content_budget(pdf, ContentBudget.of(settings), source, pages).read_whole
+            try:
+                return "ok", content_damage(pdf, source, warnings, pages, whole if skip else frozenset()), whole
+            except Exception as exc:  # noqa: BLE001 (the verdicts are compared, whatever they are)
+                return type(exc).__name__, str(exc), whole
+
+    skipped, decoded = verdict(True), verdict(False)
+    assert skipped[:2] == decoded[:2]
+    assert bool(skipped[2]) is read_whole
