@@ -19,6 +19,7 @@ service's configuration.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import statistics
@@ -34,20 +35,28 @@ OUT = Path(__file__).resolve().parent.parent / "out" / "bench-sched"
 
 
 def save_jobs(path: Path, *, scenario: str, policy: str, tenants: dict[str, str], light: set[str],
-              items: dict, job_ids: dict[str, list[str]], intervals, burst_cap: int | None,
-              defer_delay_s: float) -> None:
-    """Write one run's jobs and lease intervals (times in epoch s) for :func:`compare`."""
+              items: dict, job_ids: dict[str, list[str]], intervals, busy=(), deliveries=(),
+              burst_cap: int | None, defer_delay_s: float) -> None:
+    """Write one run's jobs, lease intervals (held: to ``releasing``; ``released_at``: the end of
+    the release transaction, from ``busy``) and deliveries (``began``, ``ended``, ``state``; the
+    ``delivery`` events of :mod:`bench.sched_app`), times in epoch s, for :func:`compare`."""
+    released = {iv.token: iv.end_at for iv in busy}
     short = {full: s for s, full in tenants.items()}
+    delivered = [{"tenant": short[e["tenant"]], "job": e.get("job"), "began": e["began"], "ended": e["t"],
+                  "state": e.get("state")} for e in deliveries if e.get("tenant") in short and e["event"] == "delivery"]
+    published = {e["job"]: e["t"] for e in deliveries if e["event"] == "woken" and e.get("job")}
     jobs = [{"tenant": short[t], "job": j, "submitted_at": float(items[j].submitted_at),
              "started_at": _num(items[j].started_at), "finished_at": _num(items[j].finished_at),
-             "woken_at": _num(items[j].woken_at), "first_received_at": _num(items[j].first_received_at),
+             "woken_at": _num(items[j].woken_at), "woken_by": items[j].woken_by,
+             "woken_published_at": published.get(j), "first_received_at": _num(items[j].first_received_at),
              "attempts": int(items[j].attempts or 0), "defers": int(items[j].defer_count or 0)}
             for t, ids in job_ids.items() for j in ids if j in items]
-    leases = [{"tenant": short.get(iv.tenant_id, iv.tenant_id), "start_at": iv.start_at, "end_at": iv.end_at}
+    leases = [{"tenant": short.get(iv.tenant_id, iv.tenant_id), "job": iv.job_id, "start_at": iv.start_at,
+               "end_at": iv.end_at, "released_at": released.get(iv.token)}
               for iv in intervals if iv.tenant_id in short]
     path.write_text(json.dumps({"scenario": scenario, "policy": policy, "light": sorted(light),
                                 "burst_cap": burst_cap, "defer_delay_s": defer_delay_s, "jobs": jobs,
-                                "leases": leases}))
+                                "leases": leases, "deliveries": delivered}))
 
 
 def _num(value) -> float | None:
@@ -81,30 +90,63 @@ def _wait_ok(measured: float | None, predicted: float | None) -> bool:
     return abs(predicted - measured) <= max(0.1 * measured, 2.0)
 
 
-def calibrate(jobs: list[dict]) -> dict:
+def calibrate(jobs: list[dict], leases: list[dict] = (), deliveries: list[dict] = ()) -> dict:
     """The model's clocks as measured in one run (means, seconds; None where the run has no such
-    event): ``poll_latency_s`` = start − the moment the job's message was due (its wake, or its
-    submission for a job that went straight to the queue and was never deferred);
-    ``wake_latency_s`` = wake − the tenant's previous finish."""
+    event):
+
+    * ``poll_latency_s``: start − the moment the job's message was due: the publish of its wake
+      (``woken_published_at``; ``woken_at`` where a run saved none), or its submission for a job
+      that went straight to the queue and was never deferred;
+    * ``wake_latency_s``: that publish − the end of the tenant's latest release transaction before
+      it (``released_at`` of the lease intervals; the jobs' ``finished_at``, written before the
+      release, where a run saved none). A release that hands its place on in its own transaction
+      reads the successor first (``woken_at`` is before the release) and publishes it after: the
+      publish, not ``woken_at``, is when the successor became due;
+    * ``park_s``: the worker time of a delivery that parked or deferred its job (``RETRY``
+      deliveries; None where a run saved none);
+    * ``holds``: job id → the time its successful attempt held the slot, acquire to the end of its
+      release transaction (what the simulator's lease stands for).
+    """
+    def woken_due(j: dict) -> float | None:
+        return j.get("woken_published_at") or j["woken_at"]
+
+    # A message due while every worker was busy waited in the queue, which the model holds itself:
+    # its latency counts from the later of its due moment and the last moment a worker came free
+    # (a lease's release, a parking delivery's end) before its start.
+    freed = sorted([lease.get("released_at") or lease["end_at"] for lease in leases if lease.get("end_at")]
+                   + [d["ended"] for d in deliveries if d.get("state") == "RETRY"])
     starts = []
     for j in jobs:
-        due = j["woken_at"] if j["woken_at"] is not None else (j["submitted_at"] if j["defers"] == 0 else None)
+        due = woken_due(j) if j["woken_at"] is not None else (j["submitted_at"] if j["defers"] == 0 else None)
         if due is not None and j["started_at"] is not None and j["started_at"] >= due:
-            starts.append(j["started_at"] - due)
-    finishes: dict[str, list[float]] = {}
-    for j in jobs:
-        if j["finished_at"] is not None:
-            finishes.setdefault(j["tenant"], []).append(j["finished_at"])
+            last_free = freed[bisect.bisect_right(freed, j["started_at"]) - 1] if freed and freed[0] <= j["started_at"] else due
+            starts.append(j["started_at"] - max(due, last_free))
+    ends: dict[str, list[float]] = {}
+    released = [lease for lease in leases if lease.get("released_at") is not None]
+    for lease in released:
+        ends.setdefault(lease["tenant"], []).append(lease["released_at"])
+    if not released:
+        for j in jobs:
+            if j["finished_at"] is not None:
+                ends.setdefault(j["tenant"], []).append(j["finished_at"])
     wakes = []
     for j in jobs:
-        if j["woken_at"] is not None:
-            before = [f for f in finishes.get(j["tenant"], []) if f <= j["woken_at"]]
+        due = woken_due(j)
+        if due is not None:
+            before = [f for f in ends.get(j["tenant"], []) if f <= due]
             if before:
-                wakes.append(j["woken_at"] - max(before))
-    holds = [j["finished_at"] - j["started_at"] for j in jobs if j["finished_at"] and j["started_at"]]
+                wakes.append(due - max(before))
+    finished = {j["job"]: j for j in jobs if j["finished_at"] is not None}
+    holds = {j["job"]: j["finished_at"] - j["started_at"] for j in finished.values() if j["started_at"]}
+    for lease in released:  # the last lease of a job is its successful attempt
+        job = finished.get(lease.get("job"))
+        if job is not None and lease["start_at"] <= job["finished_at"] <= lease["released_at"]:
+            holds[job["job"]] = lease["released_at"] - lease["start_at"]
+    parks = [d["ended"] - d["began"] for d in deliveries if d.get("state") == "RETRY"]
     return {"poll_latency_s": statistics.fmean(starts) if starts else None, "poll_latency_samples": starts,
             "wake_latency_s": statistics.fmean(wakes) if wakes else None,
-            "lease_s_median": statistics.median(holds) if holds else None}
+            "park_s": statistics.fmean(parks) if parks else None, "parks": len(parks),
+            "lease_s_median": statistics.median(holds.values()) if holds else None, "holds": holds}
 
 
 def _bench_utilisation(intervals, demand, caps, slots, start, end) -> float:
@@ -121,14 +163,14 @@ def compare(record: dict, params: ModelParams | None = None) -> Check:
     """
     policy = record["policy"]
     jobs = [j for j in record["jobs"] if j["started_at"] is not None and j["finished_at"] is not None]
-    calibration = calibrate(jobs)
+    calibration = calibrate(jobs, record.get("leases", []), record.get("deliveries", []))
+    holds = calibration.pop("holds")
     if params is None:
         measured = {} if os.environ.get("BENCH_SIM_CLOCKS") == "settings" else {
             "poll_latency_s": calibration["poll_latency_s"], "wake_latency_s": calibration["wake_latency_s"],
-            "poll_latency_samples": tuple(calibration["poll_latency_samples"])}
+            "park_s": calibration["park_s"], "poll_latency_samples": tuple(calibration["poll_latency_samples"])}
         params = ModelParams.from_settings(defer_delay_s=record["defer_delay_s"], **measured)
-    sim_jobs = [SimJob(j["tenant"], j["submitted_at"], j["finished_at"] - j["started_at"],
-                       max(0, j["attempts"] - 1)) for j in jobs]
+    sim_jobs = [SimJob(j["tenant"], j["submitted_at"], holds[j["job"]], max(0, j["attempts"] - 1)) for j in jobs]
     tenants = sorted({j["tenant"] for j in jobs})
     burst = record.get("burst_cap")
     tiers = {t: Tier(burst_cap=burst) for t in tenants} if policy == "borrow" and burst else {}
@@ -204,8 +246,10 @@ def calibration_lines(checks: list[Check], params: ModelParams) -> list[str]:
     for c in checks:
         cal = c.calibration
         out.append(f"- `{c.scenario}` {c.policy}: poll latency (start − due) mean "
-                   f"{_opt(cal['poll_latency_s'])} s, wake latency (wake − previous finish) mean "
-                   f"{_opt(cal['wake_latency_s'])} s, lease median {_opt(cal['lease_s_median'])} s")
+                   f"{_opt(cal['poll_latency_s'])} s, wake latency (wake − previous release) mean "
+                   f"{_opt(cal['wake_latency_s'])} s, park (worker time of a parking delivery) mean "
+                   f"{_opt(cal.get('park_s'))} s over {cal.get('parks', 0)}, lease median "
+                   f"{_opt(cal['lease_s_median'])} s")
     return out
 
 
