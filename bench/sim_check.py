@@ -104,7 +104,9 @@ def calibrate(jobs: list[dict], leases: list[dict] = (), deliveries: list[dict] 
     * ``poll_latency_samples``: per taken lease, its start − the moment its message was due: for a
       woken job the end of its tenant's last release transaction before it (``released_at``),
       for a job sent straight to the queue its submission; a message due while all ``workers``
-      were in a delivery counts from the first one's end (the queue wait is the model's own). A
+      were in a delivery counts from the first one's end (the queue wait is the model's own), and
+      none before the run's first delivery (a backlog published before the workers started) or
+      before the job sent to the queue just before it started (moto delivers in arrival order). A
       timer's copies are not sampled: measured as the gap from ``defer_delay_s`` after the
       deferring delivery's end, they include waits of the node's receive cadence under churn
       that iid draws misplace (the burst's light tenants were then predicted 5 s of wait
@@ -133,6 +135,8 @@ def calibrate(jobs: list[dict], leases: list[dict] = (), deliveries: list[dict] 
     ended = sorted(d["ended"] for d in deliveries)
 
     def due_after_queue(due: float) -> float:
+        if began and due < began[0]:  # a backlog published before the workers started
+            due = began[0]
         busy = bisect.bisect_right(began, due) - bisect.bisect_right(ended, due)
         if busy >= workers:
             i = bisect.bisect_right(ended, due)
@@ -144,6 +148,15 @@ def calibrate(jobs: list[dict], leases: list[dict] = (), deliveries: list[dict] 
         i = bisect.bisect_right(ends, before) - 1
         return ends[i] if i >= 0 else None
 
+    # Jobs sent straight to the queue are received in submission order (moto's): one whose message
+    # had another ahead of it still unreceived counts from that one's receipt.
+    ahead: dict[str, float] = {}
+    previous = None
+    for j in sorted((j for j in finished.values() if j["woken_at"] is None and j["defers"] == 0),
+                    key=lambda j: j["submitted_at"]):
+        if previous is not None:
+            ahead[j["job"]] = previous
+        previous = j["started_at"]
     samples: list[float] = []
     wakes: list[float] = []
     holds: dict[str, float] = {}
@@ -158,7 +171,7 @@ def calibrate(jobs: list[dict], leases: list[dict] = (), deliveries: list[dict] 
             if j.get("woken_published_at") and freed is not None:
                 wakes.append(max(0.0, j["woken_published_at"] - freed))
         elif j["defers"] == 0:
-            due = j["submitted_at"]
+            due = max(j["submitted_at"], ahead.get(job_id, j["submitted_at"]))
         else:
             due = None  # a timer's copy: see the docstring
         if due is not None:
