@@ -211,7 +211,9 @@ def compare(record: dict, params: ModelParams | None = None) -> Check:
     tenants = sorted({j["tenant"] for j in jobs})
     burst = record.get("burst_cap")
     tiers = {t: Tier(burst_cap=burst) for t in tenants} if policy == "borrow" and burst else {}
-    run = simulate(sim_jobs, nodes=1, policy_name=policy, params=params, tiers=tiers)
+    deliveries = record.get("deliveries", [])
+    online = min(d["began"] for d in deliveries) if deliveries else None  # the node's first receipt
+    run = simulate(sim_jobs, nodes=1, policy_name=policy, params=params, tiers=tiers, workers_online_at=online)
     check = Check(record["scenario"], policy, calibration=calibration)
     measured_peaks = _peaks([(lease["start_at"], lease["end_at"] or 1e18, lease["tenant"]) for lease in record["leases"]])
     for t in tenants:

@@ -113,11 +113,14 @@ class RunResult:
 
 
 def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelParams,
-             tiers: dict[str, Tier] | None = None, keep_intervals: bool = True) -> RunResult:
+             tiers: dict[str, Tier] | None = None, keep_intervals: bool = True,
+             workers_online_at: float | None = None) -> RunResult:
     """Run ``jobs`` (fresh :class:`SimJob` objects; their times are written) on ``nodes`` nodes.
 
     ``policy_name``: ``handoff``, ``timer`` or ``borrow`` (hand-off with the tiers' burst caps;
-    under the other two the burst caps are ignored).
+    under the other two the burst caps are ignored). ``workers_online_at`` (on the jobs' clock):
+    no worker receives before it (a backlog submitted before the nodes started); None: from the
+    first arrival.
 
     Raises:
         WorkloadError: ``nodes`` < 1, an unknown policy, or no jobs.
@@ -248,6 +251,14 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
         free_worker()
 
     t0 = min(j.submitted_at for j in jobs)
+    if workers_online_at is not None and workers_online_at > t0:
+        idle[0] = 0
+
+        def online(_ev) -> None:
+            idle[0] = slots
+            dispatch()
+
+        at(workers_online_at - t0, online, None)
     for order, job in enumerate(sorted(jobs, key=lambda j: j.submitted_at)):
         job.order = order
         job.submitted_at -= t0
