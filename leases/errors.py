@@ -9,6 +9,8 @@
     ├── TenantMismatch      the job belongs to another tenant than the one the caller named: a
     │                       forged or corrupt message, never run (poison: dead-letter queue)
     ├── LeaseContention     conflicts or throttling outlasted the bounded retries: defer the job
+    ├── AcquireUnresolved   an acquire got no answer (or a 5xx) and its read-back could not reach
+    │                       DynamoDB either: it may have applied; resolve it, never charge it
     ├── LeaseLost           the fencing token is gone (reclaimed by the sweeper): commit nothing
     └── WrongJobStatus      an operator's cancel or retry found the job in a status it does not
                             apply to (cancel: queued or waiting; retry: failed); nothing written
@@ -95,6 +97,33 @@ class TenantMismatch(LeaseError):
 
 class LeaseContention(LeaseError):
     """Transaction conflicts or throttling persisted through every retry."""
+
+
+class AcquireUnresolved(LeaseError):
+    """An acquire's outcome is unknown: its transaction got no answer or a 5xx, and the strongly
+    consistent read-back of the lease failed too (DynamoDB could not be reached).
+
+    The acquire may have applied (a lease under ``token``, attempt counted). The caller resolves it
+    once DynamoDB answers (:func:`leases.transactions.resolve_acquire`), so that an attempt the
+    infrastructure cost is not charged, and leaves the message for redelivery.
+
+    Attributes:
+        job_id, tenant_id, worker, token (the fencing token the acquire would have written),
+        expires_at (epoch s: when that lease would expire).
+    """
+
+    def __init__(self, job_id: str, tenant_id: str, worker: str, token: str, expires_at: float, **kw) -> None:
+        super().__init__(f"acquire of job {job_id!r} (token {token[:8]}…) unresolved: DynamoDB could not be "
+                         "reached to read it back", **kw)
+        self.job_id = job_id
+        self.tenant_id = tenant_id
+        self.worker = worker
+        self.token = token
+        self.expires_at = expires_at
+
+    def __reduce__(self):
+        """Picklable (a pool child hands its errors to the worker's main process)."""
+        return (type(self), (self.job_id, self.tenant_id, self.worker, self.token, self.expires_at))
 
 
 class LeaseLost(LeaseError):

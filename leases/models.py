@@ -250,15 +250,17 @@ class JobItem(Model):
     status = UnicodeAttribute(default=JobStatus.QUEUED.value)
     attempts = NumberAttribute(default=0)
     max_attempts = NumberAttribute()
-    #: Attempt numbers whose lease was lost because its holder could not reach DynamoDB (reported by
-    #: the holder: ``infra_lost``); they do not count against ``max_attempts``
-    #: (:attr:`charged_attempts`). A set, so a report written twice counts once.
+    #: Attempt numbers the infrastructure cost: the lease was lost because its holder could not reach
+    #: DynamoDB (reported by the holder: ``infra_lost``), or an AWS endpoint or the network failed the
+    #: run (``infra_error``); they do not count against ``max_attempts`` (:attr:`charged_attempts`).
+    #: A set, so a report written twice counts once.
     infra_lost_attempts = NumberSetAttribute(null=True)
     #: How each attempt that lost its lease ended, oldest first: ``[{"attempt", "cause", "at",
-    #: "detail"}, …]`` with cause ``infra_lost`` (its holder, alive, could not reach DynamoDB: not
-    #: charged) or ``holder_vanished`` (the sweeper reclaimed it with no such report: a crash,
-    #: SIGKILL, OOM, a stopped process; charged). An attempt with both was reported late: the
-    #: report decides.
+    #: "detail", "token"}, …]`` with cause ``infra_lost`` (its holder, alive, could not reach
+    #: DynamoDB: not charged), ``infra_error`` (the run failed on an AWS endpoint or the network, not
+    #: on the job: not charged) or ``holder_vanished`` (the sweeper reclaimed it with no such report:
+    #: a crash, SIGKILL, OOM, a stopped process; charged). An attempt with both was reported late:
+    #: the report decides. A job's own failures are ``error``/``error_code``, charged.
     lost_attempts: ListAttribute[dict[str, Any]] = ListAttribute(null=True)
     layout = JSONAttribute()
     input_key = UnicodeAttribute()

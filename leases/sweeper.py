@@ -173,7 +173,8 @@ def sweep(
             continue
         holder = f"worker {lease.worker} stopped renewing its lease (expired at {lease.expires_at:.0f})"
         reported = int(job.attempts) in {int(a) for a in (job.infra_lost_attempts or ())}
-        vanished = None if reported else lost_attempt_entry(int(job.attempts), "holder_vanished", holder, now)
+        vanished = None if reported else lost_attempt_entry(int(job.attempts), "holder_vanished", holder, now,
+                                                            token=lease.token)
         if requeue:
             publish(lease.tenant_id, lease.job_id, after_attempt=int(job.attempts))
             reason = f"{holder}; re-queued"

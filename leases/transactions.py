@@ -54,7 +54,7 @@ from tenacity import (
 )
 
 from leases import outbox
-from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost, TenantMismatch
+from leases.errors import AcquireUnresolved, CapReached, JobNotQueued, LeaseContention, LeaseLost, TenantMismatch
 from leases import policy
 from leases.models import CLUSTER_SLOTS_KEY, ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem
 from service import aws
@@ -410,8 +410,9 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, n
             duplicate is dropped, not parked).
         CapReached: the tenant is at its cap.
         LeaseContention: conflicts/throttling/unapplied ambiguous attempts outlasted the retries.
-        pynamodb.exceptions.PynamoDBException: anything else, including an ambiguous failure whose
-            read-back failed too (the caller must not assume either way).
+        AcquireUnresolved: an ambiguous failure whose read-back failed too (it may have applied:
+            the caller must not assume either way; :func:`resolve_acquire`).
+        pynamodb.exceptions.PynamoDBException: anything else.
     """
     s = get_settings()
     token = new_token()
@@ -455,7 +456,11 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, n
             if kind == RETRY:
                 raise Retryable(codes) from exc
             if kind == AMBIGUOUS:
-                held = read_lease(job_id)
+                try:
+                    held = read_lease(job_id)
+                except PynamoDBException as read_exc:
+                    raise AcquireUnresolved(job_id, tenant_id, worker, token, t + s.lease_ttl_s,
+                                            reason_codes=codes) from read_exc
                 if held is not None and held.token == token:
                     log.info("acquire of job %s: ambiguous failure (%s), but it applied", job_id, codes[0])
                     return _lease_of(held)
@@ -715,17 +720,26 @@ def commit_success(
 
 
 def release_for_retry(lease: Lease, *, error: str, error_code: str, delay_s: float = 0,
-                      now: float | None = None) -> None:
+                      now: float | None = None, infra_attempt: int | None = None) -> None:
     """Put the job back to ``queued`` (a retry message, visible in ``delay_s``, is already
-    published) and free the slot.
+    published) and free the slot. With ``infra_attempt`` (the attempt's number), the failure was
+    the infrastructure's (an AWS endpoint or the network failed the run): in the same transaction
+    that attempt joins ``JobItem.infra_lost_attempts`` (not charged) and ``lost_attempts`` records it
+    with cause ``infra_error``.
 
     Raises:
         LeaseLost, LeaseContention: as :func:`commit_success`.
     """
     t = time.time() if now is None else now
+    infra = []
+    if infra_attempt is not None:
+        entry = lost_attempt_entry(infra_attempt, "infra_error", f"{error_code}: {error}", t, token=lease.token)
+        infra = [JobItem.infra_lost_attempts.add({int(infra_attempt)}),
+                 JobItem.lost_attempts.set((JobItem.lost_attempts | []).append([entry]))]
     _release(
         lease,
-        [*requeue_actions(lease.tenant_id, t + delay_s), JobItem.error.set(error), JobItem.error_code.set(error_code)],
+        [*requeue_actions(lease.tenant_id, t + delay_s), JobItem.error.set(error), JobItem.error_code.set(error_code),
+         *infra],
         what="release for retry",
         requeue=True,
     )
@@ -758,9 +772,43 @@ def fail_job(lease: Lease, *, error: str, error_code: str, now: float | None = N
 # --- outside a lease ----------------------------------------------------------------------------
 
 
-def lost_attempt_entry(attempt: int, cause: str, detail: str, now: float) -> dict:
-    """One entry of ``JobItem.lost_attempts`` (``cause``: ``infra_lost`` or ``holder_vanished``)."""
-    return {"attempt": int(attempt), "cause": cause, "at": now, "detail": detail[:500]}
+def lost_attempt_entry(attempt: int, cause: str, detail: str, now: float, token: str | None = None) -> dict:
+    """One entry of ``JobItem.lost_attempts`` (``cause``: ``infra_lost``, ``infra_error`` or
+    ``holder_vanished``; ``token``: the lease's fencing token, where known)."""
+    entry = {"attempt": int(attempt), "cause": cause, "at": now, "detail": detail[:500]}
+    if token is not None:
+        entry["token"] = token
+    return entry
+
+
+def resolve_acquire(unresolved: AcquireUnresolved, *, now: float | None = None) -> Lease | None:
+    """Settle an :class:`~leases.errors.AcquireUnresolved` once DynamoDB answers.
+
+    * the lease exists under the acquire's token: the acquire applied and the lease is still this
+      caller's; it is renewed at once (its TTL may have run out meanwhile) and returned;
+    * else, if the sweeper already reclaimed that lease (a ``holder_vanished`` entry of
+      ``JobItem.lost_attempts`` with the token), the attempt is recorded ``infra_lost``
+      (:func:`record_infra_lost`: not charged); returns None;
+    * else the acquire never applied: returns None.
+
+    Raises:
+        pynamodb.exceptions.PynamoDBException: DynamoDB still cannot be reached (the caller retries).
+    """
+    held = read_lease(unresolved.job_id)
+    if held is not None and held.token == unresolved.token:
+        try:
+            return renew(_lease_of(held), now=now)
+        except LeaseLost:
+            pass  # reclaimed between the read and the renewal: look for the sweeper's note below
+    try:
+        job = JobItem.get(unresolved.job_id, consistent_read=True, attributes_to_get=["lost_attempts"])
+    except DoesNotExist:
+        return None
+    for entry in job.lost_attempts or []:
+        if entry.get("token") == unresolved.token and entry.get("cause") == "holder_vanished":
+            record_infra_lost(unresolved.job_id, int(entry["attempt"]),
+                              detail=f"acquire unresolved: DynamoDB unreachable ({unresolved})", now=now)
+    return None
 
 
 def record_infra_lost(job_id: str, attempt: int, *, detail: str, now: float | None = None) -> bool:

@@ -190,6 +190,12 @@ class Settings(BaseSettings):
     max_attempts_limit: int = Field(
         default=10, ge=1, description="Largest attempt budget a submission may ask for (max_attempts=...)."
     )
+    infra_retry_limit: int = Field(
+        default=20, ge=0,
+        description="Attempts of one job that an AWS endpoint or the network failed (5xx, throttling, resets, "
+                    "timeouts: not the job) which are retried without being charged; beyond, they count against "
+                    "max_attempts like any failure.",
+    )
     retry_backoff_base_s: int = Field(default=30, ge=0, le=SQS_MAX_DELAY_S)
     retry_backoff_max_s: int = Field(default=SQS_MAX_DELAY_S, ge=0, le=SQS_MAX_DELAY_S)
     # kombu's retry_policy of one publish (job messages, webhook rounds): service.sqs.publish_retry_policy

@@ -9,13 +9,16 @@ One delivery (kwargs ``tenant_id``, ``job_id``; ``after_attempt`` on a copy sent
              ├─ CapReached ──────► park: the job becomes ``waiting`` (no message), then ack; a
              │                      release of its tenant wakes it (timer policy: a delayed copy)
              ├─ LeaseContention ─► defer: a copy with SQS DelaySeconds, then ack
+             ├─ AcquireUnresolved► resolve once DynamoDB answers (run the lease if it applied; an
+             │                      attempt reclaimed meanwhile is recorded infra_lost), else reject
              ├─ any other error ─► reject: SQS keeps the message (redelivered after the visibility
              │                      timeout; a crash loop ends in the DLQ)
              └─ Lease ─► heartbeat ─► run() ─┬─ ok ──────────► commit_success (fenced)
                                              ├─ bad input ───► fail_job (fenced), no retry
                                              ├─ other error ─► retry copy with backoff, then
                                              │                 release_for_retry (fenced); out of
-                                             │                 attempts: fail_job
+                                             │                 attempts: fail_job; an AWS/network
+                                             │                 failure is not charged (infra_error)
                                              └─ lease lost ──► commit nothing
     A commit or failure hands its place to the tenant's oldest waiting job in its own transaction,
     then publishes it; any other release is followed by a wake; the sweeper is the safety net.
@@ -40,7 +43,7 @@ from pynamodb.exceptions import PynamoDBException
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
 from leases import transactions, waiting
-from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost, TenantMismatch
+from leases.errors import AcquireUnresolved, CapReached, JobNotQueued, LeaseContention, LeaseLost, TenantMismatch
 from leases.models import JobItem, JobStatus
 from service.clocks import Clocks, get_clocks
 from service.settings import get_settings
@@ -48,6 +51,7 @@ from service.sqs import backoff_s, delay_seconds
 from service.tenancy import message_group_id, shown_value, validate_job_id, validate_tenant_id
 from leases import signals
 from leases.signals import JobOutcome
+from tasks import storage
 from tasks.heartbeat import Heartbeat
 from tasks.messages import publish_job
 from tasks.worker import expedite_to_dead_letter_queue
@@ -56,6 +60,21 @@ log = logging.getLogger(__name__)
 
 #: Errors of the AWS SDKs and the broker client that say nothing about the job itself.
 _INFRASTRUCTURE_ERRORS = (PynamoDBException, BotoCoreError, ClientError, KombuError, OSError)
+
+
+def is_infrastructure_failure(exc: BaseException) -> bool:
+    """True if a run failed on the infrastructure, not on the job: an S3 transfer whose endpoint or
+    network failed (:attr:`tasks.storage.StorageError.infrastructure`), a DynamoDB, botocore or
+    kombu error, a connection error or timeout (raised by a renewal or an upload inside the run), or
+    DynamoDB contention outlasting its retries; not any other ``OSError`` (a disk is the job's host). Such an attempt is not charged
+    (up to ``Settings.infra_retry_limit``). The engine's errors, a missing input and anything else
+    are the job's own."""
+    if isinstance(exc, storage.StorageError):
+        return exc.infrastructure
+    if isinstance(exc, ClientError):
+        return storage.is_infrastructure(exc)
+    return isinstance(exc, (PynamoDBException, BotoCoreError, KombuError, ConnectionError, TimeoutError,
+                            LeaseContention))
 
 
 @dataclass(frozen=True)
@@ -226,6 +245,11 @@ class FairTask(Task):
             lease = acquired
         except LeaseContention as exc:
             self._defer(job_id, tenant_id, exc)
+        except AcquireUnresolved as exc:
+            resolved = self._resolve_acquire(exc)
+            if resolved is None:
+                raise Reject(str(exc), requeue=False) from exc  # SQS redelivers it; nothing was charged
+            lease = resolved
         except _INFRASTRUCTURE_ERRORS as exc:
             # No lease is known to be held (an ambiguous acquire that did apply is the sweeper's),
             # so acking would lose the job: SQS keeps the message and redelivers it.
@@ -260,6 +284,8 @@ class FairTask(Task):
             )
         except LeaseLost as exc:
             return self._on_lease_lost(lease, str(exc), heartbeat, int(job.attempts))
+        except (*_INFRASTRUCTURE_ERRORS, LeaseContention) as exc:
+            return self._on_release_unreachable(lease, exc, heartbeat, int(job.attempts))
         signals.lease_released.send(sender=self, lease=lease, outcome=JobOutcome.SUCCEEDED)
         self._hand_off(tenant_id, successor)
         job = self._read_committed(job, JobStatus.SUCCEEDED)
@@ -402,6 +428,42 @@ class FairTask(Task):
             self._report_infra_lost(heartbeat.lease, attempt, detail)
         return {"outcome": JobOutcome.LEASE_LOST, "job_id": lease.job_id, "tenant_id": lease.tenant_id}
 
+    def _resolve_acquire(self, unresolved: AcquireUnresolved) -> transactions.Lease | None:
+        """Settle an acquire whose outcome DynamoDB could not tell (:func:`transactions.resolve_acquire`),
+        retried (jittered) until DynamoDB answers, for as long as the sweeper would wait for an
+        ``infra_lost`` report of that attempt. Returns the lease if the acquire applied and is still
+        ours (the job runs), else None (the message is left for redelivery); never raises."""
+        clocks = self.clocks
+        deadline_at = unresolved.expires_at + clocks.infra_report_grace_s
+        log.warning("job %s: %s; resolving it once DynamoDB answers", unresolved.job_id, unresolved)
+        retrying = Retrying(
+            retry=retry_if_exception_type(_INFRASTRUCTURE_ERRORS),
+            wait=wait_random_exponential(multiplier=0.2, max=clocks.heartbeat_interval_s),
+            stop=stop_after_delay(max(0.0, deadline_at - time.time())),
+            reraise=True,
+        )
+        try:
+            lease = retrying(transactions.resolve_acquire, unresolved)
+        except _INFRASTRUCTURE_ERRORS as exc:
+            log.error("job %s: acquire still unresolved when the sweeper's grace ended (%s); if it applied, its "
+                      "attempt counts against the budget", unresolved.job_id, exc)
+            return None
+        log.warning("job %s: unresolved acquire %s", unresolved.job_id,
+                    "applied: running the job under it" if lease else "did not apply, or was reclaimed (not charged)")
+        return lease
+
+    def _on_release_unreachable(self, lease: transactions.Lease, exc: BaseException, heartbeat,
+                                attempt: int) -> dict:
+        """A fenced release (commit, retry, failure) could not be confirmed: DynamoDB kept failing
+        (its read-back of ``release_id`` too). It may have applied; if it did not, the lease expires
+        and the sweeper reclaims it, so the attempt is reported ``infra_lost`` (not charged; a no-op
+        if the release did apply and the job is final). The job's webhook is in the outbox either way."""
+        detail = f"release could not reach DynamoDB: {exc}"
+        log.warning("job %s: %s", lease.job_id, detail)
+        signals.lease_lost.send(sender=self, lease=lease, detail=detail)
+        self._report_infra_lost(heartbeat.lease, attempt, detail)  # its last known expiry
+        return {"outcome": JobOutcome.LEASE_LOST, "job_id": lease.job_id, "tenant_id": lease.tenant_id}
+
     def _report_infra_lost(self, lease: transactions.Lease, attempt: int, detail: str) -> bool:
         """This attempt lost its lease because DynamoDB could not be reached: record it
         ``infra_lost`` so that it does not count against the budget (issue 15, item 5).
@@ -445,6 +507,8 @@ class FairTask(Task):
             release(successor and successor[1])
         except LeaseLost as lost:
             return self._on_lease_lost(lease, str(lost), heartbeat, attempt)
+        except (*_INFRASTRUCTURE_ERRORS, LeaseContention) as unreachable:
+            return self._on_release_unreachable(lease, unreachable, heartbeat, attempt)
         signals.lease_released.send(sender=self, lease=lease, outcome=outcome)
         self._hand_off(lease.tenant_id, successor)
         committed = JobStatus.FAILED if outcome == JobOutcome.FAILED else JobStatus.QUEUED
@@ -473,15 +537,27 @@ class FairTask(Task):
         code = getattr(exc, "code", None) or type(exc).__name__
         reason = str(exc) or type(exc).__name__
         retryable = bool(getattr(exc, "retryable", True))
-        if retryable and job.attempts_left:
+        # The infrastructure's failure is not the job's: retried without charging the attempt
+        # (recorded ``infra_error``), up to ``infra_retry_limit`` such attempts.
+        infra = (is_infrastructure_failure(exc)
+                 and len(job.infra_lost_attempts or ()) < get_settings().infra_retry_limit)
+        if infra or (retryable and job.attempts_left):
             delay_s = self.backoff_s(attempts)
-            log.warning("job %s attempt %s/%s failed (%s); retrying in %s s",
-                        job.job_id, attempts, job.max_attempts, reason, delay_s)
-            retry = self.retry(kwargs={**self.request.kwargs, "after_attempt": attempts}, countdown=delay_s,
-                               exc=exc, throw=False)  # published before the release: it follows this attempt
+            log.warning("job %s attempt %s/%s failed (%s%s); retrying in %s s", job.job_id, attempts,
+                        job.max_attempts, "infrastructure, not charged: " if infra else "", reason, delay_s)
+            try:  # published before the release: it follows this attempt
+                retry = self.retry(kwargs={**self.request.kwargs, "after_attempt": attempts}, countdown=delay_s,
+                                   exc=exc, throw=False)
+            except (Reject, *_INFRASTRUCTURE_ERRORS) as publish_exc:  # Celery's retry wraps a failed publish in Reject
+                # No copy: release anyway (the job is queued again, its slot free) and leave this
+                # message to SQS, which redelivers it; the reconciler covers a lost one.
+                log.warning("job %s: the retry copy could not be published (%s); releasing, and leaving the "
+                            "message to SQS", job.job_id, publish_exc)
+                retry = Reject(publish_exc, requeue=False)
             lost = self._release(lease, JobOutcome.RETRYING, reason,
-                                 lambda _: transactions.release_for_retry(lease, error=reason, error_code=code,
-                                                                          delay_s=delay_s), heartbeat, attempts)
+                                 lambda _: transactions.release_for_retry(
+                                     lease, error=reason, error_code=code, delay_s=delay_s,
+                                     infra_attempt=attempts if infra else None), heartbeat, attempts)
             if lost is not None:
                 return lost
             raise retry

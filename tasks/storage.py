@@ -9,7 +9,9 @@ engine checks the downloaded file's size again.
 
 Errors::
 
-    StorageError            S3 kept failing after the in-place retries (retryable)
+    StorageError            S3 kept failing after the in-place retries (retryable; ``infrastructure``
+    │                       True when the endpoint or the network failed: 5xx, throttling, a
+    │                       connection error or read timeout; then the attempt is not charged)
     └── InputMissing        the input object does not exist (not retryable)
     imposition.errors.InputTooLarge   (the engine's tree) the input is over max_input_bytes
 """
@@ -18,7 +20,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from boto3.exceptions import S3UploadFailedError
 from botocore.exceptions import BotoCoreError, ClientError
+from s3transfer.exceptions import RetriesExceededError
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from imposition.errors import InputTooLarge
@@ -30,10 +34,15 @@ _MISSING = {"NoSuchKey", "404", "NotFound"}
 
 
 class StorageError(Exception):
-    """Root of S3 transfer errors of a job."""
+    """Root of S3 transfer errors of a job; ``infrastructure``: the S3 endpoint or the network
+    failed (:func:`is_infrastructure` of the cause), not the job's object or the request."""
 
     retryable = True
     code = "storage"
+
+    def __init__(self, message: str, *, infrastructure: bool = False) -> None:
+        super().__init__(message)
+        self.infrastructure = infrastructure
 
 
 class InputMissing(StorageError):
@@ -43,10 +52,39 @@ class InputMissing(StorageError):
     code = "input_missing"
 
 
+#: S3 error codes of an endpoint that is failing or shedding load (S3 API reference, "Error codes").
+_ENDPOINT_CODES = {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "Throttling",
+                   "ThrottlingException", "RequestTimeTooSkewed"}
+#: Errors s3transfer raises around a part's failure (an upload's ``ClientError`` becomes the first,
+#: a download's exhausted retries of a read the second).
+_TRANSFER_ERRORS = (S3UploadFailedError, RetriesExceededError)
+
+
+def is_infrastructure(exc: BaseException) -> bool:
+    """True if ``exc`` says the S3 endpoint or the network failed, not the request or the object:
+    any botocore transport error (connection refused or reset, read timeout), a 5xx or throttling
+    answer, or an s3transfer error wrapping one (whose message is all that is left of it)."""
+    if isinstance(exc, BotoCoreError):
+        return True
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        return int(status) >= 500 or error.get("Code") in _ENDPOINT_CODES
+    if isinstance(exc, RetriesExceededError):
+        return True  # s3transfer retries a download's reads on transport errors only (socket, timeout)
+    if isinstance(exc, S3UploadFailedError):
+        cause = exc.__cause__ or exc.__context__
+        if cause is not None and cause is not exc:
+            return is_infrastructure(cause)
+        text = str(exc)
+        return any(code in text for code in _ENDPOINT_CODES) or "(50" in text or "Connection" in text
+    return False
+
+
 def _transient(exc: BaseException) -> bool:
     if isinstance(exc, ClientError):
         return exc.response.get("Error", {}).get("Code") not in _MISSING | {"AccessDenied", "403"}
-    return isinstance(exc, BotoCoreError)
+    return isinstance(exc, BotoCoreError) or is_infrastructure(exc)
 
 
 _in_place = retry(
@@ -80,9 +118,9 @@ def _mapped_download(transfer, key: str, path: Path, missing: type[StorageError]
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") in _MISSING:
             raise missing(f"{name}={shown_value(key)}: no such object in bucket {get_settings().bucket!r}") from exc
-        raise StorageError(f"download of {shown_value(key)} failed: {exc}") from exc
-    except BotoCoreError as exc:
-        raise StorageError(f"download of {shown_value(key)} failed: {exc}") from exc
+        raise StorageError(f"download of {shown_value(key)} failed: {exc}", infrastructure=is_infrastructure(exc)) from exc
+    except (BotoCoreError, *_TRANSFER_ERRORS) as exc:
+        raise StorageError(f"download of {shown_value(key)} failed: {exc}", infrastructure=is_infrastructure(exc)) from exc
 
 
 def download_object(key: str, path: Path) -> None:
@@ -120,8 +158,8 @@ def upload(path: Path, key: str, content_type: str = "application/pdf") -> None:
     """
     try:
         _upload(path, key, content_type)
-    except (ClientError, BotoCoreError) as exc:
-        raise StorageError(f"upload of {shown_value(key)} failed: {exc}") from exc
+    except (ClientError, BotoCoreError, *_TRANSFER_ERRORS) as exc:
+        raise StorageError(f"upload of {shown_value(key)} failed: {exc}", infrastructure=is_infrastructure(exc)) from exc
 
 
 @_in_place

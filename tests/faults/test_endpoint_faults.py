@@ -1,6 +1,6 @@
 """Nothing lost when the SQS endpoint restarts empty or DynamoDB stalls (issue 15, "Must hold"):
 real workers and beat (:class:`tests.support.cluster.Cluster`) behind a loopback
-:class:`tests.support.fault_proxy.FaultProxy`, short clocks (lease TTL 9 s, heartbeat 1 s).
+:class:`control.fault_proxy.FaultProxy`, short clocks (lease TTL 9 s, heartbeat 1 s).
 
 * **SQS restarted empty.** The embedded endpoint keeps its queues in memory; a restart loses every
   message. Here the proxy refuses connections (the endpoint is down) while every queue is deleted
@@ -35,7 +35,7 @@ from tasks.sweeper import visible_messages
 from tests.conftest import reset_aws
 from tests.faults.test_sqs_outage import committed, finish_all
 from tests.support.cluster import Cluster
-from tests.support.fault_proxy import FaultProxy
+from control.fault_proxy import FaultProxy
 from tests.support.processes import wait_for
 
 #: How long the SQS endpoint is down, seconds (the issue's restart took 26 s).

@@ -1,29 +1,20 @@
-"""A loopback TCP proxy in front of an HTTP endpoint (a moto server) that can be switched to fail.
+"""A loopback TCP proxy in front of an endpoint (a moto server, Redis) that can be switched to fail.
 
-Real processes (celery workers, beat) are pointed at :attr:`FaultProxy.url` instead of the endpoint
-(``AWS_ENDPOINT_URL_SQS=<proxy url>`` for SQS alone); the test switches the proxy's mode while they
-run. Nothing of the client is touched: it sees what a flaky network or an erroring AWS endpoint
-would show it.
+Processes (celery workers, beat) are pointed at :attr:`FaultProxy.url` instead of the endpoint
+(``AWS_ENDPOINT_URL_SQS=<proxy url>``, a ``redis://`` URL on the proxy's port); the fault tests and
+the fault soak (:mod:`soak`) switch its mode while they run. Nothing of the client is touched.
+Modes, for each new connection:
 
-==============  ===================================================================================
-mode            a new connection…
-==============  ===================================================================================
-``forward``     is relayed, byte for byte, to the endpoint (the default)
-``http_503``    has its request read and answered ``HTTP 503 ServiceUnavailable`` (AWS JSON error
-                body, ``Connection: close``); nothing reaches the endpoint
-``http_400``    the same, answered ``HTTP 400 ThrottlingException`` (what SQS says when throttling)
-``reset``       is accepted and reset at once (TCP RST: ``ECONNRESET`` on the client)
-``refuse``      is refused: the proxy stops listening (``ECONNREFUSED``) until the mode changes
-``stall``       is relayed, but nothing the endpoint answers reaches the client until the mode
-                changes (a stalled endpoint or network: the request applies, its answer is late;
-                relayed connections are stalled too, not reset)
-==============  ===================================================================================
+* ``forward``: relayed byte for byte (the default); ``stall``: relayed, but nothing the endpoint
+  answers reaches the client until the mode changes (the request applies, its answer is late);
+* ``http_503`` / ``http_400``: the HTTP request is read and answered ``503 ServiceUnavailable`` /
+  ``400 ThrottlingException`` (AWS JSON error body, ``Connection: close``); nothing reaches the endpoint;
+* ``reset``: accepted and reset at once (``ECONNRESET``); ``refuse``: the proxy stops listening
+  (``ECONNREFUSED``) until the mode changes. These two and ``stall`` suit any TCP protocol.
 
-Switching to a failing mode also resets every connection being relayed at that moment, so a long
-poll waiting inside the endpoint fails mid-request as it would when a load balancer drops it.
-``faults`` counts the connections failed, by mode.
-
-Example::
+Switching to a failing mode also resets every connection being relayed at that moment (a long
+poll fails mid-request, as when a load balancer drops it). ``faults`` counts failed connections by
+mode. Example::
 
     with FaultProxy(local_aws.main.url) as proxy:
         ...                                   # processes use proxy.url
@@ -92,7 +83,7 @@ def _error_answer(mode: str) -> bytes:
     """The HTTP answer of failing mode ``mode`` (a key of :data:`_ANSWERS`)."""
     status, error_type = _ANSWERS[mode]
     body = json.dumps({"__type": f"com.amazonaws.sqs#{error_type}",
-                       "message": "injected by tests.support.fault_proxy"}).encode()
+                       "message": "injected by control.fault_proxy"}).encode()
     return (b"HTTP/1.1 " + status + b"\r\n"
             b"Content-Type: application/x-amz-json-1.0\r\n"
             b"x-amzn-RequestId: fault-proxy\r\n"
@@ -104,7 +95,8 @@ class FaultProxy:
     """A threaded TCP proxy on 127.0.0.1 (a free port) relaying to the endpoint at ``target_url``.
 
     Args:
-        target_url: ``http://host:port`` of the endpoint (plain HTTP only).
+        target_url: ``scheme://host:port`` of the endpoint (``http://`` for the HTTP modes;
+            ``redis://`` or any other scheme for ``forward``/``stall``/``reset``/``refuse``).
 
     Raises:
         ValueError: ``target_url`` has no host or port, or a mode is not one of :data:`MODES`.
@@ -152,6 +144,11 @@ class FaultProxy:
     def url(self) -> str:
         """``http://127.0.0.1:<port>``: where clients should connect."""
         return f"http://127.0.0.1:{self._port}"
+
+    @property
+    def port(self) -> int:
+        """The port the proxy listens on (127.0.0.1), kept across ``refuse``."""
+        return self._port
 
     # -- modes -----------------------------------------------------------------------------------
 
