@@ -68,9 +68,11 @@ bench-sched: $(STAMP)
 bench-sim: $(STAMP)
 	$(BIN)/python -m bench.sim_speed
 
-## The lease soak (not in `make test`): 1,000 jobs over 4 tenants on 2 worker nodes with 10 random
-## SIGKILLs and short clocks; checks cap violations (lease-event log), lost jobs, duplicate plates
-## and the audit. Numbers in out/soak/summary.json.
+## The fault soak (not in `make test`): 1,200 jobs over 4 tenants on 2 worker nodes, short clocks,
+## 10 random SIGKILLs and every fault class of soak/faults.py twice (SQS/S3 503 and resets, DynamoDB
+## 503 and a 35 s stall, Redis down, a SIGSTOPped node, a warm restart); checks the total-queue rule
+## (lost, doubled), webhooks, cap violations (lease-event log), infra attempts and the audit
+## (about 15 minutes on 2 cores). Numbers in out/soak/summary.json.
 soak: $(STAMP)
 	$(BIN)/python -m soak
 

@@ -62,7 +62,7 @@ PROBE_TENANT = "soak-probe"
 #: the soak's receiver answers, so a webhook that gave up was lost).
 WEBHOOK_SETTLED = ("delivered", "no_endpoint")
 #: Seconds to wait, after the last job, for every webhook to settle.
-WEBHOOK_SETTLE_S = 120.0
+WEBHOOK_SETTLE_S = 240.0
 #: The sweeper's note of a reclaimed attempt names its holder ``<node>/<pid>``.
 _HOLDER_PID = re.compile(r"worker \S+/(\d+) stopped renewing")
 

@@ -9,16 +9,14 @@ One delivery (kwargs ``tenant_id``, ``job_id``; ``after_attempt`` on a copy sent
              ├─ CapReached ──────► park: the job becomes ``waiting`` (no message), then ack; a
              │                      release of its tenant wakes it (timer policy: a delayed copy)
              ├─ LeaseContention ─► defer: a copy with SQS DelaySeconds, then ack
-             ├─ AcquireUnresolved► resolve once DynamoDB answers (run the lease if it applied; an
-             │                      attempt reclaimed meanwhile is recorded infra_lost), else reject
+             ├─ AcquireUnresolved► resolved once DynamoDB answers: run the lease if it applied, else reject
              ├─ any other error ─► reject: SQS keeps the message (redelivered after the visibility
              │                      timeout; a crash loop ends in the DLQ)
              └─ Lease ─► heartbeat ─► run() ─┬─ ok ──────────► commit_success (fenced)
                                              ├─ bad input ───► fail_job (fenced), no retry
                                              ├─ other error ─► retry copy with backoff, then
                                              │                 release_for_retry (fenced); out of
-                                             │                 attempts: fail_job; an AWS/network
-                                             │                 failure is not charged (infra_error)
+                                             │                 attempts: fail_job (AWS's: uncharged)
                                              └─ lease lost ──► commit nothing
     A commit or failure hands its place to the tenant's oldest waiting job in its own transaction,
     then publishes it; any other release is followed by a wake; the sweeper is the safety net.

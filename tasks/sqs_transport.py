@@ -16,8 +16,8 @@ would also give the Redis events channel and Flower this transport. What it chan
 * when its last consumer is cancelled, the channel reads every receive still open (at most
   ``sqs_wait_time_s`` + ``sqs_shutdown_receive_margin_s``) and releases what they bring; a message
   delivered but not acked when the channel closes, or rejected with ``requeue``, is made visible
-  again (visibility 0) instead of copied (why: docs/design.md, "Nothing lost when an endpoint or a
-  process fails", "The missing job of the 500-job run");
+  again (visibility 0) instead of copied; if SQS refuses both, left to its visibility timeout, the
+  worker kept alive (docs/design.md, "Nothing lost when an endpoint or a process fails");
 * with ``poll_stamp_path`` set, each run of a queue's poll loop touches that file (at most once a
   second) for ``control.stack.Supervisor``.
 
@@ -228,9 +228,21 @@ class Channel(SQS.Channel):
 
         Raises:
             botocore.exceptions.ClientError: ``NonExistentQueue`` for a queue never provisioned.
+            ConnectionError: SQS answered 5xx or throttled, or could not be reached: a connection
+                error to kombu, which retries the connection with backoff (a ``ClientError`` would
+                end beat or a worker whose channel is first made during an outage).
         """
-        return {name: q if q.get("url") else {**q, "url": aws.queue_url(name)}
-                for name, q in self.transport_options.get("predefined_queues", {}).items()}
+        queues = {}
+        for name, q in self.transport_options.get("predefined_queues", {}).items():
+            try:
+                queues[name] = q if q.get("url") else {**q, "url": aws.queue_url(name)}
+            except ClientError as exc:
+                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+                code = exc.response.get("Error", {}).get("Code", "")
+                if int(status) < 500 and "Throttl" not in code and code != "RequestThrottled":
+                    raise
+                raise ConnectionError(f"SQS answered {code or status} looking up queue {name}: {exc}") from exc
+        return queues
 
     def _get_from_sqs(self, queue_name, queue_url, connection, count=1, callback=None):
         self._open_receives += 1
@@ -292,7 +304,15 @@ class Channel(SQS.Channel):
             except (BotoCoreError, ClientError, OSError) as exc:
                 log.warning("could not release a message of queue %s (%s); publishing a copy instead",
                             queue or queue_url, exc)
-        return super()._restore(message, unwanted_delivery_info)
+        try:
+            return super()._restore(message, unwanted_delivery_info)
+        except (BotoCoreError, ClientError, OSError) as exc:
+            # SQS failing both ways (an outage): the original is still in the queue, hidden, and comes
+            # back at its visibility timeout. Raising would end the worker (kombu's reject_log_error
+            # catches only connection errors: "Unrecoverable error").
+            log.error("could not publish a copy of a message of queue %s either (%s); it is visible again at its "
+                      "visibility timeout", info.get("routing_key") or queue_url, exc)
+            return None
 
     def _on_messages_ready(self, queue, qname, messages):
         # kombu's names: ``queue`` is the queue's URL, ``qname`` its name.
