@@ -567,7 +567,10 @@ class Soak:
         summary.peak_leases = {t: p.leases for t, p in sorted(max_concurrent(events).items())}
         summary.cap_violations = [asdict(v) for v in cap_violations(events, {}, s.default_cap)]
         summary.unterminated_leases = len(unterminated(events))
-        refused = {e["token"] for e in events if e["event"] == "lost"}
+        # A commit attempt that did not apply: its holder found the lease lost, or the sweeper reclaimed
+        # that lease afterwards (a reclaim needs the lease, which an applied commit deletes: a holder
+        # SIGKILLed between ``releasing`` and its transaction).
+        refused = {e["token"] for e in events if e["event"] in ("lost", "reclaimed")}
         commits = Counter(e["job"] for e in events
                           if e["event"] == "releasing" and e["outcome"] == "succeeded" and e["token"] not in refused)
 
