@@ -40,6 +40,7 @@ from soak import faults as fault_classes
 from soak.faults import Fault
 from service.tenancy import input_key
 from tasks import storage
+from tasks.base import RELEASE_UNREACHABLE
 from tasks.sweeper import visible_messages
 from tasks.submission import submit_job
 from webhooks.endpoints import set_webhook
@@ -567,10 +568,12 @@ class Soak:
         summary.peak_leases = {t: p.leases for t, p in sorted(max_concurrent(events).items())}
         summary.cap_violations = [asdict(v) for v in cap_violations(events, {}, s.default_cap)]
         summary.unterminated_leases = len(unterminated(events))
-        # A commit attempt that did not apply: its holder found the lease lost, or the sweeper reclaimed
-        # that lease afterwards (a reclaim needs the lease, which an applied commit deletes: a holder
-        # SIGKILLed between ``releasing`` and its transaction).
-        refused = {e["token"] for e in events if e["event"] in ("lost", "reclaimed")}
+        # A commit attempt that did not apply: its holder found the lease lost (not merely unconfirmed:
+        # RELEASE_UNREACHABLE may have applied), or the sweeper reclaimed that lease afterwards (a
+        # reclaim needs the lease, which an applied commit deletes: a holder SIGKILLed between
+        # ``releasing`` and its transaction).
+        refused = {e["token"] for e in events if e["event"] == "reclaimed"
+                   or (e["event"] == "lost" and not str(e.get("detail", "")).startswith(RELEASE_UNREACHABLE))}
         commits = Counter(e["job"] for e in events
                           if e["event"] == "releasing" and e["outcome"] == "succeeded" and e["token"] not in refused)
 

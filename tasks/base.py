@@ -56,6 +56,8 @@ from tasks.worker import expedite_to_dead_letter_queue
 
 log = logging.getLogger(__name__)
 
+#: How a ``lease_lost`` detail begins when the release's outcome is unknown (it may have applied).
+RELEASE_UNREACHABLE = "release could not reach DynamoDB"
 #: Errors of the AWS SDKs and the broker client that say nothing about the job itself.
 _INFRASTRUCTURE_ERRORS = (PynamoDBException, BotoCoreError, ClientError, KombuError, OSError)
 
@@ -456,7 +458,7 @@ class FairTask(Task):
         (its read-back of ``release_id`` too). It may have applied; if it did not, the lease expires
         and the sweeper reclaims it, so the attempt is reported ``infra_lost`` (not charged; a no-op
         if the release did apply and the job is final). The job's webhook is in the outbox either way."""
-        detail = f"release could not reach DynamoDB: {exc}"
+        detail = f"{RELEASE_UNREACHABLE}: {exc}"
         log.warning("job %s: %s", lease.job_id, detail)
         signals.lease_lost.send(sender=self, lease=lease, detail=detail)
         self._report_infra_lost(heartbeat.lease, attempt, detail)  # its last known expiry
