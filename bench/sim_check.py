@@ -302,8 +302,8 @@ def section(checks: list[Check]) -> str:
     return "\n".join(["## The simulator against these runs (`bench/sim_check.py`)", "",
                       "Each run's arrivals and measured lease times replayed in `capacity.simulator` (one node "
                       "of 8 slots, the run's policy; each delivery's latency drawn, seeded, from the run's own "
-                      "measured latencies, the wake latency its mean); each cell is measured / predicted "
-                      "(predicted − measured). "
+                      "measured gaps from a message's due moment to its lease, the park time its mean; "
+                      "`calibrate` says how); each cell is measured / predicted (predicted − measured). "
                       "The bar: waits within 10 % or 2 s, makespan within 10 %, most leases exact.", "",
                       table(checks), "", *calibration_lines(checks, params), ""])
 
