@@ -4,10 +4,12 @@ Two moto server processes, each on a free port:
 
 * the **main endpoint** (threaded) serves SQS and S3 (``AWS_ENDPOINT_URL``); SQS long polls block a
   request thread, so it must be threaded;
-* the **DynamoDB endpoint** handles one request at a time (``AWS_ENDPOINT_URL_DYNAMODB``). moto's
-  threaded server checks a ``TransactWriteItems`` condition and then writes without a lock, so two
-  concurrent transactions can interleave and break a cap that real DynamoDB would keep;
-  serialising requests restores DynamoDB's isolation.
+* the **DynamoDB endpoint** runs one request at a time in moto (``AWS_ENDPOINT_URL_DYNAMODB``).
+  moto's threaded server checks a ``TransactWriteItems`` condition and then writes without a lock,
+  so two concurrent transactions can interleave and break a cap that real DynamoDB would keep;
+  serialising requests restores DynamoDB's isolation. Each request is still read on a thread of
+  its own, whole, before it takes its turn (:func:`serialized`): a client stopped mid-request
+  (SIGSTOP) held a single-threaded server for every other client.
 
 Run one server by hand with ``python -m control.localaws [--single-threaded] [--port N]``: it prints
 ``listening on <port>`` once it accepts connections.
@@ -20,11 +22,14 @@ and the DynamoDB server's transactions roll back item by item instead of copying
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -32,8 +37,6 @@ from typing import IO
 def _exit_with_parent(parent_pid: int, interval_s: float = 1.0) -> None:
     """End this server when the process that started it is gone (even if it was SIGKILLed and could
     not stop us): a local endpoint must never outlive its run."""
-    import threading
-
     def watch() -> None:
         while True:
             time.sleep(interval_s)
@@ -114,6 +117,23 @@ def item_level_transaction_rollback() -> None:
     backend_module.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]  # moto's method, replaced in this server process only
 
 
+def serialized(app: Callable) -> Callable:
+    """The WSGI ``app`` one request at a time: each request's body is read whole on its own
+    thread first, then the request takes a process-wide lock for moto's work; the response is
+    built inside the lock and written after it (werkzeug writes on the first body chunk)."""
+    lock = threading.Lock()
+
+    def wrapped(environ: dict, start_response: Callable) -> list[bytes]:
+        length = environ.get("CONTENT_LENGTH")
+        stream = environ["wsgi.input"]
+        body = stream.read(int(length)) if length else (stream.read() if environ.get("wsgi.input_terminated") else b"")
+        environ["wsgi.input"] = io.BytesIO(body)
+        with lock:
+            return list(app(environ, start_response))
+
+    return wrapped
+
+
 def serve(host: str, port: int, single_threaded: bool, parent_pid: int | None = None) -> None:
     """Serve moto's backends on ``host:port`` (port 0 picks a free one) until killed, or until
     ``parent_pid`` exits."""
@@ -124,10 +144,11 @@ def serve(host: str, port: int, single_threaded: bool, parent_pid: int | None = 
     )
     from werkzeug.serving import make_server
 
+    app = forgetting_copies(DomainDispatcherApplication(create_backend_app))
     if single_threaded:
         item_level_transaction_rollback()
-    app = forgetting_copies(DomainDispatcherApplication(create_backend_app))
-    server = make_server(host, port, app, threaded=not single_threaded, request_handler=MotoRequestHandler)
+        app = serialized(app)
+    server = make_server(host, port, app, threaded=True, request_handler=MotoRequestHandler)
     print(f"listening on {server.server_port}", flush=True)
     if parent_pid:
         _exit_with_parent(parent_pid)

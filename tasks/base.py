@@ -428,22 +428,27 @@ class FairTask(Task):
             self._report_infra_lost(heartbeat.lease, attempt, detail)
         return {"outcome": JobOutcome.LEASE_LOST, "job_id": lease.job_id, "tenant_id": lease.tenant_id}
 
+    def _until_sweeper_grace(self, expires_at: float) -> Retrying:
+        """Retries of a DynamoDB write on infrastructure errors, jittered and at least once per
+        heartbeat interval, for as long as the sweeper waits for an ``infra_lost`` report of a lease
+        that expires (or expired) at ``expires_at``: until ``Clocks.infra_report_grace_s`` past it;
+        the last error is re-raised."""
+        clocks = self.clocks
+        return Retrying(
+            retry=retry_if_exception_type(_INFRASTRUCTURE_ERRORS),
+            wait=wait_random_exponential(multiplier=0.2, max=clocks.heartbeat_interval_s),
+            stop=stop_after_delay(max(0.0, expires_at + clocks.infra_report_grace_s - time.time())),
+            reraise=True,
+        )
+
     def _resolve_acquire(self, unresolved: AcquireUnresolved) -> transactions.Lease | None:
         """Settle an acquire whose outcome DynamoDB could not tell (:func:`transactions.resolve_acquire`),
         retried (jittered) until DynamoDB answers, for as long as the sweeper would wait for an
         ``infra_lost`` report of that attempt. Returns the lease if the acquire applied and is still
         ours (the job runs), else None (the message is left for redelivery); never raises."""
-        clocks = self.clocks
-        deadline_at = unresolved.expires_at + clocks.infra_report_grace_s
         log.warning("job %s: %s; resolving it once DynamoDB answers", unresolved.job_id, unresolved)
-        retrying = Retrying(
-            retry=retry_if_exception_type(_INFRASTRUCTURE_ERRORS),
-            wait=wait_random_exponential(multiplier=0.2, max=clocks.heartbeat_interval_s),
-            stop=stop_after_delay(max(0.0, deadline_at - time.time())),
-            reraise=True,
-        )
         try:
-            lease = retrying(transactions.resolve_acquire, unresolved)
+            lease = self._until_sweeper_grace(unresolved.expires_at)(transactions.resolve_acquire, unresolved)
         except _INFRASTRUCTURE_ERRORS as exc:
             log.error("job %s: acquire still unresolved when the sweeper's grace ended (%s); if it applied, its "
                       "attempt counts against the budget", unresolved.job_id, exc)
@@ -472,16 +477,9 @@ class FairTask(Task):
         as the sweeper waits for the report: until ``Clocks.infra_report_grace_s`` past the lease's
         last known expiry. Never raises; returns True if the report was written.
         """
-        clocks = self.clocks
-        deadline_at = lease.expires_at + clocks.infra_report_grace_s
-        retrying = Retrying(
-            retry=retry_if_exception_type(_INFRASTRUCTURE_ERRORS),
-            wait=wait_random_exponential(multiplier=0.2, max=clocks.heartbeat_interval_s),
-            stop=stop_after_delay(max(0.0, deadline_at - time.time())),
-            reraise=True,
-        )
         try:
-            written = retrying(transactions.record_infra_lost, lease.job_id, attempt, detail=detail)
+            written = self._until_sweeper_grace(lease.expires_at)(transactions.record_infra_lost, lease.job_id,
+                                                                  attempt, detail=detail)
         except _INFRASTRUCTURE_ERRORS as exc:
             log.error("job %s: could not report attempt %s as infra_lost before the sweeper's grace ended (%s); "
                       "it counts against the budget", lease.job_id, attempt, exc)
