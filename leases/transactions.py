@@ -34,7 +34,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from pynamodb.connection import Connection
 from pynamodb.exceptions import (
@@ -685,7 +685,7 @@ def commit_success(
     lease: Lease, *, output_key: str, sheets: int, sides: int, now: float | None = None,
     warnings: list[dict[str, str]] | None = None, preview_keys: list[str] | None = None,
     hand_off: HandOff | None = None,
-) -> None:
+) -> dict[str, Any]:
     """Record ``succeeded`` with the plate's key and release the slot, all fenced by the token.
 
     The job's webhook event is put in the outbox by the same write (:mod:`leases.outbox`).
@@ -694,29 +694,31 @@ def commit_success(
     plate's previews, as ``JobItem.preview_keys``. ``hand_off``: the tenant's next waiting job,
     handed the place in the same transaction (see :func:`fenced_release`).
 
+    Returns:
+        The job attributes the commit wrote, by name (a removed one as None; the outbox's and
+        ``release_id`` left out), so the caller knows the committed job without reading it back.
+
     Raises:
         LeaseLost: the lease was reclaimed; nothing was written (the job is someone else's now).
         LeaseContention: conflicts outlasted the retries (the lease stays; the sweeper frees it).
     """
     t = time.time() if now is None else now
+    written: dict[str, Any] = {
+        "status": JobStatus.SUCCEEDED.value, "output_key": output_key, "sheets": sheets, "sides": sides,
+        "warnings": list(warnings or []), "preview_keys": list(preview_keys or []), "finished_at": t,
+    }
+    removed = ("lease_token", "error", "error_code")
     _release(
         lease,
         [
-            JobItem.status.set(JobStatus.SUCCEEDED.value),
-            JobItem.output_key.set(output_key),
-            JobItem.sheets.set(sheets),
-            JobItem.sides.set(sides),
-            JobItem.warnings.set(list(warnings or [])),
-            JobItem.preview_keys.set(list(preview_keys or [])),
-            JobItem.finished_at.set(t),
-            JobItem.lease_token.remove(),
-            JobItem.error.remove(),
-            JobItem.error_code.remove(),
+            *(getattr(JobItem, name).set(value) for name, value in written.items()),
+            *(getattr(JobItem, name).remove() for name in removed),
             *outbox.intent_actions(t),
         ],
         what="commit",
         hand_off=hand_off,
     )
+    return {**written, **dict.fromkeys(removed)}
 
 
 def release_for_retry(lease: Lease, *, error: str, error_code: str, delay_s: float = 0,
