@@ -165,6 +165,13 @@ class Settings(BaseSettings):
         description="Waiting jobs read per index page when a release looks for the tenant's oldest one "
         "(a release hands its place to the first of them still waiting).",
     )
+    handoff_in_place_s: float = Field(
+        default=30.0, ge=0,
+        description="A delivery whose commit handed its place to a waiting job runs that job itself, without a "
+        "message (and the next one it hands on, and so on) until the delivery has run this long; then the next "
+        "handed job is published. It bounds how much longer a warm shutdown waits for a worker. 0 = always "
+        "publish (docs/design.md §3, hand-off in place).",
+    )
     visibility_margin_s: float = Field(default=60.0, ge=0)
 
     # --- lease transactions: bounded retries of conflicts and throttling ------------------------------

@@ -257,12 +257,24 @@ class FairTask(Task):
             raise Reject(exc, requeue=False) from exc
 
         delivery = (request.properties or {}).get("delivery_info") or {}
-        heartbeat = Heartbeat(
-            lease,
-            self.clocks,
-            queue_url=delivery.get("sqs_queue"),
-            receipt_handle=(request.properties or {}).get("delivery_tag"),
-        )
+        receipt = (delivery.get("sqs_queue"), (request.properties or {}).get("delivery_tag"))
+        began = time.monotonic()
+        outcome, handed = self._run_leased(lease, receipt)
+        if handed is not None:
+            self._run_in_place(tenant_id, handed, receipt, began)
+        return outcome
+
+    def _run_leased(self, lease: transactions.Lease,
+                    receipt: tuple[str | None, str | None]) -> tuple[dict, str | None]:
+        """Run the job under ``lease`` to its fenced end (module docstring, from ``Lease``), the
+        message's visibility (``receipt``: queue URL and receipt handle) extended with the lease.
+
+        Returns ``(outcome, handed)``: the delivery's result and, after a commit that handed its
+        place on, the waiting job left for this delivery to run in place (None: nothing handed, or
+        it was published). Raises as :meth:`__call__` does after its acquire.
+        """
+        job_id, tenant_id = lease.job_id, lease.tenant_id
+        heartbeat = Heartbeat(lease, self.clocks, queue_url=receipt[0], receipt_handle=receipt[1])
         with heartbeat:
             job = transactions.read_job(job_id)  # raises only after in-place retries: the sweeper's then
             signals.lease_acquired.send(sender=self, lease=lease, job=job, heartbeat=heartbeat)
@@ -271,9 +283,9 @@ class FairTask(Task):
             except Retry:
                 raise
             except Exception as exc:  # noqa: BLE001 - every job error is recorded, none escapes
-                return self._on_job_error(job, lease, heartbeat, exc)
+                return self._on_job_error(job, lease, heartbeat, exc), None
         if heartbeat.lost.is_set():
-            return self._on_lease_lost(lease, heartbeat.lost_detail, heartbeat, int(job.attempts))
+            return self._on_lease_lost(lease, heartbeat.lost_detail, heartbeat, int(job.attempts)), None
         signals.lease_releasing.send(sender=self, lease=lease, outcome=JobOutcome.SUCCEEDED)
         successor = self._successor(tenant_id)
         try:
@@ -283,15 +295,74 @@ class FairTask(Task):
                 hand_off=successor and successor[1],
             )
         except LeaseLost as exc:
-            return self._on_lease_lost(lease, str(exc), heartbeat, int(job.attempts))
+            return self._on_lease_lost(lease, str(exc), heartbeat, int(job.attempts)), None
         except (*_INFRASTRUCTURE_ERRORS, LeaseContention) as exc:
-            return self._on_release_unreachable(lease, exc, heartbeat, int(job.attempts))
+            return self._on_release_unreachable(lease, exc, heartbeat, int(job.attempts)), None
         signals.lease_released.send(sender=self, lease=lease, outcome=JobOutcome.SUCCEEDED)
-        self._hand_off(tenant_id, successor)
+        handed = self._hand_off(tenant_id, successor, in_place=get_settings().handoff_in_place_s > 0)
         for name, value in written.items():  # the job as committed, without reading it back
             setattr(job, name, value)
         signals.job_finished.send(sender=self, job=job, outcome=JobOutcome.SUCCEEDED, error=None)
-        return {"outcome": JobOutcome.SUCCEEDED, "job_id": job_id, "tenant_id": tenant_id}
+        return {"outcome": JobOutcome.SUCCEEDED, "job_id": job_id, "tenant_id": tenant_id}, handed
+
+    def _run_in_place(self, tenant_id: str, job_id: str, receipt: tuple[str | None, str | None],
+                      began: float) -> None:
+        """Run the job a commit handed its place to here, without a message (docs/design.md §3,
+        "Hand-off in place"), and so on down the tenant's waiting line, until this delivery has run
+        ``Settings.handoff_in_place_s`` (monotonic seconds since ``began``); then the next handed
+        job is published as usual. Each job runs under its own lease and Celery request (task id = job id, as its message would
+        have; ``in_place_of``: this delivery's id), with this delivery's message kept invisible.
+
+        A job whose acquire fails is published instead (the usual path then parks, drops or runs
+        it); one that is not queued any more is left alone. An outcome of the job itself (retry,
+        failure, lost lease) is recorded by its own run and ends the chain; never raises: this
+        delivery's own job is committed already. A job handed but neither run nor published (a
+        crash, a failed publish) is ``queued`` with ``due_at`` set: the reconciler publishes it.
+        """
+        limit_s = get_settings().handoff_in_place_s
+        worker = self.worker_name()
+        parent_id = self.request.id
+        next_id: str | None = job_id
+        while next_id is not None:
+            if time.monotonic() - began >= limit_s:
+                self._publish_handed(tenant_id, next_id)
+                return
+            try:
+                lease = transactions.acquire(next_id, tenant_id, worker)
+            except JobNotQueued as exc:
+                log.info("handed job %s is not queued any more (%s); leaving it", next_id, exc.status)
+                return
+            except AcquireUnresolved as exc:
+                resolved = self._resolve_acquire(exc)
+                if resolved is None:
+                    self._publish_handed(tenant_id, next_id)
+                    return
+                lease = resolved
+            except Exception as exc:  # noqa: BLE001 - the cap was lowered, contention, AWS: the usual path decides
+                log.info("could not take handed job %s in place (%s); publishing it", next_id, exc)
+                self._publish_handed(tenant_id, next_id)
+                return
+            log.info("running handed job %s of %s in place (after %s)", next_id, tenant_id, parent_id)
+            self.push_request(id=next_id, in_place_of=parent_id, in_place_began=time.time(), retries=0, eta=None,
+                              kwargs={"tenant_id": tenant_id, "job_id": next_id}, args=(),
+                              argsrepr=None, kwargsrepr=None)
+            try:
+                _, next_id = self._run_leased(lease, receipt)
+            except (Retry, Ignore, Reject, JobFailed) as ended:  # recorded by the run; it has no message to ack
+                log.info("job %s run in place ended: %s", lease.job_id, ended)
+                next_id = None
+            except Exception:  # noqa: BLE001 - as Celery would log it; the lease is the sweeper's
+                log.exception("job %s run in place raised; its lease is left to the sweeper", lease.job_id)
+                next_id = None
+            finally:
+                self.pop_request()
+
+    def _publish_handed(self, tenant_id: str, job_id: str) -> None:
+        """Publish a handed job that is not run in place; a failure is the reconciler's (never raises)."""
+        try:
+            publish_job(tenant_id, job_id)
+        except Exception as exc:  # noqa: BLE001 - the job is queued with due_at: the reconciler re-publishes
+            log.warning("could not publish handed job %s of %s (%s); the reconciler will", job_id, tenant_id, exc)
 
     def _message_fields(self, args: tuple, kwargs: dict) -> tuple[str, str, int]:
         """``(tenant_id, job_id, after_attempt)`` of the message, or reject it as poison.
@@ -386,17 +457,23 @@ class FairTask(Task):
         return {j.job_id: j for j in jobs}, transactions.HandOff([j.job_id for j in jobs], time.time())
 
     def _hand_off(self, tenant_id: str,
-                  successor: tuple[dict[str, JobItem], transactions.HandOff] | None = None) -> None:
-        """After a release: publish the job the release handed its place to, or else wake the
-        tenant's oldest waiting jobs while it has room; then offer any slot above the cluster's
-        reserve to a borrowing tier. Never raises (a wake or publish that fails is the sweeper's:
-        a handed job is ``queued`` with ``due_at`` set, so a lost publish is re-published)."""
+                  successor: tuple[dict[str, JobItem], transactions.HandOff] | None = None, *,
+                  in_place: bool = False) -> str | None:
+        """After a release: publish the job the release handed its place to (with ``in_place``:
+        return its id instead, for the caller to run), or else wake the tenant's oldest waiting jobs
+        while it has room; then offer any slot above the cluster's reserve to a borrowing tier.
+        Never raises (a wake or publish that fails is the sweeper's: a handed job is ``queued`` with
+        ``due_at`` set, so a lost publish is re-published)."""
+        kept = None
         try:
             handed_id = successor[1].job_id if successor is not None else None
             if successor is not None and handed_id is not None:
                 jobs, hand_off = successor
                 job = jobs[handed_id]
-                publish_job(tenant_id, job.job_id)
+                if in_place:
+                    kept = job.job_id
+                else:
+                    publish_job(tenant_id, job.job_id)
                 job.woken_at, job.woken_by = hand_off.woken_at, hand_off.reason
                 signals.job_woken.send(sender=self, job=job, reason="release")
             else:
@@ -406,6 +483,7 @@ class FairTask(Task):
                                    on_woken=lambda job: signals.job_woken.send(sender=self, job=job, reason="borrow"))
         except Exception as exc:  # noqa: BLE001 - the job's own outcome is committed; the sweeper wakes
             log.warning("hand-off for tenant %s failed (the sweeper will wake its jobs): %s", tenant_id, exc)
+        return kept
 
     def _defer(self, job_id: str, tenant_id: str, exc: Exception) -> NoReturn:
         """Publish the deferred copy, then count it (best effort); raises Retry (ack) or Reject."""

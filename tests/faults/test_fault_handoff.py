@@ -1,6 +1,7 @@
 """The hand-off (docs/design.md §3) on real workers: park, wake, FIFO within a tenant, the sweeper's safety
 net for a releaser killed before its wake and for a lost wake message, a live cap change while jobs
-wait, and handed case 12 under the hand-off (a waiting job costs no message and no attempt).
+wait, handed case 12 under the hand-off (a waiting job costs no message and no attempt), and the
+hand-off in place (the releasing worker runs the job it handed its place to, without a message).
 
 Its own cluster: one node of 4 slots, the sweeper every 2 s (the session's clocks), a short
 lost-message grace so the safety net acts within the test's time.
@@ -213,3 +214,30 @@ def test_a_parked_job_withdrawn_before_publishing_leaves_the_counters_exact(clus
     assert int(TenantItem.get(tenant, consistent_read=True).waiting) == 0
     _release_hold(cluster, holder)
     assert cluster.final(holder).status == "succeeded"
+
+
+def test_a_handed_job_runs_in_place_on_the_releasing_worker_and_a_crash_there_is_reclaimed(cluster):
+    tenant = new_tenant("inplace")
+    set_cap(tenant, 1)
+    holder = cluster.submit(tenant, faults={"hold": ""})
+    _wait_running([holder])
+    # The second waiting job kills its worker mid-engine, once: the job run in place is not the
+    # delivery's own, and no message of it exists; its lease expires and the sweeper brings it back.
+    parked = [cluster.submit(tenant), cluster.submit(tenant, faults={"kill-mid-engine": ""}), cluster.submit(tenant)]
+    wait_for(lambda: [_status(j) for j in parked] == ["waiting"] * 3, 10, what="the jobs to park")
+    _release_hold(cluster, holder)
+
+    first = cluster.final(parked[0])
+    holder_job = cluster.final(holder)
+    assert (first.status, first.attempts, first.woken_by) == ("succeeded", 1, "release")
+    assert first.worker == holder_job.worker  # the releasing process ran it: no message, no other slot
+    node_log = "".join(node.log() for node in cluster.nodes.values())
+    assert f"running handed job {parked[0]} of {tenant} in place (after {holder})" in node_log
+    killed = cluster.final(parked[1], timeout_s=90)
+    assert (killed.status, killed.attempts) == ("succeeded", 2)  # the crashed run in place stays counted
+    assert len(cluster.events_of(parked[1], "reclaimed")) == 1
+    last = cluster.final(parked[2], timeout_s=60)
+    assert (last.status, last.attempts) == ("succeeded", 1)
+    for job_id in [holder, *parked]:  # each committed once
+        assert len([e for e in cluster.events_of(job_id, "releasing") if e["outcome"] == "succeeded"]) == 1
+    assert max_concurrent(cluster.events())[tenant].leases == 1
