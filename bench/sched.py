@@ -312,7 +312,7 @@ class Bench:
 
         save_jobs(OUT / f"jobs-{scenario.name}-{policy}.json", scenario=scenario.name, policy=policy, tenants=tenants,
                   light={w.tenant for w in scenario.waves if w.light}, items=items, job_ids=job_ids,
-                  intervals=intervals, busy=busy, deliveries=[e for e in events if e["event"] in ("delivery", "woken")],
+                  intervals=intervals, busy=busy, deliveries=[e for e in events if e["event"] in ("delivery", "woken", "in_place")],
                   burst_cap=BURST_CAP if policy == "borrow" else None,
                   defer_delay_s=TIMER_DELAY_S)
         return result

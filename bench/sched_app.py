@@ -6,8 +6,9 @@ fenced commit, park, hand-off) around a ``run`` that sleeps the job's duration i
 The duration of each tenant's jobs is read from the JSON file ``$BENCH_DURATIONS_FILE``
 (``{tenant: seconds}``, re-read when it changes). Every process writes the lease-event log to
 ``$BENCH_EVENT_LOG_DIR``, and a ``delivery`` event per run of the task (``began``, ``t`` its end,
-``state``: ``RETRY`` for a delivery that parked or deferred its job) and a ``woken`` event when a
-woken job's message was published, from which :func:`bench.sim_check.calibrate` measures the
+``state``: ``RETRY`` for a delivery that parked or deferred its job), a ``woken`` event when a
+woken job's message was published (or it was left to run in place), an ``in_place`` event at the
+lease of a job run in place (no delivery of its own), from which :func:`bench.sim_check.calibrate` measures the
 worker time of a park and the moment a woken job became due. ``bench.noop`` is a plain Celery task
 (no lease), the overhead baseline.
 """
@@ -77,6 +78,12 @@ def _delivery_ended(task_id: str | None = None, task=None, kwargs=None, state: s
     if began is not None:
         _events.write("delivery", time.time(), began=began, state=state, tenant=(kwargs or {}).get("tenant_id"),
                       job=(kwargs or {}).get("job_id"))
+
+
+@signals.lease_acquired.connect(weak=False)
+def _in_place(sender=None, lease=None, **_: object) -> None:
+    if lease is not None and getattr(getattr(sender, "request", None), "in_place_of", None):
+        _events.write("in_place", time.time(), tenant=lease.tenant_id, job=lease.job_id)
 
 
 @signals.job_woken.connect(weak=False)

@@ -39,17 +39,20 @@ def save_jobs(path: Path, *, scenario: str, policy: str, tenants: dict[str, str]
               burst_cap: int | None, defer_delay_s: float) -> None:
     """Write one run's jobs, lease intervals (held: to ``releasing``; ``released_at``: the end of
     the release transaction, from ``busy``) and deliveries (``began``, ``ended``, ``state``; the
-    ``delivery`` events of :mod:`bench.sched_app`), times in epoch s, for :func:`compare`."""
+    ``delivery`` events of :mod:`bench.sched_app`), times in epoch s, for :func:`compare`; a job's
+    ``in_place`` says its last lease was taken in place (no delivery of its own)."""
     released = {iv.token: iv.end_at for iv in busy}
     short = {full: s for s, full in tenants.items()}
     delivered = [{"tenant": short[e["tenant"]], "job": e.get("job"), "began": e["began"], "ended": e["t"],
                   "state": e.get("state")} for e in deliveries if e.get("tenant") in short and e["event"] == "delivery"]
     published = {e["job"]: e["t"] for e in deliveries if e["event"] == "woken" and e.get("job")}
+    in_place = {e["job"] for e in deliveries if e["event"] == "in_place"}
     jobs = [{"tenant": short[t], "job": j, "submitted_at": float(items[j].submitted_at),
              "started_at": _num(items[j].started_at), "finished_at": _num(items[j].finished_at),
              "woken_at": _num(items[j].woken_at), "woken_by": items[j].woken_by,
              "woken_published_at": published.get(j), "first_received_at": _num(items[j].first_received_at),
-             "attempts": int(items[j].attempts or 0), "defers": int(items[j].defer_count or 0)}
+             "attempts": int(items[j].attempts or 0), "defers": int(items[j].defer_count or 0),
+             "in_place": j in in_place}
             for t, ids in job_ids.items() for j in ids if j in items]
     leases = [{"tenant": short.get(iv.tenant_id, iv.tenant_id), "job": iv.job_id, "start_at": iv.start_at,
                "end_at": iv.end_at, "released_at": released.get(iv.token)}
@@ -111,6 +114,8 @@ def calibrate(jobs: list[dict], leases: list[dict] = (), deliveries: list[dict] 
       deferring delivery's end, they include waits of the node's receive cadence under churn
       that iid draws misplace (the burst's light tenants were then predicted 5 s of wait
       against 0.2 s measured);
+    * ``in_place_latency_samples``: the same gap for a job the releasing worker ran in place (from
+      that release to its lease; no queue wait: the worker was the releaser);
     * ``park_s``: the mean worker time of a delivery that parked or deferred its job;
     * ``holds``: job id → acquire to the end of the release transaction of its successful lease;
     * ``wake_latency_s`` (reported, not used): a woken job's publish − that release's end.
@@ -158,6 +163,7 @@ def calibrate(jobs: list[dict], leases: list[dict] = (), deliveries: list[dict] 
             ahead[j["job"]] = previous
         previous = j["started_at"]
     samples: list[float] = []
+    in_place: list[float] = []
     wakes: list[float] = []
     holds: dict[str, float] = {}
     for job_id, j in finished.items():
@@ -174,12 +180,17 @@ def calibrate(jobs: list[dict], leases: list[dict] = (), deliveries: list[dict] 
             due = max(j["submitted_at"], ahead.get(job_id, j["submitted_at"]))
         else:
             due = None  # a timer's copy: see the docstring
-        if due is not None:
+        if due is not None and j.get("in_place"):  # taken by the releasing worker: no queue, no receive
+            if start >= due:
+                in_place.append(start - due)
+        elif due is not None:
             due = due_after_queue(due)
             if start >= due:
                 samples.append(start - due)
     parks = [d["ended"] - d["began"] for d in deliveries if d.get("state") == "RETRY"]
     return {"poll_latency_s": statistics.fmean(samples) if samples else None, "poll_latency_samples": samples,
+            "in_place_latency_s": statistics.fmean(in_place) if in_place else None,
+            "in_place_latency_samples": in_place,
             "wake_latency_s": statistics.fmean(wakes) if wakes else None,
             "park_s": statistics.fmean(parks) if parks else None, "parks": len(parks),
             "lease_s_median": statistics.median(holds.values()) if holds else None, "holds": holds}
@@ -205,7 +216,9 @@ def compare(record: dict, params: ModelParams | None = None) -> Check:
     if params is None:
         measured = {} if os.environ.get("BENCH_SIM_CLOCKS") == "settings" else {
             "poll_latency_s": calibration["poll_latency_s"], "wake_latency_s": 0.0,
-            "park_s": calibration["park_s"], "poll_latency_samples": tuple(calibration["poll_latency_samples"])}
+            "park_s": calibration["park_s"], "poll_latency_samples": tuple(calibration["poll_latency_samples"]),
+            "in_place_latency_s": calibration["in_place_latency_s"],
+            "in_place_latency_samples": tuple(calibration["in_place_latency_samples"])}
         params = ModelParams.from_settings(defer_delay_s=record["defer_delay_s"], **measured)
     sim_jobs = [SimJob(j["tenant"], j["submitted_at"], holds[j["job"]], max(0, j["attempts"] - 1)) for j in jobs]
     tenants = sorted({j["tenant"] for j in jobs})

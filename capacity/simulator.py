@@ -54,6 +54,13 @@ class ModelParams:
     #: Measured latencies to draw ``poll_latency_s`` from (seeded), instead of the constant: a run's
     #: own distribution (``bench.sim_check``); empty = the constant.
     poll_latency_samples: tuple[float, ...] = ()
+    #: A commit that hands its place on runs the handed job in place (no message) while its
+    #: delivery has run less than this (seconds, ``handoff_in_place_s``; 0: always published).
+    in_place_s: float = 0.0
+    #: From that commit to the handed job's lease, when run in place (``sim_in_place_latency_s``).
+    in_place_latency_s: float = 0.0
+    #: Measured in-place latencies to draw from instead of the constant (as ``poll_latency_samples``).
+    in_place_latency_samples: tuple[float, ...] = ()
     seed: int = 1
 
     @classmethod
@@ -65,7 +72,9 @@ class ModelParams:
             defer_delay_s=s.defer_delay_s, retry_backoff_base_s=s.retry_backoff_base_s,
             retry_backoff_max_s=s.retry_backoff_max_s, max_attempts=s.max_attempts,
             poll_latency_s=s.sim_poll_latency_s, wake_latency_s=s.sim_wake_latency_s, park_s=s.sim_park_s,
-            job_overhead_s=s.sim_job_overhead_s, delivery_order=s.sim_delivery_order)
+            job_overhead_s=s.sim_job_overhead_s, delivery_order=s.sim_delivery_order,
+            in_place_s=s.handoff_in_place_s if s.waiting_policy == "handoff" else 0.0,
+            in_place_latency_s=s.sim_in_place_latency_s)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
@@ -145,6 +154,7 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
     rotation: deque = deque()
     idle = [slots]
     lease_start: dict[int, float] = {}
+    chain_began: dict[int, float] = {}  # job → when the delivery that runs it began (hand-off in place)
     intervals = result.intervals
     most = result.most_leases
     busy = [0.0, 0]  # busy slot-seconds, leases now
@@ -201,9 +211,13 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
         for _, other in woken:
             at(p.wake_latency_s, visible, other)
 
+    in_place_samples = p.in_place_latency_samples
+    in_place = p.in_place_s > 0 and policy_name != "timer"
+
     def received(ev) -> None:
         job = ev.value
         now = env.now
+        chain_began.setdefault(id(job), now)
         if job.first_received_at is None:
             job.first_received_at = now
         outcome = sched.deliver(job.tenant, job, job.order, now)
@@ -221,6 +235,7 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
                 most[job.tenant] = held
             at(job.hold_s, finish, job)
             return
+        chain_began.pop(id(job), None)
         if outcome is policy.DEFER:
             at(p.defer_delay_s, visible, job)
         at(p.park_s, free_worker, None)
@@ -246,9 +261,18 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
         if requeue:
             job.status = "queued"
             at(min(p.retry_backoff_max_s, p.retry_backoff_base_s * 2 ** max(0, job.attempts - 1)), visible, job)
+        began = chain_began.pop(id(job), start)
+        kept = None  # the job this commit handed its place to, run in place by the same worker
+        if in_place and job.status == "succeeded" and now - began < p.in_place_s:
+            kept = next((other for _, other in woken if other.tenant == job.tenant), None)
         for _, other in woken:
-            at(p.wake_latency_s, visible, other)
-        free_worker()
+            if other is not kept:
+                at(p.wake_latency_s, visible, other)
+        if kept is None:
+            free_worker()
+            return
+        chain_began[id(kept)] = began
+        at(rng.choice(in_place_samples) if in_place_samples else p.in_place_latency_s, received, kept)
 
     t0 = min(j.submitted_at for j in jobs)
     if workers_online_at is not None and workers_online_at > t0:

@@ -473,6 +473,11 @@ class Settings(BaseSettings):
         description="Simulator: from a release to the woken job's wake (fenced commit, tenant read); measured as "
         "sim_poll_latency_s.",
     )
+    sim_in_place_latency_s: float = Field(
+        default=0.03, ge=0,
+        description="Simulator: from a commit to the lease of the job it handed its place to, when the releasing "
+        "worker runs it in place (handoff_in_place_s): one acquire transaction; measured as sim_poll_latency_s.",
+    )
     sim_park_s: float = Field(
         default=0.1, ge=0, description="Simulator: worker time of a delivery that parks or defers its job."
     )

@@ -45,6 +45,25 @@ def test_more_nodes_do_not_help_a_tenant_held_by_its_cap_but_borrowing_does():
     assert p95(3, "borrow") == 2.0  # burst cap 16 within 23 borrowable slots
 
 
+def test_a_handed_job_run_in_place_skips_the_queue_until_the_delivery_has_run_its_limit():
+    # cap 1, jobs of 1 s: each commit hands its place on; run in place, the next lease follows after
+    # the in-place latency, not a wake and a poll, until the delivery has run 2.5 s; then published.
+    params = dataclasses.replace(EXACT, default_cap=1, poll_latency_s=0.5, wake_latency_s=0.2,
+                                 in_place_s=2.5, in_place_latency_s=0.05)
+    jobs = burst("solo", 5, 1.0)
+    simulate(jobs, nodes=1, policy_name="handoff", params=params)
+    starts = sorted(j.started_at - 1_000.0 for j in jobs)
+    # 0.5 (poll) · in place +1.05, +1.05 (chain began at 0.5: 2.6 s ≥ 2.5 after the third) ·
+    # published: +1 + 0.2 + 0.5 · in place +1.05
+    assert starts == pytest.approx([0.5, 1.55, 2.6, 4.3, 5.35])
+    without = burst("solo", 5, 1.0)
+    simulate(without, nodes=1, policy_name="handoff", params=dataclasses.replace(params, in_place_s=0.0))
+    assert sorted(j.started_at - 1_000.0 for j in without) == pytest.approx([0.5 + 1.7 * i for i in range(5)])
+    timer = burst("solo", 2, 1.0)  # the timer policy never hands on, so never runs in place
+    simulate(timer, nodes=1, policy_name="timer", params=params)
+    assert max(j.started_at for j in timer) - 1_000.0 == pytest.approx(0.5 + 30 + 0.5)
+
+
 def test_the_timer_makes_a_capped_job_wait_for_its_copy():
     params = dataclasses.replace(EXACT, poll_latency_s=0.5)
     jobs = burst("solo", 5, 1.0)
