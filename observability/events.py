@@ -7,7 +7,6 @@ remote control); only the events go to Redis, at ``Settings.events_url`` (its ow
       (EventsSideChannel mixed into tasks.worker.ServiceConsumer)           │
     publisher ── task-sent (send_task_sent, after_task_publish receiver) ───┼──► Redis events_url
     job child ── task-received + task-started at its lease (send_run_started)┘         │
-      (and the end of a job run in place: send_in_place_end)
                                                                   flower --broker=<events URL>
 
 * **workers**: :class:`EventsSideChannel` returns an events-URL connection from
@@ -18,7 +17,7 @@ remote control); only the events go to Redis, at ``Settings.events_url`` (its ow
   sends the same event for every publish, and logs, never raises, a failure.
 * **a job's own start**: :class:`RunReportedDispatcher` (``tasks.worker.run_reported_strategy``)
   holds back the consumer's ``task-received``/``task-started`` of a :class:`tasks.base.FairTask`; the
-  child sends them at ``lease_acquired``, so Flower's "Processed" counts runs, not parks or spares.
+  child sends them at ``lease_acquired`` (and a job run in place its end: :func:`send_in_place_end`).
 * **Flower** (:func:`control.stack.flower_command`): task id = job id, kwargs ``{"tenant_id",
   "job_id"}`` shown (:data:`FLOWER_TASKS_COLUMNS`), searchable as ``kwargs:tenant_id=acme``.
 

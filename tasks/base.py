@@ -18,10 +18,8 @@ One delivery (kwargs ``tenant_id``, ``job_id``; ``after_attempt`` on a copy sent
                                              │                 release_for_retry (fenced); out of
                                              │                 attempts: fail_job (AWS's: uncharged)
                                              └─ lease lost ──► commit nothing
-    A commit or failure hands its place to the tenant's oldest waiting job in its own transaction;
-    after a commit this delivery runs that job in place, without a message (``handoff_in_place_s``),
-    after a failure it is published; any other release is followed by a wake; the sweeper is the
-    safety net.
+    A commit or failure hands its place to the tenant's oldest waiting job in its own transaction
+    (a commit's runs here, in place: no message; a failure's is published); other releases wake.
 
 Copies go through :meth:`FairTask.retry` (a deferral is never an attempt). Why each edge: docs/design.md
 "Departures from the text" 1, "Publish before the transaction", "A message is acked only once a successor exists".
