@@ -241,3 +241,24 @@ def test_a_handed_job_runs_in_place_on_the_releasing_worker_and_a_crash_there_is
     for job_id in [holder, *parked]:  # each committed once
         assert len([e for e in cluster.events_of(job_id, "releasing") if e["outcome"] == "succeeded"]) == 1
     assert max_concurrent(cluster.events())[tenant].leases == 1
+
+
+def test_a_job_run_in_place_that_fails_is_retried_by_its_own_copy_then_failed(cluster):
+    tenant = new_tenant("inplacefail")
+    set_cap(tenant, 1)
+    holder = cluster.submit(tenant, faults={"hold": ""})
+    _wait_running([holder])
+    failing = cluster.submit(tenant, faults={"fail-input": ""})
+    after = cluster.submit(tenant)
+    wait_for(lambda: [_status(j) for j in (failing, after)] == ["waiting"] * 2, 10, what="the jobs to park")
+    _release_hold(cluster, holder)
+
+    job = cluster.final(failing, timeout_s=60)
+    # Its first attempt ran in place; the retry copies it published named it (not the holder's
+    # delivery), so its later attempts ran and the budget ended it.
+    assert (job.status, job.attempts, job.error_code) == ("failed", 3, "injected")
+    first = cluster.events_of(failing, "acquired")[0]
+    assert first["pid"] == cluster.events_of(holder, "acquired")[0]["pid"], first  # the releasing process
+    assert [e["outcome"] for e in cluster.events_of(failing, "releasing")] == ["retrying", "retrying", "failed"]
+    assert cluster.final(after).status == "succeeded"
+    assert len([e for e in cluster.events_of(holder, "releasing") if e["outcome"] == "succeeded"]) == 1
