@@ -45,6 +45,7 @@ from pynamodb.exceptions import (
     UpdateError,
 )
 from pynamodb.transactions import TransactWrite
+from pynamodb.expressions.condition import size
 from tenacity import (
     RetryError,
     Retrying,
@@ -817,7 +818,10 @@ def record_infra_lost(job_id: str, attempt: int, *, detail: str, now: float | No
     """The holder of attempt ``attempt`` lost its lease because it could not reach DynamoDB: the
     attempt stops counting against the budget (``JobItem.infra_lost_attempts``) and the job's
     ``lost_attempts`` says so. One update, on condition the job is not final (a job the sweeper
-    already failed stays failed). Returns True if written, False if the job is final or missing.
+    already failed stays failed) and has fewer than ``Settings.infra_retry_limit`` uncharged
+    attempts (the bound ``FairTask`` applies to an ``infra_error``: a release that fails the same
+    way every time, a ValidationException say, must end in the budget, not loop). Returns True if
+    written (or ``attempt`` was recorded already), False if the job is final, missing or at the limit.
 
     Raises:
         pynamodb.exceptions.UpdateError: DynamoDB failed (the caller retries).
@@ -829,7 +833,10 @@ def record_infra_lost(job_id: str, attempt: int, *, detail: str, now: float | No
             actions=[JobItem.infra_lost_attempts.add({int(attempt)}),
                      JobItem.lost_attempts.set((JobItem.lost_attempts | []).append([entry]))],
             condition=JobItem.job_id.exists() & JobItem.status.is_in(
-                JobStatus.QUEUED.value, JobStatus.RUNNING.value, JobStatus.WAITING.value),
+                JobStatus.QUEUED.value, JobStatus.RUNNING.value, JobStatus.WAITING.value)
+            & (JobItem.infra_lost_attempts.does_not_exist()
+               | (size(JobItem.infra_lost_attempts) < get_settings().infra_retry_limit)
+               | JobItem.infra_lost_attempts.contains(int(attempt))),
         )
     except UpdateError as exc:
         if error_code(exc) == _CONDITION_FAILED_EXCEPTION:

@@ -567,7 +567,8 @@ class FairTask(Task):
             log.warning("job %s: attempt %s recorded infra_lost (not charged): %s", lease.job_id, attempt, detail)
             signals.attempt_infra_lost.send(sender=self, lease=lease, attempt=attempt)
         else:
-            log.warning("job %s: attempt %s not recorded infra_lost: the job is final already", lease.job_id, attempt)
+            log.warning("job %s: attempt %s not recorded infra_lost: the job is final already, or has had "
+                        "infra_retry_limit uncharged attempts (this one counts)", lease.job_id, attempt)
         return written
 
     def _release(self, lease: transactions.Lease, outcome: JobOutcome, reason: str, release, heartbeat,

@@ -84,3 +84,17 @@ def test_job_show_lists_how_each_lost_attempt_ended(tenant_id):
     assert [(e["attempt"], e["cause"]) for e in shown["lost_attempts"]] == [(1, "holder_vanished"), (1, "infra_lost")]
     lease = transactions.acquire(job_id, tenant_id, "w2")
     transactions.commit_success(lease, output_key="k", sheets=1, sides=2)
+
+
+def test_uncharged_infra_lost_attempts_stop_at_the_infra_retry_limit(tenant_id):
+    """A release that fails the same way every time must end in the budget, not loop uncharged."""
+    from service.settings import get_settings
+
+    limit = get_settings().infra_retry_limit
+    job_id = make_job(tenant_id)
+    for attempt in range(1, limit + 1):
+        assert transactions.record_infra_lost(job_id, attempt, detail="release could not reach DynamoDB")
+    assert transactions.record_infra_lost(job_id, limit, detail="the same report again")  # idempotent
+    assert not transactions.record_infra_lost(job_id, limit + 1, detail="one too many")
+    job = JobItem.get(job_id, consistent_read=True)
+    assert len(job.infra_lost_attempts) == limit
