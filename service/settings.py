@@ -168,9 +168,9 @@ class Settings(BaseSettings):
     handoff_in_place_s: float = Field(
         default=30.0, ge=0,
         description="A delivery whose commit handed its place to a waiting job runs that job itself, without a "
-        "message (and the next one it hands on, and so on) until the delivery has run this long; then the next "
-        "handed job is published. It bounds how much longer a warm shutdown waits for a worker. 0 = always "
-        "publish (docs/design.md §3, hand-off in place).",
+        "message (and the next one it hands on, and so on) until the delivery has run this long or its worker's warm "
+        "shutdown has begun; then the next handed job is published. 0 = always publish (docs/design.md §3, "
+        "hand-off in place).",
     )
     visibility_margin_s: float = Field(default=60.0, ge=0)
 

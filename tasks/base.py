@@ -52,7 +52,7 @@ from leases.signals import JobOutcome
 from tasks import storage
 from tasks.heartbeat import Heartbeat
 from tasks.messages import publish_job
-from tasks.worker import expedite_to_dead_letter_queue
+from tasks.worker import expedite_to_dead_letter_queue, shutting_down
 
 log = logging.getLogger(__name__)
 
@@ -309,8 +309,9 @@ class FairTask(Task):
                       began: float) -> None:
         """Run the job a commit handed its place to here, without a message (docs/design.md §3,
         "Hand-off in place"), and so on down the tenant's waiting line, until this delivery has run
-        ``Settings.handoff_in_place_s`` (monotonic seconds since ``began``); then the next handed
-        job is published as usual. Each job runs under its own lease and Celery request (task id = job id, as its message would
+        ``Settings.handoff_in_place_s`` (monotonic seconds since ``began``) or its worker's warm
+        shutdown has begun (:func:`tasks.worker.shutting_down`); then the next handed job is
+        published as usual. Each job runs under its own lease and Celery request (task id = job id, as its message would
         have; ``in_place_of``: this delivery's id), with this delivery's message kept invisible.
 
         A job whose acquire fails is published instead (the usual path then parks, drops or runs
@@ -324,7 +325,7 @@ class FairTask(Task):
         parent_id = self.request.id
         next_id: str | None = job_id
         while next_id is not None:
-            if time.monotonic() - began >= limit_s:
+            if time.monotonic() - began >= limit_s or shutting_down():
                 self._publish_handed(tenant_id, next_id)
                 return
             try:

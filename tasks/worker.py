@@ -23,9 +23,12 @@ own, with the consumer's events seen through :class:`observability.events.RunRep
 from __future__ import annotations
 
 import logging
+import multiprocessing
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 from celery.exceptions import InvalidTaskError
+from celery.signals import worker_init, worker_shutting_down
 from celery.worker.consumer import Consumer
 from kombu.exceptions import ContentDisallowed, DecodeError
 from vine import promise
@@ -35,6 +38,30 @@ from service import aws
 from leases import signals
 
 log = logging.getLogger(__name__)
+
+
+#: Set by the worker's main process when its warm shutdown begins; the pool's children inherit
+#: the shared byte (created at ``worker_init``, before they fork) and read it with :func:`shutting_down`.
+_shutdown_flag: Any = None
+
+
+@worker_init.connect
+def _share_shutdown_flag(**_: object) -> None:
+    global _shutdown_flag
+    _shutdown_flag = multiprocessing.get_context("fork").Value("b", 0, lock=False)
+
+
+@worker_shutting_down.connect
+def _raise_shutdown_flag(**_: object) -> None:
+    if _shutdown_flag is not None:
+        _shutdown_flag.value = 1
+
+
+def shutting_down() -> bool:
+    """True in a worker process (main or pool child) once the worker's warm shutdown has begun
+    (Celery's ``worker_shutting_down``, in the main process): a child's current job still runs to
+    its end, but it should start nothing more (the hand-off in place). False outside a worker."""
+    return bool(_shutdown_flag is not None and _shutdown_flag.value)
 
 
 def expedite_to_dead_letter_queue(delivery_info: dict | None, receipt_handle: str | None, reason: str) -> None:

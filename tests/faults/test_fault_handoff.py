@@ -262,3 +262,31 @@ def test_a_job_run_in_place_that_fails_is_retried_by_its_own_copy_then_failed(cl
     assert [e["outcome"] for e in cluster.events_of(failing, "releasing")] == ["retrying", "retrying", "failed"]
     assert cluster.final(after).status == "succeeded"
     assert len([e for e in cluster.events_of(holder, "releasing") if e["outcome"] == "succeeded"]) == 1
+
+
+def test_a_warm_shutdown_ends_a_run_in_place_after_the_running_job(cluster):
+    tenant = new_tenant("inplacestop")
+    set_cap(tenant, 1)
+    holder = cluster.submit(tenant, faults={"hold": ""})
+    _wait_running([holder])
+    cluster.mark(f"tenant-{tenant}.sleep", "2")  # each later job of the tenant runs 2 s
+    parked = [cluster.submit(tenant) for _ in range(6)]
+    wait_for(lambda: [_status(j) for j in parked] == ["waiting"] * 6, 10, what="the jobs to park")
+    _release_hold(cluster, holder)
+    _wait_running(parked[:1])
+
+    (name, node), = cluster.nodes.items()
+    began = time.monotonic()
+    node.terminate()  # SIGTERM: a warm shutdown, while the node runs its tenant's line in place
+    node.proc.wait(30)
+    stopped_s = time.monotonic() - began
+    # It finished the job it was running (at most 2 s) and handed the next on by a message, instead
+    # of running the remaining five in place (10 s, and past a supervisor's grace with longer jobs).
+    assert stopped_s < 6, stopped_s
+    assert _status(parked[-1]) == "waiting"
+    cluster.start_node(name)
+    finished = [cluster.final(j, timeout_s=60) for j in parked]
+    assert [(j.status, j.attempts) for j in finished] == [("succeeded", 1)] * 6  # nothing charged, none lost
+    for job_id in [holder, *parked]:
+        assert len([e for e in cluster.events_of(job_id, "releasing") if e["outcome"] == "succeeded"]) == 1
+    assert max_concurrent(cluster.events())[tenant].leases == 1
