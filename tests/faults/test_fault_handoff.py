@@ -269,7 +269,7 @@ def test_a_warm_shutdown_ends_a_run_in_place_after_the_running_job(cluster):
     set_cap(tenant, 1)
     holder = cluster.submit(tenant, faults={"hold": ""})
     _wait_running([holder])
-    cluster.mark(f"tenant-{tenant}.sleep", "2")  # each later job of the tenant runs 2 s
+    cluster.mark(f"tenant-{tenant}.sleep", "3")  # each later job of the tenant runs 3 s
     parked = [cluster.submit(tenant) for _ in range(6)]
     wait_for(lambda: [_status(j) for j in parked] == ["waiting"] * 6, 10, what="the jobs to park")
     _release_hold(cluster, holder)
@@ -280,9 +280,10 @@ def test_a_warm_shutdown_ends_a_run_in_place_after_the_running_job(cluster):
     node.terminate()  # SIGTERM: a warm shutdown, while the node runs its tenant's line in place
     node.proc.wait(30)
     stopped_s = time.monotonic() - began
-    # It finished the job it was running (at most 2 s) and handed the next on by a message, instead
-    # of running the remaining five in place (10 s, and past a supervisor's grace with longer jobs).
-    assert stopped_s < 6, stopped_s
+    # It finished the job it was running (at most 3 s) and handed the next on by a message, instead
+    # of running the remaining five in place (15 s more; 16.4 s in all was measured with 2 s jobs,
+    # and past a supervisor's grace with longer jobs).
+    assert stopped_s < 12, stopped_s
     assert _status(parked[-1]) == "waiting"
     cluster.start_node(name)
     finished = [cluster.final(j, timeout_s=60) for j in parked]
