@@ -16,7 +16,9 @@ operator tests turn it off and register every tenant they use.
 ``make test`` runs the suite in parallel (pytest-xdist, ``--dist loadfile``: a file's tests stay in one
 process, so its module fixtures start once). Each xdist process is a session of its own: its own moto
 servers, Redis namespace, Prometheus multiprocess directory and logs (``.pytest_cache/<worker id>/``);
-the controller starts nothing.
+the controller starts nothing. Files are handed out in collection order (``--no-loadscope-reorder``,
+``pyproject.toml``), except that the long ones, marked ``file_duration_s(N)``, come first, the longest
+first (``pytest_collection_modifyitems``): a long file handed out last would run on alone at the end.
 
 Redis: database 13 for admission control and 12 for monitoring events (never database 0, which
 ``make run`` uses). Every key the session writes lies under its own namespace,
@@ -90,6 +92,17 @@ def pytest_configure(config: pytest.Config) -> None:
     from control.provision import provision
 
     provision()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files marked ``file_duration_s(N)`` first, the longest first; the rest after them in collection
+    order. The sort is stable, so a file's tests keep their order and stay together (the marker is a
+    module's ``pytestmark``)."""
+    def weight(item: pytest.Item) -> float:
+        marker = item.get_closest_marker("file_duration_s")
+        return -float(marker.args[0]) if marker else 0.0
+
+    items.sort(key=weight)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -38,6 +38,8 @@ from tests.support.cluster import Cluster
 from control.fault_proxy import FaultProxy
 from tests.support.processes import wait_for
 
+pytestmark = pytest.mark.file_duration_s(73)  # the long files run first (tests/conftest.py)
+
 #: How long the SQS endpoint is down, seconds (the issue's restart took 26 s).
 SQS_DOWN_S = 8.0
 #: DynamoDB stall and the SDK's read timeout of the cluster's processes, seconds.

@@ -26,6 +26,8 @@ from tests.conftest import reset_aws
 from tests.support.cluster import Cluster
 from tests.support.processes import wait_for
 
+pytestmark = pytest.mark.file_duration_s(65)  # the long files run first (tests/conftest.py)
+
 
 def new_tenant(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"

@@ -16,12 +16,16 @@ from __future__ import annotations
 import time
 import uuid
 
+import pytest
+
 from control.fault_proxy import FaultProxy
 from leases.models import JobItem
 from tests.conftest import reset_aws
 from tests.faults.test_sqs_outage import committed, finish_all
 from tests.support.cluster import Cluster
 from tests.support.processes import wait_for
+
+pytestmark = pytest.mark.file_duration_s(61)  # the long files run first (tests/conftest.py)
 
 #: Seconds S3 answers 503 (longer than the in-place retries of one transfer) / DynamoDB answers 503.
 S3_OUTAGE_S = 12.0

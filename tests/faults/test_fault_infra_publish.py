@@ -23,6 +23,8 @@ import signal
 import time
 import uuid
 
+import pytest
+
 from control.fault_proxy import FaultProxy
 from service.tenancy import input_key
 from tasks import storage
@@ -31,6 +33,8 @@ from tests.conftest import reset_aws
 from tests.faults.test_sqs_outage import committed
 from tests.support.cluster import CASES, SADDLE_A4, Cluster
 from tests.support.processes import start_beat, wait_for
+
+pytestmark = pytest.mark.file_duration_s(50)  # the long files run first (tests/conftest.py)
 
 
 def test_a_retry_whose_copy_cannot_be_published_still_releases_its_lease(local_aws, tmp_path):

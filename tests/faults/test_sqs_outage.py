@@ -33,6 +33,8 @@ from tests.support.cluster import Cluster
 from control.fault_proxy import FaultProxy
 from tests.support.processes import wait_for
 
+pytestmark = pytest.mark.file_duration_s(59)  # the long files run first (tests/conftest.py)
+
 #: How long each outage lasts, seconds (the issue's blip was 2.5 s).
 OUTAGE_S = 3.0
 #: The log lines of :mod:`tasks.sqs_transport`, one per state change of a queue's receives.

@@ -29,6 +29,8 @@ from control.cli import main as cli
 from tasks.base import is_duplicate
 from tests.leases.helpers import LAYOUT
 
+pytestmark = pytest.mark.file_duration_s(38)  # the long files run first (tests/conftest.py)
+
 
 def _tenant(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"

@@ -14,12 +14,16 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from leases import transactions
 from leases.errors import CapReached
 from leases.eventlog import EventLog, cap_violations, max_concurrent, read_events
 from leases.models import LeaseItem, TenantItem
 from leases.transactions import Lease
 from tests.leases.helpers import make_job
+
+pytestmark = pytest.mark.file_duration_s(35)  # the long files run first (tests/conftest.py)
 
 ROUNDS = 80  # 1,280 racing turns: enough for cap hits in most rounds (asserted below)
 ACQUIRERS = 16

@@ -46,22 +46,25 @@ class Cluster:
         self.others: list[CeleryProcess] = []
         self._concurrency = concurrency
         try:
+            # Started together, then waited for: N start-ups take about as long as the slowest.
             for n in range(1, nodes + 1):
-                self.start_node(f"imposer{n}")
+                self.start_node(f"imposer{n}", wait=False)
             self.others.append(start_worker(tmp, queue=get_settings().maintenance_queue, concurrency=1,
-                                            name="maintenance", env=self.env, app=FAULT_APP))
-            self.others.append(start_beat(tmp, env=self.env))
+                                            name="maintenance", env=self.env, app=FAULT_APP, wait=False))
+            self.others.append(start_beat(tmp, env=self.env, wait=False))
             if notifications:
                 self.others.append(start_worker(tmp, queue=get_settings().notifications_queue, concurrency=1,
-                                                name="notifier", env=self.env, app=FAULT_APP))
+                                                name="notifier", env=self.env, app=FAULT_APP, wait=False))
+            for process in self.processes():
+                process.await_ready()
         except BaseException:
             self.stop()
             raise
 
-    def start_node(self, name: str) -> CeleryProcess:
-        """Start (or restart) imposer node ``name``."""
+    def start_node(self, name: str, *, wait: bool = True) -> CeleryProcess:
+        """Start (or restart) imposer node ``name``; ready when this returns, unless ``wait=False``."""
         self.nodes[name] = start_worker(self.tmp, concurrency=self._concurrency, name=name, env=self.env,
-                                        app=FAULT_APP)
+                                        app=FAULT_APP, wait=wait)
         return self.nodes[name]
 
     def stop(self) -> None:
