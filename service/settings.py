@@ -463,23 +463,25 @@ class Settings(BaseSettings):
     capacity_timezone: str = Field(default="UTC", description="IANA zone the report's days are counted in.")
     # --- the simulator (imposition simulate; calibrated by make bench-sched) -----------------------
     sim_poll_latency_s: float = Field(
-        default=1.2, ge=0,
+        default=0.15, ge=0,
         description="Simulator: from a message becoming due to its acquire (an idle worker's SQS receive and the "
-        "acquire transaction). Default: the mean make bench-sched measured on the local stack (moto, 2 loaded "
-        "cores, 2026-12-01); measure your own cluster's with bench/sim_check.py's calibration.",
+        "acquire transaction). Default: make bench-sched's hand-off runs on the local stack (moto, 2 quiet cores, "
+        "2026-12-01/02: 0.08-0.19 s); measure your own cluster's with bench/sim_check.py's calibration.",
     )
     sim_wake_latency_s: float = Field(
-        default=0.45, ge=0,
-        description="Simulator: from a release to the woken job's wake (fenced commit, tenant read); measured as "
-        "sim_poll_latency_s.",
+        default=0.01, ge=0,
+        description="Simulator: from a release to the woken job's publish (the hand-off is in the release's own "
+        "transaction; measured 0.005-0.015 s); measured as sim_poll_latency_s.",
     )
     sim_in_place_latency_s: float = Field(
-        default=0.03, ge=0,
+        default=0.09, ge=0,
         description="Simulator: from a commit to the lease of the job it handed its place to, when the releasing "
-        "worker runs it in place (handoff_in_place_s): one acquire transaction; measured as sim_poll_latency_s.",
+        "worker runs it in place (handoff_in_place_s): its post-commit work and one acquire transaction "
+        "(measured 0.086 s on the quiet local stack, 0.11-0.20 s loaded); measured as sim_poll_latency_s.",
     )
     sim_park_s: float = Field(
-        default=0.1, ge=0, description="Simulator: worker time of a delivery that parks or defers its job."
+        default=0.2, ge=0, description="Simulator: worker time of a delivery that parks or defers its job "
+        "(measured 0.2-0.3 s for the timer's deferrals on the local stack)."
     )
     sim_job_overhead_s: float = Field(
         default=0.1, ge=0,
