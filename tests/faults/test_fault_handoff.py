@@ -68,6 +68,20 @@ def _wait_running(job_ids: list[str]) -> None:
     wait_for(lambda: all(_status(j) == "running" for j in job_ids), 30, what=f"{len(job_ids)} job(s) to run")
 
 
+def _held_tenant(cluster: Cluster, name: str) -> tuple[str, str]:
+    """A new tenant of cap 1 whose first job holds its slot until :func:`_release_hold`: (tenant, holder)."""
+    tenant = new_tenant(name)
+    set_cap(tenant, 1)
+    holder = cluster.submit(tenant, faults={"hold": ""})
+    _wait_running([holder])
+    return tenant, holder
+
+
+def _committed_once(cluster: Cluster, job_ids: list[str]) -> None:
+    for job_id in job_ids:
+        assert len([e for e in cluster.events_of(job_id, "releasing") if e["outcome"] == "succeeded"]) == 1, job_id
+
+
 def test_a_burst_is_parked_at_the_door_and_handed_off_in_submission_order(cluster):
     tenant = new_tenant("burst")
     set_cap(tenant, 2)
@@ -219,10 +233,7 @@ def test_a_parked_job_withdrawn_before_publishing_leaves_the_counters_exact(clus
 
 
 def test_a_handed_job_runs_in_place_on_the_releasing_worker_and_a_crash_there_is_reclaimed(cluster):
-    tenant = new_tenant("inplace")
-    set_cap(tenant, 1)
-    holder = cluster.submit(tenant, faults={"hold": ""})
-    _wait_running([holder])
+    tenant, holder = _held_tenant(cluster, "inplace")
     # The second waiting job kills its worker mid-engine, once: the job run in place is not the
     # delivery's own, and no message of it exists; its lease expires and the sweeper brings it back.
     parked = [cluster.submit(tenant), cluster.submit(tenant, faults={"kill-mid-engine": ""}), cluster.submit(tenant)]
@@ -240,16 +251,12 @@ def test_a_handed_job_runs_in_place_on_the_releasing_worker_and_a_crash_there_is
     assert len(cluster.events_of(parked[1], "reclaimed")) == 1
     last = cluster.final(parked[2], timeout_s=60)
     assert (last.status, last.attempts) == ("succeeded", 1)
-    for job_id in [holder, *parked]:  # each committed once
-        assert len([e for e in cluster.events_of(job_id, "releasing") if e["outcome"] == "succeeded"]) == 1
+    _committed_once(cluster, [holder, *parked])
     assert max_concurrent(cluster.events())[tenant].leases == 1
 
 
 def test_a_job_run_in_place_that_fails_is_retried_by_its_own_copy_then_failed(cluster):
-    tenant = new_tenant("inplacefail")
-    set_cap(tenant, 1)
-    holder = cluster.submit(tenant, faults={"hold": ""})
-    _wait_running([holder])
+    tenant, holder = _held_tenant(cluster, "inplacefail")
     failing = cluster.submit(tenant, faults={"fail-input": ""})
     after = cluster.submit(tenant)
     wait_for(lambda: [_status(j) for j in (failing, after)] == ["waiting"] * 2, 10, what="the jobs to park")
@@ -263,14 +270,11 @@ def test_a_job_run_in_place_that_fails_is_retried_by_its_own_copy_then_failed(cl
     assert first["pid"] == cluster.events_of(holder, "acquired")[0]["pid"], first  # the releasing process
     assert [e["outcome"] for e in cluster.events_of(failing, "releasing")] == ["retrying", "retrying", "failed"]
     assert cluster.final(after).status == "succeeded"
-    assert len([e for e in cluster.events_of(holder, "releasing") if e["outcome"] == "succeeded"]) == 1
+    _committed_once(cluster, [holder])
 
 
 def test_a_warm_shutdown_ends_a_run_in_place_after_the_running_job(cluster):
-    tenant = new_tenant("inplacestop")
-    set_cap(tenant, 1)
-    holder = cluster.submit(tenant, faults={"hold": ""})
-    _wait_running([holder])
+    tenant, holder = _held_tenant(cluster, "inplacestop")
     cluster.mark(f"tenant-{tenant}.sleep", "3")  # each later job of the tenant runs 3 s
     parked = [cluster.submit(tenant) for _ in range(6)]
     wait_for(lambda: [_status(j) for j in parked] == ["waiting"] * 6, 10, what="the jobs to park")
@@ -290,6 +294,5 @@ def test_a_warm_shutdown_ends_a_run_in_place_after_the_running_job(cluster):
     cluster.start_node(name)
     finished = [cluster.final(j, timeout_s=60) for j in parked]
     assert [(j.status, j.attempts) for j in finished] == [("succeeded", 1)] * 6  # nothing charged, none lost
-    for job_id in [holder, *parked]:
-        assert len([e for e in cluster.events_of(job_id, "releasing") if e["outcome"] == "succeeded"]) == 1
+    _committed_once(cluster, [holder, *parked])
     assert max_concurrent(cluster.events())[tenant].leases == 1
