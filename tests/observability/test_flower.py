@@ -27,6 +27,10 @@ from tests.support.processes import start_worker, wait_for
 
 
 
+#: This module's imposer node name, unique to the run.
+WORKER = f"imposer-flower-{uuid.uuid4().hex[:8]}"
+
+
 @pytest.fixture(scope="module")
 def flower(tmp_path_factory):
     """A worker on SQS and Flower on the events channel; yields Flower's base URL."""
@@ -35,7 +39,9 @@ def flower(tmp_path_factory):
     port = free_port()
     ui = ManagedProcess(flower_command(port), tmp / "flower.log", env={"FLOWER_UNAUTHENTICATED_API": "true"},
                         ready_marker="Visit me at")
-    worker = start_worker(tmp, concurrency=2)
+    # A node name of its own: every session's workers send their events to the same Redis channel,
+    # so an "imposer@" of a test in another xdist process would be counted here too.
+    worker = start_worker(tmp, concurrency=2, name=WORKER)
     yield f"http://127.0.0.1:{port}", worker
     worker.stop()
     ui.stop()
@@ -64,7 +70,7 @@ def test_a_job_run_from_sqs_shows_in_flower_with_its_tenant_and_final_state(flow
     assert f"'tenant_id': '{tenant}'" in task["kwargs"] and f"'job_id': '{job_id}'" in task["kwargs"]
     assert task["sent"] is not None, "the publisher's task-sent must reach Flower through the side channel"
     assert task["received"] is not None and task["started"] is not None
-    assert task["worker"].startswith("imposer@")
+    assert task["worker"].startswith(f"{WORKER}@")
     # an operator can filter the task list by tenant (the job, and its webhook delivery tasks)
     found = flower_tasks(flower, search=f"kwargs:tenant_id={tenant}")
     assert job_id in found
@@ -75,7 +81,7 @@ def worker_counts(base: str) -> dict:
     """Flower's per-worker event counts (its workers page: "Processed" is ``task-received``) of the imposer."""
     with urllib.request.urlopen(f"{base}/workers?json=1", timeout=10) as response:
         rows = json.loads(response.read())["data"]
-    row = next(r for r in rows if r.get("hostname", "").startswith("imposer@"))
+    row = next(r for r in rows if r.get("hostname", "").startswith(f"{WORKER}@"))
     return {k: int(row.get(k) or 0) for k in ("task-received", "task-started", "task-succeeded", "task-retried")}
 
 
