@@ -45,6 +45,12 @@ WAKE_PLACE = (Below("occupied", "cap"), Below("occupied", "burst_cap"))
 #: ``occupied`` (which the pass leaves alone) at most the cap, or the burst cap when the tier borrows;
 #: a cap lowered below ``occupied`` frees the place instead.
 PASS_ON = (Below("occupied", "cap", or_equal=True), Below("occupied", "burst_cap", or_equal=True))
+#: A commit that hands its place on in place passes its slot too: the handed job's lease is taken in
+#: the same transaction (``in_flight`` unchanged), with :data:`PASS_ON`, when the tenant's leases are
+#: at most its cap (the handed job's lease is then within the cap once the releasing one is gone, as
+#: :data:`TAKE_SLOT` would have it after the release; a lease above the cap, borrowed, passes its
+#: place only) and it is not frozen (:func:`passes_slot`).
+PASS_SLOT = Below("in_flight", "cap", or_equal=True)
 
 
 @dataclass
@@ -167,6 +173,12 @@ def passes_on(tenant: TenantState, waiting_policy: str, default_cap: int) -> boo
     """A commit or failure hands its place to the tenant's oldest waiting job (hand-off policy,
     a job waits, :data:`PASS_ON`); else it frees the place and the tenant is woken."""
     return waiting_policy == "handoff" and int(tenant.waiting or 0) > 0 and holds(PASS_ON, tenant, default_cap)
+
+
+def passes_slot(tenant: TenantState, default_cap: int, now: float) -> bool:
+    """A commit that passes its place on (:func:`passes_on`) passes its slot as well: :data:`PASS_SLOT`
+    and not frozen at ``now``; equivalent to the release followed by :func:`may_take`."""
+    return holds(PASS_SLOT, tenant, default_cap) and not_frozen(tenant, now)
 
 
 def lends(cluster: ClusterState | None) -> bool:

@@ -313,6 +313,50 @@ def wake_actions(tenant_id: str, woken_at: float, reason: str) -> list:
             JobItem.woken_by.set(reason), JobItem.due_at.set(woken_at)]
 
 
+def take_actions(t: float, token: str, worker: str) -> list:
+    """Job actions of a lease taken at ``t`` (epoch s) by ``worker`` with ``token``: ``running``,
+    ``attempts + 1``, ``started_at``, ``first_received_at`` if absent; it leaves the queued index."""
+    return [
+        JobItem.status.set(JobStatus.RUNNING.value),
+        JobItem.attempts.set((JobItem.attempts | 0) + 1),
+        JobItem.started_at.set(t),
+        JobItem.first_received_at.set(JobItem.first_received_at | t),
+        JobItem.lease_token.set(token),
+        JobItem.worker.set(worker),
+        JobItem.queued_tenant.remove(),
+        JobItem.due_at.remove(),
+    ]
+
+
+def apply_pass(job: JobItem, hand_off: "HandOff") -> JobItem:
+    """``job`` (the handed job as read before the release, its ``parked_at`` the one the release's
+    condition checked) as the release that passed it ``hand_off.lease`` wrote it: what
+    :func:`take_actions` and the wake's fields write, without reading it back."""
+    lease = hand_off.lease
+    assert lease is not None and lease.job_id == job.job_id, (hand_off, job.job_id)
+    t = lease.acquired_at
+    job.status, job.attempts, job.started_at = JobStatus.RUNNING.value, int(job.attempts or 0) + 1, t
+    job.first_received_at = job.first_received_at if job.first_received_at is not None else t
+    job.lease_token, job.worker = lease.token, lease.worker
+    job.queued_tenant = job.due_at = job.waiting_tenant = None
+    job.woken_at, job.woken_by = hand_off.woken_at, hand_off.reason
+    return job
+
+
+def new_lease_item(job_id: str, tenant_id: str, worker: str, token: str, t: float, *,
+                   borrowed: bool = False) -> LeaseItem:
+    """The lease item of a lease taken at ``t`` (epoch s): it expires ``lease_ttl_s`` later."""
+    return LeaseItem(job_id, tenant_id=tenant_id, worker=worker, token=token, acquired_at=t, heartbeat_at=t,
+                     expires_at=t + get_settings().lease_ttl_s, borrowed=True if borrowed else None)
+
+
+def slot_passes_on(default_cap: int, now: float):
+    """Condition on a tenant item, with :func:`place_passes_on`: ``in_flight <= cap`` and not
+    frozen, so the releasing lease's slot may pass to the handed job itself, its lease taken in the
+    same transaction (:data:`leases.policy.PASS_SLOT`)."""
+    return condition_of(policy.PASS_SLOT, default_cap) & not_frozen(now)
+
+
 def is_waiting(tenant_id: str):
     """Condition on a job item: ``waiting``, and ``tenant_id``'s."""
     return (JobItem.status == JobStatus.WAITING.value) & (JobItem.tenant_id == tenant_id)
@@ -420,16 +464,7 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, n
 
     def attempt() -> Lease:
         t = time.time() if now is None else now
-        lease = LeaseItem(
-            job_id,
-            tenant_id=tenant_id,
-            worker=worker,
-            token=token,
-            acquired_at=t,
-            heartbeat_at=t,
-            expires_at=t + s.lease_ttl_s,
-            borrowed=True if borrow else None,
-        )
+        lease = new_lease_item(job_id, tenant_id, worker, token, t, borrowed=borrow)
         try:
             with NamedTransaction(new_token()) as tx:
                 tx.add("save", "lease", lease, condition=LeaseItem.job_id.does_not_exist(), return_values=_ALL_OLD)
@@ -439,17 +474,7 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, n
                        return_values=_ALL_OLD)
                 tx.add("update", "cluster", slots_item(), actions=[ClusterItem.busy.add(1)],
                        condition=slot_to_borrow() if borrow else None)
-                tx.add("update", "job", JobItem(job_id),
-                       actions=[
-                           JobItem.status.set(JobStatus.RUNNING.value),
-                           JobItem.attempts.set((JobItem.attempts | 0) + 1),
-                           JobItem.started_at.set(t),
-                           JobItem.first_received_at.set(JobItem.first_received_at | t),
-                           JobItem.lease_token.set(token),
-                           JobItem.worker.set(worker),
-                           JobItem.queued_tenant.remove(),
-                           JobItem.due_at.remove(),
-                       ],
+                tx.add("update", "job", JobItem(job_id), actions=take_actions(t, token, worker),
                        condition=(JobItem.status == JobStatus.QUEUED.value) & (JobItem.tenant_id == tenant_id),
                        return_values=_ALL_OLD)
         except TransactWriteError as exc:
@@ -559,6 +584,15 @@ class HandOff:
     woken_at: float
     reason: str = "release"
     job_id: str | None = None
+    #: A worker's name: pass the releasing lease's slot itself to the handed job, whose lease for
+    #: ``lease_to`` the same transaction takes (the hand-off in place, docs/design.md §3), where
+    #: :func:`slot_passes_on` holds; else only the place passes.
+    lease_to: str | None = None
+    #: That lease, once the release applied with it; None: only the place passed (or nothing).
+    lease: Lease | None = None
+    #: Candidate id → its ``parked_at`` as the caller read it: passing the slot is conditional on it,
+    #: so the caller's copy of the job is the job as parked (:func:`apply_pass`).
+    parked_at: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[NamedTransaction, str], None], *,
@@ -574,8 +608,13 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
     place), else the tenant's place is freed (``occupied − 1``), or, with ``hand_off``, passed to
     that waiting job in the same transaction: it goes ``waiting → queued`` (tenant ``waiting − 1``,
     ``queued + 1``, ``occupied`` unchanged) on condition it is still waiting and
-    :func:`place_passes_on`. If only the hand-off's conditions fail, the release is tried again at
-    once with the next candidate (the job was woken or cancelled meanwhile) or without a hand-off
+    :func:`place_passes_on`. With ``hand_off.lease_to``, the slot passes too: the handed job goes
+    ``waiting → running`` under a new lease of ``lease_to`` (tenant ``waiting − 1`` only: the
+    release's and the take's ``in_flight`` cancel, as the cluster's ``busy`` does; a lease item for
+    it must not exist; its ``parked_at`` unchanged where ``hand_off.parked_at`` names it) on
+    condition :func:`slot_passes_on` as well; ``hand_off.lease`` is then that lease. If only the hand-off's conditions fail, the release is tried again at once with the next
+    candidate (the job was woken or cancelled meanwhile), without passing the slot (the tenant's
+    leases are over its cap, as a borrowed one may be, or it is frozen), or without a hand-off
     (the cap was lowered; ``hand_off.job_id`` stays None and the caller wakes the usual way).
 
     Reading a failure: conflicts and throttling are retried (bounded, jittered). After an ambiguous
@@ -593,32 +632,57 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
         LeaseContention: conflicts outlasted the bounded retries (the lease stays).
         pynamodb.exceptions.PynamoDBException: an error that says nothing about the lease.
     """
+    s = get_settings()
     release_ids: list[str] = []
     handing_ids: dict[str, str] = {}  # release id → the candidate that attempt handed the place to
+    passed: dict[str, Lease] = {}  # release id → the lease that attempt took for it (slot passed)
     candidates = [] if hand_off is None or requeue else list(hand_off.candidates)
+    lease_to = [hand_off.lease_to] if hand_off is not None and hand_off.lease_to else []
+    successor_token = new_token()
 
     def attempt() -> bool:
         release_id = new_token()
         release_ids.append(release_id)
+        t = time.time()
         handing = bool(candidates)
+        passing = handing and bool(lease_to)
         condition = LeaseItem.token == token
         if expired_before is not None:
             condition = condition & (LeaseItem.expires_at < expired_before)
         if requeue:
-            place = TenantItem.counted(TenantItem.queued, 1)
+            place = [TenantItem.in_flight.add(-1), *TenantItem.counted(TenantItem.queued, 1)]
+        elif passing:
+            place = [TenantItem.waiting.add(-1)]  # in_flight: the release's −1, the take's +1
         elif handing:
-            place = [TenantItem.waiting.add(-1), *TenantItem.counted(TenantItem.queued, 1)]
-            handing_ids[release_id] = candidates[0]
+            place = [TenantItem.in_flight.add(-1), TenantItem.waiting.add(-1), *TenantItem.counted(TenantItem.queued, 1)]
         else:
-            place = [TenantItem.occupied.add(-1)]
+            place = [TenantItem.in_flight.add(-1), TenantItem.occupied.add(-1)]
+        tenant_condition = place_passes_on(s.default_cap) if handing else None
+        if passing:
+            tenant_condition = tenant_condition & slot_passes_on(s.default_cap, t)
+        if handing:
+            handing_ids[release_id] = candidates[0]
         try:
             with NamedTransaction(release_id) as tx:
                 tx.add("delete", "lease", LeaseItem(job_id), condition=condition)
-                tx.add("update", "tenant", TenantItem(tenant_id), actions=[TenantItem.in_flight.add(-1), *place],
-                       condition=place_passes_on(get_settings().default_cap) if handing else None)
-                tx.add("update", "cluster", slots_item(), actions=[ClusterItem.busy.add(-1)])
+                tx.add("update", "tenant", TenantItem(tenant_id), actions=place, condition=tenant_condition)
+                if not passing:  # a passed slot stays busy
+                    tx.add("update", "cluster", slots_item(), actions=[ClusterItem.busy.add(-1)])
                 job_item(tx, release_id)
-                if handing:
+                if passing:
+                    assert hand_off is not None  # lease_to is its own
+                    tx.add("save", "successor_lease",
+                           new_lease_item(candidates[0], tenant_id, lease_to[0], successor_token, t),
+                           condition=LeaseItem.job_id.does_not_exist())
+                    guard = hand_off.parked_at.get(candidates[0])
+                    tx.add("update", "successor", JobItem(candidates[0]),
+                           actions=[*take_actions(t, successor_token, lease_to[0]), JobItem.waiting_tenant.remove(),
+                                    JobItem.woken_at.set(hand_off.woken_at), JobItem.woken_by.set(hand_off.reason)],
+                           condition=is_waiting(tenant_id) if guard is None
+                           else is_waiting(tenant_id) & (JobItem.parked_at == guard))
+                    passed[release_id] = Lease(candidates[0], tenant_id, lease_to[0], successor_token, t,
+                                               t + s.lease_ttl_s)
+                elif handing:
                     assert hand_off is not None  # the candidates are its own
                     tx.add("update", "successor", JobItem(candidates[0]),
                            actions=wake_actions(tenant_id, hand_off.woken_at, hand_off.reason),
@@ -630,11 +694,14 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
             if handing and kind == CANCELLED and exc.cancellation_reasons:
                 reasons = tx.reasons(exc)
                 if CONDITION_FAILED not in (reason_code(reasons, "lease"), reason_code(reasons, "job")):
-                    if reason_code(reasons, "successor") == CONDITION_FAILED:
+                    if CONDITION_FAILED in (reason_code(reasons, "successor"), reason_code(reasons, "successor_lease")):
                         del candidates[0]  # woken by another release, or cancelled: the next one
                         return attempt()
                     if reason_code(reasons, "tenant") == CONDITION_FAILED:
-                        candidates.clear()  # the cap was lowered: free the place instead
+                        if passing:
+                            lease_to.clear()  # over the cap or frozen: pass the place only
+                        else:
+                            candidates.clear()  # the cap was lowered: free the place instead
                         return attempt()
             if kind == ERROR or (kind == CANCELLED and CONDITION_FAILED not in codes):
                 raise
@@ -643,6 +710,7 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
                 log.info("%s of job %s: failed (%s), but a try of it applied", what, job_id, codes[0])
                 if hand_off is not None:
                     hand_off.job_id = handing_ids.get(applied_id)
+                    hand_off.lease = passed.get(applied_id)
                 return True
             if kind == AMBIGUOUS:
                 held = read_lease(job_id)
@@ -651,6 +719,7 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
             return False
         if hand_off is not None:
             hand_off.job_id = candidates[0] if handing else None
+            hand_off.lease = passed.get(release_id)
         return True
 
     return with_conflict_retries(attempt, what=what)

@@ -31,7 +31,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, Callable, NoReturn
 
 from botocore.exceptions import BotoCoreError, ClientError
 from celery import Task
@@ -87,6 +87,18 @@ class JobResult:
     sides: int
     warnings: tuple[dict[str, str], ...] = ()
     preview_keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Handed:
+    """The lease a commit passed to the tenant's next waiting job (its slot, in the commit's own
+    transaction), for the same delivery to run in place, and the commit's own report
+    (``job_finished``), to be sent in the committed job's request before that lease's run."""
+
+    lease: transactions.Lease
+    report: Callable[[], None]
+    #: The handed job as the commit wrote it (:func:`leases.transactions.apply_pass`): not read back.
+    job: JobItem
 
 
 class JobFailed(Exception):
@@ -259,24 +271,27 @@ class FairTask(Task):
         delivery = (request.properties or {}).get("delivery_info") or {}
         receipt = (delivery.get("sqs_queue"), (request.properties or {}).get("delivery_tag"))
         began = time.monotonic()
-        outcome, handed = self._run_leased(lease, receipt)
+        outcome, handed = self._run_leased(lease, receipt, began)
         if handed is not None:
             self._run_in_place(tenant_id, handed, receipt, began)
         return outcome
 
-    def _run_leased(self, lease: transactions.Lease,
-                    receipt: tuple[str | None, str | None]) -> tuple[dict, str | None]:
+    def _run_leased(self, lease: transactions.Lease, receipt: tuple[str | None, str | None],
+                    began: float, known: JobItem | None = None) -> tuple[dict, Handed | None]:
         """Run the job under ``lease`` to its fenced end (module docstring, from ``Lease``), the
-        message's visibility (``receipt``: queue URL and receipt handle) extended with the lease.
+        message's visibility (``receipt``: queue URL and receipt handle) extended with the lease;
+        ``began``: when the delivery began (monotonic s), for :meth:`_may_pass_slot`; ``known``:
+        the job as its lease's transaction wrote it (None: read it).
 
-        Returns ``(outcome, handed)``: the delivery's result and, after a commit that handed its
-        place on, the waiting job left for this delivery to run in place (None: nothing handed, or
-        it was published). Raises as :meth:`__call__` does after its acquire.
+        Returns ``(outcome, handed)``: the delivery's result and, after a commit that passed its
+        slot on, the lease it took for the tenant's next waiting job, to run in place, with the
+        commit's report still to send (None: nothing passed; the report is sent). Raises as
+        :meth:`__call__` does after its acquire.
         """
         job_id, tenant_id = lease.job_id, lease.tenant_id
         heartbeat = Heartbeat(lease, self.clocks, queue_url=receipt[0], receipt_handle=receipt[1])
         with heartbeat:
-            job = transactions.read_job(job_id)  # raises only after in-place retries: the sweeper's then
+            job = known or transactions.read_job(job_id)  # raises only after in-place retries: the sweeper's then
             signals.lease_acquired.send(sender=self, lease=lease, job=job, heartbeat=heartbeat)
             try:
                 result = self.run(job=job, lease=lease, cancel=heartbeat.lost)
@@ -287,7 +302,7 @@ class FairTask(Task):
         if heartbeat.lost.is_set():
             return self._on_lease_lost(lease, heartbeat.lost_detail, heartbeat, int(job.attempts)), None
         signals.lease_releasing.send(sender=self, lease=lease, outcome=JobOutcome.SUCCEEDED)
-        successor = self._successor(tenant_id)
+        successor = self._successor(tenant_id, lease_to=lease.worker if self._may_pass_slot(began) else None)
         try:
             written = transactions.commit_success(
                 lease, output_key=result.output_key, sheets=result.sheets, sides=result.sides,
@@ -299,71 +314,74 @@ class FairTask(Task):
         except (*_INFRASTRUCTURE_ERRORS, LeaseContention) as exc:
             return self._on_release_unreachable(lease, exc, heartbeat, int(job.attempts)), None
         signals.lease_released.send(sender=self, lease=lease, outcome=JobOutcome.SUCCEEDED)
-        handed = self._hand_off(tenant_id, successor, in_place=get_settings().handoff_in_place_s > 0)
+        passed = self._hand_off(tenant_id, successor)
         for name, value in written.items():  # the job as committed, without reading it back
             setattr(job, name, value)
-        signals.job_finished.send(sender=self, job=job, outcome=JobOutcome.SUCCEEDED, error=None)
-        return {"outcome": JobOutcome.SUCCEEDED, "job_id": job_id, "tenant_id": tenant_id}, handed
 
-    def _run_in_place(self, tenant_id: str, job_id: str, receipt: tuple[str | None, str | None],
-                      began: float) -> None:
-        """Run the job a commit handed its place to here, without a message (docs/design.md §3,
-        "Hand-off in place"), and so on down the tenant's waiting line, until this delivery has run
-        ``Settings.handoff_in_place_s`` (monotonic seconds since ``began``) or its worker's warm
-        shutdown has begun (:func:`tasks.worker.shutting_down`); then the next handed job is
-        published as usual. Each job runs under its own lease and Celery request (task id = job id, as its message would
-        have; ``in_place_of``: this delivery's id), with this delivery's message kept invisible.
+        def report() -> None:
+            signals.job_finished.send(sender=self, job=job, outcome=JobOutcome.SUCCEEDED, error=None)
 
-        A job whose acquire fails is published instead (the usual path then parks, drops or runs
-        it); one that is not queued any more is left alone. An outcome of the job itself (retry,
-        failure, lost lease) is recorded by its own run and ends the chain; never raises: this
-        delivery's own job is committed already. A job handed but neither run nor published (a
-        crash, a failed publish) is ``queued`` with ``due_at`` set: the reconciler publishes it.
-        """
+        outcome = {"outcome": JobOutcome.SUCCEEDED, "job_id": job_id, "tenant_id": tenant_id}
+        if passed is None or successor is None:
+            report()
+            return outcome, None
+        jobs, hand_off = successor
+        return outcome, Handed(passed, report, transactions.apply_pass(jobs[passed.job_id], hand_off))
+
+    @staticmethod
+    def _may_pass_slot(began: float) -> bool:
+        """A commit of this delivery may pass its slot to the tenant's next waiting job, to run in
+        place: ``handoff_in_place_s`` > 0, the delivery (``began``, monotonic s) has run less than
+        that, and its worker's warm shutdown has not begun (:func:`tasks.worker.shutting_down`)."""
         limit_s = get_settings().handoff_in_place_s
-        worker = self.worker_name()
+        return limit_s > 0 and time.monotonic() - began < limit_s and not shutting_down()
+
+    def _run_in_place(self, tenant_id: str, handed: Handed, receipt: tuple[str | None, str | None],
+                      began: float) -> None:
+        """Run the job a commit passed its slot to here, without a message (docs/design.md §3,
+        "Hand-off in place"), and so on down the tenant's waiting line while its commits pass
+        their slots on (:meth:`_may_pass_slot`: until this delivery has run
+        ``Settings.handoff_in_place_s`` since ``began``, monotonic s, or its worker's warm shutdown
+        has begun); a later commit hands its place on by a message, as usual. Each job runs under
+        the lease its predecessor's commit took for it and its own Celery request (task id = job id,
+        as its message would have; ``in_place_of``: this delivery's id), with this delivery's
+        message kept invisible; each commit's report (``job_finished``) is sent in its own request.
+
+        An outcome of the job itself (retry, failure, lost lease) is recorded by its own run and
+        ends the chain; never raises: this delivery's own job is committed already. A crash leaves
+        the passed lease to the sweeper, as any crash during a run does.
+        """
         parent_id = self.request.id
-        next_id: str | None = job_id
-        while next_id is not None:
-            if time.monotonic() - began >= limit_s or shutting_down():
-                self._publish_handed(tenant_id, next_id)
-                return
-            try:
-                lease = transactions.acquire(next_id, tenant_id, worker)
-            except JobNotQueued as exc:
-                log.info("handed job %s is not queued any more (%s); leaving it", next_id, exc.status)
-                return
-            except AcquireUnresolved as exc:
-                resolved = self._resolve_acquire(exc)
-                if resolved is None:
-                    self._publish_handed(tenant_id, next_id)
-                    return
-                lease = resolved
-            except Exception as exc:  # noqa: BLE001 - the cap was lowered, contention, AWS: the usual path decides
-                log.info("could not take handed job %s in place (%s); publishing it", next_id, exc)
-                self._publish_handed(tenant_id, next_id)
-                return
-            log.info("running handed job %s of %s in place (after %s)", next_id, tenant_id, parent_id)
-            self.push_request(id=next_id, in_place_of=parent_id, in_place_began=time.time(), retries=0, eta=None,
-                              kwargs={"tenant_id": tenant_id, "job_id": next_id}, args=(),
+        handed.report()
+        next_handed: Handed | None = handed
+        while next_handed is not None:
+            lease = next_handed.lease
+            log.info("running handed job %s of %s in place (after %s)", lease.job_id, tenant_id, parent_id)
+            self.push_request(id=lease.job_id, in_place_of=parent_id, in_place_began=time.time(), retries=0,
+                              eta=None, kwargs={"tenant_id": tenant_id, "job_id": lease.job_id}, args=(),
                               argsrepr=None, kwargsrepr=None)
             try:
-                _, next_id = self._run_leased(lease, receipt)
-            except (Retry, Ignore, Reject, JobFailed) as ended:  # recorded by the run; it has no message to ack
-                log.info("job %s run in place ended: %s", lease.job_id, ended)
-                next_id = None
-            except Exception:  # noqa: BLE001 - as Celery would log it; the lease is the sweeper's
-                log.exception("job %s run in place raised; its lease is left to the sweeper", lease.job_id)
-                next_id = None
+                next_handed = self._run_one_in_place(next_handed, receipt, began)
             finally:
                 self.pop_request()
 
-    def _publish_handed(self, tenant_id: str, job_id: str) -> None:
-        """Publish a handed job that is not run in place; a failure is the reconciler's (never raises)."""
+    def _run_one_in_place(self, handed: Handed, receipt: tuple[str | None, str | None],
+                          began: float) -> Handed | None:
+        """Run one handed job in place under its own request (pushed by :meth:`_run_in_place`) and
+        send its commit's report; returns what that commit passed on, or None (the chain ends).
+        Never raises."""
+        lease = handed.lease
         try:
-            publish_job(tenant_id, job_id)
-        except Exception as exc:  # noqa: BLE001 - the job is queued with due_at: the reconciler re-publishes
-            log.warning("could not publish handed job %s of %s (%s); the reconciler will", job_id, tenant_id, exc)
+            _, passed_on = self._run_leased(lease, receipt, began, known=handed.job)
+        except (Retry, Ignore, Reject, JobFailed) as ended:  # recorded by the run; it has no message to ack
+            log.info("job %s run in place ended: %s", lease.job_id, ended)
+            return None
+        except Exception:  # noqa: BLE001 - as Celery would log it; the lease is the sweeper's
+            log.exception("job %s run in place raised; its lease is left to the sweeper", lease.job_id)
+            return None
+        if passed_on is not None:
+            passed_on.report()
+        return passed_on
 
     def _message_fields(self, args: tuple, kwargs: dict) -> tuple[str, str, int]:
         """``(tenant_id, job_id, after_attempt)`` of the message, or reject it as poison.
@@ -440,11 +458,13 @@ class FairTask(Task):
         signals.job_dropped.send(sender=self, job_id=job_id, tenant_id=tenant_id, status=exc.status)
         raise Ignore(f"duplicate delivery of job {job_id} (status {exc.status}) dropped")
 
-    def _successor(self, tenant_id: str) -> tuple[dict[str, JobItem], transactions.HandOff] | None:
+    def _successor(self, tenant_id: str, *,
+                   lease_to: str | None = None) -> tuple[dict[str, JobItem], transactions.HandOff] | None:
         """The tenant's oldest waiting jobs (``handoff_scan_limit`` of them, oldest first) and the
         :class:`~leases.transactions.HandOff` that passes the first one still waiting the place of
-        the release about to be written (``handoff`` policy only); None when nobody waits or the
-        read failed (then the release frees the place and :meth:`_hand_off` wakes the usual way)."""
+        the release about to be written (``handoff`` policy only), with ``lease_to`` its slot too
+        (a lease for that worker); None when nobody waits or the read failed (then the release
+        frees the place and :meth:`_hand_off` wakes the usual way)."""
         s = get_settings()
         if s.waiting_policy != "handoff":
             return None
@@ -455,36 +475,37 @@ class FairTask(Task):
             return None
         if not jobs:
             return None
-        return {j.job_id: j for j in jobs}, transactions.HandOff([j.job_id for j in jobs], time.time())
+        return {j.job_id: j for j in jobs}, transactions.HandOff(
+            [j.job_id for j in jobs], time.time(), lease_to=lease_to,
+            parked_at={j.job_id: float(j.parked_at) for j in jobs if j.parked_at is not None})
 
     def _hand_off(self, tenant_id: str,
-                  successor: tuple[dict[str, JobItem], transactions.HandOff] | None = None, *,
-                  in_place: bool = False) -> str | None:
-        """After a release: publish the job the release handed its place to (with ``in_place``:
-        return its id instead, for the caller to run), or else wake the tenant's oldest waiting jobs
-        while it has room; then offer any slot above the cluster's reserve to a borrowing tier.
-        Never raises (a wake or publish that fails is the sweeper's: a handed job is ``queued`` with
-        ``due_at`` set, so a lost publish is re-published)."""
-        kept = None
+                  successor: tuple[dict[str, JobItem], transactions.HandOff] | None = None) -> transactions.Lease | None:
+        """After a release: report the job the release handed its place to, and publish it unless
+        the release passed it the slot too (then return that lease, for the caller to run in
+        place); or else wake the tenant's oldest waiting jobs while it has room; then, if a slot
+        was freed, offer any slot above the cluster's reserve to a borrowing tier. Never raises (a
+        wake or publish that fails is the sweeper's: a handed job is ``queued`` with ``due_at``
+        set, so a lost publish is re-published)."""
+        passed = successor[1].lease if successor is not None else None
         try:
             handed_id = successor[1].job_id if successor is not None else None
             if successor is not None and handed_id is not None:
                 jobs, hand_off = successor
                 job = jobs[handed_id]
-                if in_place:
-                    kept = job.job_id
-                else:
+                if passed is None:
                     publish_job(tenant_id, job.job_id)
                 job.woken_at, job.woken_by = hand_off.woken_at, hand_off.reason
                 signals.job_woken.send(sender=self, job=job, reason="release")
             else:
                 waiting.wake(tenant_id, publish=publish_job,
                              on_woken=lambda job: signals.job_woken.send(sender=self, job=job, reason="release"))
-            waiting.wake_borrowers(publish=publish_job,
-                                   on_woken=lambda job: signals.job_woken.send(sender=self, job=job, reason="borrow"))
+            if passed is None:  # a passed slot stays busy: nothing to lend
+                waiting.wake_borrowers(publish=publish_job,
+                                       on_woken=lambda job: signals.job_woken.send(sender=self, job=job, reason="borrow"))
         except Exception as exc:  # noqa: BLE001 - the job's own outcome is committed; the sweeper wakes
             log.warning("hand-off for tenant %s failed (the sweeper will wake its jobs): %s", tenant_id, exc)
-        return kept
+        return passed
 
     def _defer(self, job_id: str, tenant_id: str, exc: Exception) -> NoReturn:
         """Publish the deferred copy, then count it (best effort); raises Retry (ack) or Reject."""

@@ -33,18 +33,22 @@ def _counters(tenant_id: str) -> dict[str, int]:
     return {k: int(getattr(item, k) or 0) for k in ("in_flight", "queued", "waiting", "occupied")}
 
 
-def _handoff(tenant_id: str) -> transactions.HandOff | None:
-    """``FairTask._successor``'s read."""
+def _handoff(tenant_id: str, lease_to: str | None = None) -> transactions.HandOff | None:
+    """``FairTask._successor``'s read (``lease_to``: pass the slot too, as a run in place does)."""
     jobs = waiting.oldest_waiting(tenant_id, get_settings().handoff_scan_limit)
-    return transactions.HandOff([j.job_id for j in jobs], time.time()) if jobs else None
+    return transactions.HandOff([j.job_id for j in jobs], time.time(), lease_to=lease_to,
+                                parked_at={j.job_id: float(j.parked_at) for j in jobs}) if jobs else None
 
 
 class HandOffSim(SimCluster):
     """SimCluster whose commits and failures hand their place on as ``FairTask`` does, and which
-    counts acquires and final commits per job."""
+    counts acquires and final commits per job; with ``in_place``, a commit passes its slot too and
+    the worker runs the passed lease itself, as ``FairTask._run_in_place`` does."""
 
-    def __init__(self, *a, **kw) -> None:
+    def __init__(self, *a, in_place: bool = False, **kw) -> None:
         super().__init__(*a, **kw)
+        self.in_place = in_place
+        self.passed: list[str] = []
         self.acquires: collections.Counter = collections.Counter()
         self.finals: collections.Counter = collections.Counter()
         self.handed: list[str] = []
@@ -83,10 +87,13 @@ class HandOffSim(SimCluster):
             return None
 
     def _run_one(self, job_id: str, after_attempt: int) -> None:
-        tid = self.tenant_id
         lease = self._acquire(job_id, after_attempt)
-        if lease is None:
-            return
+        while lease is not None:
+            lease = self._run_lease(lease)
+
+    def _run_lease(self, lease: transactions.Lease) -> transactions.Lease | None:
+        """Run one lease to its release; returns the lease its commit passed on (in place), if any."""
+        tid, job_id = self.tenant_id, lease.job_id
         with self.lock:
             self.acquires[job_id] += 1
             if job_id in self.running_jobs:
@@ -106,7 +113,7 @@ class HandOffSim(SimCluster):
                 self.publish(tid, job_id, after_attempt=int(job.attempts))
                 transactions.release_for_retry(lease, error="x", error_code="injected")
             else:
-                hand_off = _handoff(tid)
+                hand_off = _handoff(tid, lease_to="w" if self.in_place and r >= 0.3 else None)
                 if r < 0.3:
                     transactions.fail_job(lease, error="x", error_code="injected", hand_off=hand_off)
                 else:
@@ -114,13 +121,19 @@ class HandOffSim(SimCluster):
                 with self.lock:
                     self.finals[job_id] += 1
         except LeaseLost:
-            return
+            return None
+        if hand_off is not None and hand_off.lease is not None:
+            with self.lock:
+                self.handed.append(hand_off.job_id)
+                self.passed.append(hand_off.job_id)
+            return hand_off.lease
         if hand_off is not None and hand_off.job_id is not None:
             self.handed.append(hand_off.job_id)
             self.publish(tid, hand_off.job_id)
         else:
             waiting.wake(tid, publish=self.publish)
         waiting.wake_borrowers(publish=self.publish)
+        return None
 
 
 def _submit(sim: SimCluster, n: int) -> list[str]:
@@ -169,11 +182,13 @@ def test_handoff_storm_one_tenant_many_releasers(fresh_aws):
     _assert_clean(tenant, statuses)
 
 
-def test_handoff_storm_with_cap_flapping_and_cancels(fresh_aws):
-    """Hand-off storm while the cap goes 0/1/3/2 and an operator cancels waiting/queued jobs."""
+@pytest.mark.parametrize("in_place", [False, True], ids=["published", "in_place"])
+def test_handoff_storm_with_cap_flapping_and_cancels(fresh_aws, in_place):
+    """Hand-off storm while the cap goes 0/1/3/2 and an operator cancels waiting/queued jobs
+    (``in_place``: commits pass their slots, as a run in place does)."""
     tenant = _tenant("hoflap")
     set_cap(tenant, 2)
-    sim = HandOffSim(tenant, workers=8, sweepers=1)
+    sim = HandOffSim(tenant, workers=8, sweepers=1, in_place=in_place)
     sim.start()
     ids = _submit(sim, 50)
     cancelled: list[str] = []
@@ -210,6 +225,7 @@ def test_handoff_storm_with_cap_flapping_and_cancels(fresh_aws):
     sim.join()
     assert not sim.errors and not errors, (sim.errors[:3], errors[:3])
     assert not overs, overs[:3]
+    assert sim.passed or not in_place, "no commit passed its slot: the attack did not exercise it"
     _assert_ran_once(sim, statuses)
     _assert_clean(tenant, statuses)
 
@@ -398,6 +414,145 @@ def test_ambiguous_hand_off_whose_successor_is_cancelled_meanwhile(fresh_aws):
     assert audit([tenant]).clean
 
 
+def _cluster_busy() -> int:
+    return int(nodes.slots().busy or 0) if nodes.slots() is not None else 0
+
+
+def _assert_passed(hand_off: transactions.HandOff, job_id: str, worker: str) -> None:
+    """``hand_off`` passed its slot to ``job_id``: running under the returned lease, whose token the
+    lease item and the job carry."""
+    assert hand_off.job_id == job_id and hand_off.lease is not None, hand_off
+    assert (hand_off.lease.job_id, hand_off.lease.worker) == (job_id, worker), hand_off.lease
+    assert transactions.still_held(hand_off.lease)
+    job = JobItem.get(job_id, consistent_read=True)
+    assert (job.status, job.attempts, job.lease_token, job.worker) == ("running", 1, hand_off.lease.token, worker)
+    assert (job.woken_by, job.waiting_tenant, job.queued_tenant) == ("release", None, None)
+
+
+def test_a_commit_passes_its_slot_to_the_oldest_waiting_job_in_one_transaction(fresh_aws):
+    """cap 2, 2 leases, 2 waiting: a commit with ``lease_to`` leaves the tenant at 2 leases, the
+    oldest waiting job running under a lease for that worker, the cluster's busy count unchanged;
+    the passed lease then commits like any other and passes on again."""
+    tenant = _tenant("pass")
+    set_cap(tenant, 2)
+    leases = _running(tenant, 2)
+    first, second = _parked(tenant, 2)
+    busy = _cluster_busy()
+    hand_off = _handoff(tenant, lease_to="w2")
+    as_read = JobItem.get(first, consistent_read=True)
+    transactions.commit_success(leases[0], output_key="k", sheets=1, sides=2, hand_off=hand_off)
+    _assert_passed(hand_off, first, "w2")
+    # FairTask runs the passed job from its copy as read before the commit, with what the pass wrote
+    known = {k: v for k, v in transactions.apply_pass(as_read, hand_off).attribute_values.items() if v is not None}
+    assert known == JobItem.get(first, consistent_read=True).attribute_values
+    assert _counters(tenant) == {"in_flight": 2, "queued": 0, "waiting": 1, "occupied": 2}
+    assert _cluster_busy() == busy
+    assert audit([tenant]).clean
+    again = _handoff(tenant, lease_to="w2")
+    transactions.commit_success(hand_off.lease, output_key="k", sheets=1, sides=2, hand_off=again)
+    _assert_passed(again, second, "w2")
+    assert _counters(tenant) == {"in_flight": 2, "queued": 0, "waiting": 0, "occupied": 2}
+    assert audit([tenant]).clean
+
+
+def test_a_borrowed_lease_passes_its_place_but_not_its_slot(fresh_aws):
+    """Tier cap 1 burst 3 holding 3 leases (2 borrowed): the tenant's leases are over its cap, so a
+    commit with ``lease_to`` passes only its place (the successor queued, no lease), as without."""
+    nodes.register(f"node-{uuid.uuid4().hex[:6]}", 3 + get_settings().reserve_slots)
+    tenant = _tenant("passburst")
+    set_cap(tenant, 1, burst_cap=3)
+    jobs = [_new_job(tenant) for _ in range(3)]
+    for job in jobs:
+        waiting.admit(job, door=False)
+    leases = [transactions.acquire(jobs[0].job_id, tenant, "w")]
+    leases += [transactions.acquire(j.job_id, tenant, "w", borrow=True) for j in jobs[1:]]
+    [parked] = _parked(tenant, 1)
+    busy = _cluster_busy()
+    hand_off = _handoff(tenant, lease_to="w")
+    transactions.commit_success(leases[2], output_key="k", sheets=1, sides=2, hand_off=hand_off)
+    assert (hand_off.job_id, hand_off.lease) == (parked, None)
+    assert JobItem.get(parked, consistent_read=True).status == "queued"
+    assert transactions.read_lease(parked) is None
+    assert _counters(tenant) == {"in_flight": 2, "queued": 1, "waiting": 0, "occupied": 3}
+    assert _cluster_busy() == busy - 1
+    assert audit([tenant]).clean
+
+
+@pytest.mark.parametrize("change, passed, handed", [
+    ("cap 2", True, True), ("cap 1", False, False), ("frozen", False, True)])
+def test_a_change_between_successor_read_and_commit_decides_what_passes(fresh_aws, change, passed, handed):
+    """cap 2, 2 leases, 1 waiting, then: the cap unchanged (the slot passes); lowered to 1 (nothing
+    passes: the place is freed); a counter repair freezes the tenant (its place passes, not the slot:
+    a frozen tenant takes no lease)."""
+    tenant = _tenant("passchg")
+    set_cap(tenant, 2)
+    leases = _running(tenant, 2)
+    [parked] = _parked(tenant, 1)
+    hand_off = _handoff(tenant, lease_to="w")
+    if change == "cap 1":
+        set_cap(tenant, 1)
+    elif change == "frozen":
+        TenantItem(tenant).update(actions=[TenantItem.repair_until.set(time.time() + 60)])
+    transactions.commit_success(leases[0], output_key="k", sheets=1, sides=2, hand_off=hand_off)
+    assert (hand_off.lease is not None, hand_off.job_id is not None) == (passed, handed), hand_off
+    status = JobItem.get(parked, consistent_read=True).status
+    assert status == ("running" if passed else "queued" if handed else "waiting"), status
+    c = _counters(tenant)
+    assert c["in_flight"] + c["queued"] == c["occupied"], c
+    assert c["in_flight"] == (2 if passed else 1), c
+
+
+def test_a_successor_with_a_stray_lease_item_is_skipped_for_the_next(fresh_aws):
+    """The first candidate has a lease item already (an orphan the audit removes): passing it a
+    lease would overwrite that; the next candidate gets the slot instead."""
+    tenant = _tenant("passorphan")
+    set_cap(tenant, 1)
+    [lease] = _running(tenant, 1)
+    first, second = _parked(tenant, 2)
+    transactions.new_lease_item(first, tenant, "ghost", "stray-token", time.time()).save()
+    hand_off = _handoff(tenant, lease_to="w")
+    transactions.commit_success(lease, output_key="k", sheets=1, sides=2, hand_off=hand_off)
+    _assert_passed(hand_off, second, "w")
+    assert JobItem.get(first, consistent_read=True).status == "waiting"
+    stray = transactions.read_lease(first)
+    assert stray.token == "stray-token"
+    stray.delete()  # the orphan the audit would report (this test's own)
+    assert audit([tenant]).clean
+
+
+def test_a_successor_re_parked_since_it_was_read_is_skipped_for_the_next(fresh_aws):
+    """The successor read saw the first candidate's earlier park (a stale index entry on real
+    DynamoDB): its copy may be older than the job, so its slot goes to the next candidate."""
+    tenant = _tenant("passstale")
+    set_cap(tenant, 1)
+    [lease] = _running(tenant, 1)
+    first, second = _parked(tenant, 2)
+    hand_off = _handoff(tenant, lease_to="w")
+    hand_off.parked_at[first] -= 5  # as read from an earlier park
+    transactions.commit_success(lease, output_key="k", sheets=1, sides=2, hand_off=hand_off)
+    _assert_passed(hand_off, second, "w")
+    assert JobItem.get(first, consistent_read=True).status == "waiting"
+    assert audit([tenant]).clean
+
+
+@pytest.mark.parametrize("faults", [1, 2, 3])
+def test_ambiguous_commit_that_passed_its_slot_after_apply(fresh_aws, faults):
+    """The slot-passing commit applies but its answer is a 5xx (and the resends' too): the caller
+    learns the lease it took, with the token the lease item carries, exactly once."""
+    tenant = _tenant("passamb")
+    set_cap(tenant, 1)
+    [lease] = _running(tenant, 1)
+    first, second = _parked(tenant, 2)
+    hand_off = _handoff(tenant, lease_to="w")
+    with _AfterApplyFault(faults) as fault:
+        transactions.commit_success(lease, output_key="k", sheets=1, sides=2, hand_off=hand_off)
+    assert fault.hits >= 1
+    _assert_passed(hand_off, first, "w")
+    assert JobItem.get(second, consistent_read=True).status == "waiting"
+    assert _counters(tenant) == {"in_flight": 1, "queued": 0, "waiting": 1, "occupied": 1}
+    assert audit([tenant]).clean
+
+
 class RoutedSim(HandOffSim):
     """A HandOffSim whose publish routes a message to the sim of the job's tenant (``wake_borrowers``
     wakes other tenants' jobs)."""
@@ -504,12 +659,14 @@ class _RandomAmbiguity:
         self.events.unregister("before-call.dynamodb.TransactWriteItems", self.before_call)
 
 
-def test_handoff_storm_under_ambiguous_5xx_before_and_after_apply(fresh_aws):
+@pytest.mark.parametrize("in_place", [False, True], ids=["published", "in_place"])
+def test_handoff_storm_under_ambiguous_5xx_before_and_after_apply(fresh_aws, in_place):
     """The hand-off storm while 30 % of the transactions are answered 500 after they applied and 15 %
-    before: every lease transaction must read itself back, nothing double-counted or lost."""
+    before: every lease transaction must read itself back, nothing double-counted or lost
+    (``in_place``: commits pass their slots, and a passed lease must be known once, by its token)."""
     tenant = _tenant("amb-storm")
     set_cap(tenant, 2)
-    sim = HandOffSim(tenant, workers=8, sweepers=1)
+    sim = HandOffSim(tenant, workers=8, sweepers=1, in_place=in_place)
     ids = _submit(sim, 80)
     with _RandomAmbiguity(after=0.3, before=0.15) as fault:
         sim.start()
@@ -522,5 +679,6 @@ def test_handoff_storm_under_ambiguous_5xx_before_and_after_apply(fresh_aws):
     sim.join()
     assert fault.hits["after"] > 5 and fault.hits["before"] > 5, fault.hits
     assert not sim.errors, [f"{type(e).__name__}: {e} ({getattr(e, 'cause', None)})" for e in sim.errors[:5]]
+    assert sim.passed or not in_place, "no commit passed its slot: the attack did not exercise it"
     _assert_ran_once(sim, statuses)
     _assert_clean(tenant, statuses)
