@@ -10,8 +10,8 @@ Compared (the issue's bar in brackets): per-tenant p50 and p95 wait (within 10 %
 is larger), makespan (within 10 %), slot utilisation as ``bench.sched`` defines it but over the
 jobs' lease times (start → fenced commit, what the replay holds; the bench's own column ends each
 lease at its ``releasing`` event and reads lower), most leases per tenant (exact). The model's
-clocks ``sim_poll_latency_s`` (each delivery drawn from the run's measured latencies) and
-``sim_wake_latency_s`` are measured from the same run (:func:`calibrate`: they depend on the
+clocks ``sim_poll_latency_s`` (each delivery drawn from the run's measured latencies),
+``sim_wake_latency_s`` and, for the timer's copies, ``sim_delayed_recheck_s`` are measured from the same run (:func:`calibrate`: they depend on the
 machine's load far more than on the scheduling);
 ``BENCH_SIM_CLOCKS=settings`` uses the configured ones instead. Every other number is the
 service's configuration.
@@ -117,6 +117,10 @@ def calibrate(jobs: list[dict], leases: list[dict] = (), deliveries: list[dict] 
     * ``in_place_latency_samples``: the same gap for a job the releasing worker ran in place (from
       that release to its lease; no queue wait: the worker was the releaser);
     * ``park_s``: the mean worker time of a delivery that parked or deferred its job;
+    * ``delayed_recheck_s``: how often a waiting receive rechecks for copies that became due, from
+      each copy's lag (its next delivery's start − the deferring delivery's end − ``defer_delay_s``):
+      in the model a uniform wait for the recheck plus a constant latency, so the recheck period is
+      the lags' 5th-to-95th-percentile spread ÷ 0.9 (None with fewer than 20 copies);
     * ``holds``: job id → acquire to the end of the release transaction of its successful lease;
     * ``wake_latency_s`` (reported, not used): a woken job's publish − that release's end.
 
@@ -188,11 +192,18 @@ def calibrate(jobs: list[dict], leases: list[dict] = (), deliveries: list[dict] 
             if start >= due:
                 samples.append(start - due)
     parks = [d["ended"] - d["began"] for d in deliveries if d.get("state") == "RETRY"]
+    by_job: dict[str, list[dict]] = {}
+    for d in sorted(deliveries, key=lambda d: d["began"]):
+        by_job.setdefault(d.get("job") or "", []).append(d)
+    lags = sorted(b["began"] - a["ended"] - defer_delay_s for job, ds in by_job.items() if job
+                  for a, b in zip(ds, ds[1:]) if a.get("state") == "RETRY")
+    recheck = (percentile(lags, 0.95) - percentile(lags, 0.05)) / 0.9 if len(lags) >= 20 else None
     return {"poll_latency_s": statistics.fmean(samples) if samples else None, "poll_latency_samples": samples,
             "in_place_latency_s": statistics.fmean(in_place) if in_place else None,
             "in_place_latency_samples": in_place,
             "wake_latency_s": statistics.fmean(wakes) if wakes else None,
             "park_s": statistics.fmean(parks) if parks else None, "parks": len(parks),
+            "delayed_recheck_s": recheck, "copies": len(lags),
             "lease_s_median": statistics.median(holds.values()) if holds else None, "holds": holds}
 
 
@@ -218,7 +229,8 @@ def compare(record: dict, params: ModelParams | None = None) -> Check:
             "poll_latency_s": calibration["poll_latency_s"], "wake_latency_s": 0.0,
             "park_s": calibration["park_s"], "poll_latency_samples": tuple(calibration["poll_latency_samples"]),
             "in_place_latency_s": calibration["in_place_latency_s"],
-            "in_place_latency_samples": tuple(calibration["in_place_latency_samples"])}
+            "in_place_latency_samples": tuple(calibration["in_place_latency_samples"]),
+            "delayed_recheck_s": calibration["delayed_recheck_s"]}
         params = ModelParams.from_settings(defer_delay_s=record["defer_delay_s"], **measured)
     sim_jobs = [SimJob(j["tenant"], j["submitted_at"], holds[j["job"]], max(0, j["attempts"] - 1)) for j in jobs]
     tenants = sorted({j["tenant"] for j in jobs})
@@ -300,7 +312,8 @@ def calibration_lines(checks: list[Check], params: ModelParams) -> list[str]:
         out.append(f"- `{c.scenario}` {c.policy}: poll latency (start − due) mean "
                    f"{_opt(cal['poll_latency_s'])} s, wake latency (wake − previous release) mean "
                    f"{_opt(cal['wake_latency_s'])} s, park (worker time of a parking delivery) mean "
-                   f"{_opt(cal.get('park_s'))} s over {cal.get('parks', 0)}, lease median "
+                   f"{_opt(cal.get('park_s'))} s over {cal.get('parks', 0)}, delayed recheck "
+                   f"{_opt(cal.get('delayed_recheck_s'))} s over {cal.get('copies', 0)} copies, lease median "
                    f"{_opt(cal['lease_s_median'])} s")
     return out
 

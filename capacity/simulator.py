@@ -7,12 +7,19 @@
         ┌───────────────────────────────────────────────────────────────┘
         ├─ take / borrow: lease for the job's hold time ─► release ─► hand-off wakes (wake latency)
         ├─ park (hand-off): the worker is busy ``park_s``; a release wakes the job
-        └─ defer (timer): the worker is busy ``park_s``; a copy is visible ``defer_delay_s`` later
-    a failed attempt: release for retry, a copy visible after the backoff (base × 2^(n−1), capped)
+        └─ defer (timer): the worker is busy ``park_s``, then sends a copy due ``defer_delay_s`` later
+    a failed attempt: release for retry, a copy due after the backoff (base × 2^(n−1), capped)
+    a copy due ─┬─ no receive waiting (every worker busy): visible to the next receive
+                └─ a receive waiting: seen at its next recheck (every ``delayed_recheck_s`` from the
+                   moment it began to wait) or when a message is sent to the queue, whichever first
 
 Each step is a callback on a plain SimPy event (``env.timeout(...).callbacks``), not a generator
 process per job: the hundreds of thousands of jobs of four weeks of history stay within seconds
-(``make bench-sim``). Decisions are :class:`capacity.core.Scheduler`'s, hence
+(``make bench-sim``). A long-polling receive that is already waiting sees a delayed copy become
+visible only when it rechecks: moto re-reads the queue when a message is sent to it and otherwise
+once a second (its ``wait_for_messages(1)``), so copies arrive in clumps; AWS SQS is modelled with
+``delayed_recheck_s = 0`` (a copy visible when due). The cluster has one such receive (exact for one
+node; for more, the nodes' receives are taken as one). Decisions are :class:`capacity.core.Scheduler`'s, hence
 :mod:`leases.policy`'s. SQS delivers in arrival order (moto's, the default) or, with
 ``delivery_order = "fair"``, round-robin over the tenants with visible messages (an approximation
 of SQS fair queues).
@@ -20,6 +27,7 @@ of SQS fair queues).
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -61,6 +69,10 @@ class ModelParams:
     in_place_latency_s: float = 0.0
     #: Measured in-place latencies to draw from instead of the constant (as ``poll_latency_samples``).
     in_place_latency_samples: tuple[float, ...] = ()
+    #: A waiting long poll rechecks for delayed copies (timer deferrals, retry backoffs) that became
+    #: due this often (seconds, ``sim_delayed_recheck_s``; moto 1 s, AWS SQS 0: seen when due); a
+    #: send to the queue makes it recheck at once.
+    delayed_recheck_s: float = 0.0
     seed: int = 1
 
     @classmethod
@@ -74,7 +86,7 @@ class ModelParams:
             poll_latency_s=s.sim_poll_latency_s, wake_latency_s=s.sim_wake_latency_s, park_s=s.sim_park_s,
             job_overhead_s=s.sim_job_overhead_s, delivery_order=s.sim_delivery_order,
             in_place_s=s.handoff_in_place_s if s.waiting_policy == "handoff" else 0.0,
-            in_place_latency_s=s.sim_in_place_latency_s)
+            in_place_latency_s=s.sim_in_place_latency_s, delayed_recheck_s=s.sim_delayed_recheck_s)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
@@ -163,8 +175,47 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
     def at(delay: float, fn, value) -> None:
         env.timeout(delay, value).callbacks.append(fn)
 
+    recheck = p.delayed_recheck_s
+    ripe: list = []  # copies due that the waiting receive has not seen yet
+    poll = [None, 0]  # the waiting receive: since when it waits (None: none waits), its generation
+
     def visible(ev) -> None:
-        job = ev.value
+        """A message sent to the queue, visible at once: the waiting receive rechecks (moto's notify)."""
+        enqueue(ev.value)
+        flush()
+        dispatch()
+
+    def due(ev) -> None:
+        """A delayed copy's delay ended: visible to the next receive, but a receive already waiting
+        sees it only at its recheck or the next send."""
+        if recheck > 0 and poll[0] is not None:
+            ripe.append(ev.value)  # seen at the wait's next recheck (every ``recheck`` since it began)
+            at(max(1, math.ceil((env.now - poll[0]) / recheck - 1e-9)) * recheck + poll[0] - env.now,
+               recheck_tick, poll[1])
+            return
+        enqueue(ev.value)
+        dispatch()
+
+    def sent_delayed(job, delay_s: float) -> None:
+        """A copy sent with a delay: the send wakes the waiting receive, which sees what was due."""
+        at(delay_s, due, job)
+        if ripe:
+            flush()
+            dispatch()
+
+    def flush() -> None:
+        for job in ripe:
+            enqueue(job)
+        ripe.clear()
+
+    def recheck_tick(ev) -> None:
+        if poll[0] is None or ev.value != poll[1]:
+            return  # that wait ended (a receive returned) before its recheck
+        poll[0] = None
+        flush()
+        dispatch()
+
+    def enqueue(job) -> None:
         if fair:
             q = groups.get(job.tenant)
             if q is None:
@@ -174,7 +225,6 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
             q.append(job)
         else:
             fifo.append(job)
-        dispatch()
 
     def next_message():
         if not fair:
@@ -195,7 +245,11 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
         while idle[0] > 0:
             job = next_message()
             if job is None:
+                if recheck > 0 and poll[0] is None:  # an idle worker's receive begins to wait
+                    poll[0] = env.now
+                    poll[1] += 1
                 return
+            poll[0] = None  # the receive returned this message
             idle[0] -= 1
             at(rng.choice(samples) if samples else p.poll_latency_s, received, job)
 
@@ -236,9 +290,14 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
             at(job.hold_s, finish, job)
             return
         chain_began.pop(id(job), None)
-        if outcome is policy.DEFER:
-            at(p.defer_delay_s, visible, job)
-        at(p.park_s, free_worker, None)
+        if outcome is policy.DEFER:  # the copy is sent at the end of the deferral, then acked
+            at(p.park_s, deferred, job)
+        else:
+            at(p.park_s, free_worker, None)
+
+    def deferred(ev) -> None:
+        sent_delayed(ev.value, p.defer_delay_s)
+        free_worker()
 
     def finish(ev) -> None:
         job = ev.value
@@ -260,7 +319,7 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
         woken = sched.release(job.tenant, requeue=requeue)
         if requeue:
             job.status = "queued"
-            at(min(p.retry_backoff_max_s, p.retry_backoff_base_s * 2 ** max(0, job.attempts - 1)), visible, job)
+            sent_delayed(job, min(p.retry_backoff_max_s, p.retry_backoff_base_s * 2 ** max(0, job.attempts - 1)))
         began = chain_began.pop(id(job), start)
         kept = None  # the job this commit handed its place to, run in place by the same worker
         if in_place and job.status == "succeeded" and now - began < p.in_place_s:

@@ -483,6 +483,13 @@ class Settings(BaseSettings):
         default=0.2, ge=0, description="Simulator: worker time of a delivery that parks or defers its job "
         "(measured 0.2-0.3 s for the timer's deferrals on the local stack)."
     )
+    sim_delayed_recheck_s: float = Field(
+        default=1.0, ge=0,
+        description="Simulator: how often a long poll already waiting rechecks for delayed copies (timer "
+        "deferrals, retry backoffs) that became due; a send to the queue makes it recheck at once. moto (the local "
+        "stack) rechecks once a second (measured 1.0 s by make bench-sched's timer runs), AWS SQS: 0 (a copy is "
+        "seen when due); measured as sim_poll_latency_s.",
+    )
     sim_job_overhead_s: float = Field(
         default=0.1, ge=0,
         description="Simulator: lease time of a job beyond its engine duration (job read, fenced commit); added "

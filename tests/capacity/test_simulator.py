@@ -71,6 +71,23 @@ def test_the_timer_makes_a_capped_job_wait_for_its_copy():
     assert sorted(j.wait_s for j in jobs) == [0.5] * 4 + [0.5 + 30 + 0.5]
 
 
+def test_a_waiting_receive_sees_a_due_copy_at_its_recheck_or_at_the_next_send():
+    # cap 1: the second job is deferred at 0, its copy due at 30; the idle workers' receive has
+    # waited since 0 and rechecks every 4 s (moto: 1 s), so it sees the copy at 32, not 30.
+    params = dataclasses.replace(EXACT, default_cap=1, delayed_recheck_s=4.0)
+    jobs = burst("solo", 2, 1.0)
+    simulate(jobs, nodes=1, policy_name="timer", params=params)
+    assert sorted(j.wait_s for j in jobs) == [0.0, pytest.approx(32.0)]
+    # another tenant's job sent at 31 wakes the waiting receive, which then sees the copy too
+    jobs = burst("solo", 2, 1.0) + [SimJob("other", 1_031.0, 1.0)]
+    simulate(jobs, nodes=1, policy_name="timer", params=params)
+    assert sorted(j.wait_s for j in jobs if j.tenant == "solo") == [0.0, pytest.approx(31.0)]
+    # AWS SQS (0): the copy is seen when due
+    jobs = burst("solo", 2, 1.0)
+    simulate(jobs, nodes=1, policy_name="timer", params=dataclasses.replace(params, delayed_recheck_s=0.0))
+    assert sorted(j.wait_s for j in jobs) == [0.0, pytest.approx(30.0)]
+
+
 def test_hand_off_wakes_the_oldest_waiting_job_within_the_wake_latency():
     params = dataclasses.replace(EXACT, poll_latency_s=0.25, wake_latency_s=0.5)
     jobs = [SimJob("solo", 1_000.0 + i * 0.01, 2.0) for i in range(5)]
