@@ -357,6 +357,11 @@ def slot_passes_on(default_cap: int, now: float):
     return condition_of(policy.PASS_SLOT, default_cap) & not_frozen(now)
 
 
+def none_waiting():
+    """Condition on a tenant item: no job of it waits (``waiting`` 0 or absent)."""
+    return TenantItem.waiting.does_not_exist() | (TenantItem.waiting == 0)
+
+
 def is_waiting(tenant_id: str):
     """Condition on a job item: ``waiting``, and ``tenant_id``'s."""
     return (JobItem.status == JobStatus.WAITING.value) & (JobItem.tenant_id == tenant_id)
@@ -593,6 +598,10 @@ class HandOff:
     #: Candidate id → its ``parked_at`` as the caller read it: passing the slot is conditional on it,
     #: so the caller's copy of the job is the job as parked (:func:`apply_pass`).
     parked_at: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: With no candidates (the caller read none waiting): True once the release applied on
+    #: condition that none waited (:func:`none_waiting`), so there is nobody to wake; False if one
+    #: had parked since the read (the release then applied without the condition); None: not known.
+    none_waited: bool | None = None
 
 
 def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[NamedTransaction, str], None], *,
@@ -612,7 +621,10 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
     ``waiting → running`` under a new lease of ``lease_to`` (tenant ``waiting − 1`` only: the
     release's and the take's ``in_flight`` cancel, as the cluster's ``busy`` does; a lease item for
     it must not exist; its ``parked_at`` unchanged where ``hand_off.parked_at`` names it) on
-    condition :func:`slot_passes_on` as well; ``hand_off.lease`` is then that lease. If only the hand-off's conditions fail, the release is tried again at once with the next
+    condition :func:`slot_passes_on` as well; ``hand_off.lease`` is then that lease. A ``hand_off``
+    without candidates (the caller read none waiting) makes the release conditional on none waiting
+    (:func:`none_waiting`; ``hand_off.none_waited``: the caller need not wake). If only the
+    hand-off's conditions fail, the release is tried again at once with the next
     candidate (the job was woken or cancelled meanwhile), without passing the slot (the tenant's
     leases are over its cap, as a borrowed one may be, or it is frozen), or without a hand-off
     (the cap was lowered; ``hand_off.job_id`` stays None and the caller wakes the usual way).
@@ -637,6 +649,8 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
     handing_ids: dict[str, str] = {}  # release id → the candidate that attempt handed the place to
     passed: dict[str, Lease] = {}  # release id → the lease that attempt took for it (slot passed)
     candidates = [] if hand_off is None or requeue else list(hand_off.candidates)
+    check_none = [True] if hand_off is not None and not requeue and not hand_off.candidates else []
+    checked: dict[str, bool] = {}  # release id → that attempt was conditional on none waiting
     lease_to = [hand_off.lease_to] if hand_off is not None and hand_off.lease_to else []
     successor_token = new_token()
 
@@ -657,7 +671,9 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
             place = [TenantItem.in_flight.add(-1), TenantItem.waiting.add(-1), *TenantItem.counted(TenantItem.queued, 1)]
         else:
             place = [TenantItem.in_flight.add(-1), TenantItem.occupied.add(-1)]
-        tenant_condition = place_passes_on(s.default_cap) if handing else None
+        checking = bool(check_none)
+        checked[release_id] = checking
+        tenant_condition = place_passes_on(s.default_cap) if handing else none_waiting() if checking else None
         if passing:
             tenant_condition = tenant_condition & slot_passes_on(s.default_cap, t)
         if handing:
@@ -691,14 +707,16 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
             kind, codes = classify(exc)
             if kind == RETRY:
                 raise Retryable(codes) from exc
-            if handing and kind == CANCELLED and exc.cancellation_reasons:
+            if (handing or checking) and kind == CANCELLED and exc.cancellation_reasons:
                 reasons = tx.reasons(exc)
                 if CONDITION_FAILED not in (reason_code(reasons, "lease"), reason_code(reasons, "job")):
                     if CONDITION_FAILED in (reason_code(reasons, "successor"), reason_code(reasons, "successor_lease")):
                         del candidates[0]  # woken by another release, or cancelled: the next one
                         return attempt()
                     if reason_code(reasons, "tenant") == CONDITION_FAILED:
-                        if passing:
+                        if checking:
+                            check_none.clear()  # a job parked since the read: release; the caller wakes
+                        elif passing:
                             lease_to.clear()  # over the cap or frozen: pass the place only
                         else:
                             candidates.clear()  # the cap was lowered: free the place instead
@@ -711,6 +729,7 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
                 if hand_off is not None:
                     hand_off.job_id = handing_ids.get(applied_id)
                     hand_off.lease = passed.get(applied_id)
+                    hand_off.none_waited = checked[applied_id] if not hand_off.candidates else None
                 return True
             if kind == AMBIGUOUS:
                 held = read_lease(job_id)
@@ -720,6 +739,7 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
         if hand_off is not None:
             hand_off.job_id = candidates[0] if handing else None
             hand_off.lease = passed.get(release_id)
+            hand_off.none_waited = checking if not hand_off.candidates else None
         return True
 
     return with_conflict_retries(attempt, what=what)

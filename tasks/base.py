@@ -463,8 +463,9 @@ class FairTask(Task):
         """The tenant's oldest waiting jobs (``handoff_scan_limit`` of them, oldest first) and the
         :class:`~leases.transactions.HandOff` that passes the first one still waiting the place of
         the release about to be written (``handoff`` policy only), with ``lease_to`` its slot too
-        (a lease for that worker); None when nobody waits or the read failed (then the release
-        frees the place and :meth:`_hand_off` wakes the usual way)."""
+        (a lease for that worker); with none waiting, a HandOff without candidates (the release is
+        then conditional on none waiting: no wake follows it); None when the read failed (then the
+        release frees the place and :meth:`_hand_off` wakes the usual way)."""
         s = get_settings()
         if s.waiting_policy != "handoff":
             return None
@@ -473,8 +474,8 @@ class FairTask(Task):
         except Exception as exc:  # noqa: BLE001 - the release must not depend on this read
             log.info("could not read tenant %s's next waiting job (%s); waking after the release", tenant_id, exc)
             return None
-        if not jobs:
-            return None
+        if not jobs:  # the release then commits on condition none waits, and needs no wake
+            return {}, transactions.HandOff([], time.time())
         return {j.job_id: j for j in jobs}, transactions.HandOff(
             [j.job_id for j in jobs], time.time(), lease_to=lease_to,
             parked_at={j.job_id: float(j.parked_at) for j in jobs if j.parked_at is not None})
@@ -483,7 +484,8 @@ class FairTask(Task):
                   successor: tuple[dict[str, JobItem], transactions.HandOff] | None = None) -> transactions.Lease | None:
         """After a release: report the job the release handed its place to, and publish it unless
         the release passed it the slot too (then return that lease, for the caller to run in
-        place); or else wake the tenant's oldest waiting jobs while it has room; then, if a slot
+        place); or else, unless the release found none waiting, wake the tenant's oldest waiting
+        jobs while it has room; then, if a slot
         was freed, offer any slot above the cluster's reserve to a borrowing tier. Never raises (a
         wake or publish that fails is the sweeper's: a handed job is ``queued`` with ``due_at``
         set, so a lost publish is re-published)."""
@@ -497,7 +499,7 @@ class FairTask(Task):
                     publish_job(tenant_id, job.job_id)
                 job.woken_at, job.woken_by = hand_off.woken_at, hand_off.reason
                 signals.job_woken.send(sender=self, job=job, reason="release")
-            else:
+            elif successor is None or not successor[1].none_waited:  # else none waited at the release
                 waiting.wake(tenant_id, publish=publish_job,
                              on_woken=lambda job: signals.job_woken.send(sender=self, job=job, reason="release"))
             if passed is None:  # a passed slot stays busy: nothing to lend

@@ -33,11 +33,11 @@ def _counters(tenant_id: str) -> dict[str, int]:
     return {k: int(getattr(item, k) or 0) for k in ("in_flight", "queued", "waiting", "occupied")}
 
 
-def _handoff(tenant_id: str, lease_to: str | None = None) -> transactions.HandOff | None:
+def _handoff(tenant_id: str, lease_to: str | None = None) -> transactions.HandOff:
     """``FairTask._successor``'s read (``lease_to``: pass the slot too, as a run in place does)."""
     jobs = waiting.oldest_waiting(tenant_id, get_settings().handoff_scan_limit)
     return transactions.HandOff([j.job_id for j in jobs], time.time(), lease_to=lease_to,
-                                parked_at={j.job_id: float(j.parked_at) for j in jobs}) if jobs else None
+                                parked_at={j.job_id: float(j.parked_at) for j in jobs})
 
 
 class HandOffSim(SimCluster):
@@ -130,7 +130,7 @@ class HandOffSim(SimCluster):
         if hand_off is not None and hand_off.job_id is not None:
             self.handed.append(hand_off.job_id)
             self.publish(tid, hand_off.job_id)
-        else:
+        elif hand_off is None or not hand_off.none_waited:  # a release that found none waiting needs no wake
             waiting.wake(tid, publish=self.publish)
         waiting.wake_borrowers(publish=self.publish)
         return None
@@ -532,6 +532,29 @@ def test_a_successor_re_parked_since_it_was_read_is_skipped_for_the_next(fresh_a
     transactions.commit_success(lease, output_key="k", sheets=1, sides=2, hand_off=hand_off)
     _assert_passed(hand_off, second, "w")
     assert JobItem.get(first, consistent_read=True).status == "waiting"
+    assert audit([tenant]).clean
+
+
+def test_a_release_that_found_none_waiting_is_conditional_on_it(fresh_aws):
+    """The successor read finds none waiting: the commit applies on condition none waits, so no
+    wake has to follow it. A job that parks between the read and the commit makes the commit apply
+    without the condition, and ``none_waited`` False tells the caller to wake it."""
+    tenant = _tenant("nonewait")
+    set_cap(tenant, 1)
+    [first] = _running(tenant, 1)
+    hand_off = _handoff(tenant)
+    assert hand_off.candidates == []
+    transactions.commit_success(first, output_key="k", sheets=1, sides=2, hand_off=hand_off)
+    assert (hand_off.none_waited, hand_off.job_id) == (True, None)
+    assert _counters(tenant) == {"in_flight": 0, "queued": 0, "waiting": 0, "occupied": 0}
+
+    [lease] = _running(tenant, 1)
+    hand_off = _handoff(tenant)
+    [second] = _parked(tenant, 1)  # parks after the read, before the commit
+    transactions.commit_success(lease, output_key="k", sheets=1, sides=2, hand_off=hand_off)
+    assert (hand_off.none_waited, hand_off.job_id) == (False, None)
+    assert _counters(tenant) == {"in_flight": 0, "queued": 0, "waiting": 1, "occupied": 0}
+    assert waiting.wake(tenant, publish=lambda *a, **k: None) == [second]
     assert audit([tenant]).clean
 
 
