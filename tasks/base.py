@@ -18,8 +18,10 @@ One delivery (kwargs ``tenant_id``, ``job_id``; ``after_attempt`` on a copy sent
                                              │                 release_for_retry (fenced); out of
                                              │                 attempts: fail_job (AWS's: uncharged)
                                              └─ lease lost ──► commit nothing
-    A commit or failure hands its place to the tenant's oldest waiting job in its own transaction
-    (a commit's runs here, in place: no message; a failure's is published); other releases wake.
+    A commit or failure hands its place to the tenant's oldest waiting job in its own transaction;
+    a commit passes its slot too (the job's lease in that transaction) and the job runs here, in
+    place: no message, no acquire; a failure's is published; other releases wake (unless the
+    release found none waiting, on condition).
 
 Copies go through :meth:`FairTask.retry` (a deferral is never an attempt). Why each edge: docs/design.md
 "Departures from the text" 1, "Publish before the transaction", "A message is acked only once a successor exists".
@@ -485,10 +487,9 @@ class FairTask(Task):
         """After a release: report the job the release handed its place to, and publish it unless
         the release passed it the slot too (then return that lease, for the caller to run in
         place); or else, unless the release found none waiting, wake the tenant's oldest waiting
-        jobs while it has room; then, if a slot
-        was freed, offer any slot above the cluster's reserve to a borrowing tier. Never raises (a
-        wake or publish that fails is the sweeper's: a handed job is ``queued`` with ``due_at``
-        set, so a lost publish is re-published)."""
+        jobs while it has room; then, if a slot was freed, offer any slot above the cluster's
+        reserve to a borrowing tier. Never raises (a wake or publish that fails is the sweeper's: a
+        handed job is ``queued`` with ``due_at`` set, so a lost publish is re-published)."""
         passed = successor[1].lease if successor is not None else None
         try:
             handed_id = successor[1].job_id if successor is not None else None
