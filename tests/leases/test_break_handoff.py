@@ -315,17 +315,23 @@ def test_cap_changed_between_successor_read_and_release(fresh_aws, new_cap, hand
     assert audit([tenant]).clean
 
 
-def test_borrowing_tier_at_the_reserve_hand_off(fresh_aws):
-    """Tier cap 1 burst 3 holding 3 leases (2 borrowed), cluster at its reserve: a commit hands its
-    place on; the successor cannot borrow and must park again, counters exact, no lease over 3."""
+def _borrowing_three(tenant: str) -> list[transactions.Lease]:
+    """A node of 3 slots above the reserve; ``tenant`` a tier of cap 1, burst 3, holding 3 leases
+    (the last 2 borrowed)."""
     nodes.register(f"node-{uuid.uuid4().hex[:6]}", 3 + get_settings().reserve_slots)
-    tenant, other = _tenant("burst"), _tenant("filler")
     set_cap(tenant, 1, burst_cap=3)
     jobs = [_new_job(tenant) for _ in range(3)]
     for job in jobs:
         waiting.admit(job, door=False)
     leases = [transactions.acquire(jobs[0].job_id, tenant, "w")]
-    leases += [transactions.acquire(j.job_id, tenant, "w", borrow=True) for j in jobs[1:]]
+    return leases + [transactions.acquire(j.job_id, tenant, "w", borrow=True) for j in jobs[1:]]
+
+
+def test_borrowing_tier_at_the_reserve_hand_off(fresh_aws):
+    """Tier cap 1 burst 3 holding 3 leases (2 borrowed), cluster at its reserve: a commit hands its
+    place on; the successor cannot borrow and must park again, counters exact, no lease over 3."""
+    tenant, other = _tenant("burst"), _tenant("filler")
+    leases = _borrowing_three(tenant)
     parked = _parked(tenant, 2)
     hand_off = _handoff(tenant)
     # another tenant takes the freed slot (no borrow needed) before the successor can acquire
@@ -458,14 +464,8 @@ def test_a_commit_passes_its_slot_to_the_oldest_waiting_job_in_one_transaction(f
 def test_a_borrowed_lease_passes_its_place_but_not_its_slot(fresh_aws):
     """Tier cap 1 burst 3 holding 3 leases (2 borrowed): the tenant's leases are over its cap, so a
     commit with ``lease_to`` passes only its place (the successor queued, no lease), as without."""
-    nodes.register(f"node-{uuid.uuid4().hex[:6]}", 3 + get_settings().reserve_slots)
     tenant = _tenant("passburst")
-    set_cap(tenant, 1, burst_cap=3)
-    jobs = [_new_job(tenant) for _ in range(3)]
-    for job in jobs:
-        waiting.admit(job, door=False)
-    leases = [transactions.acquire(jobs[0].job_id, tenant, "w")]
-    leases += [transactions.acquire(j.job_id, tenant, "w", borrow=True) for j in jobs[1:]]
+    leases = _borrowing_three(tenant)
     [parked] = _parked(tenant, 1)
     busy = _cluster_busy()
     hand_off = _handoff(tenant, lease_to="w")
