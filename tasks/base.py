@@ -18,10 +18,8 @@ One delivery (kwargs ``tenant_id``, ``job_id``; ``after_attempt`` on a copy sent
                                              │                 release_for_retry (fenced); out of
                                              │                 attempts: fail_job (AWS's: uncharged)
                                              └─ lease lost ──► commit nothing
-    A commit or failure hands its place to the tenant's oldest waiting job in its own transaction;
-    a commit passes its slot too (the job's lease in that transaction) and the job runs here, in
-    place: no message, no acquire; a failure's is published; other releases wake (unless the
-    release found none waiting, on condition).
+    A commit or failure hands its place to the tenant's oldest waiting job in its own transaction
+    (a commit passes its slot too and runs the job here; a failure's is published); others wake.
 
 Copies go through :meth:`FairTask.retry` (a deferral is never an attempt). Why each edge: docs/design.md
 "Departures from the text" 1, "Publish before the transaction", "A message is acked only once a successor exists".
