@@ -17,11 +17,14 @@ import uuid
 import pytest
 from botocore.exceptions import ClientError
 
-from leases import lifecycle, nodes, transactions, waiting
+from pynamodb.exceptions import UpdateError
+
+from leases import lifecycle, nodes, sweeper, transactions, waiting
 from leases.audit import audit
 from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost, WrongJobStatus
-from leases.models import JobItem, JobStatus, TenantItem
+from leases.models import JobItem, JobStatus, LeaseItem, TenantItem
 from leases.tenants import set_cap
+from service.clocks import get_clocks
 from service.settings import get_settings
 from tests.leases.test_break_waiting import SimCluster, _assert_clean, _new_job, _tenant, _wait_final
 
@@ -54,6 +57,7 @@ class HandOffSim(SimCluster):
         self.handed: list[str] = []
         self.running_jobs: set[str] = set()
         self.twice: list[str] = []
+        self.unreachable: list[str] = []  # releases that outlasted their retries (left to the sweeper)
 
     def _acquire(self, job_id: str, after_attempt: int):
         tid = self.tenant_id
@@ -122,6 +126,9 @@ class HandOffSim(SimCluster):
                     self.finals[job_id] += 1
         except LeaseLost:
             return None
+        except LeaseContention as exc:
+            self._unreachable(lease, int(job.attempts), exc)
+            return None
         if hand_off is not None and hand_off.lease is not None:
             with self.lock:
                 self.handed.append(hand_off.job_id)
@@ -134,6 +141,34 @@ class HandOffSim(SimCluster):
             waiting.wake(tid, publish=self.publish)
         waiting.wake_borrowers(publish=self.publish)
         return None
+
+
+    def _unreachable(self, lease: transactions.Lease, attempt: int, exc: LeaseContention) -> None:
+        """``FairTask._on_release_unreachable``: the release outlasted its retries (it did not apply),
+        so the attempt is reported ``infra_lost`` and the lease left to the sweeper. The lease is
+        then expired on the spot, past the sweeper's grace (its TTL passing), so the sweeper thread
+        reclaims it now instead of in ``lease_ttl_s``."""
+        with self.lock:
+            self.unreachable.append(f"{lease.job_id}: {exc}")
+        transactions.record_infra_lost(lease.job_id, attempt, detail=str(exc))
+        past = time.time() - get_clocks().infra_report_grace_s - 1.0
+        try:
+            LeaseItem(lease.job_id).update(actions=[LeaseItem.expires_at.set(past)],
+                                           condition=LeaseItem.token == lease.token)
+        except UpdateError as gone:
+            if transactions.error_code(gone) != "ConditionalCheckFailedException":
+                raise
+
+    def _sweeper(self):
+        """The sweeper's whole pass (expired leases, then ``bring_back``), as Celery beat runs it."""
+        while not self.stop.is_set():
+            try:
+                sweeper.sweep(time.time(), publish=self.publish)
+            except LeaseContention:
+                pass  # the sweep stops; the next one picks up where it left off
+            except BaseException as exc:  # noqa: BLE001 - a thread's error is collected and asserted on
+                self.errors.append(exc)
+            time.sleep(random.uniform(0.05, 0.3))
 
 
 def _submit(sim: SimCluster, n: int) -> list[str]:
