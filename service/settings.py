@@ -160,6 +160,12 @@ class Settings(BaseSettings):
         "of its tenant wakes it (docs/design.md §3); 'timer' publishes a copy delayed by defer_delay_s (the "
         "source design's baseline, kept for make bench-sched).",
     )
+    handoff_hint_tenants: int = Field(
+        default=10_000, ge=0,
+        description="Tenants a worker process remembers as having had none waiting at its last release; "
+        "their next release skips the read of the waiting line and commits on condition none waits "
+        "(0: always read).",
+    )
     handoff_scan_limit: int = Field(
         default=8, ge=1, le=100,
         description="Waiting jobs read per index page when a release looks for the tenant's oldest one "

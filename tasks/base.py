@@ -31,7 +31,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, ClassVar, NoReturn
 
 from botocore.exceptions import BotoCoreError, ClientError
 from celery import Task
@@ -164,6 +164,10 @@ class FairTask(Task):
     retry_backoff_base_s: int | None = None
     #: Cap on the retry backoff, at most the SQS DelaySeconds limit (``Settings.retry_backoff_max_s``).
     retry_backoff_max_s: int | None = None
+    #: Tenants whose last release in this process found none of their jobs waiting: the next
+    #: release skips the read of the waiting line and commits on condition none waits
+    #: (:meth:`_successor`). A hint only: the condition decides; a wrong hint costs one retry.
+    _none_waited_last: ClassVar[set[str]] = set()
 
     # -- options ----------------------------------------------------------------------------------
 
@@ -465,10 +469,15 @@ class FairTask(Task):
         the release about to be written (``handoff`` policy only), with ``lease_to`` its slot too
         (a lease for that worker); with none waiting, a HandOff without candidates (the release is
         then conditional on none waiting: no wake follows it); None when the read failed (then the
-        release frees the place and :meth:`_hand_off` wakes the usual way)."""
+        release frees the place and :meth:`_hand_off` wakes the usual way). A tenant whose last
+        release in this process found none waiting is not read: the HandOff without candidates
+        (if a job parked since, the condition fails, the release frees the place and the wake
+        follows, as after a read that found none)."""
         s = get_settings()
         if s.waiting_policy != "handoff":
             return None
+        if tenant_id in self._none_waited_last:  # most likely none waits still: the condition checks it
+            return {}, transactions.HandOff([], time.time())
         try:
             jobs = waiting.oldest_waiting(tenant_id, s.handoff_scan_limit)
         except Exception as exc:  # noqa: BLE001 - the release must not depend on this read
@@ -480,6 +489,20 @@ class FairTask(Task):
             [j.job_id for j in jobs], time.time(), lease_to=lease_to,
             parked_at={j.job_id: float(j.parked_at) for j in jobs if j.parked_at is not None})
 
+    @classmethod
+    def _remember_none_waited(cls, tenant_id: str, none_waited: bool) -> None:
+        """Record whether this release of ``tenant_id`` found none waiting, for :meth:`_successor`
+        (at most ``Settings.handoff_hint_tenants`` tenants are remembered; past that, the hint
+        starts again empty)."""
+        if not none_waited:
+            cls._none_waited_last.discard(tenant_id)
+            return
+        limit = get_settings().handoff_hint_tenants
+        if len(cls._none_waited_last) >= limit:
+            cls._none_waited_last.clear()
+        if limit > 0:
+            cls._none_waited_last.add(tenant_id)
+
     def _hand_off(self, tenant_id: str,
                   successor: tuple[dict[str, JobItem], transactions.HandOff] | None = None) -> transactions.Lease | None:
         """After a release: report the job the release handed its place to, and publish it unless
@@ -489,6 +512,8 @@ class FairTask(Task):
         reserve to a borrowing tier. Never raises (a wake or publish that fails is the sweeper's: a
         handed job is ``queued`` with ``due_at`` set, so a lost publish is re-published)."""
         passed = successor[1].lease if successor is not None else None
+        if successor is not None:
+            self._remember_none_waited(tenant_id, successor[1].none_waited is True)
         try:
             handed_id = successor[1].job_id if successor is not None else None
             if successor is not None and handed_id is not None:

@@ -87,6 +87,8 @@ def pytest_configure(config: pytest.Config) -> None:
     log_dir.mkdir(parents=True, exist_ok=True)
     # the workers' prometheus multiprocess files: this checkout's own, never another run's
     os.environ.setdefault("IMPOSITION_METRICS_DIR", str(log_dir / "metrics"))
+    # moto's request recorder (tests.support.recording), off until a test starts it: this session's file
+    os.environ["MOTO_RECORDER_FILEPATH"] = str(log_dir / "moto-recording.jsonl")
     _local_aws = LocalAws(log_path=log_dir / "moto.log").start()
     os.environ.update(_local_aws.env)
     from control.provision import provision

@@ -9,6 +9,7 @@ lost-message grace so the safety net acts within the test's time.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -17,7 +18,7 @@ from click.testing import CliRunner
 
 from leases import waiting
 from leases.eventlog import max_concurrent
-from leases.models import JobItem, TenantItem
+from leases.models import JobItem, LeaseItem, TenantItem
 from leases.tenants import set_cap
 from service import aws
 from control.cli import main as cli
@@ -25,6 +26,7 @@ from service.settings import get_settings
 from tests.conftest import reset_aws
 from tests.support.cluster import Cluster
 from tests.support.processes import wait_for
+from tests.support.recording import DynamoRecording
 
 pytestmark = pytest.mark.file_duration_s(65)  # the long files run first (tests/conftest.py)
 
@@ -322,3 +324,55 @@ def test_a_warm_shutdown_ends_a_run_in_place_after_the_running_job(cluster):
     assert [(j.status, j.attempts) for j in finished] == [("succeeded", 1)] * 6  # nothing charged, none lost
     _committed_once(cluster, [holder, *parked])
     assert max_concurrent(cluster.events())[tenant].leases == 1
+
+
+def _waiting_reads(recording: DynamoRecording, tenant: str) -> list[dict]:
+    """The recorded queries of ``tenant``'s waiting line (the ``by-waiting`` index)."""
+    index = JobItem.by_waiting.Meta.index_name
+    return [b for b in recording.calls("Query") if b.get("IndexName") == index and tenant in json.dumps(b)]
+
+
+def _release_tries(recording: DynamoRecording, job_id: str) -> int:
+    """Recorded transactions that delete ``job_id``'s lease (a release's tries, applied or not)."""
+    table = LeaseItem.Meta.table_name
+    return sum(1 for body in recording.calls("TransactWriteItems") for item in body.get("TransactItems", ())
+               if item.get("Delete", {}).get("TableName") == table
+               and item["Delete"]["Key"].get("job_id", {}).get("S") == job_id)
+
+
+def test_a_worker_that_found_none_waiting_skips_the_read_and_a_job_parked_since_is_still_woken(cluster, local_aws):
+    """A release that found none of its tenant's jobs waiting makes its process skip that read at
+    the tenant's next release (the commit is conditional on none waiting instead): one read per
+    process, not per job. A job that parks in the meantime makes that conditional commit fail; the
+    release then frees the slot and wakes it."""
+    tenant = new_tenant("nonewait")
+    set_cap(tenant, 1)
+    with DynamoRecording(local_aws) as recording:
+        done = []
+        for _ in range(8):  # one at a time: none ever waits
+            done.append(cluster.submit(tenant))
+            assert cluster.final(done[-1]).status == "succeeded"
+    pids = {cluster.events_of(j, "acquired")[0]["pid"] for j in done}
+    assert len(_waiting_reads(recording, tenant)) == len(pids) < len(done), (len(pids), recording.calls("Query"))
+
+    for _ in range(6):  # a holder on a process that has already seen the tenant with none waiting
+        holder = cluster.submit(tenant, faults={"hold": ""})
+        _wait_running([holder])
+        pid = cluster.events_of(holder, "acquired")[0]["pid"]
+        if pid in pids:
+            break
+        _release_hold(cluster, holder)
+        assert cluster.final(holder).status == "succeeded"
+        pids.add(pid)
+    else:
+        pytest.fail(f"no holder ran on a process of {sorted(pids)}")
+    parked = [cluster.submit(tenant) for _ in range(2)]
+    wait_for(lambda: [_status(j) for j in parked] == ["waiting"] * 2, 10, what="the jobs to park")
+    with DynamoRecording(local_aws) as recording:
+        _release_hold(cluster, holder)
+        finished = [cluster.final(j) for j in parked]
+    assert [(j.status, j.attempts) for j in finished] == [("succeeded", 1)] * 2
+    assert finished[0].woken_by == "release", finished[0].woken_by  # by the release, not the sweeper
+    # the holder's commit was tried on condition none waits, refused, and applied without it
+    assert _release_tries(recording, holder) == 2
+    _committed_once(cluster, [holder, *parked])
