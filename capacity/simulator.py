@@ -268,6 +268,26 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
     in_place_samples = p.in_place_latency_samples
     in_place = p.in_place_s > 0 and policy_name != "timer"
 
+    def start_lease(job, now: float) -> None:
+        job.attempts += 1
+        if job.started_at is None:
+            job.started_at = now
+        job.status = "running"
+        lease_start[id(job)] = now
+        busy[1] += 1
+        if busy[1] > result.most_leases_cluster:
+            result.most_leases_cluster = busy[1]
+        held = tenants[job.tenant].in_flight
+        if held > most.get(job.tenant, 0):
+            most[job.tenant] = held
+        at(job.hold_s, finish, job)
+
+    def run_passed(ev) -> None:  # a job whose lease its predecessor's commit took, run in place
+        job = ev.value
+        if job.first_received_at is None:
+            job.first_received_at = env.now
+        start_lease(job, env.now)
+
     def received(ev) -> None:
         job = ev.value
         now = env.now
@@ -276,18 +296,7 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
             job.first_received_at = now
         outcome = sched.deliver(job.tenant, job, job.order, now)
         if outcome is policy.TAKE or outcome is policy.BORROW:
-            job.attempts += 1
-            if job.started_at is None:
-                job.started_at = now
-            job.status = "running"
-            lease_start[id(job)] = now
-            busy[1] += 1
-            if busy[1] > result.most_leases_cluster:
-                result.most_leases_cluster = busy[1]
-            held = tenants[job.tenant].in_flight
-            if held > most.get(job.tenant, 0):
-                most[job.tenant] = held
-            at(job.hold_s, finish, job)
+            start_lease(job, now)
             return
         chain_began.pop(id(job), None)
         if outcome is policy.DEFER:  # the copy is sent at the end of the deferral, then acked
@@ -316,22 +325,21 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
                 job.status, job.finished_at = "failed", now
         else:
             job.status, job.finished_at = "succeeded", now
-        woken = sched.release(job.tenant, requeue=requeue)
+        began = chain_began.pop(id(job), start)
+        pass_slot = (in_place and job.status == "succeeded" and now - began < p.in_place_s
+                     and sched.slot_passes(job.tenant, now))
+        woken = sched.release(job.tenant, requeue=requeue, pass_slot=pass_slot)
         if requeue:
             job.status = "queued"
             sent_delayed(job, min(p.retry_backoff_max_s, p.retry_backoff_base_s * 2 ** max(0, job.attempts - 1)))
-        began = chain_began.pop(id(job), start)
-        kept = None  # the job this commit handed its place to, run in place by the same worker
-        if in_place and job.status == "succeeded" and now - began < p.in_place_s:
-            kept = next((other for _, other in woken if other.tenant == job.tenant), None)
-        for _, other in woken:
-            if other is not kept:
-                at(p.wake_latency_s, visible, other)
-        if kept is None:
-            free_worker()
+        if pass_slot:  # the commit passed its slot to the job it handed its place to
+            (_, kept), = woken
+            chain_began[id(kept)] = began
+            at(rng.choice(in_place_samples) if in_place_samples else p.in_place_latency_s, run_passed, kept)
             return
-        chain_began[id(kept)] = began
-        at(rng.choice(in_place_samples) if in_place_samples else p.in_place_latency_s, received, kept)
+        for _, other in woken:
+            at(p.wake_latency_s, visible, other)
+        free_worker()
 
     t0 = min(j.submitted_at for j in jobs)
     if workers_online_at is not None and workers_online_at > t0:

@@ -51,6 +51,13 @@ PASS_ON = (Below("occupied", "cap", or_equal=True), Below("occupied", "burst_cap
 #: :data:`TAKE_SLOT` would have it after the release; a lease above the cap, borrowed, passes its
 #: place only) and it is not frozen (:func:`passes_slot`).
 PASS_SLOT = Below("in_flight", "cap", or_equal=True)
+#: A commit above the cap (the tenant borrows) passes its slot, lent, when the tenant's leases are
+#: at most its burst cap and the cluster's busy slots at most ``borrowable`` (as :data:`BORROW_TENANT`
+#: and :data:`BORROW_CLUSTER` would have them after the release), and no other tenant wants a slot
+#: (:func:`wants_slot`, read by the releaser): a lent slot goes back to the pool as soon as anyone
+#: else could use it (:func:`lends_slot`).
+LEND_SLOT_TENANT = Below("in_flight", "burst_cap", or_equal=True)
+LEND_SLOT_CLUSTER = Below("busy", "borrowable", "cluster", or_equal=True)
 
 
 @dataclass
@@ -179,6 +186,24 @@ def passes_slot(tenant: TenantState, default_cap: int, now: float) -> bool:
     """A commit that passes its place on (:func:`passes_on`) passes its slot as well: :data:`PASS_SLOT`
     and not frozen at ``now``; equivalent to the release followed by :func:`may_take`."""
     return holds(PASS_SLOT, tenant, default_cap) and not_frozen(tenant, now)
+
+
+def lends_slot(tenant: TenantState, cluster: ClusterState, default_cap: int, now: float,
+               others_want_slot: bool) -> bool:
+    """A commit whose slot does not pass (not :func:`passes_slot`: the tenant is above its cap)
+    passes it as a lent one: the tier borrows, not frozen, :data:`LEND_SLOT_TENANT` and
+    :data:`LEND_SLOT_CLUSTER`, and no other tenant wants a slot; equivalent to the release followed
+    by :func:`may_borrow` with nobody else in the queue."""
+    return (not others_want_slot and borrows(tenant, default_cap) and not_frozen(tenant, now)
+            and holds(LEND_SLOT_TENANT, tenant, default_cap) and holds(LEND_SLOT_CLUSTER, cluster, default_cap))
+
+
+def wants_slot(tenant: TenantState, default_cap: int, now: float) -> bool:
+    """The tenant could use a freed slot: a job queued (on its way to a slot), or one waiting
+    that a wake would bring (room under its cap, :func:`may_take`, or a tier that borrows)."""
+    if int(tenant.queued or 0) > 0:
+        return True
+    return int(tenant.waiting or 0) > 0 and (may_take(tenant, default_cap, now) or borrows(tenant, default_cap))
 
 
 def lends(cluster: ClusterState | None) -> bool:

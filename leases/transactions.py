@@ -357,6 +357,19 @@ def slot_passes_on(default_cap: int, now: float):
     return condition_of(policy.PASS_SLOT, default_cap) & not_frozen(now)
 
 
+def slot_lent_on(default_cap: int, now: float):
+    """Condition on a tenant item, with :func:`place_passes_on`, for a slot passed above the
+    cap: ``in_flight <= burst_cap`` and not frozen (:data:`leases.policy.LEND_SLOT_TENANT`); the
+    cluster's side is :func:`slot_lent_from_pool`."""
+    return condition_of(policy.LEND_SLOT_TENANT, default_cap) & not_frozen(now)
+
+
+def slot_lent_from_pool():
+    """Condition on the cluster's slot counter for a slot passed above the cap: ``busy <=
+    borrowable`` (:data:`leases.policy.LEND_SLOT_CLUSTER`)."""
+    return condition_of(policy.LEND_SLOT_CLUSTER, get_settings().default_cap)
+
+
 def none_waiting():
     """Condition on a tenant item: no job of it waits (``waiting`` 0 or absent)."""
     return TenantItem.waiting.does_not_exist() | (TenantItem.waiting == 0)
@@ -602,6 +615,13 @@ class HandOff:
     #: condition that none waited (:func:`none_waiting`), so there is nobody to wake; False if one
     #: had parked since the read (the release then applied without the condition); None: not known.
     none_waited: bool | None = None
+    #: With ``lease_to``: the caller read that no other tenant wants a slot, so a slot above the
+    #: cap may pass as a lent one (:func:`slot_lent_on`, :func:`slot_lent_from_pool`; the rule is
+    #: :func:`leases.policy.lends_slot`); else it passes only within the cap.
+    lend: bool = False
+    #: True once a release applied that could not pass its slot for the tenant's counters (above
+    #: its cap, or frozen): the caller may read whether to lend it next time (set by the release).
+    slot_refused: bool = False
 
 
 def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[NamedTransaction, str], None], *,
@@ -621,7 +641,9 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
     ``waiting → running`` under a new lease of ``lease_to`` (tenant ``waiting − 1`` only: the
     release's and the take's ``in_flight`` cancel, as the cluster's ``busy`` does; a lease item for
     it must not exist; its ``parked_at`` unchanged where ``hand_off.parked_at`` names it) on
-    condition :func:`slot_passes_on` as well; ``hand_off.lease`` is then that lease. A ``hand_off``
+    condition :func:`slot_passes_on` as well, or, with ``hand_off.lend``, :func:`slot_lent_on` and
+    :func:`slot_lent_from_pool` (a slot above the cap, lent on; if they fail, the pass within the
+    cap is tried); ``hand_off.lease`` is then that lease. A ``hand_off``
     without candidates (the caller read none waiting) makes the release conditional on none waiting
     (:func:`none_waiting`; ``hand_off.none_waited``: the caller need not wake). If only the
     hand-off's conditions fail, the release is tried again at once with the next
@@ -652,7 +674,9 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
     check_none = [True] if hand_off is not None and not requeue and not hand_off.candidates else []
     checked: dict[str, bool] = {}  # release id → that attempt was conditional on none waiting
     lease_to = [hand_off.lease_to] if hand_off is not None and hand_off.lease_to else []
+    lend = [True] if lease_to and hand_off is not None and hand_off.lend else []
     successor_token = new_token()
+    refused: list[bool] = []  # a try refused the slot for the tenant's counters
 
     def attempt() -> bool:
         release_id = new_token()
@@ -674,8 +698,10 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
         checking = bool(check_none)
         checked[release_id] = checking
         tenant_condition = place_passes_on(s.default_cap) if handing else none_waiting() if checking else None
+        lending = passing and bool(lend)
         if passing:
-            tenant_condition = tenant_condition & slot_passes_on(s.default_cap, t)
+            tenant_condition = tenant_condition & (slot_lent_on(s.default_cap, t) if lending
+                                                   else slot_passes_on(s.default_cap, t))
         if handing:
             handing_ids[release_id] = candidates[0]
         try:
@@ -684,6 +710,8 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
                 tx.add("update", "tenant", TenantItem(tenant_id), actions=place, condition=tenant_condition)
                 if not passing:  # a passed slot stays busy
                     tx.add("update", "cluster", slots_item(), actions=[ClusterItem.busy.add(-1)])
+                elif lending:
+                    tx.add("condition_check", "cluster", ClusterItem, CLUSTER_SLOTS_KEY, condition=slot_lent_from_pool())
                 job_item(tx, release_id)
                 if passing:
                     assert hand_off is not None  # lease_to is its own
@@ -713,11 +741,17 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
                     if CONDITION_FAILED in (reason_code(reasons, "successor"), reason_code(reasons, "successor_lease")):
                         del candidates[0]  # woken by another release, or cancelled: the next one
                         return attempt()
+                    if lending and reason_code(reasons, "cluster") == CONDITION_FAILED:
+                        lend.clear()  # the pool is down to its reserve: pass within the cap only
+                        return attempt()
                     if reason_code(reasons, "tenant") == CONDITION_FAILED:
                         if checking:
                             check_none.clear()  # a job parked since the read: release; the caller wakes
+                        elif lending:
+                            lend.clear()  # above the burst cap, or not borrowing: within the cap only
                         elif passing:
                             lease_to.clear()  # over the cap or frozen: pass the place only
+                            refused.append(True)
                         else:
                             candidates.clear()  # the cap was lowered: free the place instead
                         return attempt()
@@ -727,6 +761,7 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
             if applied_id is not None:
                 log.info("%s of job %s: failed (%s), but a try of it applied", what, job_id, codes[0])
                 if hand_off is not None:
+                    hand_off.slot_refused = bool(refused)
                     hand_off.job_id = handing_ids.get(applied_id)
                     hand_off.lease = passed.get(applied_id)
                     hand_off.none_waited = checked[applied_id] if not hand_off.candidates else None
@@ -737,6 +772,7 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
                     raise Retryable(codes) from exc
             return False
         if hand_off is not None:
+            hand_off.slot_refused = bool(refused)
             hand_off.job_id = candidates[0] if handing else None
             hand_off.lease = passed.get(release_id)
             hand_off.none_waited = checking if not hand_off.candidates else None

@@ -258,6 +258,16 @@ def wake_borrowers(*, publish: Publish, on_woken: Callable[[JobItem], None] | No
     return woken
 
 
+def others_want_slot(tenant_id: str, *, now: float | None = None) -> bool:
+    """Another tenant could use a slot freed now (:func:`leases.policy.wants_slot`: a job queued,
+    or one waiting that a wake would bring); one query of the pending index (eventually consistent:
+    a tenant pending for a moment only may be missed, and asks again at the next release)."""
+    s = get_settings()
+    t = time.time() if now is None else now
+    return any(policy.wants_slot(tenant_state(item), s.default_cap, t)
+               for item in TenantItem.by_pending.query(PENDING_PARTITION) if item.tenant_id != tenant_id)
+
+
 def through_door(job: JobItem, *, door: bool = True, now: float | None = None) -> bool:
     """The door: decide whether a new job is ``queued`` (True: publish it) or ``waiting`` (False),
     and set the job's fields for it; writes nothing (:func:`counter_actions` and the caller's

@@ -162,9 +162,10 @@ class Settings(BaseSettings):
     )
     handoff_hint_tenants: int = Field(
         default=10_000, ge=0,
-        description="Tenants a worker process remembers as having had none waiting at its last release; "
-        "their next release skips the read of the waiting line and commits on condition none waits "
-        "(0: always read).",
+        description="Tenants a worker process remembers in each of its release hints: none waited at its "
+        "last release (the next one skips the read of the waiting line and commits on condition none "
+        "waits), and its last commit could not pass its slot within the cap (the next one reads whether "
+        "another tenant wants a slot, to lend it on if none does). 0: no hints.",
     )
     handoff_scan_limit: int = Field(
         default=8, ge=1, le=100,

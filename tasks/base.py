@@ -168,6 +168,10 @@ class FairTask(Task):
     #: release skips the read of the waiting line and commits on condition none waits
     #: (:meth:`_successor`). A hint only: the condition decides; a wrong hint costs one retry.
     _none_waited_last: ClassVar[set[str]] = set()
+    #: Tenants whose last commit in this process could not pass its slot within the cap (the tenant
+    #: borrows above it): the next commit reads whether another tenant wants a slot, and if none
+    #: does, passes its slot as a lent one (:meth:`_successor`, ``HandOff.lend``).
+    _above_cap_last: ClassVar[set[str]] = set()
 
     # -- options ----------------------------------------------------------------------------------
 
@@ -486,22 +490,34 @@ class FairTask(Task):
         if not jobs:  # the release then commits on condition none waits, and needs no wake
             return {}, transactions.HandOff([], time.time())
         return {j.job_id: j for j in jobs}, transactions.HandOff(
-            [j.job_id for j in jobs], time.time(), lease_to=lease_to,
+            [j.job_id for j in jobs], time.time(), lease_to=lease_to, lend=self._may_lend(tenant_id, lease_to),
             parked_at={j.job_id: float(j.parked_at) for j in jobs if j.parked_at is not None})
 
-    @classmethod
-    def _remember_none_waited(cls, tenant_id: str, none_waited: bool) -> None:
-        """Record whether this release of ``tenant_id`` found none waiting, for :meth:`_successor`
-        (at most ``Settings.handoff_hint_tenants`` tenants are remembered; past that, the hint
-        starts again empty)."""
-        if not none_waited:
-            cls._none_waited_last.discard(tenant_id)
+    def _may_lend(self, tenant_id: str, lease_to: str | None) -> bool:
+        """A slot passed above the cap may go on as a lent one: this process's last commit of the
+        tenant could not pass within the cap, and no other tenant wants a slot (read now,
+        :func:`leases.waiting.others_want_slot`; a failed read: no)."""
+        if lease_to is None or tenant_id not in self._above_cap_last:
+            return False
+        try:
+            return not waiting.others_want_slot(tenant_id)
+        except Exception as exc:  # noqa: BLE001 - then the slot passes within the cap only
+            log.info("could not read whether another tenant wants a slot (%s); not lending one", exc)
+            return False
+
+    @staticmethod
+    def _remember(hints: set[str], tenant_id: str, yes: bool) -> None:
+        """Add ``tenant_id`` to one of this process's release hints (:attr:`_none_waited_last`,
+        :attr:`_above_cap_last`), or drop it (``yes`` False); at most ``Settings.handoff_hint_tenants``
+        tenants are remembered (past that, the hints start again empty)."""
+        if not yes:
+            hints.discard(tenant_id)
             return
         limit = get_settings().handoff_hint_tenants
-        if len(cls._none_waited_last) >= limit:
-            cls._none_waited_last.clear()
+        if len(hints) >= limit:
+            hints.clear()
         if limit > 0:
-            cls._none_waited_last.add(tenant_id)
+            hints.add(tenant_id)
 
     def _hand_off(self, tenant_id: str,
                   successor: tuple[dict[str, JobItem], transactions.HandOff] | None = None) -> transactions.Lease | None:
@@ -513,7 +529,9 @@ class FairTask(Task):
         handed job is ``queued`` with ``due_at`` set, so a lost publish is re-published)."""
         passed = successor[1].lease if successor is not None else None
         if successor is not None:
-            self._remember_none_waited(tenant_id, successor[1].none_waited is True)
+            self._remember(self._none_waited_last, tenant_id, successor[1].none_waited is True)
+            if successor[1].slot_refused or (passed is not None and not successor[1].lend):
+                self._remember(self._above_cap_last, tenant_id, successor[1].slot_refused)
         try:
             handed_id = successor[1].job_id if successor is not None else None
             if successor is not None and handed_id is not None:

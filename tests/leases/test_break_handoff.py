@@ -505,12 +505,66 @@ def test_a_borrowed_lease_passes_its_place_but_not_its_slot(fresh_aws):
     busy = _cluster_busy()
     hand_off = _handoff(tenant, lease_to="w")
     transactions.commit_success(leases[2], output_key="k", sheets=1, sides=2, hand_off=hand_off)
-    assert (hand_off.job_id, hand_off.lease) == (parked, None)
+    assert (hand_off.job_id, hand_off.lease, hand_off.slot_refused) == (parked, None, True)
     assert JobItem.get(parked, consistent_read=True).status == "queued"
     assert transactions.read_lease(parked) is None
     assert _counters(tenant) == {"in_flight": 2, "queued": 1, "waiting": 0, "occupied": 3}
     assert _cluster_busy() == busy - 1
     assert audit([tenant]).clean
+
+
+@pytest.mark.parametrize("change, lent, handed", [
+    ("none", True, True), ("pool at its reserve", False, True), ("burst cap lowered", False, False)])
+def test_a_slot_above_the_cap_is_lent_on_while_the_pool_lends(fresh_aws, change, lent, handed):
+    """Tier cap 1 burst 3 holding 3 leases (2 borrowed), the cluster's 3 lendable slots all busy
+    with them: a commit with ``lend`` passes its slot as a lent one (the leases stay at 3, the busy
+    count unchanged), as a release followed by a borrowing acquire would have it. With the pool down
+    to its reserve (another tenant took the reserve slot) it passes only its place; with the burst
+    cap lowered below the leases, nothing passes and the place is freed."""
+    tenant, other = _tenant("lend"), _tenant("lendother")
+    leases = _borrowing_three(tenant)
+    [parked] = _parked(tenant, 1)
+    if change == "pool at its reserve":
+        _running(other, 1)
+    elif change == "burst cap lowered":
+        set_cap(tenant, 1, burst_cap=2)
+    busy = _cluster_busy()
+    hand_off = _handoff(tenant, lease_to="w")
+    hand_off.lend = True
+    transactions.commit_success(leases[2], output_key="k", sheets=1, sides=2, hand_off=hand_off)
+    if lent:
+        _assert_passed(hand_off, parked, "w")
+        assert _counters(tenant) == {"in_flight": 3, "queued": 0, "waiting": 0, "occupied": 3}
+        assert _cluster_busy() == busy
+    else:
+        assert hand_off.lease is None and transactions.read_lease(parked) is None
+        assert hand_off.job_id == (parked if handed else None)
+        assert JobItem.get(parked, consistent_read=True).status == ("queued" if handed else "waiting")
+        assert _cluster_busy() == busy - 1
+    assert hand_off.slot_refused is (not lent)
+    assert audit([tenant, other]).clean
+
+
+def test_others_want_slot_reads_the_other_tenants_that_could_use_a_freed_slot(fresh_aws):
+    """Queued work of another tenant wants a slot; waiting work wants one only if a wake could
+    bring it (room under its cap, or a tier that borrows); the releasing tenant itself never counts."""
+    tenant, capped, borrower, queued = (_tenant(n) for n in ("self", "capped", "borrower", "queued"))
+    _borrowing_three(tenant)
+    _parked(tenant, 1)
+    assert waiting.others_want_slot(tenant) is False
+    set_cap(capped, 1)
+    _running(capped, 1)
+    _parked(capped, 1)  # at its cap, no burst: no freed slot of another tenant brings it
+    assert waiting.others_want_slot(tenant) is False
+    set_cap(borrower, 1, burst_cap=2)
+    _running(borrower, 1)
+    _parked(borrower, 1)
+    assert waiting.others_want_slot(tenant) is True
+    set_cap(borrower, 1)  # no longer borrows
+    assert waiting.others_want_slot(tenant) is False
+    set_cap(queued, 2)
+    waiting.admit(_new_job(queued), door=False)
+    assert waiting.others_want_slot(tenant) is True
 
 
 @pytest.mark.parametrize("change, passed, handed", [
