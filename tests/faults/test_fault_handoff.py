@@ -357,7 +357,7 @@ def test_a_worker_that_found_none_waiting_skips_the_read_and_a_job_parked_since_
 
     for _ in range(6):  # a holder on a process that has already seen the tenant with none waiting
         holder = cluster.submit(tenant, faults={"hold": ""})
-        _wait_running([holder])
+        wait_for(lambda: cluster.events_of(holder, "acquired"), 30, what="the holder's lease event")  # noqa: B023
         pid = cluster.events_of(holder, "acquired")[0]["pid"]
         if pid in pids:
             break
