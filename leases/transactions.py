@@ -622,6 +622,10 @@ class HandOff:
     #: True once a release applied that could not pass its slot for the tenant's counters (above
     #: its cap, or frozen): the caller may read whether to lend it next time (set by the release).
     slot_refused: bool = False
+    #: True once the release applied passing its slot as a lent one (:func:`slot_lent_on` and
+    #: :func:`slot_lent_from_pool` held); False when it passed within the cap after a refused lend,
+    #: or passed nothing (set by the release: ``lend`` is only what the caller asked).
+    lent: bool = False
 
 
 def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[NamedTransaction, str], None], *,
@@ -673,6 +677,7 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
     candidates = [] if hand_off is None or requeue else list(hand_off.candidates)
     check_none = [True] if hand_off is not None and not requeue and not hand_off.candidates else []
     checked: dict[str, bool] = {}  # release id → that attempt was conditional on none waiting
+    lent: dict[str, bool] = {}  # release id → that attempt passed its slot as a lent one
     lease_to = [hand_off.lease_to] if hand_off is not None and hand_off.lease_to else []
     lend = [True] if lease_to and hand_off is not None and hand_off.lend else []
     successor_token = new_token()
@@ -699,6 +704,7 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
         checked[release_id] = checking
         tenant_condition = place_passes_on(s.default_cap) if handing else none_waiting() if checking else None
         lending = passing and bool(lend)
+        lent[release_id] = lending
         if passing:
             tenant_condition = tenant_condition & (slot_lent_on(s.default_cap, t) if lending
                                                    else slot_passes_on(s.default_cap, t))
@@ -762,6 +768,7 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
                 log.info("%s of job %s: failed (%s), but a try of it applied", what, job_id, codes[0])
                 if hand_off is not None:
                     hand_off.slot_refused = bool(refused)
+                    hand_off.lent = lent[applied_id] and applied_id in passed
                     hand_off.job_id = handing_ids.get(applied_id)
                     hand_off.lease = passed.get(applied_id)
                     hand_off.none_waited = checked[applied_id] if not hand_off.candidates else None
@@ -773,6 +780,7 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
             return False
         if hand_off is not None:
             hand_off.slot_refused = bool(refused)
+            hand_off.lent = lending
             hand_off.job_id = candidates[0] if handing else None
             hand_off.lease = passed.get(release_id)
             hand_off.none_waited = checking if not hand_off.candidates else None

@@ -530,7 +530,7 @@ class FairTask(Task):
         passed = successor[1].lease if successor is not None else None
         if successor is not None:
             self._remember(self._none_waited_last, tenant_id, successor[1].none_waited is True)
-            if successor[1].slot_refused or (passed is not None and not successor[1].lend):
+            if successor[1].slot_refused or (passed is not None and not successor[1].lent):
                 self._remember(self._above_cap_last, tenant_id, successor[1].slot_refused)
         try:
             handed_id = successor[1].job_id if successor is not None else None
