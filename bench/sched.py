@@ -1,8 +1,9 @@
 """``make bench-sched``: the scheduling benchmark on the real local stack, timer against hand-off.
 
 Every scenario runs under each policy in one go (``timer``: the fixed 30 s re-poll; ``handoff``;
-``borrow``: hand-off with every tenant's burst cap at 8 and the default reserve of 1 slot), on one local AWS endpoint (moto) behind a
-request-counting proxy (:mod:`bench.counting_proxy`), with real worker processes (one node of
+``borrow``: hand-off with every tenant's burst cap at 8 and the default reserve of 1 slot), each
+scenario on a local AWS endpoint (moto) of its own behind a request-counting proxy
+(:mod:`bench.counting_proxy`; :func:`main` says why), with real worker processes (one node of
 ``slots_per_node`` slots, a maintenance worker, beat) running the stand-in engine of
 :mod:`bench.sched_app`. It prints one table and writes it, with a PNG timeline of busy slots per
 tenant for each scenario and policy, to ``out/bench-sched/`` and ``bench/RESULTS-scheduling.md``.
@@ -314,7 +315,7 @@ class Bench:
                   light={w.tenant for w in scenario.waves if w.light}, items=items, job_ids=job_ids,
                   intervals=intervals, busy=busy, deliveries=[e for e in events if e["event"] in ("delivery", "woken", "in_place")],
                   burst_cap=BURST_CAP if policy == "borrow" else None,
-                  defer_delay_s=TIMER_DELAY_S)
+                  defer_delay_s=TIMER_DELAY_S, released_at=released_at)
         return result
 
     def overhead(self, policy: str, jobs: int = 500) -> list[Result]:
@@ -421,9 +422,13 @@ def table(results: list[Result]) -> str:
 
 
 def main() -> None:
-    """Run every policy on a fresh local endpoint (moto keeps everything in memory: one endpoint
-    for the whole run grew past the machine's memory); ``BENCH_SCHED_KEEP=1`` keeps the rows of
-    (policy, scenario) pairs not run now from the previous ``results.json``."""
+    """Run every scenario (and each policy's overhead) on a fresh local endpoint and fresh workers,
+    so each starts from empty tables: moto keeps everything in memory (one endpoint for the whole
+    run grew past the machine's memory), and its ``TransactWriteItems`` deep-copies every table it
+    touches before it writes (``moto/dynamodb/models/__init__.py``, ``transact_write_items``), so
+    on a shared endpoint each lease transaction of a later scenario cost more for every job of the
+    earlier ones (real DynamoDB's cost does not grow with the table). ``BENCH_SCHED_KEEP=1`` keeps
+    the rows of (policy, scenario) pairs not run now from the previous ``results.json``."""
     from control.stack import stop_all
 
     only = {n for n in os.environ.get("BENCH_SCHED_ONLY", "").split(",") if n}
@@ -436,20 +441,21 @@ def main() -> None:
         results = [Result(**r) for r in json.loads(previous.read_text())
                    if r["policy"] not in policies or r["scenario"] not in names]
     for policy in policies:
-        with Bench() as bench:
-            procs = bench.start_workers(policy)
-            try:
-                for scenario in scenarios:
+        for scenario in scenarios:
+            with Bench() as bench:
+                procs = bench.start_workers(policy)
+                try:
                     results.append(bench.run_scenario(scenario, policy))
-                    print(table(results[-1:]).splitlines()[-1], flush=True)
-                    print(_sim_check(scenario.name, policy), flush=True)
-                    write_results(results, scenarios, complete=False)
-            finally:
-                stop_all(procs)
-            if not only or "overhead" in only:
+                finally:
+                    stop_all(procs)
+            print(table(results[-1:]).splitlines()[-1], flush=True)
+            print(_sim_check(scenario.name, policy), flush=True)
+            write_results(results, scenarios, complete=False)
+        if not only or "overhead" in only:
+            with Bench() as bench:
                 results += bench.overhead(policy)
-                print(table(results[-1:]).splitlines()[-1], flush=True)
-                write_results(results, scenarios, complete=False)
+            print(table(results[-1:]).splitlines()[-1], flush=True)
+            write_results(results, scenarios, complete=False)
     write_results(results, scenarios, complete=True)
     print(table(results))
 

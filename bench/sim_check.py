@@ -14,12 +14,15 @@ clocks ``sim_poll_latency_s`` (each delivery drawn from the run's measured laten
 ``sim_wake_latency_s`` and, for the timer's copies, ``sim_delayed_recheck_s`` are measured from the same run (:func:`calibrate`: they depend on the
 machine's load far more than on the scheduling);
 ``BENCH_SIM_CLOCKS=settings`` uses the configured ones instead. Every other number is the
-service's configuration.
+service's configuration. Drawn latencies make a replay one random outcome, so each run is
+replayed :func:`replications` times (seeds 1…N) and the prediction is their median (most leases:
+their most common value), with the makespans' 10–90 % spread beside it.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 import os
 import statistics
@@ -36,11 +39,12 @@ OUT = Path(__file__).resolve().parent.parent / "out" / "bench-sched"
 
 def save_jobs(path: Path, *, scenario: str, policy: str, tenants: dict[str, str], light: set[str],
               items: dict, job_ids: dict[str, list[str]], intervals, busy=(), deliveries=(),
-              burst_cap: int | None, defer_delay_s: float) -> None:
+              burst_cap: int | None, defer_delay_s: float, released_at: float | None = None) -> None:
     """Write one run's jobs, lease intervals (held: to ``releasing``; ``released_at``: the end of
     the release transaction, from ``busy``) and deliveries (``began``, ``ended``, ``state``; the
     ``delivery`` events of :mod:`bench.sched_app`), times in epoch s, for :func:`compare`; a job's
-    ``in_place`` says its last lease was taken in place (no delivery of its own)."""
+    ``in_place`` says its last lease was taken in place (no delivery of its own); ``released_at``:
+    when a backlog scenario's paused tenants (cap 0 while it was submitted) had their caps raised."""
     released = {iv.token: iv.end_at for iv in busy}
     short = {full: s for s, full in tenants.items()}
     delivered = [{"tenant": short[e["tenant"]], "job": e.get("job"), "began": e["began"], "ended": e["t"],
@@ -58,7 +62,8 @@ def save_jobs(path: Path, *, scenario: str, policy: str, tenants: dict[str, str]
                "end_at": iv.end_at, "released_at": released.get(iv.token)}
               for iv in intervals if iv.tenant_id in short]
     path.write_text(json.dumps({"scenario": scenario, "policy": policy, "light": sorted(light),
-                                "burst_cap": burst_cap, "defer_delay_s": defer_delay_s, "jobs": jobs,
+                                "burst_cap": burst_cap, "defer_delay_s": defer_delay_s,
+                                "released_at": released_at, "jobs": jobs,
                                 "leases": leases, "deliveries": delivered}))
 
 
@@ -74,6 +79,8 @@ class Check:
     policy: str
     tenants: dict = field(default_factory=dict)  # tenant -> {measured/predicted p50, p95, leases}
     makespan_s: tuple[float, float] = (0.0, 0.0)
+    #: The replications' predicted makespans, 10th and 90th percentile (equal with one replication).
+    makespan_spread_s: tuple[float, float] = (0.0, 0.0)
     utilisation: tuple[float, float] = (0.0, 0.0)
     calibration: dict = field(default_factory=dict)
 
@@ -118,7 +125,9 @@ def calibrate(jobs: list[dict], leases: list[dict] = (), deliveries: list[dict] 
       that release to its lease; no queue wait: the worker was the releaser);
     * ``park_s``: the mean worker time of a delivery that parked or deferred its job;
     * ``delayed_recheck_s``: how often a waiting receive rechecks for copies that became due, from
-      each copy's lag (its next delivery's start − the deferring delivery's end − ``defer_delay_s``):
+      each copy's lag (its next delivery's start − the deferring delivery's end − ``defer_delay_s``;
+      only copies that came due while a worker was free: one that waited for a worker measures the
+      queue, the model's own, and a backlog of 1,000 copies had the period at 79 s):
       in the model a uniform wait for the recheck plus a constant latency, so the recheck period is
       the lags' 5th-to-95th-percentile spread ÷ 0.9 (None with fewer than 20 copies);
     * ``holds``: job id → acquire to the end of the release transaction of its successful lease;
@@ -196,7 +205,8 @@ def calibrate(jobs: list[dict], leases: list[dict] = (), deliveries: list[dict] 
     for d in sorted(deliveries, key=lambda d: d["began"]):
         by_job.setdefault(d.get("job") or "", []).append(d)
     lags = sorted(b["began"] - a["ended"] - defer_delay_s for job, ds in by_job.items() if job
-                  for a, b in zip(ds, ds[1:]) if a.get("state") == "RETRY")
+                  for a, b in zip(ds, ds[1:])
+                  if a.get("state") == "RETRY" and due_after_queue(a["ended"] + defer_delay_s) == a["ended"] + defer_delay_s)
     recheck = (percentile(lags, 0.95) - percentile(lags, 0.05)) / 0.9 if len(lags) >= 20 else None
     return {"poll_latency_s": statistics.fmean(samples) if samples else None, "poll_latency_samples": samples,
             "in_place_latency_s": statistics.fmean(in_place) if in_place else None,
@@ -232,35 +242,57 @@ def compare(record: dict, params: ModelParams | None = None) -> Check:
             "in_place_latency_samples": tuple(calibration["in_place_latency_samples"]),
             "delayed_recheck_s": calibration["delayed_recheck_s"]}
         params = ModelParams.from_settings(defer_delay_s=record["defer_delay_s"], **measured)
-    sim_jobs = [SimJob(j["tenant"], j["submitted_at"], holds[j["job"]], max(0, j["attempts"] - 1)) for j in jobs]
     tenants = sorted({j["tenant"] for j in jobs})
     burst = record.get("burst_cap")
     tiers = {t: Tier(burst_cap=burst) for t in tenants} if policy == "borrow" and burst else {}
+    released_at = record.get("released_at")
+    changes = None
+    if released_at is not None:  # a backlog: submitted while paused (cap 0), then the caps raised
+        changes = [(released_at, t, tiers.get(t, Tier())) for t in tenants]
+        tiers = {t: Tier(cap=0) for t in tenants}
     deliveries = record.get("deliveries", [])
     online = min(d["began"] for d in deliveries) if deliveries else None  # the node's first receipt
-    run = simulate(sim_jobs, nodes=1, policy_name=policy, params=params, tiers=tiers, workers_online_at=online)
+    first = min(j["submitted_at"] for j in jobs)
+    m_last = max(j["finished_at"] for j in jobs)
+    slots = params.slots_per_node
+    cap = min(burst, slots - params.reserve_slots) if policy == "borrow" and burst else params.default_cap
+    caps = {t: cap for t in tenants}
+    random_draws = bool(params.poll_latency_samples or params.in_place_latency_samples)
+    runs = []  # per replication: (waits per tenant, most leases per tenant, makespan, utilisation)
+    for seed in range(1, 1 + (replications() if random_draws else 1)):
+        sim_jobs = [SimJob(j["tenant"], j["submitted_at"], holds[j["job"]], max(0, j["attempts"] - 1)) for j in jobs]
+        run = simulate(sim_jobs, nodes=1, policy_name=policy, params=dataclasses.replace(params, seed=seed),
+                       tiers=tiers, workers_online_at=online, tier_changes=changes)
+        p_last = max(s.finished_at for s in sim_jobs if s.finished_at is not None)
+        p_demand = {t: [(s.submitted_at, s.finished_at) for s in sim_jobs if s.tenant == t] for t in tenants}
+        p_iv = [SimpleNamespace(start_at=a, end_at=b) for a, b, _ in run.intervals]
+        runs.append(({t: [s.wait_s for s in sim_jobs if s.tenant == t and s.wait_s is not None] for t in tenants},
+                     run.most_leases, p_last - first, _bench_utilisation(p_iv, p_demand, caps, slots, first, p_last)))
     check = Check(record["scenario"], policy, calibration=calibration)
     measured_peaks = _peaks([(lease["start_at"], lease["end_at"] or 1e18, lease["tenant"]) for lease in record["leases"]])
     for t in tenants:
         m = [j["started_at"] - j["submitted_at"] for j in jobs if j["tenant"] == t]
-        p = [s.wait_s for s in sim_jobs if s.tenant == t and s.wait_s is not None]
-        check.tenants[t] = {"p50": (percentile(m, 0.5), percentile(p, 0.5)),
-                            "p95": (percentile(m, 0.95), percentile(p, 0.95)),
-                            "leases": (measured_peaks.get(t, 0), run.most_leases.get(t, 0))}
-    first = min(j["submitted_at"] for j in jobs)
-    m_last = max(j["finished_at"] for j in jobs)
-    p_last = max(s.finished_at for s in sim_jobs if s.finished_at is not None)
-    check.makespan_s = (m_last - first, p_last - first)
-    slots = params.slots_per_node
-    cap = min(burst, slots - params.reserve_slots) if tiers else params.default_cap
-    caps = {t: cap for t in tenants}
+        check.tenants[t] = {"p50": (percentile(m, 0.5), statistics.median(percentile(r[0][t], 0.5) for r in runs)),
+                            "p95": (percentile(m, 0.95), statistics.median(percentile(r[0][t], 0.95) for r in runs)),
+                            "leases": (measured_peaks.get(t, 0), min(statistics.multimode(r[1].get(t, 0) for r in runs)))}
+    check.makespan_s = (m_last - first, statistics.median(r[2] for r in runs))
+    spans = sorted(r[2] for r in runs)
+    check.makespan_spread_s = (percentile(spans, 0.1), percentile(spans, 0.9))
     m_demand = {t: [(j["submitted_at"], j["finished_at"]) for j in jobs if j["tenant"] == t] for t in tenants}
-    p_demand = {t: [(s.submitted_at, s.finished_at) for s in sim_jobs if s.tenant == t] for t in tenants}
     m_iv = [SimpleNamespace(start_at=j["started_at"], end_at=j["finished_at"]) for j in jobs]
-    p_iv = [SimpleNamespace(start_at=a, end_at=b) for a, b, _ in run.intervals]
     check.utilisation = (_bench_utilisation(m_iv, m_demand, caps, slots, first, m_last),
-                         _bench_utilisation(p_iv, p_demand, caps, slots, first, p_last))
+                         statistics.median(r[3] for r in runs))
     return check
+
+
+def replications() -> int:
+    """How many seeded replications :func:`compare` runs when the model draws its latencies from a
+    run's samples (``BENCH_SIM_REPLICATIONS``, default 21): each predicted wait, makespan and
+    utilisation is their median, each most-leases figure their most common value (the lower of a
+    tie). One draw is one sample of the outcome, not a forecast of it: under the timer, whether a
+    copy meets a free slot moves a run by whole 30 s rounds (`burst`: 188-280 s over 20 seeds of
+    one replay, 11 of them at 188-191 s, 7 at 217-221 s)."""
+    return max(1, int(os.environ.get("BENCH_SIM_REPLICATIONS", "21")))
 
 
 def _peaks(intervals: list[tuple[float, float, str]]) -> dict[str, int]:
@@ -290,8 +322,10 @@ def table(checks: list[Check]) -> str:
         first = True
         for t, v in c.tenants.items():
             leases = f"{v['leases'][0]} / {v['leases'][1]}" + ("" if v["leases"][0] == v["leases"][1] else " ✗")
+            low, high = c.makespan_spread_s
+            spread = f" (10–90 %: {low:.1f}–{high:.1f})" if high > low else ""
             span = _fmt(c.makespan_s) + f" {100 * (c.makespan_s[1] - c.makespan_s[0]) / c.makespan_s[0]:+.0f} %" \
-                if first else ""
+                + spread if first else ""
             util = _fmt((100 * c.utilisation[0], 100 * c.utilisation[1]), 0) if first else ""
             mark = "yes" if c.within else "no"
             ok = lambda pair: "" if _wait_ok(*pair) else " ✗"  # noqa: E731
@@ -329,7 +363,10 @@ def section(checks: list[Check]) -> str:
                       "Each run's arrivals and measured lease times replayed in `capacity.simulator` (one node "
                       "of 8 slots, the run's policy; each delivery's latency drawn, seeded, from the run's own "
                       "measured gaps from a message's due moment to its lease, the park time its mean; "
-                      "`calibrate` says how); each cell is measured / predicted (predicted − measured). "
+                      "`calibrate` says how), "
+                      f"{replications()} times with seeds 1…{replications()}: each predicted figure is the "
+                      "replications' median (most leases: their most common value), the makespan's 10–90 % "
+                      "spread over them in brackets; each cell is measured / predicted (predicted − measured). "
                       "The bar: waits within 10 % or 2 s, makespan within 10 %, most leases exact.", "",
                       table(checks), "", *calibration_lines(checks, params), ""])
 

@@ -135,13 +135,16 @@ class RunResult:
 
 def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelParams,
              tiers: dict[str, Tier] | None = None, keep_intervals: bool = True,
-             workers_online_at: float | None = None) -> RunResult:
+             workers_online_at: float | None = None,
+             tier_changes: list[tuple[float, str, Tier]] | None = None) -> RunResult:
     """Run ``jobs`` (fresh :class:`SimJob` objects; their times are written) on ``nodes`` nodes.
 
     ``policy_name``: ``handoff``, ``timer`` or ``borrow`` (hand-off with the tiers' burst caps;
     under the other two the burst caps are ignored). ``workers_online_at`` (on the jobs' clock):
     no worker receives before it (a backlog submitted before the nodes started); None: from the
-    first arrival.
+    first arrival. ``tier_changes``: ``(at, tenant, tier)`` on the jobs' clock, each a
+    ``set-cap`` then the tenant's wake, as ``imposition tenant set-cap`` does (a paused tier,
+    cap 0, raised: a backlog).
 
     Raises:
         WorkloadError: ``nodes`` < 1, an unknown policy, or no jobs.
@@ -342,6 +345,15 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
         free_worker()
 
     t0 = min(j.submitted_at for j in jobs)
+
+    def change_tier(ev) -> None:
+        tenant, tier = ev.value
+        sched.set_tier(tenant, tier if policy_name == "borrow" else Tier(cap=tier.cap))
+        for _, other in sched.wake(tenant):
+            at(p.wake_latency_s, visible, other)
+
+    for change_at, tenant, tier in tier_changes or ():
+        at(max(0.0, change_at - t0), change_tier, (tenant, tier))
     if workers_online_at is not None and workers_online_at > t0:
         idle[0] = 0
 

@@ -9,14 +9,17 @@ on one host, so the clocks agree)::
 
     {"event": "acquired",  "t": ..., "tenant": ..., "job": ..., "token": ..., "pid": ...}
     {"event": "releasing", "t": ..., ..., "outcome": "succeeded" | "retrying" | "failed"}
-    {"event": "released",  "t": ..., ..., "outcome": ...}   (the release transaction returned)
+    {"event": "released",  "t": ..., ..., "outcome": ...}   (the release transaction returned; a
+        commit that passed its slot adds "passed_token", "passed_job": the lease it took for the
+        tenant's next waiting job, which certainly existed from then)
     {"event": "reclaimed", "t": ..., ..., "swept_at": ..., "requeued": true | false}
     {"event": "lost",      "t": ..., ..., "detail": ...}
 
 Why these moments: each event pins a time at which the lease **certainly** existed in DynamoDB.
-``acquired`` is written after the acquire transaction returned; ``releasing`` right before the
-holder's release transaction is sent; a reclaim happens after the sweep's ``now`` (``swept_at``),
-when the lease was still there. So a lease certainly existed over ``[acquired.t, end]`` with ``end``
+``acquired`` is written after the acquire transaction returned (a lease passed in a commit: the
+``released`` event of that commit, written when it returned, is its start); ``releasing`` right
+before the holder's release transaction is sent; a reclaim happens after the sweep's ``now``
+(``swept_at``), when the lease was still there. So a lease certainly existed over ``[start, end]`` with ``end``
 the earliest of its ``releasing.t`` and ``reclaimed.swept_at``. :func:`max_concurrent` overlays
 these intervals per tenant: if more than ``cap`` of them overlap, more than ``cap`` leases really
 coexisted — no false alarm is possible from timing slack (the slack only shortens intervals).
@@ -82,7 +85,8 @@ class HeldInterval:
 
 
 def held_intervals(events: Iterable[dict]) -> list[HeldInterval]:
-    """The certainly-held interval of every lease with an ``acquired`` event (module docstring)."""
+    """The certainly-held interval of every lease with an ``acquired`` event, or passed in a
+    commit's ``released`` one (module docstring)."""
     starts: dict[str, dict] = {}
     ends: dict[str, float] = {}
     for e in events:
@@ -91,6 +95,8 @@ def held_intervals(events: Iterable[dict]) -> list[HeldInterval]:
             continue
         if e["event"] == "acquired":
             starts.setdefault(token, e)
+        elif e["event"] == "released" and e.get("passed_token"):  # the commit took the next job's lease
+            starts.setdefault(e["passed_token"], {"tenant": e["tenant"], "job": e["passed_job"], "t": e["t"]})
         elif e["event"] == "releasing":
             ends[token] = min(ends.get(token, e["t"]), e["t"])
         elif e["event"] == "reclaimed":

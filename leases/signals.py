@@ -64,9 +64,10 @@ job_finished = Signal(name="job_finished", providing_args={"job", "outcome", "er
 #: holder's fenced release transaction (the lease certainly existed until then; the lease-event log
 #: of :mod:`tasks.lease_log` relies on it).
 lease_releasing = Signal(name="lease_releasing", providing_args={"lease", "outcome"})
-#: ``lease``, ``outcome``: sent right after the holder's release committed, before the hand-off
-#: (:func:`leases.waiting.wake`).
-lease_released = Signal(name="lease_released", providing_args={"lease", "outcome"})
+#: ``lease``, ``outcome``, ``passed`` (the lease the release took for the tenant's next waiting job,
+#: its slot passed on in the same transaction, or None): sent right after the holder's release
+#: committed, before the hand-off (:func:`leases.waiting.wake`); ``passed`` certainly exists from then.
+lease_released = Signal(name="lease_released", providing_args={"lease", "outcome", "passed"})
 #: ``lease``, ``attempt``: the holder recorded its attempt ``infra_lost`` (it could not reach
 #: DynamoDB; the attempt is not charged).
 attempt_infra_lost = Signal(name="attempt_infra_lost", providing_args={"lease", "attempt"})

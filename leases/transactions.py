@@ -619,6 +619,11 @@ class HandOff:
     #: cap may pass as a lent one (:func:`slot_lent_on`, :func:`slot_lent_from_pool`; the rule is
     #: :func:`leases.policy.lends_slot`); else it passes only within the cap.
     lend: bool = False
+    #: With ``lease_to`` and not ``lend``: asked once, when the pass within the cap was refused for
+    #: the tenant's counters, whether no other tenant wants a slot (the caller reads it then); True
+    #: makes the release try to lend the slot before it passes the place only, so a tenant's first
+    #: commit above its cap lends too (:func:`leases.policy.lends_slot`, the simulator's order).
+    lend_if: Callable[[], bool] | None = None
     #: True once a release applied that could not pass its slot for the tenant's counters (above
     #: its cap, or frozen): the caller may read whether to lend it next time (set by the release).
     slot_refused: bool = False
@@ -647,7 +652,9 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
     it must not exist; its ``parked_at`` unchanged where ``hand_off.parked_at`` names it) on
     condition :func:`slot_passes_on` as well, or, with ``hand_off.lend``, :func:`slot_lent_on` and
     :func:`slot_lent_from_pool` (a slot above the cap, lent on; if they fail, the pass within the
-    cap is tried); ``hand_off.lease`` is then that lease. A ``hand_off``
+    cap is tried), or, with ``hand_off.lend_if``, lent once the pass within the cap was refused for
+    the tenant's counters and ``lend_if()`` says no other tenant wants a slot (a lend refused then
+    passes the place only); ``hand_off.lease`` is then that lease. A ``hand_off``
     without candidates (the caller read none waiting) makes the release conditional on none waiting
     (:func:`none_waiting`; ``hand_off.none_waited``: the caller need not wake). If only the
     hand-off's conditions fail, the release is tried again at once with the next
@@ -680,6 +687,7 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
     lent: dict[str, bool] = {}  # release id → that attempt passed its slot as a lent one
     lease_to = [hand_off.lease_to] if hand_off is not None and hand_off.lease_to else []
     lend = [True] if lease_to and hand_off is not None and hand_off.lend else []
+    lend_if = [hand_off.lend_if] if lease_to and not lend and hand_off is not None and hand_off.lend_if else []
     successor_token = new_token()
     refused: list[bool] = []  # a try refused the slot for the tenant's counters
 
@@ -749,15 +757,22 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
                         return attempt()
                     if lending and reason_code(reasons, "cluster") == CONDITION_FAILED:
                         lend.clear()  # the pool is down to its reserve: pass within the cap only
+                        if refused:  # which was refused already: the place only
+                            lease_to.clear()
                         return attempt()
                     if reason_code(reasons, "tenant") == CONDITION_FAILED:
                         if checking:
                             check_none.clear()  # a job parked since the read: release; the caller wakes
                         elif lending:
                             lend.clear()  # above the burst cap, or not borrowing: within the cap only
+                            if refused:  # which was refused already: the place only
+                                lease_to.clear()
                         elif passing:
-                            lease_to.clear()  # over the cap or frozen: pass the place only
-                            refused.append(True)
+                            refused.append(True)  # over the cap or frozen
+                            if lend_if and lend_if.pop()():  # nobody else wants a slot: lend it
+                                lend.append(True)
+                            else:
+                                lease_to.clear()  # pass the place only
                         else:
                             candidates.clear()  # the cap was lowered: free the place instead
                         return attempt()

@@ -321,7 +321,8 @@ class FairTask(Task):
             return self._on_lease_lost(lease, str(exc), heartbeat, int(job.attempts)), None
         except (*_INFRASTRUCTURE_ERRORS, LeaseContention) as exc:
             return self._on_release_unreachable(lease, exc, heartbeat, int(job.attempts)), None
-        signals.lease_released.send(sender=self, lease=lease, outcome=JobOutcome.SUCCEEDED)
+        signals.lease_released.send(sender=self, lease=lease, outcome=JobOutcome.SUCCEEDED,
+                                    passed=successor[1].lease if successor is not None else None)
         passed = self._hand_off(tenant_id, successor)
         for name, value in written.items():  # the job as committed, without reading it back
             setattr(job, name, value)
@@ -489,16 +490,24 @@ class FairTask(Task):
             return None
         if not jobs:  # the release then commits on condition none waits, and needs no wake
             return {}, transactions.HandOff([], time.time())
+        lend = self._may_lend(tenant_id, lease_to)
         return {j.job_id: j for j in jobs}, transactions.HandOff(
-            [j.job_id for j in jobs], time.time(), lease_to=lease_to, lend=self._may_lend(tenant_id, lease_to),
+            [j.job_id for j in jobs], time.time(), lease_to=lease_to, lend=lend,
+            lend_if=None if lease_to is None or lend else lambda: self._none_other_wants_slot(tenant_id),
             parked_at={j.job_id: float(j.parked_at) for j in jobs if j.parked_at is not None})
 
     def _may_lend(self, tenant_id: str, lease_to: str | None) -> bool:
-        """A slot passed above the cap may go on as a lent one: this process's last commit of the
-        tenant could not pass within the cap, and no other tenant wants a slot (read now,
-        :func:`leases.waiting.others_want_slot`; a failed read: no)."""
-        if lease_to is None or tenant_id not in self._above_cap_last:
-            return False
+        """A slot passed above the cap may go on as a lent one, tried first: this process's last
+        commit of the tenant could not pass within the cap, and no other tenant wants a slot (read
+        now). Otherwise the commit tries the pass within the cap first and, if the tenant's counters
+        refuse it, asks the same read then (``HandOff.lend_if``), so a first commit above the cap
+        lends as well."""
+        return lease_to is not None and tenant_id in self._above_cap_last and self._none_other_wants_slot(tenant_id)
+
+    @staticmethod
+    def _none_other_wants_slot(tenant_id: str) -> bool:
+        """No tenant but ``tenant_id`` wants a slot (:func:`leases.waiting.others_want_slot`, read
+        now); a failed read: False (the slot then passes within the cap only). Never raises."""
         try:
             return not waiting.others_want_slot(tenant_id)
         except Exception as exc:  # noqa: BLE001 - then the slot passes within the cap only

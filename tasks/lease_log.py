@@ -35,8 +35,9 @@ def install(directory: str | os.PathLike) -> EventLog:
     def on_releasing(sender=None, lease=None, outcome=None, **_: object) -> None:
         log.write("releasing", time.time(), outcome=outcome, **fields(lease))
 
-    def on_released(sender=None, lease=None, outcome=None, **_: object) -> None:
-        log.write("released", time.time(), outcome=outcome, **fields(lease))
+    def on_released(sender=None, lease=None, outcome=None, passed=None, **_: object) -> None:
+        slot = {"passed_token": passed.token, "passed_job": passed.job_id} if passed is not None else {}
+        log.write("released", time.time(), outcome=outcome, **slot, **fields(lease))
 
     def on_lost(sender=None, lease=None, detail="", **_: object) -> None:
         log.write("lost", time.time(), detail=str(detail), **fields(lease))

@@ -72,7 +72,8 @@ class RealLayer:
         """A retry releases and wakes; a commit first offers its place to the oldest waiting jobs
         (``FairTask._successor``), and wakes only if the release handed it to none. ``in_place``: the
         commit passes its slot too (``lease_to``), lent above the cap when no other tenant wants a
-        slot (``FairTask._may_lend``, without its hint); a passed slot wakes nobody else."""
+        slot (``FairTask._successor`` without its hint: read once the pass within the cap is
+        refused, ``HandOff.lend_if``); a passed slot wakes nobody else."""
         lease = self.leases.pop(job)
         woken: list = []
         hand_off = None
@@ -83,7 +84,7 @@ class RealLayer:
                 if self.waiting_policy == "handoff" else []
             hand_off = transactions.HandOff(
                 [j.job_id for j in oldest], time.time(), lease_to="w1" if in_place else None,
-                lend=in_place and not waiting.others_want_slot(lease.tenant_id),
+                lend_if=(lambda: not waiting.others_want_slot(lease.tenant_id)) if in_place else None,
                 parked_at={j.job_id: float(j.parked_at) for j in oldest}) if oldest else None
             transactions.commit_success(lease, output_key=f"out/{job}", sheets=1, sides=1, hand_off=hand_off)
         if hand_off is not None and hand_off.lease is not None:

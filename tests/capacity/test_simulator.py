@@ -184,3 +184,20 @@ duration = { distribution = "uniform", min_s = 1, max_s = 2 }
     assert all(1.25 <= r[2] <= 2.25 for r in w.rows if r[0] == "c")
     assert w.tiers["a"] == Tier(cap=2, burst_cap=5)
     assert load_spec(spec, job_overhead_s=0.25).rows == w.rows  # the seed makes it repeatable
+
+
+def test_a_paused_tenant_raised_later_starts_its_backlog_at_the_raise_or_at_its_copies():
+    # A backlog as `make bench-sched` makes one: 6 jobs of 1 s submitted at 0 while the tenant is
+    # paused (cap 0), its cap raised to 2 at 10. Hand-off: parked at the door, woken at the raise,
+    # waves of 2 from 10. Timer: every delivery at cap 0 defers its copy 30 s (due at 30); the
+    # raise wakes nothing (nothing waits), so the backlog starts at 30, in waves of 2 by copies.
+    change = [(1_010.0, "solo", Tier(cap=2))]
+    handoff = burst("solo", 6, 1.0, at=1_000.0)
+    simulate(handoff, nodes=1, policy_name="handoff", params=EXACT, tiers={"solo": Tier(cap=0)}, tier_changes=change)
+    assert sorted(j.wait_s for j in handoff) == [10.0] * 2 + [11.0] * 2 + [12.0] * 2
+    timer = burst("solo", 6, 1.0, at=1_000.0)
+    simulate(timer, nodes=1, policy_name="timer", params=EXACT, tiers={"solo": Tier(cap=0)}, tier_changes=change)
+    assert sorted(j.wait_s for j in timer) == [30.0] * 2 + [60.0] * 2 + [90.0] * 2
+    unpaused = burst("solo", 6, 1.0, at=1_000.0)  # without the pause: the raise's cap from the start
+    simulate(unpaused, nodes=1, policy_name="timer", params=EXACT, tiers={"solo": Tier(cap=2)})
+    assert sorted(j.wait_s for j in unpaused) == [0.0] * 2 + [30.0] * 2 + [60.0] * 2
