@@ -41,13 +41,20 @@ def engine_children() -> set[int]:
     return {c.pid for c in psutil.Process().children() if "imposition.child" in " ".join(c.cmdline())}
 
 
+def started(pid: int) -> bool:
+    """The warm child ``pid`` shows as an engine child: a child just spawned has its parent's command
+    line until its exec has run (a flake under load: the pre-started child was not found yet)."""
+    wait_for(lambda: pid in engine_children(), 10, interval_s=0.01, what=f"engine child {pid}'s exec")
+    return True
+
+
 def impose(engine, source, tmp_path, name="plate.pdf", **options):
     return engine.impose(source, parse_layout(BOOKLET), tmp_path / name, **options)
 
 
 def test_two_jobs_run_in_the_same_warm_child(warm, engine, case, tmp_path):
     pid, jobs = isolation.warm_child()
-    assert jobs == 0 and engine_children() == {pid}  # pre-started, before any job
+    assert jobs == 0 and started(pid) and engine_children() == {pid}  # pre-started, before any job
     impose(engine, case("a5_8p.pdf"), tmp_path, "one.pdf")
     impose(engine, case("a5_8p.pdf"), tmp_path, "two.pdf")
     assert isolation.warm_child() == (pid, 2)  # both jobs answered by it
