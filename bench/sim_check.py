@@ -366,7 +366,9 @@ def section(checks: list[Check]) -> str:
                       "`calibrate` says how), "
                       f"{replications()} times with seeds 1…{replications()}: each predicted figure is the "
                       "replications' median (most leases: their most common value), the makespan's 10–90 % "
-                      "spread over them in brackets; each cell is measured / predicted (predicted − measured). "
+                      "spread over them in brackets; each cell is measured / predicted (predicted − measured); "
+                      "makespans here count from the first submission (the table above counts a backlog's "
+                      "from the raise of its cap). "
                       "The bar: waits within 10 % or 2 s, makespan within 10 %, most leases exact.", "",
                       table(checks), "", *calibration_lines(checks, params), ""])
 

@@ -191,11 +191,20 @@ def passes_slot(tenant: TenantState, default_cap: int, now: float) -> bool:
 def lends_slot(tenant: TenantState, cluster: ClusterState, default_cap: int, now: float,
                others_want_slot: bool) -> bool:
     """A commit whose slot does not pass (not :func:`passes_slot`: the tenant is above its cap)
-    passes it as a lent one: the tier borrows, not frozen, :data:`LEND_SLOT_TENANT` and
-    :data:`LEND_SLOT_CLUSTER`, and no other tenant wants a slot; equivalent to the release followed
-    by :func:`may_borrow` with nobody else in the queue."""
-    return (not others_want_slot and borrows(tenant, default_cap) and not_frozen(tenant, now)
-            and holds(LEND_SLOT_TENANT, tenant, default_cap) and holds(LEND_SLOT_CLUSTER, cluster, default_cap))
+    passes it as a lent one: :func:`may_lend_slot` for the tenant, :data:`LEND_SLOT_CLUSTER`, and
+    no other tenant wants a slot; equivalent to the release followed by :func:`may_borrow` with
+    nobody else in the queue."""
+    return (not others_want_slot and may_lend_slot(tenant, default_cap, now)
+            and holds(LEND_SLOT_CLUSTER, cluster, default_cap))
+
+
+def may_lend_slot(tenant: TenantState, default_cap: int, now: float) -> bool:
+    """The tenant's side of :func:`lends_slot`: the tier borrows, not frozen, :data:`LEND_SLOT_TENANT`,
+    and above its cap (not :data:`PASS_SLOT`: a slot within the cap passes as such, so a tenant back
+    within its cap leaves the releaser's lending mode) (a releaser whose pass within the cap was refused asks whether anyone else wants the slot only
+    when this holds: otherwise no lend could apply)."""
+    return (borrows(tenant, default_cap) and not_frozen(tenant, now) and holds(LEND_SLOT_TENANT, tenant, default_cap)
+            and not holds(PASS_SLOT, tenant, default_cap))
 
 
 def wants_slot(tenant: TenantState, default_cap: int, now: float) -> bool:

@@ -359,9 +359,10 @@ def slot_passes_on(default_cap: int, now: float):
 
 def slot_lent_on(default_cap: int, now: float):
     """Condition on a tenant item, with :func:`place_passes_on`, for a slot passed above the
-    cap: ``in_flight <= burst_cap`` and not frozen (:data:`leases.policy.LEND_SLOT_TENANT`); the
-    cluster's side is :func:`slot_lent_from_pool`."""
-    return condition_of(policy.LEND_SLOT_TENANT, default_cap) & not_frozen(now)
+    cap: ``in_flight <= burst_cap``, ``in_flight > cap`` (not :data:`leases.policy.PASS_SLOT`) and
+    not frozen (:func:`leases.policy.may_lend_slot`); the cluster's side is :func:`slot_lent_from_pool`."""
+    return (condition_of(policy.LEND_SLOT_TENANT, default_cap) & ~condition_of(policy.PASS_SLOT, default_cap)
+            & not_frozen(now))
 
 
 def slot_lent_from_pool():
@@ -721,7 +722,8 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
         try:
             with NamedTransaction(release_id) as tx:
                 tx.add("delete", "lease", LeaseItem(job_id), condition=condition)
-                tx.add("update", "tenant", TenantItem(tenant_id), actions=place, condition=tenant_condition)
+                tx.add("update", "tenant", TenantItem(tenant_id), actions=place, condition=tenant_condition,
+                       return_values=_ALL_OLD if passing and lend_if else None)
                 if not passing:  # a passed slot stays busy
                     tx.add("update", "cluster", slots_item(), actions=[ClusterItem.busy.add(-1)])
                 elif lending:
@@ -769,8 +771,8 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
                                 lease_to.clear()
                         elif passing:
                             refused.append(True)  # over the cap or frozen
-                            if lend_if and lend_if.pop()():  # nobody else wants a slot: lend it
-                                lend.append(True)
+                            if lend_if and _lend_after_refusal(lend_if.pop(), old_item(reasons, "tenant"), t):
+                                lend.append(True)  # nobody else wants a slot: lend it
                             else:
                                 lease_to.clear()  # pass the place only
                         else:
@@ -802,6 +804,25 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
         return True
 
     return with_conflict_retries(attempt, what=what)
+
+
+def _lend_after_refusal(lend_if: Callable[[], bool], old_tenant: dict, now: float) -> bool:
+    """After a pass within the cap was refused for the tenant's counters (``old_tenant``: its raw
+    item as the refused try found it): lend the slot instead? Only where a lend could apply
+    (:func:`leases.policy.may_lend_slot` and :data:`leases.policy.PASS_ON` on that item: not a tier
+    without a burst cap, nor a frozen one) and ``lend_if()`` says no other tenant wants a slot; a
+    ``lend_if`` that raises counts as no (the place then passes)."""
+    if not old_tenant:
+        return False
+    state = tenant_state(TenantItem.from_raw_data(old_tenant))
+    default_cap = get_settings().default_cap
+    if not (policy.may_lend_slot(state, default_cap, now) and policy.holds(policy.PASS_ON, state, default_cap)):
+        return False
+    try:
+        return bool(lend_if())
+    except Exception as exc:  # noqa: BLE001 - the release must not fail on this read: pass the place only
+        log.info("could not tell whether another tenant wants a slot (%s); passing the place only", exc)
+        return False
 
 
 def _release(lease: Lease, job_actions: list, *, what: str, requeue: bool = False,

@@ -477,7 +477,13 @@ class FairTask(Task):
         release frees the place and :meth:`_hand_off` wakes the usual way). A tenant whose last
         release in this process found none waiting is not read: the HandOff without candidates
         (if a job parked since, the condition fails, the release frees the place and the wake
-        follows, as after a read that found none)."""
+        follows, as after a read that found none).
+
+        A slot passed above the cap may go on as a lent one when no other tenant wants a slot
+        (:meth:`_none_other_wants_slot`, one read): for a tenant whose last commit in this process
+        could not pass within the cap (:attr:`_above_cap_last`) the read is made now and the lend
+        tried first (``HandOff.lend``); otherwise only once the pass within the cap is refused and
+        a lend could apply (``HandOff.lend_if``), so a first commit above the cap lends as well."""
         s = get_settings()
         if s.waiting_policy != "handoff":
             return None
@@ -490,19 +496,12 @@ class FairTask(Task):
             return None
         if not jobs:  # the release then commits on condition none waits, and needs no wake
             return {}, transactions.HandOff([], time.time())
-        lend = self._may_lend(tenant_id, lease_to)
+        hinted = lease_to is not None and tenant_id in self._above_cap_last
         return {j.job_id: j for j in jobs}, transactions.HandOff(
-            [j.job_id for j in jobs], time.time(), lease_to=lease_to, lend=lend,
-            lend_if=None if lease_to is None or lend else lambda: self._none_other_wants_slot(tenant_id),
+            [j.job_id for j in jobs], time.time(), lease_to=lease_to,
+            lend=hinted and self._none_other_wants_slot(tenant_id),  # read once, first
+            lend_if=None if lease_to is None or hinted else lambda: self._none_other_wants_slot(tenant_id),
             parked_at={j.job_id: float(j.parked_at) for j in jobs if j.parked_at is not None})
-
-    def _may_lend(self, tenant_id: str, lease_to: str | None) -> bool:
-        """A slot passed above the cap may go on as a lent one, tried first: this process's last
-        commit of the tenant could not pass within the cap, and no other tenant wants a slot (read
-        now). Otherwise the commit tries the pass within the cap first and, if the tenant's counters
-        refuse it, asks the same read then (``HandOff.lend_if``), so a first commit above the cap
-        lends as well."""
-        return lease_to is not None and tenant_id in self._above_cap_last and self._none_other_wants_slot(tenant_id)
 
     @staticmethod
     def _none_other_wants_slot(tenant_id: str) -> bool:

@@ -6,15 +6,18 @@ around ``commit_success`` (nothing of the project mocked).
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from leases import transactions
+from leases import transactions, waiting
 from leases.audit import audit
-from leases.models import LeaseItem, TenantItem
+from leases.models import JobItem, LeaseItem, TenantItem
 from leases.tenants import set_cap
 from tasks.base import FairTask
-from tests.leases.test_break_handoff import _borrowing_three, _counters, _parked, _running
-from tests.leases.test_break_waiting import _tenant
+from tests.leases.test_break_handoff import (_AfterApplyFault, _assert_passed, _borrowing_three, _cluster_busy,
+                                             _counters, _handoff, _parked, _running)
+from tests.leases.test_break_waiting import _new_job, _tenant
 from tests.support.recording import DynamoRecording
 
 
@@ -139,10 +142,6 @@ def test_a_first_commit_above_the_cap_lends_once_the_pass_within_it_is_refused(f
     Before, the first commit of every process always passed the place only: the slot went back to
     the pool, and the handed job by a publish, a receive and a borrowing acquire to another process
     (`make bench-sched`'s `borrow` rows lost 2-4 slot-seconds in their first two seconds)."""
-    from leases import waiting
-    from tests.leases.test_break_handoff import _cluster_busy
-    from tests.leases.test_break_waiting import _new_job
-
     tenant, other = _tenant("lendfirst"), _tenant("lendfirstother")
     leases = _borrowing_three(tenant)
     [parked] = _parked(tenant, 1)
@@ -165,3 +164,175 @@ def test_a_first_commit_above_the_cap_lends_once_the_pass_within_it_is_refused(f
         assert _cluster_busy() == busy - 1
         assert _counters(tenant) == {"in_flight": 2, "queued": 1, "waiting": 0, "occupied": 3}
     assert audit([tenant, other]).clean
+
+
+# --- a helper's attack on the first commit above the cap (HandOff.lend_if) --------------------------
+
+
+def _recorded_commit(fresh_aws, task: FairTask, lease: transactions.Lease) -> tuple[transactions.Lease | None, int, int]:
+    """``_commit`` with the requests of ``_successor`` and ``commit_success`` recorded (not the
+    hand-off's, whose ``wake_borrowers`` queries the pending index too): ``(passed, release
+    transactions, pending-index queries)``."""
+    with DynamoRecording(fresh_aws) as recording:
+        successor = task._successor(lease.tenant_id, lease_to=lease.worker)
+        transactions.commit_success(lease, output_key="k", sheets=1, sides=2, hand_off=successor and successor[1])
+    passed = task._hand_off(lease.tenant_id, successor)
+    return passed, _release_tries(recording, lease.job_id), _pending_queries(recording)
+
+
+def test_a_hinted_commit_reads_whether_others_want_a_slot_once(fresh_aws, task):
+    """Attack: ``lend_if`` asked on top of the hint's own read. A borrowing tier (cap 1, burst 3)
+    holding 3 leases, 2 jobs waiting; another tenant has a job queued (it wants a slot). The first
+    commit is refused within the cap, reads the pending index (``lend_if``), finds the other tenant
+    and passes the place only; the process remembers the tenant (``_above_cap_last``). The next
+    commit of the tenant reads the index for the hint (``_successor``: others want a slot, no lend).
+
+    Found, and fixed (failed before the fix): ``_successor`` still gives that commit a ``lend_if``
+    (``lend_if`` was None only when ``lend`` was True), so after its within-cap pass is refused it
+    queries the pending index a second time, milliseconds after the first: 2 whole-index queries
+    per commit (moto scans the whole table for each) for every commit above the cap while another
+    tenant wants a slot, where the hint alone made 1 before this change. Counters stay exact."""
+    tenant, other = _tenant("lfhint"), _tenant("lfhintother")
+    leases = _borrowing_three(tenant)
+    _parked(tenant, 2)
+    waiting.admit(_new_job(other), door=False)  # queued: the other tenant wants a slot
+    assert _commit(task, leases[2]) is None  # refused within the cap, not lent: the place passes
+    assert tenant in FairTask._above_cap_last
+    passed, tries, queries = _recorded_commit(fresh_aws, task, leases[1])
+    assert passed is None
+    assert _counters(tenant) == {"in_flight": 1, "queued": 2, "waiting": 0, "occupied": 3}
+    assert audit([tenant, other]).clean
+    assert (tries, queries) == (2, 1), (
+        f"a hinted commit above the cap, another tenant wanting a slot: {tries} release transactions, "
+        f"{queries} pending-index queries (the second asks again what the hint's read just answered)")
+
+
+@pytest.mark.parametrize("situation, tries_before", [
+    ("a tier without burst cap, its cap lowered", 3),
+    ("a borrowing tier frozen by a repair", 2),
+])
+def test_a_commit_whose_slot_can_never_be_lent_does_not_ask(fresh_aws, task, situation, tries_before):
+    """Attack: ``lend_if`` asked whatever refused the pass within the cap. (a) A tier of cap 3
+    without a burst cap holding 3 leases, its cap lowered to 1, a job waiting (nobody else wants a
+    slot); (b) a borrowing tier (cap 1, burst 3) holding 3 leases, a job waiting, frozen by a
+    counter repair. In neither can a lent slot apply: (a) has no burst cap (``LEND_SLOT_TENANT``
+    needs one) and ``PASS_ON`` fails too; (b) is frozen, which ``slot_lent_on`` refuses as well.
+
+    Found, and fixed (failed before the fix): the first commit's within-cap refusal always calls
+    ``lend_if`` (a whole-index query) and then sends a lend transaction that is certain to be
+    cancelled: one query and one release transaction more than before this change ((a) 4 release
+    transactions for 3, (b) 3 for 2), on every first commit of a process for such a tenant (and the
+    tenant is then remembered in ``_above_cap_last``, whose hinted path repeats the doomed lend).
+    The fix: the refused transaction's cancellation returns the tenant's old item
+    (``ReturnValuesOnConditionCheckFailure``, as ``acquire`` does), and ``lend_if`` is asked only
+    where ``policy.may_lend_slot`` and ``PASS_ON`` hold on it. Counters, busy and the audit stay exact either way."""
+    tenant = _tenant("lfnever")
+    if situation.startswith("a tier without"):
+        set_cap(tenant, 3)
+        leases = _running(tenant, 3)
+        set_cap(tenant, 1)
+    else:
+        leases = _borrowing_three(tenant)
+    [parked] = _parked(tenant, 1)
+    if situation.endswith("repair"):
+        TenantItem(tenant).update(actions=[TenantItem.repair_until.set(time.time() + 60)])
+    busy = _cluster_busy()
+    passed, tries, queries = _recorded_commit(fresh_aws, task, leases[2])
+    assert passed is None and _cluster_busy() == busy - 1
+    if situation.startswith("a tier without"):  # the cap lowered: the place is freed, the job still waits
+        assert JobItem.get(parked, consistent_read=True).status == "waiting"
+        assert _counters(tenant) == {"in_flight": 2, "queued": 0, "waiting": 1, "occupied": 2}
+    else:  # frozen: the place passes, not the slot
+        assert JobItem.get(parked, consistent_read=True).status == "queued"
+        assert _counters(tenant) == {"in_flight": 2, "queued": 1, "waiting": 0, "occupied": 3}
+    assert audit([tenant]).clean
+    assert (tries, queries) == (tries_before, 0), (
+        f"{situation}: {tries} release transactions and {queries} pending-index queries for a slot "
+        f"that no lend could take")
+
+
+@pytest.mark.parametrize("faults", [1, 2])
+def test_ambiguous_lend_after_a_refused_pass_within_the_cap(fresh_aws, task, faults):
+    """Attack (held): a process's first commit above the cap (no hint), nobody else wanting a slot:
+    the pass within the cap is refused, ``lend_if`` says lend, and the lend applies but its answer
+    (and a resend's) is a 5xx. The caller must learn that the slot passed as a lent one
+    (``lease``, ``lent``) and that the within-cap pass was refused (``slot_refused``), exactly once;
+    ``lend_if`` asked once; busy and counters exact."""
+    tenant = _tenant("lfamb")
+    leases = _borrowing_three(tenant)
+    [parked] = _parked(tenant, 1)
+    busy = _cluster_busy()
+    asked = []
+    hand_off = _handoff(tenant, lease_to="w")
+    hand_off.lend_if = lambda: asked.append(1) or task._none_other_wants_slot(tenant)
+    with _AfterApplyFault(faults) as fault:
+        transactions.commit_success(leases[2], output_key="k", sheets=1, sides=2, hand_off=hand_off)
+    assert fault.hits >= 1 and len(asked) == 1
+    _assert_passed(hand_off, parked, "w")
+    assert (hand_off.lent, hand_off.slot_refused) == (True, True)
+    assert _cluster_busy() == busy
+    assert _counters(tenant) == {"in_flight": 3, "queued": 0, "waiting": 0, "occupied": 3}
+    assert audit([tenant]).clean
+
+
+def test_a_lend_if_that_raises_passes_the_place_only(fresh_aws):
+    """Attack: ``HandOff.lend_if`` raising (the conformance test's ``lambda: not
+    waiting.others_want_slot(...)`` does on a failed query; FairTask's own catches ``Exception``).
+
+    Found, and fixed (failed before the fix; low severity, FairTask's callable never raises): the call
+    happens inside ``fenced_release``'s retry chain after the within-cap try was refused, so the
+    exception escapes ``commit_success`` with nothing applied: the finished job is not committed, its
+    lease stays until the sweeper reclaims it and the job runs again, although the release could
+    have passed the place only, as a ``lend_if`` answering False does. A raising ``lend_if`` should
+    count as "no" (or the contract say it must never raise)."""
+    tenant = _tenant("lfraise")
+    leases = _borrowing_three(tenant)
+    [parked] = _parked(tenant, 1)
+    hand_off = _handoff(tenant, lease_to="w")
+
+    def lend_if() -> bool:
+        raise RuntimeError("the pending index could not be read")
+
+    hand_off.lend_if = lend_if
+    try:
+        transactions.commit_success(leases[2], output_key="k", sheets=1, sides=2, hand_off=hand_off)
+    except RuntimeError as exc:
+        pytest.fail(f"the commit raised from lend_if, nothing written (lease still held: "
+                    f"{transactions.still_held(leases[2])}): {exc}")
+    assert hand_off.job_id == parked and hand_off.lease is None
+    assert _counters(tenant) == {"in_flight": 2, "queued": 1, "waiting": 0, "occupied": 3}
+
+
+def test_a_tenant_back_within_its_cap_leaves_the_lending_mode_at_its_next_commit(fresh_aws, task):
+    """Attack: ``HandOff.lent`` True for a slot that was within the cap. A borrowing tier (cap 1,
+    burst 3) holding 3 leases, 3 jobs waiting: its first commit is refused within the cap and lends
+    (``lend_if``), so the process remembers the tenant (``_above_cap_last``). Its borrowed leases
+    then end on other workers (no hand-off): 1 lease, within the cap; the pool has room, the tier
+    still borrows, nobody else wants a slot. This process's next commit of the tenant tries the lend
+    first (the hint), and the lend applies although the pass within the cap would have: ``lent``
+    True, so ``_hand_off`` keeps the tenant in ``_above_cap_last``, and so does every later commit.
+
+    Found, and fixed (failed before the fix; the hinted lend-first predates the ``lend_if`` change, but
+    ``HandOff.lent``'s "what applied" does not say whether the slot was above the cap): a tenant
+    back within its cap stays in lending mode, each of its commits in this process making a
+    whole-index pending query (``_successor``) that a pass within the cap never needs, for as long as
+    nobody else wants a slot. The fix: a lend is conditional on the tenant being above its cap too
+    (``in_flight > cap``, the negation of ``PASS_SLOT``; ``policy.may_lend_slot``), so that a tenant
+    back within it is refused the lend once, passes within the cap (``lent`` False) and leaves the mode."""
+    tenant = _tenant("lfwithin")
+    leases = _borrowing_three(tenant)
+    _parked(tenant, 3)
+    lent = _commit(task, leases[2])
+    assert lent is not None and tenant in FairTask._above_cap_last
+    for other_worker in (leases[1], lent):  # other workers' commits, no hand-off
+        transactions.commit_success(other_worker, output_key="k", sheets=1, sides=2)
+    assert _counters(tenant)["in_flight"] == 1  # within the cap of 1
+    passed = _commit(task, leases[0])
+    assert passed is not None  # the slot passed (lent or within the cap: the same writes)
+    assert _counters(tenant) == {"in_flight": 1, "queued": 0, "waiting": 1, "occupied": 1}
+    passed_again, tries, queries = _recorded_commit(fresh_aws, task, passed)
+    assert passed_again is not None
+    assert audit([tenant]).clean
+    assert (queries, tenant in FairTask._above_cap_last) == (0, False), (
+        f"a tenant within its cap: {queries} pending-index queries per commit, still in lending mode: "
+        f"{tenant in FairTask._above_cap_last}")
