@@ -126,8 +126,9 @@ def calibrate(jobs: list[dict], leases: list[dict] = (), deliveries: list[dict] 
     * ``park_s``: the mean worker time of a delivery that parked or deferred its job;
     * ``delayed_recheck_s``: how often a waiting receive rechecks for copies that became due, from
       each copy's lag (its next delivery's start − the deferring delivery's end − ``defer_delay_s``;
-      only copies that came due while a worker was free: one that waited for a worker measures the
-      queue, the model's own, and a backlog of 1,000 copies had the period at 79 s):
+      only copies that came due while a worker was free and no other due message stood in the
+      queue: one that waited for a worker or behind other messages measures the queue, the model's
+      own, and a backlog of 1,000 copies had the period at 68–79 s):
       in the model a uniform wait for the recheck plus a constant latency, so the recheck period is
       the lags' 5th-to-95th-percentile spread ÷ 0.9 (None with fewer than 20 copies);
     * ``holds``: job id → acquire to the end of the release transaction of its successful lease;
@@ -204,9 +205,18 @@ def calibrate(jobs: list[dict], leases: list[dict] = (), deliveries: list[dict] 
     by_job: dict[str, list[dict]] = {}
     for d in sorted(deliveries, key=lambda d: d["began"]):
         by_job.setdefault(d.get("job") or "", []).append(d)
+    # Messages due by a moment (each job's first at its submission, each copy at its deferral's end
+    # + the delay) less the deliveries begun by then: how many stood in the queue at that moment.
+    due_at = sorted([j["submitted_at"] for j in jobs]
+                    + [d["ended"] + defer_delay_s for d in deliveries if d.get("state") == "RETRY"])
+
+    def alone_in_queue(t: float) -> bool:
+        return bisect.bisect_right(due_at, t) - bisect.bisect_right(began, t) <= 1
+
     lags = sorted(b["began"] - a["ended"] - defer_delay_s for job, ds in by_job.items() if job
                   for a, b in zip(ds, ds[1:])
-                  if a.get("state") == "RETRY" and due_after_queue(a["ended"] + defer_delay_s) == a["ended"] + defer_delay_s)
+                  if a.get("state") == "RETRY" and alone_in_queue(a["ended"] + defer_delay_s)
+                  and due_after_queue(a["ended"] + defer_delay_s) == a["ended"] + defer_delay_s)
     recheck = (percentile(lags, 0.95) - percentile(lags, 0.05)) / 0.9 if len(lags) >= 20 else None
     return {"poll_latency_s": statistics.fmean(samples) if samples else None, "poll_latency_samples": samples,
             "in_place_latency_s": statistics.fmean(in_place) if in_place else None,
