@@ -201,8 +201,8 @@ def lends_slot(tenant: TenantState, cluster: ClusterState, default_cap: int, now
 def may_lend_slot(tenant: TenantState, default_cap: int, now: float) -> bool:
     """The tenant's side of :func:`lends_slot`: the tier borrows, not frozen, :data:`LEND_SLOT_TENANT`,
     and above its cap (not :data:`PASS_SLOT`: a slot within the cap passes as such, so a tenant back
-    within its cap leaves the releaser's lending mode) (a releaser whose pass within the cap was refused asks whether anyone else wants the slot only
-    when this holds: otherwise no lend could apply)."""
+    within its cap leaves the releaser's lending mode). A releaser whose pass within the cap was
+    refused asks whether anyone else wants the slot only when this holds (no lend could apply else)."""
     return (borrows(tenant, default_cap) and not_frozen(tenant, now) and holds(LEND_SLOT_TENANT, tenant, default_cap)
             and not holds(PASS_SLOT, tenant, default_cap))
 

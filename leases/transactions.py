@@ -620,10 +620,12 @@ class HandOff:
     #: cap may pass as a lent one (:func:`slot_lent_on`, :func:`slot_lent_from_pool`; the rule is
     #: :func:`leases.policy.lends_slot`); else it passes only within the cap.
     lend: bool = False
-    #: With ``lease_to`` and not ``lend``: asked once, when the pass within the cap was refused for
-    #: the tenant's counters, whether no other tenant wants a slot (the caller reads it then); True
-    #: makes the release try to lend the slot before it passes the place only, so a tenant's first
-    #: commit above its cap lends too (:func:`leases.policy.lends_slot`, the simulator's order).
+    #: With ``lease_to`` and not ``lend``: asked at most once, when the pass within the cap was
+    #: refused for the tenant's counters and a lend could apply on the item the refused try
+    #: returned (:func:`_lend_after_refusal`), whether no other tenant wants a slot (the caller
+    #: reads it then; raising counts as no); True makes the release try to lend the slot before it
+    #: passes the place only, so a tenant's first commit above its cap lends too
+    #: (:func:`leases.policy.lends_slot`, the simulator's order).
     lend_if: Callable[[], bool] | None = None
     #: True once a release applied that could not pass its slot for the tenant's counters (above
     #: its cap, or frozen): the caller may read whether to lend it next time (set by the release).
