@@ -308,7 +308,7 @@ class Demo:
         # Submit only once every slot has its AWS clients: a fair start for every tenant.
         wait_for(lambda: imposer.log().count(SLOT_WARM) >= s.slots_per_node, 60, what="warm slots")
         # The operator's shell is production-like: an unregistered (or mistyped) tenant is refused.
-        operator_env = {k: v for k, v in env.items() if k != "IMPOSITION_AUTO_REGISTER_TENANTS"}
+        operator_env = {**env, "IMPOSITION_AUTO_REGISTER_TENANTS": "false"}  # even if the shell says true
         (RUN_DIR / "env").write_text("".join(f"export {k}={v}\n" for k, v in operator_env.items()))
         self.say("• metrics: " + ", ".join(f"{node} {url}" for node, url in self.metrics_urls.items()))
         if self.prometheus_url:
