@@ -10,8 +10,10 @@ tenant for each scenario and policy, to ``out/bench-sched/`` and ``bench/RESULTS
 
 Columns: makespan ÷ ideal (ideal = the larger of total work ÷ slots and each tenant's work ÷ its
 cap, or under ``borrow`` its burst cap within slots − reserve), slot utilisation (busy slot-seconds ÷
-the slot-seconds the tenants could use while they had unfinished work, each tenant at most that; a
-slot is busy from its lease's acquire until its release transaction returned), AWS requests per
+the slot-seconds the tenants could use while they had unfinished work: each tenant at most its cap,
+and under ``borrow`` up to its burst cap only in slots above the reserve, as the borrowing rules
+allow (:func:`utilisation`); a slot is busy from its lease's acquire until its release transaction
+returned), AWS requests per
 completed job counted at the endpoint, less the benchmark's own polls (and the split by operation
 in the JSON), light tenants' p50/p95/max wait (start −
 submit), the most leases of one tenant and of the cluster at once, the audit.
@@ -112,17 +114,27 @@ def _pct(values: list[float], q: float) -> float | None:
 
 
 def utilisation(intervals, demand: dict[str, list[tuple[float, float]]], caps: dict[str, int], slots: int,
-                start: float, end: float, step_s: float = 0.05) -> float:
+                start: float, end: float, *, burst_caps: dict[str, int] | None = None, reserve: int = 0,
+                step_s: float = 0.05) -> float:
     """Busy slot-seconds ÷ usable slot-seconds over ``[start, end]`` (module docstring).
 
-    ``demand[tenant]`` lists each job's ``(submitted_at, finished_at)``: the tenant can use
-    ``min(cap, unfinished jobs)`` slots at an instant; the cluster ``min(slots, Σ tenants)``.
+    ``demand[tenant]`` lists each job's ``(submitted_at, finished_at)``; with ``d`` of them
+    unfinished at an instant, a tenant can use ``min(cap, d)`` slots within its cap and, with a burst
+    cap (``burst_caps``, already at most ``slots − reserve``), ``min(burst_cap, d) − cap`` more by
+    borrowing; the cluster can use ``min(slots, within + min(borrowed, slots − reserve − within))``:
+    a borrower never takes the reserve (docs/design.md §3, borrowing).
     """
+    burst_caps = burst_caps or {}
     busy = usable = 0.0
     t = start
     while t < end:
         held = sum(1 for iv in intervals if iv.start_at <= t < (iv.end_at or end))
-        room = sum(min(caps[tenant], sum(1 for s, f in jobs if s <= t < f)) for tenant, jobs in demand.items())
+        within = borrowed = 0
+        for tenant, jobs in demand.items():
+            unfinished = sum(1 for s, f in jobs if s <= t < f)
+            within += min(caps[tenant], unfinished)
+            borrowed += max(0, min(burst_caps.get(tenant, 0), unfinished) - caps[tenant])
+        room = within + min(borrowed, max(0, slots - reserve - within))
         busy += min(held, slots) * step_s
         usable += min(slots, room) * step_s
         t += step_s
@@ -284,7 +296,8 @@ class Bench:
         last = max(float(j.finished_at) for j in done)
         slots = s.slots_per_node
         usable_cap = min(BURST_CAP, slots - s.reserve_slots) if policy == "borrow" else s.default_cap
-        caps = {t: usable_cap for t in job_ids}
+        caps = {t: usable_cap for t in job_ids}  # the ideal's
+        borrowing = {"burst_caps": caps, "reserve": s.reserve_slots} if policy == "borrow" else {}
         demand = {t: [(float(items[j].submitted_at), float(items[j].finished_at)) for j in ids if j in items]
                   for t, ids in job_ids.items()}
         work = {tenants[w.tenant]: 0.0 for w in scenario.waves}
@@ -300,7 +313,7 @@ class Bench:
         result = Result(
             scenario=scenario.name, policy=policy, jobs=len(every), finished=len(done),
             makespan_s=last - first, ideal_s=ideal,
-            utilisation=utilisation(busy, demand, caps, slots, first, last),
+            utilisation=utilisation(busy, demand, {t: s.default_cap for t in job_ids}, slots, first, last, **borrowing),
             requests_per_job=sum(requests.values()) / max(1, len(done)), requests=dict(requests.most_common()),
             light_wait_p50_s=_pct(light, 0.5), light_wait_p95_s=_pct(light, 0.95),
             light_wait_max_s=max(light) if light else None,

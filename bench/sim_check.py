@@ -227,10 +227,10 @@ def calibrate(jobs: list[dict], leases: list[dict] = (), deliveries: list[dict] 
             "lease_s_median": statistics.median(holds.values()) if holds else None, "holds": holds}
 
 
-def _bench_utilisation(intervals, demand, caps, slots, start, end) -> float:
+def _bench_utilisation(intervals, demand, caps, slots, start, end, **borrowing) -> float:
     from bench.sched import utilisation  # noqa: PLC0415 (one definition of the column)
 
-    return utilisation(intervals, demand, caps, slots, start, end)
+    return utilisation(intervals, demand, caps, slots, start, end, **borrowing)
 
 
 def compare(record: dict, params: ModelParams | None = None) -> Check:
@@ -265,8 +265,9 @@ def compare(record: dict, params: ModelParams | None = None) -> Check:
     first = min(j["submitted_at"] for j in jobs)
     m_last = max(j["finished_at"] for j in jobs)
     slots = params.slots_per_node
-    cap = min(burst, slots - params.reserve_slots) if policy == "borrow" and burst else params.default_cap
-    caps = {t: cap for t in tenants}
+    caps = {t: params.default_cap for t in tenants}
+    borrowing = ({"burst_caps": {t: min(burst, slots - params.reserve_slots) for t in tenants},
+                  "reserve": params.reserve_slots} if policy == "borrow" and burst else {})
     random_draws = bool(params.poll_latency_samples or params.in_place_latency_samples)
     runs = []  # per replication: (waits per tenant, most leases per tenant, makespan, utilisation)
     for seed in range(1, 1 + (replications() if random_draws else 1)):
@@ -277,7 +278,7 @@ def compare(record: dict, params: ModelParams | None = None) -> Check:
         p_demand = {t: [(s.submitted_at, s.finished_at) for s in sim_jobs if s.tenant == t] for t in tenants}
         p_iv = [SimpleNamespace(start_at=a, end_at=b) for a, b, _ in run.intervals]
         runs.append(({t: [s.wait_s for s in sim_jobs if s.tenant == t and s.wait_s is not None] for t in tenants},
-                     run.most_leases, p_last - first, _bench_utilisation(p_iv, p_demand, caps, slots, first, p_last)))
+                     run.most_leases, p_last - first, _bench_utilisation(p_iv, p_demand, caps, slots, first, p_last, **borrowing)))
     check = Check(record["scenario"], policy, calibration=calibration)
     measured_peaks = _peaks([(lease["start_at"], lease["end_at"] or 1e18, lease["tenant"]) for lease in record["leases"]])
     for t in tenants:
@@ -290,7 +291,7 @@ def compare(record: dict, params: ModelParams | None = None) -> Check:
     check.makespan_spread_s = (percentile(spans, 0.1), percentile(spans, 0.9))
     m_demand = {t: [(j["submitted_at"], j["finished_at"]) for j in jobs if j["tenant"] == t] for t in tenants}
     m_iv = [SimpleNamespace(start_at=j["started_at"], end_at=j["finished_at"]) for j in jobs]
-    check.utilisation = (_bench_utilisation(m_iv, m_demand, caps, slots, first, m_last),
+    check.utilisation = (_bench_utilisation(m_iv, m_demand, caps, slots, first, m_last, **borrowing),
                          statistics.median(r[3] for r in runs))
     return check
 

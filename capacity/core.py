@@ -61,7 +61,7 @@ class Scheduler:
         door (hand-off only), followed by the tenant's wake, as ``tasks.submission`` does."""
         state = self.tenant(tenant_id)
         door = self.limits.waiting_policy == "handoff"
-        if not door or policy.door_queues(state, self.limits.default_cap):
+        if not door or policy.door_queues(state, self.limits.default_cap, self.cluster):
             state.queued += 1
             state.occupied += 1
             return True, []
@@ -147,11 +147,15 @@ class Scheduler:
 
     def wake_borrowers(self) -> list[tuple[str, object]]:
         """While the cluster lends (:func:`leases.policy.lends`), one job of each borrowing tenant
-        with waiting jobs, fewest leases first (:func:`leases.policy.borrow_order`)."""
+        with waiting jobs, fewest leases first (:func:`leases.policy.borrow_order`), at most
+        :func:`leases.policy.borrow_spare` of them."""
         if not policy.lends(self.cluster):
             return []
-        pending = {tid: t for tid, t in self.tenants.items() if t.waiting > 0}
+        pending = {tid: t for tid, t in self.tenants.items() if t.waiting > 0 or t.queued > 0}
+        spare = policy.borrow_spare(self.cluster, pending)
         woken: list[tuple[str, object]] = []
         for tenant_id in policy.borrow_order(pending):
+            if len(woken) >= spare:
+                break
             woken += self.wake(tenant_id, limit=1)
         return woken

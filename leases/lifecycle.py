@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 from pynamodb.exceptions import TransactWriteError
 
-from leases import outbox, policy
+from leases import outbox
 from leases.errors import WrongJobStatus
 from leases.models import JobItem, JobStatus, TenantItem
-from leases.waiting import counter_actions, read_tenant
+from leases.waiting import counter_actions, queues_at_door, read_tenant
 from leases.transactions import (
     AMBIGUOUS,
     CANCELLED,
@@ -36,7 +36,6 @@ from leases.transactions import (
     classify,
     new_token,
     read_job,
-    tenant_state,
     with_conflict_retries,
 )
 from service.settings import get_settings
@@ -145,9 +144,7 @@ def retry(job_id: str, *, max_attempts: int | None = None) -> Outcome:
                          f"max_attempts_limit={s.max_attempts_limit}")
 
     def write(job: JobItem, t: float) -> str:
-        tenant = read_tenant(job.tenant_id)
-        queued = s.waiting_policy != "handoff" or (
-            policy.door_queues(tenant_state(tenant), s.default_cap))
+        queued = s.waiting_policy != "handoff" or queues_at_door(read_tenant(job.tenant_id))
         attempts = int(job.attempts or 0)
         entry = {"retried_at": t, "attempts": attempts, "max_attempts": int(job.max_attempts),
                  "error_code": job.error_code, "error": job.error,

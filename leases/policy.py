@@ -154,10 +154,13 @@ def room(tenant: TenantState | None, default_cap: int) -> int:
     return effective_cap(tenant, default_cap) - int(tenant.occupied or 0)
 
 
-def door_queues(tenant: TenantState | None, default_cap: int) -> bool:
+def door_queues(tenant: TenantState | None, default_cap: int, cluster: ClusterState | None = None) -> bool:
     """At submission (hand-off): queue the job (publish it) when its tenant has no waiting job and
-    room; else park it at the door."""
-    return (tenant is None or int(tenant.waiting or 0) == 0) and room(tenant, default_cap) > 0
+    room, under its cap or, where its tier borrows, as far as ``cluster`` has slots above the
+    reserve (:func:`wake_room`: what a wake right after a park would find); else park it at the door."""
+    if tenant is None:
+        return room(tenant, default_cap) > 0
+    return int(tenant.waiting or 0) == 0 and wake_room(tenant, cluster, default_cap) > 0
 
 
 def wake_room(tenant: TenantState, cluster: ClusterState | None, default_cap: int) -> int:
@@ -219,6 +222,23 @@ def lends(cluster: ClusterState | None) -> bool:
     """After a release, the cluster has slots above its reserve and a tier that borrows."""
     return (cluster is not None and int(cluster.borrowers or 0) > 0
             and int(cluster.busy or 0) < int(cluster.borrowable or 0))
+
+
+def borrow_spare(cluster: ClusterState, tenants: dict[str, TenantState]) -> int:
+    """Slots above the reserve that no job claims yet: ``borrowable − busy − Σ queued`` over
+    ``tenants`` (every tenant with a job queued or waiting): a queued job is on its way to a slot,
+    so a wake of borrowers brings at most this many more (more would only park again)."""
+    claimed = sum(int(t.queued or 0) for t in tenants.values())
+    return int(cluster.borrowable or 0) - int(cluster.busy or 0) - claimed
+
+
+def claimant_order(tenants: dict[str, TenantState], default_cap: int, now: float) -> list[str]:
+    """Tenants whose queued job may take a slot that went back to the pool, in place of its
+    message (``tasks.base.FairTask``, the take from the pool): a job queued and :func:`may_take`
+    (within the cap: no reserve applies), the fewest leases first (ties by id)."""
+    eligible = [(int(t.in_flight or 0), tid) for tid, t in tenants.items()
+                if int(t.queued or 0) > 0 and may_take(t, default_cap, now)]
+    return [tid for _, tid in sorted(eligible)]
 
 
 def borrow_order(tenants: dict[str, TenantState]) -> list[str]:

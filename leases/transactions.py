@@ -661,7 +661,8 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
     without candidates (the caller read none waiting) makes the release conditional on none waiting
     (:func:`none_waiting`; ``hand_off.none_waited``: the caller need not wake). If only the
     hand-off's conditions fail, the release is tried again at once with the next
-    candidate (the job was woken or cancelled meanwhile), without passing the slot (the tenant's
+    candidate still waiting (the job was woken or cancelled meanwhile; one batch read skips the
+    others taken too: :func:`_still_waiting`), without passing the slot (the tenant's
     leases are over its cap, as a borrowed one may be, or it is frozen), or without a hand-off
     (the cap was lowered; ``hand_off.job_id`` stays None and the caller wakes the usual way).
 
@@ -757,7 +758,8 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
                 reasons = tx.reasons(exc)
                 if CONDITION_FAILED not in (reason_code(reasons, "lease"), reason_code(reasons, "job")):
                     if CONDITION_FAILED in (reason_code(reasons, "successor"), reason_code(reasons, "successor_lease")):
-                        del candidates[0]  # woken by another release, or cancelled: the next one
+                        del candidates[0]  # woken by another release, or cancelled: the next one still waiting
+                        candidates[:] = _still_waiting(candidates, tenant_id)
                         return attempt()
                     if lending and reason_code(reasons, "cluster") == CONDITION_FAILED:
                         lend.clear()  # the pool is down to its reserve: pass within the cap only
@@ -806,6 +808,24 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
         return True
 
     return with_conflict_retries(attempt, what=what)
+
+
+def _still_waiting(candidates: list[str], tenant_id: str) -> list[str]:
+    """Those of ``candidates`` still waiting (``tenant_id``'s), in their order: one strongly
+    consistent batch read after a candidate was handed by a concurrent release. Releasers that read
+    the line at once would otherwise try each job taken meanwhile in turn, one refused transaction
+    each (the k-th releaser of a round k − 1 of them); the order, oldest first, is kept. A read
+    that fails keeps the list as it is."""
+    if len(candidates) <= 1:
+        return candidates
+    try:
+        found = {job.job_id: job for job in JobItem.batch_get(candidates, consistent_read=True,
+                                                              attributes_to_get=["job_id", "status", "tenant_id"])}
+    except PynamoDBException as exc:
+        log.info("could not read which hand-off candidates still wait (%s); trying them in turn", exc)
+        return candidates
+    return [job_id for job_id in candidates if job_id in found and found[job_id].status == JobStatus.WAITING.value
+            and found[job_id].tenant_id == tenant_id]
 
 
 def _lend_after_refusal(lend_if: Callable[[], bool], old_tenant: dict, now: float) -> bool:
@@ -1054,6 +1074,8 @@ def ensure_tenant(tenant_id: str, *, now: float | None = None) -> None:
 
 #: Items one ``TransactGetItems`` may read (DynamoDB API reference, TransactGetItems).
 TRANSACT_GET_MAX_ITEMS = 100
+#: Items one ``TransactWriteItems`` may write (DynamoDB API reference, TransactWriteItems).
+TRANSACT_WRITE_MAX_ITEMS = 100
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@
                                     (leases.transactions.fenced_release: waiting → queued), then publish
     any other release, the sweeper, a cap change, a hand-off refused ─► wake(tenant): while
                                     cap − in_flight − queued > 0, the oldest waiting job:
-                                    waiting → queued (+1), then publish
+                                    waiting → queued (+1), then publish (room for n ≥ 2:
+                                    the oldest n in one transaction)
 
 A parked job has no message: it is brought back by a release's hand-off or by :func:`wake`, which
 every other transaction that frees a slot is followed by (:mod:`tasks.base`, :mod:`leases.sweeper`,
@@ -26,6 +27,7 @@ by submission).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -40,6 +42,7 @@ from leases.transactions import (
     CANCELLED,
     CONDITION_FAILED,
     RETRY,
+    TRANSACT_WRITE_MAX_ITEMS,
     NamedTransaction,
     Retryable,
     cap_has_room,
@@ -192,15 +195,20 @@ def _try_wake(job_id: str, tenant_id: str, t: float, reason: str) -> str:
 
 
 def wake(tenant_id: str, *, publish: Publish, reason: str = "release", now: float | None = None,
-         on_woken: Callable[[JobItem], None] | None = None, limit: int | None = None) -> list[str]:
+         on_woken: Callable[[JobItem], None] | None = None, limit: int | None = None,
+         cluster: policy.ClusterState | None = None) -> list[str]:
     """Wake the tenant's oldest waiting jobs while it has room (cap − in_flight − queued > 0, or
     more while it may borrow: :func:`room_with_borrowing`), at most ``limit`` of them.
 
-    Each wake is one transaction (job ``waiting → queued``, tenant ``waiting − 1``, ``queued + 1``,
-    ``occupied + 1`` on condition :func:`has_place`), followed by ``publish(tenant_id, job_id)``; one
-    read of the tenant decides how many to try (its room), the condition keeps them exact.
+    One read of the tenant decides how many to try (its room). With room for two or more, the
+    oldest that many are woken in one transaction (:func:`_try_wake_batch`, conditioned on the
+    counters as read); else, or if that is refused, each wake is one transaction (job ``waiting →
+    queued``, tenant ``waiting − 1``, ``queued + 1``, ``occupied + 1`` on condition
+    :func:`has_place`). The conditions keep the counters exact. Each woken job is then published
+    (``publish(tenant_id, job_id)``).
     ``reason`` (``release``, ``borrow``, ``door``, ``sweeper``, ``cap_change``, ``repair``) is recorded in the
-    job's ``woken_by``; ``on_woken(job)`` is called after each publish (metrics).
+    job's ``woken_by``; ``on_woken(job)`` is called after each publish (metrics); ``cluster``: the
+    slot counter as the caller just read it, for the room of a tier that borrows (None: read it).
 
     Returns:
         The job ids woken, oldest first.
@@ -213,59 +221,151 @@ def wake(tenant_id: str, *, publish: Publish, reason: str = "release", now: floa
     tenant = read_tenant(tenant_id)
     if tenant is None or int(tenant.waiting or 0) <= 0:
         return woken
-    room = room_with_borrowing(tenant)
+    room = room_with_borrowing(tenant, cluster)
     if limit is not None:
         room = min(room, limit)
+    if room <= 0:
+        return woken
     t = time.time() if now is None else now
-    for job in waiting_jobs(tenant_id):
+
+    def woke(job: JobItem) -> None:
+        publish(tenant_id, job.job_id)
+        woken.append(job.job_id)
+        job.woken_at, job.woken_by = t, reason
+        if on_woken is not None:
+            on_woken(job)
+
+    line = iter(waiting_jobs(tenant_id))
+    first = list(itertools.islice(line, min(room, TRANSACT_WRITE_MAX_ITEMS - 1)))
+    if len(first) >= 2 and _try_wake_batch(first, tenant, t, reason):
+        for job in first:
+            woke(job)
+        return woken
+    for job in itertools.chain(first, line):
         if len(woken) >= room:
             break
         outcome = _try_wake(job.job_id, tenant_id, t, reason)
         if outcome == "full":
             break
         if outcome == "woken":
-            publish(tenant_id, job.job_id)
-            woken.append(job.job_id)
-            job.woken_at, job.woken_by = t, reason
-            if on_woken is not None:
-                on_woken(job)
+            woke(job)
     return woken
 
 
-def room_with_borrowing(tenant: TenantItem) -> int:
+def as_read(tenant: TenantItem):
+    """Condition on a tenant item: the counters and limits a wake's room was computed from
+    (``occupied``, ``cap``, ``burst_cap``) are still those of ``tenant`` as read; an absent one
+    still absent."""
+    condition = None
+    for attribute in (TenantItem.occupied, TenantItem.cap, TenantItem.burst_cap):
+        value = getattr(tenant, attribute.attr_name)
+        term = attribute.does_not_exist() if value is None else attribute == value
+        condition = term if condition is None else condition & term
+    return condition
+
+
+def _try_wake_batch(jobs: list[JobItem], tenant: TenantItem, t: float, reason: str) -> bool:
+    """Wake all of ``jobs`` (the tenant's oldest waiting, read after ``tenant``; at most the room
+    :func:`room_with_borrowing` gave for ``tenant``) in one transaction: each job ``waiting →
+    queued`` on condition :func:`is_waiting`, the tenant ``waiting − n``, ``queued + n``,
+    ``occupied + n`` on condition :func:`has_place` and :func:`as_read` (so the room still holds
+    for all n). At most ``TRANSACT_WRITE_MAX_ITEMS − 1`` jobs.
+
+    Returns:
+        True if all were woken; False if the transaction was refused (a job no longer waiting, the
+        tenant's counters moved): nothing was written, and the caller wakes one at a time.
+
+    Raises:
+        LeaseContention: conflicts outlasted the bounded retries.
+    """
+    tenant_id, n = tenant.tenant_id, len(jobs)
+
+    def attempt() -> bool:
+        try:
+            with NamedTransaction(new_token()) as tx:
+                tx.add("update", "tenant", TenantItem(tenant_id),
+                       actions=[TenantItem.waiting.add(-n), TenantItem.occupied.add(n),
+                                *TenantItem.counted(TenantItem.queued, n)],
+                       condition=has_place() & as_read(tenant))
+                for i, job in enumerate(jobs):
+                    tx.add("update", f"job{i}", JobItem(job.job_id), actions=wake_actions(tenant_id, t, reason),
+                           condition=is_waiting(tenant_id))
+        except TransactWriteError as exc:
+            kind, codes = classify(exc)
+            if kind == RETRY:
+                raise Retryable(codes) from exc
+            if kind == AMBIGUOUS:  # all or nothing: one job tells which
+                first = _read_job(jobs[0].job_id)
+                if first is not None and first.woken_at is not None and float(first.woken_at) == t:
+                    return True
+                if first is not None and first.status == JobStatus.WAITING.value:
+                    raise Retryable(codes) from exc
+                return False
+            if kind == CANCELLED:
+                return False
+            raise
+        return True
+
+    return with_conflict_retries(attempt, what=f"wake {n} jobs of {tenant_id}")
+
+
+def room_with_borrowing(tenant: TenantItem, cluster: policy.ClusterState | None = None) -> int:
     """Jobs the tenant may still have started: its room under its cap, or, if its tier borrows,
     under its burst cap as far as the cluster has slots above its reserve (``borrowable − busy``;
-    :func:`leases.policy.wake_room`)."""
+    :func:`leases.policy.wake_room`); ``cluster``: the slot counter as the caller read it (None:
+    read it now, if the tier borrows)."""
     default_cap = get_settings().default_cap
     state = tenant_state(tenant)
-    cluster = nodes.slots() if policy.borrows(state, default_cap) else None
-    return policy.wake_room(state, cluster_state(cluster), default_cap)
+    if cluster is None and policy.borrows(state, default_cap):
+        cluster = cluster_state(nodes.slots())
+    return policy.wake_room(state, cluster, default_cap)
 
 
 def wake_borrowers(*, publish: Publish, on_woken: Callable[[JobItem], None] | None = None) -> list[str]:
-    """While the cluster has slots above its reserve, wake waiting jobs of tenants whose tier
-    borrows, the tenant with the fewest leases first, one job per tenant per round.
+    """While the cluster has slots above its reserve that no queued job claims
+    (:func:`leases.policy.borrow_spare`), wake one waiting job of each tenant whose tier borrows,
+    the tenant with the fewest leases first (:func:`leases.policy.borrow_order`), and stop once
+    that many are woken.
 
-    Called after every release, so an idle slot is offered to a borrowing tenant whichever tenant
-    freed it. Returns the job ids woken.
+    Called after every release that freed a slot, so an idle slot is offered to a borrowing tenant
+    whichever tenant freed it. Reads: the slot counter (strongly consistent) and, if it lends, the
+    pending index (eventually consistent: a tenant's counters there may lag by a moment; the
+    wakes' conditions keep the counters exact, and the sweeper wakes what a stale read missed).
+    Returns the job ids woken.
     """
-    if not policy.lends(cluster_state(nodes.slots())):
+    cluster = cluster_state(nodes.slots())
+    if cluster is None or not policy.lends(cluster):
         return []
     pending = {t.tenant_id: tenant_state(t) for t in TenantItem.by_pending.query(PENDING_PARTITION)}
+    spare = policy.borrow_spare(cluster, pending)
     woken: list[str] = []
     for tenant_id in policy.borrow_order(pending):
-        woken += wake(tenant_id, publish=publish, reason="borrow", on_woken=on_woken, limit=1)
+        if len(woken) >= spare:
+            break
+        woken += wake(tenant_id, publish=publish, reason="borrow", on_woken=on_woken, limit=1, cluster=cluster)
     return woken
 
 
 def others_want_slot(tenant_id: str, *, now: float | None = None) -> bool:
-    """Another tenant could use a slot freed now (:func:`leases.policy.wants_slot`: a job queued,
-    or one waiting that a wake would bring); one query of the pending index (eventually consistent:
-    a tenant pending for a moment only may be missed, and asks again at the next release)."""
+    """Another tenant could use a slot freed now (:func:`tenants_wanting_slot` is not empty)."""
+    return bool(tenants_wanting_slot(tenant_id, now=now))
+
+
+def tenants_wanting_slot(tenant_id: str, *, now: float | None = None) -> dict[str, policy.TenantState]:
+    """The tenants other than ``tenant_id`` that could use a slot freed now
+    (:func:`leases.policy.wants_slot`: a job queued, or one waiting that a wake would bring), with
+    their counters; one query of the pending index (eventually consistent: a tenant pending for a
+    moment only may be missed, and asks again at the next release)."""
     s = get_settings()
     t = time.time() if now is None else now
-    return any(policy.wants_slot(tenant_state(item), s.default_cap, t)
-               for item in TenantItem.by_pending.query(PENDING_PARTITION) if item.tenant_id != tenant_id)
+    states = ((item.tenant_id, tenant_state(item)) for item in TenantItem.by_pending.query(PENDING_PARTITION)
+              if item.tenant_id != tenant_id)
+    return {tid: state for tid, state in states if policy.wants_slot(state, s.default_cap, t)}
+
+
+def oldest_queued(tenant_id: str) -> JobItem | None:
+    """The tenant's oldest queued job (the queued index, eventually consistent), or None."""
+    return next(iter(JobItem.by_queued.query(tenant_id, scan_index_forward=True, limit=1, page_size=1)), None)
 
 
 def through_door(job: JobItem, *, door: bool = True, now: float | None = None) -> bool:
@@ -274,22 +374,34 @@ def through_door(job: JobItem, *, door: bool = True, now: float | None = None) -
     transaction do).
 
     The job is parked at the door when its tenant already has waiting jobs or no room (cap −
-    in_flight − queued, read strongly consistent); a burst then stands in DynamoDB, not in front of
-    other tenants' messages in SQS. The read is not a lock: two submissions at once may both be
+    in_flight − queued, read strongly consistent; where its tier borrows, also none to borrow:
+    :func:`queues_at_door`); a burst then stands in DynamoDB, not in front of other tenants'
+    messages in SQS. The read is not a lock: two submissions at once may both be
     queued, and the surplus parks at its acquire. A job parked here must be followed by
     :func:`wake` (the caller's), so room that appeared meanwhile is used. ``door=False`` always
     queues (a job that must be published now whatever its tenant's state).
     """
-    s = get_settings()
     t = time.time() if now is None else now
-    tenant = read_tenant(job.tenant_id) if door else None
-    queued = not door or policy.door_queues(tenant_state(tenant), s.default_cap)
+    queued = not door or queues_at_door(read_tenant(job.tenant_id))
     if queued:
         job.status, job.queued_tenant, job.due_at = JobStatus.QUEUED.value, job.tenant_id, t
     else:
         job.status, job.waiting_tenant, job.parked_at = JobStatus.WAITING.value, job.tenant_id, t
         job.defer_count = int(job.defer_count or 0) + 1  # a park at the door is a cap deferral too
     return queued
+
+
+def queues_at_door(tenant: TenantItem | None) -> bool:
+    """:func:`leases.policy.door_queues` on ``tenant`` as read; the cluster's slot counter is read
+    (strongly consistent) only where it decides: a tier that borrows, with no waiting job and no
+    room under its cap."""
+    default_cap = get_settings().default_cap
+    state = tenant_state(tenant)
+    cluster = None
+    if (state is not None and int(state.waiting or 0) == 0 and policy.room(state, default_cap) <= 0
+            and policy.borrows(state, default_cap)):
+        cluster = cluster_state(nodes.slots())
+    return policy.door_queues(state, default_cap, cluster)
 
 
 def counter_actions(job: JobItem, delta: int) -> list:

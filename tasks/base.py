@@ -31,7 +31,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, NoReturn
+from typing import Any, Callable, ClassVar, NamedTuple, NoReturn
 
 from botocore.exceptions import BotoCoreError, ClientError
 from celery import Task
@@ -40,7 +40,7 @@ from kombu.exceptions import KombuError
 from pynamodb.exceptions import PynamoDBException
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
-from leases import transactions, waiting
+from leases import policy, transactions, waiting
 from leases.errors import AcquireUnresolved, CapReached, JobNotQueued, LeaseContention, LeaseLost, TenantMismatch
 from leases.models import JobItem, JobStatus
 from service.clocks import Clocks, get_clocks
@@ -97,8 +97,43 @@ class Handed:
 
     lease: transactions.Lease
     report: Callable[[], None]
-    #: The handed job as the commit wrote it (:func:`leases.transactions.apply_pass`): not read back.
-    job: JobItem
+    #: The handed job as the commit wrote it (:func:`leases.transactions.apply_pass`): not read back;
+    #: None: read it (a job taken from the pool, :meth:`FairTask._take_from_pool`).
+    job: JobItem | None
+
+
+@dataclass
+class PoolRead:
+    """A releaser's read of the other tenants that want a slot (:func:`leases.waiting.tenants_wanting_slot`),
+    made only where its slot could be lent (``HandOff.lend``, ``lend_if``): ``wanting`` is None
+    until read, or when the read failed."""
+
+    wanting: dict[str, policy.TenantState] | None = None
+
+
+class HeldWake:
+    """A ``publish`` for :func:`leases.waiting.wake` that holds back the first job it is given,
+    for the releaser to take in place (:meth:`FairTask._take_held`), and publishes the rest."""
+
+    def __init__(self) -> None:
+        #: ``(tenant_id, job_id)`` of the job held back, woken (``queued``) and not published yet.
+        self.job: tuple[str, str] | None = None
+
+    def __call__(self, tenant_id: str, job_id: str) -> None:
+        if self.job is None:
+            self.job = (tenant_id, job_id)
+        else:
+            publish_job(tenant_id, job_id)
+
+
+class Successor(NamedTuple):
+    """What a release hands on (:meth:`FairTask._successor`): the tenant's oldest waiting jobs by
+    id, the :class:`~leases.transactions.HandOff` for the release, and the read of who else wants
+    a slot, if one is made."""
+
+    jobs: dict[str, JobItem]
+    hand_off: transactions.HandOff
+    pool: PoolRead
 
 
 class JobFailed(Exception):
@@ -281,7 +316,7 @@ class FairTask(Task):
         began = time.monotonic()
         outcome, handed = self._run_leased(lease, receipt, began)
         if handed is not None:
-            self._run_in_place(tenant_id, handed, receipt, began)
+            self._run_in_place(handed, receipt, began)
         return outcome
 
     def _run_leased(self, lease: transactions.Lease, receipt: tuple[str | None, str | None],
@@ -310,20 +345,22 @@ class FairTask(Task):
         if heartbeat.lost.is_set():
             return self._on_lease_lost(lease, heartbeat.lost_detail, heartbeat, int(job.attempts)), None
         signals.lease_releasing.send(sender=self, lease=lease, outcome=JobOutcome.SUCCEEDED)
-        successor = self._successor(tenant_id, lease_to=lease.worker if self._may_pass_slot(began) else None)
+        in_place = self._may_pass_slot(began)
+        successor = self._successor(tenant_id, lease_to=lease.worker if in_place else None)
         try:
             written = transactions.commit_success(
                 lease, output_key=result.output_key, sheets=result.sheets, sides=result.sides,
                 warnings=list(result.warnings), preview_keys=list(result.preview_keys),
-                hand_off=successor and successor[1],
+                hand_off=successor and successor.hand_off,
             )
         except LeaseLost as exc:
             return self._on_lease_lost(lease, str(exc), heartbeat, int(job.attempts)), None
         except (*_INFRASTRUCTURE_ERRORS, LeaseContention) as exc:
             return self._on_release_unreachable(lease, exc, heartbeat, int(job.attempts)), None
         signals.lease_released.send(sender=self, lease=lease, outcome=JobOutcome.SUCCEEDED,
-                                    passed=successor[1].lease if successor is not None else None)
-        passed = self._hand_off(tenant_id, successor)
+                                    passed=successor.hand_off.lease if successor is not None else None)
+        held = HeldWake() if in_place else None
+        passed = self._hand_off(tenant_id, successor, held)
         for name, value in written.items():  # the job as committed, without reading it back
             setattr(job, name, value)
 
@@ -331,11 +368,16 @@ class FairTask(Task):
             signals.job_finished.send(sender=self, job=job, outcome=JobOutcome.SUCCEEDED, error=None)
 
         outcome = {"outcome": JobOutcome.SUCCEEDED, "job_id": job_id, "tenant_id": tenant_id}
-        if passed is None or successor is None:
-            report()
-            return outcome, None
-        jobs, hand_off = successor
-        return outcome, Handed(passed, report, transactions.apply_pass(jobs[passed.job_id], hand_off))
+        if successor is not None and passed is not None:
+            return outcome, Handed(passed, report, transactions.apply_pass(successor.jobs[passed.job_id],
+                                                                           successor.hand_off))
+        taken = self._take_from_pool(successor.pool, lease.worker) if in_place and successor is not None else None
+        if held is not None and held.job is not None:
+            taken = self._take_held(held.job, lease.worker, publish_only=taken is not None) or taken
+        if taken is not None:
+            return outcome, Handed(taken, report, None)
+        report()
+        return outcome, None
 
     @staticmethod
     def _may_pass_slot(began: float) -> bool:
@@ -345,16 +387,17 @@ class FairTask(Task):
         limit_s = get_settings().handoff_in_place_s
         return limit_s > 0 and time.monotonic() - began < limit_s and not shutting_down()
 
-    def _run_in_place(self, tenant_id: str, handed: Handed, receipt: tuple[str | None, str | None],
-                      began: float) -> None:
+    def _run_in_place(self, handed: Handed, receipt: tuple[str | None, str | None], began: float) -> None:
         """Run the job a commit passed its slot to here, without a message (docs/design.md §3,
         "Hand-off in place"), and so on down the tenant's waiting line while its commits pass
-        their slots on (:meth:`_may_pass_slot`: until this delivery has run
+        their slots on, or take a slot that went back to the pool for another tenant's queued job
+        (:meth:`_take_from_pool`), while :meth:`_may_pass_slot` holds (until this delivery has run
         ``Settings.handoff_in_place_s`` since ``began``, monotonic s, or its worker's warm shutdown
         has begun); a later commit hands its place on by a message, as usual. Each job runs under
-        the lease its predecessor's commit took for it and its own Celery request (task id = job id,
-        as its message would have; ``in_place_of``: this delivery's id), with this delivery's
-        message kept invisible; each commit's report (``job_finished``) is sent in its own request.
+        the lease its predecessor's commit (or take) took for it and its own Celery request (task
+        id = job id, as its message would have; ``in_place_of``: this delivery's id), with this
+        delivery's message kept invisible; each commit's report (``job_finished``) is sent in its
+        own request.
 
         An outcome of the job itself (retry, failure, lost lease) is recorded by its own run and
         ends the chain; never raises: this delivery's own job is committed already. A crash leaves
@@ -364,10 +407,10 @@ class FairTask(Task):
         handed.report()
         next_handed: Handed | None = handed
         while next_handed is not None:
-            lease = next_handed.lease
-            log.info("running handed job %s of %s in place (after %s)", lease.job_id, tenant_id, parent_id)
+            lease = next_handed.lease  # another tenant's after a take from the pool
+            log.info("running handed job %s of %s in place (after %s)", lease.job_id, lease.tenant_id, parent_id)
             self.push_request(id=lease.job_id, in_place_of=parent_id, in_place_began=time.time(), retries=0,
-                              eta=None, kwargs={"tenant_id": tenant_id, "job_id": lease.job_id}, args=(),
+                              eta=None, kwargs={"tenant_id": lease.tenant_id, "job_id": lease.job_id}, args=(),
                               argsrepr=None, kwargsrepr=None)
             try:
                 next_handed = self._run_one_in_place(next_handed, receipt, began)
@@ -467,8 +510,7 @@ class FairTask(Task):
         signals.job_dropped.send(sender=self, job_id=job_id, tenant_id=tenant_id, status=exc.status)
         raise Ignore(f"duplicate delivery of job {job_id} (status {exc.status}) dropped")
 
-    def _successor(self, tenant_id: str, *,
-                   lease_to: str | None = None) -> tuple[dict[str, JobItem], transactions.HandOff] | None:
+    def _successor(self, tenant_id: str, *, lease_to: str | None = None) -> Successor | None:
         """The tenant's oldest waiting jobs (``handoff_scan_limit`` of them, oldest first) and the
         :class:`~leases.transactions.HandOff` that passes the first one still waiting the place of
         the release about to be written (``handoff`` policy only), with ``lease_to`` its slot too
@@ -480,38 +522,108 @@ class FairTask(Task):
         follows, as after a read that found none).
 
         A slot passed above the cap may go on as a lent one when no other tenant wants a slot
-        (:meth:`_none_other_wants_slot`, one read): for a tenant whose last commit in this process
-        could not pass within the cap (:attr:`_above_cap_last`) the read is made now and the lend
-        tried first (``HandOff.lend``); otherwise only once the pass within the cap is refused and
-        a lend could apply (``HandOff.lend_if``), so a first commit above the cap lends as well."""
+        (:meth:`_none_other_wants_slot`, one read, kept in ``Successor.pool`` for
+        :meth:`_take_from_pool`): for a tenant whose last commit in this process could not pass
+        within the cap (:attr:`_above_cap_last`) the read is made now and the lend tried first
+        (``HandOff.lend``); otherwise only once the pass within the cap is refused and a lend could
+        apply (``HandOff.lend_if``), so a first commit above the cap lends as well."""
         s = get_settings()
         if s.waiting_policy != "handoff":
             return None
+        pool = PoolRead()
         if tenant_id in self._none_waited_last:  # most likely none waits still: the condition checks it
-            return {}, transactions.HandOff([], time.time())
+            return Successor({}, transactions.HandOff([], time.time()), pool)
         try:
             jobs = waiting.oldest_waiting(tenant_id, s.handoff_scan_limit)
         except Exception as exc:  # noqa: BLE001 - the release must not depend on this read
             log.info("could not read tenant %s's next waiting job (%s); waking after the release", tenant_id, exc)
             return None
         if not jobs:  # the release then commits on condition none waits, and needs no wake
-            return {}, transactions.HandOff([], time.time())
+            return Successor({}, transactions.HandOff([], time.time()), pool)
         hinted = lease_to is not None and tenant_id in self._above_cap_last
-        return {j.job_id: j for j in jobs}, transactions.HandOff(
+        return Successor({j.job_id: j for j in jobs}, transactions.HandOff(
             [j.job_id for j in jobs], time.time(), lease_to=lease_to,
-            lend=hinted and self._none_other_wants_slot(tenant_id),  # read once, first
-            lend_if=None if lease_to is None or hinted else lambda: self._none_other_wants_slot(tenant_id),
-            parked_at={j.job_id: float(j.parked_at) for j in jobs if j.parked_at is not None})
+            lend=hinted and self._none_other_wants_slot(tenant_id, pool),  # read once, first
+            lend_if=None if lease_to is None or hinted else lambda: self._none_other_wants_slot(tenant_id, pool),
+            parked_at={j.job_id: float(j.parked_at) for j in jobs if j.parked_at is not None}), pool)
 
     @staticmethod
-    def _none_other_wants_slot(tenant_id: str) -> bool:
-        """No tenant but ``tenant_id`` wants a slot (:func:`leases.waiting.others_want_slot`, read
-        now); a failed read: False (the slot then passes within the cap only). Never raises."""
+    def _none_other_wants_slot(tenant_id: str, pool: PoolRead | None = None) -> bool:
+        """No tenant but ``tenant_id`` wants a slot (:func:`leases.waiting.tenants_wanting_slot`,
+        read now, and kept in ``pool``); a failed read: False (the slot then passes within the cap
+        only). Never raises."""
         try:
-            return not waiting.others_want_slot(tenant_id)
+            wanting = waiting.tenants_wanting_slot(tenant_id)
         except Exception as exc:  # noqa: BLE001 - then the slot passes within the cap only
             log.info("could not read whether another tenant wants a slot (%s); not lending one", exc)
             return False
+        if pool is not None:
+            pool.wanting = wanting
+        return not wanting
+
+    def _take_held(self, woken: tuple[str, str], worker: str, *, publish_only: bool = False) -> transactions.Lease | None:
+        """Take the slot this release freed for ``woken`` (``(tenant_id, job_id)``: the first job its
+        wakes brought, held back unpublished by :class:`HeldWake`), to run in place: an ordinary
+        acquire, or, refused at the cap where the tier may borrow, a borrowing one. Refused (or
+        ``publish_only``: the slot went to another job already), the job is published as the wake
+        would have; a publish that fails is the sweeper's (the job is ``queued``, its ``due_at``
+        passes). An acquire that may have applied unseen is published too: the message then finds
+        the job running and is dropped, and the sweeper reclaims the lease. Never raises."""
+        tenant_id, job_id = woken
+        lease = None
+        if not publish_only:
+            try:
+                try:
+                    lease = transactions.acquire(job_id, tenant_id, worker)
+                except CapReached as refused:
+                    if not refused.may_borrow:
+                        raise
+                    lease = transactions.acquire(job_id, tenant_id, worker, borrow=True)
+            except (CapReached, JobNotQueued, TenantMismatch, LeaseContention) as refused:
+                log.info("job %s woken by a release not taken in place (%s); publishing it", job_id, refused)
+            except (AcquireUnresolved, *_INFRASTRUCTURE_ERRORS) as exc:
+                log.warning("taking woken job %s in place failed (%s); publishing it", job_id, exc)
+        if lease is not None:
+            log.info("took job %s of %s, woken by this release, in place", job_id, tenant_id)
+            return lease
+        try:
+            publish_job(tenant_id, job_id)
+        except Exception as exc:  # noqa: BLE001 - the sweeper re-publishes a queued job whose due_at passed
+            log.warning("could not publish woken job %s (the sweeper will): %s", job_id, exc)
+        return None
+
+    def _take_from_pool(self, pool: PoolRead, worker: str) -> transactions.Lease | None:
+        """After a commit whose slot went back to the pool because another tenant wants one (the
+        lend was refused on ``pool``'s read): take that slot here for the oldest queued job of the
+        first tenant in :func:`leases.policy.claimant_order` (a job queued and room under its cap),
+        with an ordinary acquire for ``worker``, to run in place (:meth:`_run_in_place`). The job's
+        own message, delivered later, finds it running and is dropped as a duplicate.
+
+        Returns the lease, or None: nobody to take (not read, nobody queued within its cap), or
+        the acquire refused (the cap, the job gone meanwhile) or failed; the job's message then
+        brings it as usual. An ambiguous acquire that may have applied is left to the sweeper (the
+        lease expires and the job is re-queued). Never raises.
+        """
+        if not pool.wanting:
+            return None
+        claimants = policy.claimant_order(pool.wanting, get_settings().default_cap, time.time())
+        if not claimants:
+            return None
+        tenant_id = claimants[0]
+        try:
+            job = waiting.oldest_queued(tenant_id)
+            if job is None:
+                return None
+            lease = transactions.acquire(job.job_id, tenant_id, worker)
+        except (CapReached, JobNotQueued, TenantMismatch, LeaseContention) as refused:
+            log.info("no take from the pool for tenant %s: %s", tenant_id, refused)
+            return None
+        except (AcquireUnresolved, *_INFRASTRUCTURE_ERRORS) as exc:
+            log.warning("take from the pool for tenant %s failed (its message or the sweeper brings the job): %s",
+                        tenant_id, exc)
+            return None
+        log.info("took job %s of %s from the pool, for a slot another tenant freed", job.job_id, tenant_id)
+        return lease
 
     @staticmethod
     def _remember(hints: set[str], tenant_id: str, yes: bool) -> None:
@@ -527,14 +639,17 @@ class FairTask(Task):
         if limit > 0:
             hints.add(tenant_id)
 
-    def _hand_off(self, tenant_id: str,
-                  successor: tuple[dict[str, JobItem], transactions.HandOff] | None = None) -> transactions.Lease | None:
+    def _hand_off(self, tenant_id: str, successor: Successor | None = None,
+                  held: HeldWake | None = None) -> transactions.Lease | None:
         """After a release: report the job the release handed its place to, and publish it unless
         the release passed it the slot too (then return that lease, for the caller to run in
         place); or else, unless the release found none waiting, wake the tenant's oldest waiting
         jobs while it has room; then, if a slot was freed, offer any slot above the cluster's
-        reserve to a borrowing tier. Never raises (a wake or publish that fails is the sweeper's: a
-        handed job is ``queued`` with ``due_at`` set, so a lost publish is re-published)."""
+        reserve to a borrowing tier. With ``held``, the first job these wakes bring is not
+        published but held there for the caller to take in place (:meth:`_take_held`). Never
+        raises (a wake or publish that fails is the sweeper's: a woken job is ``queued`` with
+        ``due_at`` set, so a lost publish is re-published)."""
+        publish = held if held is not None else publish_job
         passed = successor[1].lease if successor is not None else None
         if successor is not None:
             self._remember(self._none_waited_last, tenant_id, successor[1].none_waited is True)
@@ -543,17 +658,17 @@ class FairTask(Task):
         try:
             handed_id = successor[1].job_id if successor is not None else None
             if successor is not None and handed_id is not None:
-                jobs, hand_off = successor
+                jobs, hand_off, _ = successor
                 job = jobs[handed_id]
                 if passed is None:
                     publish_job(tenant_id, job.job_id)
                 job.woken_at, job.woken_by = hand_off.woken_at, hand_off.reason
                 signals.job_woken.send(sender=self, job=job, reason="release")
             elif successor is None or not successor[1].none_waited:  # else none waited at the release
-                waiting.wake(tenant_id, publish=publish_job,
+                waiting.wake(tenant_id, publish=publish,
                              on_woken=lambda job: signals.job_woken.send(sender=self, job=job, reason="release"))
             if passed is None:  # a passed slot stays busy: nothing to lend
-                waiting.wake_borrowers(publish=publish_job,
+                waiting.wake_borrowers(publish=publish,
                                        on_woken=lambda job: signals.job_woken.send(sender=self, job=job, reason="borrow"))
         except Exception as exc:  # noqa: BLE001 - the job's own outcome is committed; the sweeper wakes
             log.warning("hand-off for tenant %s failed (the sweeper will wake its jobs): %s", tenant_id, exc)

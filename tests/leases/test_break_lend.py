@@ -21,18 +21,6 @@ from tests.leases.test_break_waiting import _new_job, _tenant
 from tests.support.recording import DynamoRecording
 
 
-@pytest.fixture
-def task():
-    """A FairTask as a worker child has it, with its process-wide release hints empty."""
-    from tasks.imposition_task import ImposeTask
-
-    FairTask._none_waited_last.clear()
-    FairTask._above_cap_last.clear()
-    yield ImposeTask()
-    FairTask._none_waited_last.clear()
-    FairTask._above_cap_last.clear()
-
-
 def _commit(task: FairTask, lease: transactions.Lease) -> transactions.Lease | None:
     """``FairTask._run_leased`` after a run that may pass its slot: successor read, commit, hand-off;
     returns the lease passed to the handed job (run in place next), or None."""
