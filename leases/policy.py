@@ -225,11 +225,14 @@ def lends(cluster: ClusterState | None) -> bool:
 
 
 def borrow_spare(cluster: ClusterState, tenants: dict[str, TenantState]) -> int:
-    """Slots above the reserve that no job claims yet: ``borrowable − busy − Σ queued`` over
-    ``tenants`` (every tenant with a job queued or waiting): a queued job is on its way to a slot,
-    so a wake of borrowers brings at most this many more (more would only park again)."""
+    """How many waiting jobs a wake of borrowers may bring: the slots above the reserve that no job
+    claims yet, ``borrowable − busy − Σ queued`` over ``tenants`` (every tenant with a job queued or
+    waiting: a queued job is on its way to a slot, more would only park again), but at least 1
+    while the cluster lends (:func:`lends`): a queued job may be one in retry backoff, on its way
+    to no slot for minutes."""
     claimed = sum(int(t.queued or 0) for t in tenants.values())
-    return int(cluster.borrowable or 0) - int(cluster.busy or 0) - claimed
+    free = int(cluster.borrowable or 0) - int(cluster.busy or 0)
+    return max(1, free - claimed) if free > 0 else 0
 
 
 def claimant_order(tenants: dict[str, TenantState], default_cap: int, now: float) -> list[str]:

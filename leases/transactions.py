@@ -447,7 +447,8 @@ def _number(raw: dict, name: str) -> int | None:
 _ALL_OLD = "ALL_OLD"
 
 
-def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, now: float | None = None) -> Lease:
+def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, now: float | None = None,
+            due_by: float | None = None) -> Lease:
     """Take a slot for ``job_id`` in one transaction (docs/design.md §2, layer 2).
 
     Items, all or nothing:
@@ -460,8 +461,9 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, n
        borrowable`` (slots of the live nodes less the reserve);
     2. lease: put on condition no lease for this job exists; holds worker, token, ``expires_at``;
     3. job: ``queued → running`` on condition the status is ``queued`` and the job belongs to
-       ``tenant_id``; ``attempts += 1``; records ``started_at``, the lease token and the worker;
-       sets ``first_received_at`` if absent; leaves the queued index.
+       ``tenant_id`` (with ``due_by``, also that its message is due by then: ``due_at <= due_by``,
+       so a job in retry backoff is not taken early); ``attempts += 1``; records ``started_at``,
+       the lease token and the worker; sets ``first_received_at`` if absent; leaves the queued index.
 
     Conflicts and throttling are retried with jittered backoff (bounded). After an ambiguous
     failure the lease item is read back: if it carries this call's token the acquire applied and
@@ -493,9 +495,11 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, n
                        return_values=_ALL_OLD)
                 tx.add("update", "cluster", slots_item(), actions=[ClusterItem.busy.add(1)],
                        condition=slot_to_borrow() if borrow else None)
+                job_condition = (JobItem.status == JobStatus.QUEUED.value) & (JobItem.tenant_id == tenant_id)
+                if due_by is not None:
+                    job_condition = job_condition & (JobItem.due_at.does_not_exist() | (JobItem.due_at <= due_by))
                 tx.add("update", "job", JobItem(job_id), actions=take_actions(t, token, worker),
-                       condition=(JobItem.status == JobStatus.QUEUED.value) & (JobItem.tenant_id == tenant_id),
-                       return_values=_ALL_OLD)
+                       condition=job_condition, return_values=_ALL_OLD)
         except TransactWriteError as exc:
             kind, codes = classify(exc)
             if kind == RETRY:

@@ -240,7 +240,7 @@ def wake(tenant_id: str, *, publish: Publish, reason: str = "release", now: floa
     if len(first) >= 2 and _try_wake_batch(first, tenant, t, reason):
         for job in first:
             woke(job)
-        return woken
+        first = []  # room beyond one transaction's worth: the rest one at a time
     for job in itertools.chain(first, line):
         if len(woken) >= room:
             break
@@ -363,9 +363,14 @@ def tenants_wanting_slot(tenant_id: str, *, now: float | None = None) -> dict[st
     return {tid: state for tid, state in states if policy.wants_slot(state, s.default_cap, t)}
 
 
-def oldest_queued(tenant_id: str) -> JobItem | None:
-    """The tenant's oldest queued job (the queued index, eventually consistent), or None."""
-    return next(iter(JobItem.by_queued.query(tenant_id, scan_index_forward=True, limit=1, page_size=1)), None)
+def oldest_due(tenant_id: str, *, now: float) -> JobItem | None:
+    """The tenant's oldest queued job whose message is due by ``now`` (not one in retry backoff),
+    among its ``handoff_scan_limit`` oldest queued (the queued index, eventually consistent), or None."""
+    limit = get_settings().handoff_scan_limit
+    for job in JobItem.by_queued.query(tenant_id, scan_index_forward=True, limit=limit, page_size=limit):
+        if job.due_at is None or float(job.due_at) <= now:
+            return job
+    return None
 
 
 def through_door(job: JobItem, *, door: bool = True, now: float | None = None) -> bool:

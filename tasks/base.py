@@ -567,8 +567,8 @@ class FairTask(Task):
         acquire, or, refused at the cap where the tier may borrow, a borrowing one. Refused (or
         ``publish_only``: the slot went to another job already), the job is published as the wake
         would have; a publish that fails is the sweeper's (the job is ``queued``, its ``due_at``
-        passes). An acquire that may have applied unseen is published too: the message then finds
-        the job running and is dropped, and the sweeper reclaims the lease. Never raises."""
+        passes). An acquire whose outcome DynamoDB could not tell is settled as a delivery's is
+        (:meth:`_resolve_acquire`): its lease if it applied, else the job is published. Never raises."""
         tenant_id, job_id = woken
         lease = None
         if not publish_only:
@@ -581,7 +581,9 @@ class FairTask(Task):
                     lease = transactions.acquire(job_id, tenant_id, worker, borrow=True)
             except (CapReached, JobNotQueued, TenantMismatch, LeaseContention) as refused:
                 log.info("job %s woken by a release not taken in place (%s); publishing it", job_id, refused)
-            except (AcquireUnresolved, *_INFRASTRUCTURE_ERRORS) as exc:
+            except AcquireUnresolved as unresolved:  # it may have applied: run it if it did, else publish
+                lease = self._resolve_acquire(unresolved)
+            except _INFRASTRUCTURE_ERRORS as exc:
                 log.warning("taking woken job %s in place failed (%s); publishing it", job_id, exc)
         if lease is not None:
             log.info("took job %s of %s, woken by this release, in place", job_id, tenant_id)
@@ -599,10 +601,12 @@ class FairTask(Task):
         with an ordinary acquire for ``worker``, to run in place (:meth:`_run_in_place`). The job's
         own message, delivered later, finds it running and is dropped as a duplicate.
 
-        Returns the lease, or None: nobody to take (not read, nobody queued within its cap), or
-        the acquire refused (the cap, the job gone meanwhile) or failed; the job's message then
-        brings it as usual. An ambiguous acquire that may have applied is left to the sweeper (the
-        lease expires and the job is re-queued). Never raises.
+        Only a job whose message is due is taken (``due_at`` by now, read and conditioned: not one
+        in retry backoff). Returns the lease, or None: nobody to take (not read, nobody queued
+        within its cap, nothing due), or the acquire refused (the cap, the job gone meanwhile) or
+        failed; the job's message then brings it as usual. An acquire whose outcome DynamoDB could
+        not tell is settled as a delivery's is (:meth:`_resolve_acquire`: the lease if it applied).
+        Never raises.
         """
         if not pool.wanting:
             return None
@@ -610,17 +614,19 @@ class FairTask(Task):
         if not claimants:
             return None
         tenant_id = claimants[0]
+        now = time.time()
         try:
-            job = waiting.oldest_queued(tenant_id)
-            if job is None:
+            job = waiting.oldest_due(tenant_id, now=now)
+            if job is None:  # its queued jobs are in retry backoff: their messages bring them when due
                 return None
-            lease = transactions.acquire(job.job_id, tenant_id, worker)
+            lease = transactions.acquire(job.job_id, tenant_id, worker, due_by=now)
         except (CapReached, JobNotQueued, TenantMismatch, LeaseContention) as refused:
             log.info("no take from the pool for tenant %s: %s", tenant_id, refused)
             return None
-        except (AcquireUnresolved, *_INFRASTRUCTURE_ERRORS) as exc:
-            log.warning("take from the pool for tenant %s failed (its message or the sweeper brings the job): %s",
-                        tenant_id, exc)
+        except AcquireUnresolved as unresolved:  # it may have applied: run it if it did (as a delivery does)
+            return self._resolve_acquire(unresolved)
+        except _INFRASTRUCTURE_ERRORS as exc:
+            log.warning("take from the pool for tenant %s failed (its message brings the job): %s", tenant_id, exc)
             return None
         log.info("took job %s of %s from the pool, for a slot another tenant freed", job.job_id, tenant_id)
         return lease

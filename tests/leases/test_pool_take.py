@@ -97,22 +97,25 @@ def test_a_batched_wake_is_refused_whole_when_a_job_moved_or_the_counters_did(fr
 
 
 def test_wake_of_borrowers_wakes_no_more_jobs_than_unclaimed_slots(fresh_aws):
-    """One slot above the reserve, two borrowing tiers at their caps with waiting jobs, and a third
-    tenant's job queued (on its way to that slot): nobody is woken. Once that job is gone, one job
-    is woken (before: one of each tier), and with it queued, no more."""
+    """Three slots above the reserve free, two borrowing tiers at their caps with waiting jobs, and
+    two of a third tenant's jobs queued (on their way to two of those slots): one job is woken, not
+    one of each tier. At least one is, even where the queued jobs claim every free slot (a queued
+    job may be in retry backoff, on its way to no slot); with none free, none."""
     first, second, claimant = _tenant("bwa"), _tenant("bwb"), _tenant("bwc")
     for tenant in (first, second):
         set_cap(tenant, 1, burst_cap=3)
         _running(tenant, 1)
         _parked(tenant, 2)  # parked at the door: no node registered yet, nothing to borrow
-    _node(3)
-    assert nodes.slots().busy == 2  # borrowable 3: one slot to borrow
-    [claiming] = _queued(claimant, 1)
-    assert waiting.wake_borrowers(publish=lambda t, j: None) == []
-    assert lifecycle.cancel(claiming).status == "failed"
+    _node(5)
+    assert nodes.slots().busy == 2  # borrowable 5: three slots to borrow
+    _queued(claimant, 2)
     woken = waiting.wake_borrowers(publish=lambda t, j: None)
     assert len(woken) == 1
     assert sum(_counters(t)["queued"] for t in (first, second)) == 1
+    assert len(waiting.wake_borrowers(publish=lambda t, j: None)) == 1  # 3 free, 3 claimed: the floor
+    _running(claimant, 1)
+    _running(claimant, 1)
+    _running(claimant, 1)  # busy 5 = borrowable
     assert waiting.wake_borrowers(publish=lambda t, j: None) == []
     assert audit([first, second, claimant]).clean
 
