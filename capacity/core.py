@@ -87,15 +87,19 @@ class Scheduler:
 
     def slot_passes(self, tenant_id: str, now: float) -> bool:
         """Before a commit: it hands its place on (:func:`leases.policy.passes_on`) and its slot
-        may pass to that job, run in place, within the cap (:func:`leases.policy.passes_slot`) or,
-        above it, as a lent one (:func:`leases.policy.lends_slot`, no other tenant wanting a slot)."""
+        may pass to that job, run in place, unless a tenant with fewer leases could take it from
+        the pool (:func:`leases.policy.yields_slot`): within the cap (:func:`leases.policy.passes_slot`)
+        or, above it, as a lent one (:func:`leases.policy.lends_slot`, no other tenant wanting a slot)."""
         state, cap = self.tenant(tenant_id), self.limits.default_cap
         if not policy.passes_on(state, self.limits.waiting_policy, cap):
             return False
+        others = {tid: other for tid, other in self.tenants.items()
+                  if tid != tenant_id and policy.wants_slot(other, cap, now)}
+        if policy.yields_slot(state, others, cap, now):
+            return False
         if policy.passes_slot(state, cap, now):
             return True
-        others = any(policy.wants_slot(other, cap, now) for tid, other in self.tenants.items() if tid != tenant_id)
-        return policy.lends_slot(state, self.cluster, cap, now, others)
+        return policy.lends_slot(state, self.cluster, cap, now, bool(others))
 
     def release(self, tenant_id: str, *, requeue: bool = False, pass_slot: bool = False) -> list[tuple[str, object]]:
         """A lease ends: a commit or failure passes its place to the tenant's oldest waiting job in

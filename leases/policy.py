@@ -210,6 +210,20 @@ def may_lend_slot(tenant: TenantState, default_cap: int, now: float) -> bool:
             and not holds(PASS_SLOT, tenant, default_cap))
 
 
+def yields_slot(tenant: TenantState, others: dict[str, TenantState], default_cap: int, now: float) -> bool:
+    """A commit that could pass its slot within its tenant's cap (:func:`passes_slot`) gives it
+    back to the pool instead: another tenant that could take it there (:func:`claimant_order`: a
+    job queued and :func:`may_take`) holds at least two leases fewer than ``tenant`` (its releasing
+    lease counted). That is the max-min fair share of slots the caps oversubscribe: a claimant one
+    lease fewer would only swap places with the releaser. ``others``: the other tenants, as the
+    releaser read them. Without it a chain run in place keeps every child busy, so a tenant whose
+    message stands in SQS gets no slot until a chain's tenant runs out of work (docs/design.md §3,
+    "Hand-off in place")."""
+    own = int(tenant.in_flight or 0)
+    return any(int(t.in_flight or 0) <= own - 2 for t in others.values()
+               if int(t.queued or 0) > 0 and may_take(t, default_cap, now))
+
+
 def wants_slot(tenant: TenantState, default_cap: int, now: float) -> bool:
     """The tenant could use a freed slot: a job queued (on its way to a slot), or one waiting
     that a wake would bring (room under its cap, :func:`may_take`, or a tier that borrows)."""

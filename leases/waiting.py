@@ -356,11 +356,23 @@ def tenants_wanting_slot(tenant_id: str, *, now: float | None = None) -> dict[st
     (:func:`leases.policy.wants_slot`: a job queued, or one waiting that a wake would bring), with
     their counters; one query of the pending index (eventually consistent: a tenant pending for a
     moment only may be missed, and asks again at the next release)."""
+    return pool_read(tenant_id, now=now)[1]
+
+
+def pool_read(tenant_id: str, *, now: float | None = None) -> tuple[policy.TenantState | None, dict[str, policy.TenantState]]:
+    """``(own, wanting)``: ``tenant_id``'s counters as the pending index has them (None: not
+    pending there), and :func:`tenants_wanting_slot`'s tenants; the same one query."""
     s = get_settings()
     t = time.time() if now is None else now
-    states = ((item.tenant_id, tenant_state(item)) for item in TenantItem.by_pending.query(PENDING_PARTITION)
-              if item.tenant_id != tenant_id)
-    return {tid: state for tid, state in states if policy.wants_slot(state, s.default_cap, t)}
+    own: policy.TenantState | None = None
+    wanting: dict[str, policy.TenantState] = {}
+    for item in TenantItem.by_pending.query(PENDING_PARTITION):
+        state = tenant_state(item)
+        if item.tenant_id == tenant_id:
+            own = state
+        elif policy.wants_slot(state, s.default_cap, t):
+            wanting[item.tenant_id] = state
+    return own, wanting
 
 
 def oldest_due(tenant_id: str, *, now: float) -> JobItem | None:

@@ -104,11 +104,13 @@ class Handed:
 
 @dataclass
 class PoolRead:
-    """A releaser's read of the other tenants that want a slot (:func:`leases.waiting.tenants_wanting_slot`),
-    made only where its slot could be lent (``HandOff.lend``, ``lend_if``): ``wanting`` is None
-    until read, or when the read failed."""
+    """A releaser's read of the other tenants that want a slot (:func:`leases.waiting.pool_read`),
+    made only where its slot could pass on in place (:meth:`FairTask._successor`): ``wanting`` is
+    None until read, or when the read failed; ``own``: the releasing tenant's counters in the same
+    read (None: not read, or not pending there)."""
 
     wanting: dict[str, policy.TenantState] | None = None
+    own: policy.TenantState | None = None
 
 
 class HeldWake:
@@ -521,12 +523,16 @@ class FairTask(Task):
         (if a job parked since, the condition fails, the release frees the place and the wake
         follows, as after a read that found none).
 
-        A slot passed above the cap may go on as a lent one when no other tenant wants a slot
+        Where the slot could pass (``lease_to``), who else wants one is read first
         (:meth:`_none_other_wants_slot`, one read, kept in ``Successor.pool`` for
-        :meth:`_take_from_pool`): for a tenant whose last commit in this process could not pass
-        within the cap (:attr:`_above_cap_last`) the read is made now and the lend tried first
+        :meth:`_take_from_pool`). If a tenant that could take the slot from the pool holds at least
+        two leases fewer (:func:`leases.policy.yields_slot`, the fair share), only the place passes:
+        the slot goes back to the pool, for that tenant. Else a slot passed above the cap may go on as
+        a lent one when no other tenant wants a slot: for a tenant whose last commit in this process
+        could not pass within the cap (:attr:`_above_cap_last`) the lend is tried first
         (``HandOff.lend``); otherwise only once the pass within the cap is refused and a lend could
-        apply (``HandOff.lend_if``), so a first commit above the cap lends as well."""
+        apply (``HandOff.lend_if``, answered from the same read), so a first commit above the cap
+        lends as well."""
         s = get_settings()
         if s.waiting_policy != "handoff":
             return None
@@ -540,11 +546,18 @@ class FairTask(Task):
             return None
         if not jobs:  # the release then commits on condition none waits, and needs no wake
             return Successor({}, transactions.HandOff([], time.time()), pool)
+        none_other = False
+        if lease_to is not None:
+            none_other = self._none_other_wants_slot(tenant_id, pool)  # read once, first
+            if (pool.wanting and pool.own is not None
+                    and policy.yields_slot(pool.own, pool.wanting, s.default_cap, time.time())):
+                log.info("tenant %s gives its slot back to the pool: a tenant with fewer leases wants one", tenant_id)
+                lease_to = None
         hinted = lease_to is not None and tenant_id in self._above_cap_last
         return Successor({j.job_id: j for j in jobs}, transactions.HandOff(
             [j.job_id for j in jobs], time.time(), lease_to=lease_to,
-            lend=hinted and self._none_other_wants_slot(tenant_id, pool),  # read once, first
-            lend_if=None if lease_to is None or hinted else lambda: self._none_other_wants_slot(tenant_id, pool),
+            lend=hinted and none_other,
+            lend_if=None if lease_to is None or hinted else lambda: none_other,
             parked_at={j.job_id: float(j.parked_at) for j in jobs if j.parked_at is not None}), pool)
 
     @staticmethod
@@ -553,12 +566,12 @@ class FairTask(Task):
         read now, and kept in ``pool``); a failed read: False (the slot then passes within the cap
         only). Never raises."""
         try:
-            wanting = waiting.tenants_wanting_slot(tenant_id)
+            own, wanting = waiting.pool_read(tenant_id)
         except Exception as exc:  # noqa: BLE001 - then the slot passes within the cap only
             log.info("could not read whether another tenant wants a slot (%s); not lending one", exc)
             return False
         if pool is not None:
-            pool.wanting = wanting
+            pool.wanting, pool.own = wanting, own
         return not wanting
 
     def _take_held(self, woken: tuple[str, str], worker: str, *, publish_only: bool = False) -> transactions.Lease | None:

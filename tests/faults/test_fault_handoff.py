@@ -326,6 +326,40 @@ def test_a_warm_shutdown_ends_a_run_in_place_after_the_running_job(cluster):
     assert max_concurrent(cluster.events())[tenant].leases == 1
 
 
+def test_a_chain_run_in_place_gives_its_slot_to_a_tenant_with_fewer_leases(cluster):
+    """Every child runs a chain of one tenant's line in place (cap 4 on the node's 4 slots) when a
+    second tenant's job is submitted: its message stands in SQS behind busy children, the consumer
+    has none free to take it. The first commit that reads it there (no lease, a job queued; the
+    chains' tenant 4) gives its slot back to the pool instead of passing it on, and takes that job
+    in place (leases.policy.yields_slot). Without that, the job waited for a chain to end: the
+    chains' tenant's whole line, or handoff_in_place_s."""
+    heavy = new_tenant("chains")
+    set_cap(heavy, 4)
+    holders = [cluster.submit(heavy, faults={"hold": ""}) for _ in range(4)]
+    _wait_running(holders)
+    cluster.mark(f"tenant-{heavy}.sleep", "0.5")
+    parked = [cluster.submit(heavy) for _ in range(16)]
+    wait_for(lambda: [_status(j) for j in parked] == ["waiting"] * 16, 10, what="the line to park")
+    light = new_tenant("light")
+    late = cluster.submit(light)
+    assert _status(late) == "queued"
+    for job_id in holders:
+        _release_hold(cluster, job_id)
+
+    late_job = cluster.final(late)
+    finished = [cluster.final(j) for j in parked]
+    assert [(j.status, j.attempts) for j in finished] == [("succeeded", 1)] * 16
+    assert (late_job.status, late_job.attempts) == ("succeeded", 1)
+    starts = sorted(float(j.started_at) for j in finished)
+    # It started within the chains' first round, not after their line (4 rounds of 0.5 s).
+    assert float(late_job.started_at) < starts[4], (float(late_job.started_at), starts)
+    node_log = "".join(node.log() for node in cluster.nodes.values())
+    assert f"tenant {heavy} gives its slot back to the pool" in node_log
+    assert f"took job {late} of {light} from the pool" in node_log
+    _committed_once(cluster, [*holders, *parked, late])
+    assert max_concurrent(cluster.events())[heavy].leases == 4
+
+
 def _waiting_reads(recording: DynamoRecording, tenant: str) -> list[dict]:
     """The recorded queries of ``tenant``'s waiting line (the ``by-waiting`` index)."""
     index = JobItem.by_waiting.Meta.index_name
