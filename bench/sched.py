@@ -284,6 +284,8 @@ class Bench:
                 set_cap(tenant, s.default_cap, burst_cap=burst_cap)
                 wake(tenant, publish=publish_job, reason="cap_change")
         budget_s = 120 + 3 * sum(w.count * w.duration_s for w in scenario.waves)
+        if policy == "timer":  # its worst case: a tenant's cap of jobs per delay (its copies come due together)
+            budget_s += TIMER_DELAY_S * sum(-(-w.count // s.default_cap) for w in scenario.waves)
         items = self.wait_for_final(list(tenants.values()), every, time.time() + budget_s)
         requests = self.sqs_proxy.take() + self.dynamo_proxy.take() - self.own_requests
         self.own_requests.clear()

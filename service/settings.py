@@ -160,6 +160,13 @@ class Settings(BaseSettings):
         "of its tenant wakes it (docs/design.md §3); 'timer' publishes a copy delayed by defer_delay_s (the "
         "source design's baseline, kept for make bench-sched).",
     )
+    fair_share_recheck_s: float = Field(
+        default=1.0, ge=0,
+        description="A worker process whose read of the pending index found no other tenant wanting a slot "
+        "(at a commit that could pass its slot on in place) skips that read at the tenant's commits for this "
+        "long: a tenant arriving meanwhile waits at most this plus one job for its fair share (policy.yields_slot), "
+        "and a slot above the cap is lent on meanwhile. 0: read at every such commit.",
+    )
     handoff_hint_tenants: int = Field(
         default=10_000, ge=0,
         description="Tenants a worker process remembers in each of its release hints: none waited at its "

@@ -209,6 +209,10 @@ class FairTask(Task):
     #: borrows above it): the next commit reads whether another tenant wants a slot, and if none
     #: does, passes its slot as a lent one (:meth:`_successor`, ``HandOff.lend``).
     _above_cap_last: ClassVar[set[str]] = set()
+    #: Tenant → monotonic deadline: this process's last pending-index read at a commit of the tenant
+    #: found no other tenant wanting a slot; until then its commits skip that read
+    #: (``Settings.fair_share_recheck_s``). At most ``handoff_hint_tenants`` remembered.
+    _alone_until: ClassVar[dict[str, float]] = {}
 
     # -- options ----------------------------------------------------------------------------------
 
@@ -524,8 +528,9 @@ class FairTask(Task):
         follows, as after a read that found none).
 
         Where the slot could pass (``lease_to``), who else wants one is read first
-        (:meth:`_none_other_wants_slot`, one read, kept in ``Successor.pool`` for
-        :meth:`_take_from_pool`). If a tenant that could take the slot from the pool holds at least
+        (:meth:`_read_pool`, one read, kept in ``Successor.pool`` for :meth:`_take_from_pool`; not
+        made within ``fair_share_recheck_s`` of a read of this process that found nobody else, then
+        taken as "nobody else"). If a tenant that could take the slot from the pool holds at least
         two leases fewer (:func:`leases.policy.yields_slot`, the fair share), only the place passes:
         the slot goes back to the pool, for that tenant. Else a slot passed above the cap may go on as
         a lent one when no other tenant wants a slot: for a tenant whose last commit in this process
@@ -548,7 +553,7 @@ class FairTask(Task):
             return Successor({}, transactions.HandOff([], time.time()), pool)
         none_other = False
         if lease_to is not None:
-            none_other = self._none_other_wants_slot(tenant_id, pool)  # read once, first
+            none_other = self._alone_until.get(tenant_id, 0.0) > time.monotonic() or self._read_pool(tenant_id, pool)
             if (pool.wanting and pool.own is not None
                     and policy.yields_slot(pool.own, pool.wanting, s.default_cap, time.time())):
                 log.info("tenant %s gives its slot back to the pool: a tenant with fewer leases wants one", tenant_id)
@@ -559,6 +564,19 @@ class FairTask(Task):
             lend=hinted and none_other,
             lend_if=None if lease_to is None or hinted else lambda: none_other,
             parked_at={j.job_id: float(j.parked_at) for j in jobs if j.parked_at is not None}), pool)
+
+    def _read_pool(self, tenant_id: str, pool: PoolRead) -> bool:
+        """:meth:`_none_other_wants_slot` into ``pool``; if none does, the process skips the read at
+        the tenant's commits for ``Settings.fair_share_recheck_s`` (:attr:`_alone_until`)."""
+        none_other = self._none_other_wants_slot(tenant_id, pool)
+        recheck_s = get_settings().fair_share_recheck_s
+        if none_other and recheck_s > 0 and get_settings().handoff_hint_tenants > 0:
+            if len(self._alone_until) >= get_settings().handoff_hint_tenants:
+                self._alone_until.clear()
+            self._alone_until[tenant_id] = time.monotonic() + recheck_s
+        else:
+            self._alone_until.pop(tenant_id, None)
+        return none_other
 
     @staticmethod
     def _none_other_wants_slot(tenant_id: str, pool: PoolRead | None = None) -> bool:

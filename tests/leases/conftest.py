@@ -36,6 +36,8 @@ def task():
 
     FairTask._none_waited_last.clear()
     FairTask._above_cap_last.clear()
+    FairTask._alone_until.clear()
     yield ImposeTask()
     FairTask._none_waited_last.clear()
     FairTask._above_cap_last.clear()
+    FairTask._alone_until.clear()

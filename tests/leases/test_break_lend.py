@@ -14,11 +14,23 @@ from leases import transactions, waiting
 from leases.audit import audit
 from leases.models import JobItem, LeaseItem, TenantItem
 from leases.tenants import set_cap
+from service.settings import get_settings
 from tasks.base import FairTask
 from tests.leases.test_break_handoff import (_AfterApplyFault, _assert_passed, _borrowing_three, _cluster_busy,
                                              _counters, _handoff, _parked, _running)
 from tests.leases.test_break_waiting import _new_job, _tenant
 from tests.support.recording import DynamoRecording
+
+
+@pytest.fixture(autouse=True)
+def read_at_every_commit(monkeypatch):
+    """These attacks count the pending-index queries of each commit: no skip of the fair-share read
+    (``fair_share_recheck_s`` 0; ``test_break_fair_share.py`` attacks the skip)."""
+    monkeypatch.setenv("IMPOSITION_FAIR_SHARE_RECHECK_S", "0")
+    get_settings.cache_clear()
+    yield
+    monkeypatch.undo()
+    get_settings.cache_clear()
 
 
 def _commit(task: FairTask, lease: transactions.Lease) -> transactions.Lease | None:
