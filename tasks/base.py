@@ -111,6 +111,8 @@ class PoolRead:
 
     wanting: dict[str, policy.TenantState] | None = None
     own: policy.TenantState | None = None
+    #: The due job of a claimant found for the fair share (:meth:`FairTask._due_claim`), for the take.
+    claim: JobItem | None = None
 
 
 class HeldWake:
@@ -555,7 +557,8 @@ class FairTask(Task):
         if lease_to is not None:
             none_other = self._alone_until.get(tenant_id, 0.0) > time.monotonic() or self._read_pool(tenant_id, pool)
             if (pool.wanting and pool.own is not None
-                    and policy.yields_slot(pool.own, pool.wanting, s.default_cap, time.time())):
+                    and policy.yields_slot(pool.own, pool.wanting, s.default_cap, time.time())
+                    and self._safe_due_claim(pool, poorer_than=int(pool.own.in_flight or 0)) is not None):
                 log.info("tenant %s gives its slot back to the pool: a tenant with fewer leases wants one", tenant_id)
                 lease_to = None
         hinted = lease_to is not None and tenant_id in self._above_cap_last
@@ -639,28 +642,53 @@ class FairTask(Task):
         not tell is settled as a delivery's is (:meth:`_resolve_acquire`: the lease if it applied).
         Never raises.
         """
-        if not pool.wanting:
-            return None
-        claimants = policy.claimant_order(pool.wanting, get_settings().default_cap, time.time())
-        if not claimants:
-            return None
-        tenant_id = claimants[0]
         now = time.time()
+        job: JobItem | None = None
         try:
-            job = waiting.oldest_due(tenant_id, now=now)
-            if job is None:  # its queued jobs are in retry backoff: their messages bring them when due
+            job = pool.claim if pool.claim is not None else self._due_claim(pool)
+            if job is None:  # nobody within its cap, or their queued jobs in retry backoff
                 return None
+            tenant_id = job.tenant_id
             lease = transactions.acquire(job.job_id, tenant_id, worker, due_by=now)
         except (CapReached, JobNotQueued, TenantMismatch, LeaseContention) as refused:
-            log.info("no take from the pool for tenant %s: %s", tenant_id, refused)
+            log.info("no take from the pool for job %s: %s", job.job_id if job else None, refused)
             return None
         except AcquireUnresolved as unresolved:  # it may have applied: run it if it did (as a delivery does)
             return self._resolve_acquire(unresolved)
         except _INFRASTRUCTURE_ERRORS as exc:
-            log.warning("take from the pool for tenant %s failed (its message brings the job): %s", tenant_id, exc)
+            log.warning("take from the pool failed (its message brings the job): %s", exc)
             return None
         log.info("took job %s of %s from the pool, for a slot another tenant freed", job.job_id, tenant_id)
         return lease
+
+    @staticmethod
+    def _due_claim(pool: PoolRead, poorer_than: int | None = None) -> JobItem | None:
+        """The job a take from the pool would run: the oldest queued job whose message is due of the
+        first tenant in :func:`leases.policy.claimant_order` (fewest leases first) that has one
+        (:func:`leases.waiting.oldest_due`: not one in retry backoff), kept in ``pool.claim``; with
+        ``poorer_than``, only a tenant holding at least two leases fewer (the fair share,
+        :func:`leases.policy.yields_slot`). None: nobody, or no due job. Raises as the index
+        query does."""
+        if not pool.wanting:
+            return None
+        now = time.time()
+        for tenant_id in policy.claimant_order(pool.wanting, get_settings().default_cap, now):
+            if poorer_than is not None and int(pool.wanting[tenant_id].in_flight or 0) > poorer_than - 2:
+                break  # the fewest leases first: none after it is poorer
+            job = waiting.oldest_due(tenant_id, now=now)
+            if job is not None:
+                pool.claim = job
+                return job
+        return None
+
+    @classmethod
+    def _safe_due_claim(cls, pool: PoolRead, poorer_than: int) -> JobItem | None:
+        """:meth:`_due_claim`; a failed read: None (the slot passes in place). Never raises."""
+        try:
+            return cls._due_claim(pool, poorer_than=poorer_than)
+        except Exception as exc:  # noqa: BLE001 - the release must not depend on this read
+            log.info("could not read a claimant's due job (%s); passing the slot in place", exc)
+            return None
 
     @staticmethod
     def _remember(hints: set[str], tenant_id: str, yes: bool) -> None:
@@ -682,8 +710,9 @@ class FairTask(Task):
         the release passed it the slot too (then return that lease, for the caller to run in
         place); or else, unless the release found none waiting, wake the tenant's oldest waiting
         jobs while it has room; then, if a slot was freed, offer any slot above the cluster's
-        reserve to a borrowing tier. With ``held``, the first job these wakes bring is not
-        published but held there for the caller to take in place (:meth:`_take_held`). Never
+        reserve to a borrowing tier. With ``held``, the first job the place passed to or these
+        wakes bring is not published but held there for the caller to take in place
+        (:meth:`_take_held`). Never
         raises (a wake or publish that fails is the sweeper's: a woken job is ``queued`` with
         ``due_at`` set, so a lost publish is re-published)."""
         publish = held if held is not None else publish_job
@@ -697,8 +726,8 @@ class FairTask(Task):
             if successor is not None and handed_id is not None:
                 jobs, hand_off, _ = successor
                 job = jobs[handed_id]
-                if passed is None:
-                    publish_job(tenant_id, job.job_id)
+                if passed is None:  # held, where the caller may take it in place (a take from the pool failed)
+                    publish(tenant_id, job.job_id)
                 job.woken_at, job.woken_by = hand_off.woken_at, hand_off.reason
                 signals.job_woken.send(sender=self, job=job, reason="release")
             elif successor is None or not successor[1].none_waited:  # else none waited at the release
