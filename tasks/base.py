@@ -630,10 +630,11 @@ class FairTask(Task):
 
     def _take_from_pool(self, pool: PoolRead, worker: str) -> transactions.Lease | None:
         """After a commit whose slot went back to the pool because another tenant wants one (the
-        lend was refused on ``pool``'s read): take that slot here for the oldest queued job of the
-        first tenant in :func:`leases.policy.claimant_order` (a job queued and room under its cap),
-        with an ordinary acquire for ``worker``, to run in place (:meth:`_run_in_place`). The job's
-        own message, delivered later, finds it running and is dropped as a duplicate.
+        fair share, or the lend refused, on ``pool``'s read): take that slot here for the job
+        ``pool.claim`` (found for the fair share), else :meth:`_due_claim`'s (the oldest due queued
+        job of the first tenant in :func:`leases.policy.claimant_order` that has one), with an
+        ordinary acquire for ``worker``, to run in place (:meth:`_run_in_place`). The job's own
+        message, delivered later, finds it running and is dropped as a duplicate.
 
         Only a job whose message is due is taken (``due_at`` by now, read and conditioned: not one
         in retry backoff). Returns the lease, or None: nobody to take (not read, nobody queued
