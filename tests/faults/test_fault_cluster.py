@@ -154,7 +154,10 @@ def test_the_heartbeat_keeps_a_long_jobs_message_from_being_redelivered(cluster,
     assert (job.status, job.attempts) == ("succeeded", 1)
     assert job.finished_at - job.started_at > get_clocks().visibility_timeout_s  # it outlived the timeout
     received = sum(node.log().count(f"imposition.impose[{job_id}] received") for node in cluster.nodes.values())
-    assert received == 1  # each beat extended the message's visibility: SQS never offered it again
+    # Each beat extended the message's visibility: SQS never offered it again. A copy the sweeper
+    # re-published while the message waited unstarted in a busy node's prefetch (Cluster.republished:
+    # seen on a loaded 2-core CI machine) is another message, received once, and dropped.
+    assert received == 1 + cluster.republished([job_id])
 
 
 def test_a_worker_stopped_past_ttl_and_visibility_has_its_late_writes_rejected(cluster, faulty_jobs):
@@ -226,8 +229,12 @@ def test_case_11_a_flood_from_one_tenant_leaves_room_for_the_others(cluster):
     a, others = new_tenant("a"), [new_tenant(n) for n in "bcd"]
     for tenant in (a, *others):
         cluster.mark(f"tenant-{tenant}.sleep", "2")
-    a_jobs = [cluster.submit(a) for _ in range(40)]
-    other_jobs = [cluster.submit(t) for t in others for _ in range(3)]
+    # Inputs uploaded first: the case times the submissions, and 46 uploads on a loaded 2-core
+    # machine took longer than half of A's backlog (D's jobs were submitted after it).
+    a_staged = [cluster.stage(a) for _ in range(40)]
+    other_staged = [cluster.stage(t) for t in others for _ in range(3)]
+    a_jobs = [cluster.submit_staged(s) for s in a_staged]
+    other_jobs = [cluster.submit_staged(s) for s in other_staged]
     finished = {job_id: cluster.final(job_id, timeout_s=180) for job_id in a_jobs + other_jobs}
 
     assert all(job.status == "succeeded" and job.attempts == 1 for job in finished.values())

@@ -98,11 +98,27 @@ class Cluster:
     def submit(self, tenant_id: str, *, sample: str = "a5_8p.pdf", layout: dict | None = None,
                faults: dict[str, str] | None = None, max_attempts: int | None = None) -> str:
         """Upload ``sample``, write the job's fault markers, submit; returns the job id."""
+        return self.submit_staged(self.stage(tenant_id, sample=sample, faults=faults),
+                                  layout=layout, max_attempts=max_attempts)
+
+    def stage(self, tenant_id: str, *, sample: str = "a5_8p.pdf",
+              faults: dict[str, str] | None = None) -> tuple[str, str, str]:
+        """The part of :meth:`submit` before the submission: a new job id, its fault markers and its
+        uploaded input; returns ``(tenant_id, job_id, input_key)`` for :meth:`submit_staged`. A test
+        that times its submissions against the cluster's progress stages first (an upload costs
+        more than a submission on a loaded machine)."""
         job_id = uuid.uuid4().hex
         for fault, content in (faults or {}).items():
             self.mark(f"{job_id}.{fault}", content)
         key = input_key(tenant_id, job_id)
         storage.upload(CASES / sample, key)
+        return tenant_id, job_id, key
+
+    @staticmethod
+    def submit_staged(staged: tuple[str, str, str], *, layout: dict | None = None,
+                      max_attempts: int | None = None) -> str:
+        """Submit a job :meth:`stage` prepared; returns its job id."""
+        tenant_id, job_id, key = staged
         return submit_job(tenant_id=tenant_id, token=f"tok-{job_id}", input_key=key, layout=layout or SADDLE_A4,
                           max_attempts=max_attempts, job_id=job_id)
 
