@@ -75,6 +75,12 @@ class Settings(BaseSettings):
         description="kombu's pause after a receive before it polls again; 0 = long polling alone paces them "
                     "(kombu SQS docs: the two delays add up).",
     )
+    sqs_prefetch_recheck_s: float = Field(
+        default=0.02, ge=0,
+        description="Worker: while its prefetch is full (every slot holds an unacked message), how often its SQS "
+                    "poll loop checks for room again, so a freed slot receives within this (tasks.sqs_transport: "
+                    "kombu's own re-check could wait up to a second after the ack that made room). 0 = kombu's.",
+    )
     sqs_receive_backoff_initial_s: float = Field(
         default=0.5, gt=0,
         description="Worker: pause before the next receive after the first failed one (SQS answering 408/5xx, "

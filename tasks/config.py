@@ -38,6 +38,7 @@ broker_transport_options = {
     "visibility_timeout": _clocks.visibility_timeout_s,
     "wait_time_seconds": _settings.sqs_wait_time_s,
     "polling_interval": _settings.sqs_polling_interval_s,
+    "prefetch_recheck_s": _settings.sqs_prefetch_recheck_s,
     "receive_backoff_initial_s": _settings.sqs_receive_backoff_initial_s,
     "receive_backoff_max_s": _settings.sqs_receive_backoff_max_s,
     "shutdown_receive_margin_s": _settings.sqs_shutdown_receive_margin_s,

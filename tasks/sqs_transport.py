@@ -19,7 +19,8 @@ would also give the Redis events channel and Flower this transport. What it chan
   again (visibility 0) instead of copied; if SQS refuses both, left to its visibility timeout, the
   worker kept alive (docs/design.md, "Nothing lost when an endpoint or a process fails");
 * with ``poll_stamp_path`` set, each run of a queue's poll loop touches that file (at most once a
-  second) for ``control.stack.Supervisor``.
+  second) for ``control.stack.Supervisor``;
+* while the prefetch is full, the poll loop looks for room every ``sqs_prefetch_recheck_s`` (20 ms).
 
 Publishing, acks and visibility changes use kombu's blocking boto3 client, unchanged.
 """
@@ -182,7 +183,8 @@ class Channel(SQS.Channel):
     Transport options (from :mod:`tasks.config`; the settings' defaults otherwise):
     ``receive_backoff_initial_s`` and ``receive_backoff_max_s``, seconds (see
     :class:`ReceiveBackoff`); ``shutdown_receive_margin_s``, seconds (how much longer than the long
-    poll a cancelled consumer waits for its open receives).
+    poll a cancelled consumer waits for its open receives); ``prefetch_recheck_s``, seconds (how often
+    a queue's poll loop looks for room while the prefetch is full: :meth:`_schedule_queue`).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -199,6 +201,7 @@ class Channel(SQS.Channel):
                                                     settings.sqs_shutdown_receive_margin_s))
         self._open_receives = 0  # long polls sent and not answered yet
         self._poll_stamp = PollStamp(settings.poll_stamp_path) if settings.poll_stamp_path else None
+        self._prefetch_recheck_s = float(options.get("prefetch_recheck_s", settings.sqs_prefetch_recheck_s))
 
     def _new_boto_client(self, service: str, region: str, access_key_id: str | None, secret_access_key: str | None,
                          session_token: str | None = None, config: Config | None = None) -> Any:
@@ -218,8 +221,22 @@ class Channel(SQS.Channel):
         return session.client(service, config=client_config, **client_kwargs)
 
     def _schedule_queue(self, queue):
+        """kombu's poll loop step (receive if the prefetch has room), except that while the prefetch
+        is full the next look for room is a timer of ``prefetch_recheck_s`` instead of kombu's
+        ``call_soon``.
+
+        Why: Celery acks through ``hub.call_soon`` too (``Consumer.call_soon_ack``, kombu 5.7 /
+        Celery 5.7). When a task ends, its ack and this loop's pending look are queued together, the
+        look runs first and finds the prefetch still full, queues itself again, and the event loop
+        then sleeps in ``poll`` until some file descriptor or timer wakes it (its timeout is up to
+        1 s): the slot the ack freed stayed idle 0.7–1 s with messages waiting
+        (``make bench-sched``, a chain's end in ``heavy3``; docs/design.md, "A freed slot receives
+        at once"). The timer bounds that wait by ``prefetch_recheck_s`` whatever else wakes the loop."""
         if self._poll_stamp is not None:
             self._poll_stamp.touch()
+        if self._prefetch_recheck_s > 0 and queue in self._active_queues and not self.qos.can_consume():
+            self.hub.call_later(self._prefetch_recheck_s, self._schedule_queue, queue)
+            return None
         return super()._schedule_queue(queue)
 
     @cached_property
