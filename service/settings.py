@@ -568,6 +568,16 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _prefetch_recheck_is_a_timer(self) -> "Settings":
+        """Reject a look for room more often than every millisecond: kombu's event loop runs at most
+        ten timers a turn and then sleeps up to 1 s, so a near-zero timer would do worse than 0."""
+        if 0 < self.sqs_prefetch_recheck_s < 0.001:
+            raise ValueError(
+                f"sqs_prefetch_recheck_s={self.sqs_prefetch_recheck_s} must be 0 (kombu's own re-check) or >= 0.001"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _capacity_day_is_sane(self) -> "Settings":
         """Reject a working day that ends before it starts (observability's capacity report)."""
         if self.capacity_day_start_hour >= self.capacity_day_end_hour:

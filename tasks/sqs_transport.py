@@ -222,22 +222,37 @@ class Channel(SQS.Channel):
 
     def _schedule_queue(self, queue):
         """kombu's poll loop step (receive if the prefetch has room), except that while the prefetch
-        is full the next look for room is a timer of ``prefetch_recheck_s`` instead of kombu's
-        ``call_soon``.
+        is full the next look for room is a timer of ``prefetch_recheck_s`` (:meth:`_look_for_room`)
+        instead of kombu's ``call_soon``.
 
         Why: Celery acks through ``hub.call_soon`` too (``Consumer.call_soon_ack``, kombu 5.7 /
-        Celery 5.7). When a task ends, its ack and this loop's pending look are queued together, the
-        look runs first and finds the prefetch still full, queues itself again, and the event loop
-        then sleeps in ``poll`` until some file descriptor or timer wakes it (its timeout is up to
-        1 s): the slot the ack freed stayed idle 0.7–1 s with messages waiting
-        (``make bench-sched``, a chain's end in ``heavy3``; docs/design.md, "A freed slot receives
-        at once"). The timer bounds that wait by ``prefetch_recheck_s`` whatever else wakes the loop."""
+        Celery 5.7). When a task ends, its ack and this loop's pending look are queued together; if
+        the look runs first it finds the prefetch still full and queues itself again, and the event
+        loop then sleeps in ``poll`` until a file descriptor or a timer wakes it (kombu's curl
+        client checks its requests every second): the slot the ack freed stayed idle up to 1 s with
+        messages waiting (``make bench-sched``, a chain's end in ``heavy3``; docs/design.md, "A freed
+        slot receives at once"). With the timer the look follows the ack within about
+        ``prefetch_recheck_s``."""
         if self._poll_stamp is not None:
             self._poll_stamp.touch()
         if self._prefetch_recheck_s > 0 and queue in self._active_queues and not self.qos.can_consume():
-            self.hub.call_later(self._prefetch_recheck_s, self._schedule_queue, queue)
+            self.hub.call_later(self._prefetch_recheck_s, self._look_for_room, queue)
             return None
         return super()._schedule_queue(queue)
+
+    def _look_for_room(self, queue):
+        """The timer's look (:meth:`_schedule_queue`). The event loop logs any error of a timer but
+        the ones it propagates (the connection's, which restart the consumer, as kombu's own loop
+        would) and forgets it, which would end this queue's loop for good with the worker up: an
+        error while sending the receive (a request that could not be signed, say) is therefore read
+        as a failed receive here, and the queue polls again after the receive backoff."""
+        try:
+            self._schedule_queue(queue)
+        except self.hub.propagate_errors:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the loop must go on; one warning opens the outage
+            self._receive_failed(queue, ReceiveFailed(exc))
+            self._loop1(queue)
 
     @cached_property
     def predefined_queues(self) -> dict[str, dict]:

@@ -334,34 +334,45 @@ _LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}): [^]]*\] Task
 
 
 def _task_log_times(log: str) -> dict[tuple[str, str], float]:
-    """``(job id, "received" | "succeeded in") → epoch s`` from a node's log (Celery's own lines)."""
-    def epoch(stamp: str) -> float:
-        return datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
-    return {(job_id, what): epoch(stamp) for stamp, job_id, what in _LOG_LINE.findall(log)}
+    """``(job id, "received" | "succeeded in") → epoch s`` of the first such line in a node's log
+    (Celery's own lines; a later copy of a message is another delivery)."""
+    times: dict[tuple[str, str], float] = {}
+    for stamp, job_id, what in _LOG_LINE.findall(log):
+        times.setdefault((job_id, what), datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp())
+    return times
 
 
 def test_a_slot_freed_while_the_prefetch_is_full_receives_the_next_message_at_once(cluster):
-    """Three of the node's four slots hold their messages (unacked: the prefetch is full whenever
-    the fourth runs); jobs of ten tenants, each with room, queue in SQS and pass through the fourth
-    slot one by one. Each freed slot must receive the next message at once: kombu's poll loop
-    looked for room again only at the event loop's next wake, up to 1 s after the ack
-    (tasks.sqs_transport.Channel._schedule_queue; 0.7-1 s gaps measured in make bench-sched)."""
-    holders = [cluster.submit(new_tenant("full"), faults={"hold": ""}) for _ in range(3)]
-    _wait_running(holders)
-    jobs = [cluster.submit(new_tenant("through"), faults={"sleep": "0.2"}) for _ in range(10)]
-    finished = [cluster.final(j) for j in jobs]
-    for job_id in holders:
-        _release_hold(cluster, job_id)
-    assert [(j.status, j.attempts) for j in finished] == [("succeeded", 1)] * 10
+    """The node's four slots hold their messages (unacked: the prefetch is full) while jobs of
+    fourteen tenants, each with room, queue in SQS; then one slot is freed and the jobs pass
+    through it one by one. Each must be received as soon as the one before it ended: kombu's poll
+    loop looked for room again only at the event loop's next wake, up to 1 s after the ack
+    (tasks.sqs_transport.Channel._schedule_queue; 0.6-1 s gaps measured in make bench-sched)."""
+    holders = [cluster.submit(new_tenant("full"), faults={"hold": ""}) for _ in range(4)]
+    try:
+        _wait_running(holders)
+        staged = [cluster.stage(new_tenant("through"), faults={"sleep": "0.2"}) for _ in range(14)]
+        jobs = [cluster.submit_staged(s) for s in staged]
+        queue_url = aws.queue_url(get_settings().imposition_queue)
+        wait_for(lambda: int(aws.sqs().get_queue_attributes(
+            QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"][
+                "ApproximateNumberOfMessages"]) >= len(jobs), 30, what="the jobs' messages to wait in SQS")
+        _release_hold(cluster, holders[-1])
+        finished = [cluster.final(j) for j in jobs]
+    finally:
+        for job_id in holders:
+            if (cluster.fault_dir / f"{job_id}.hold").exists():
+                _release_hold(cluster, job_id)
+    assert [(j.status, j.attempts) for j in finished] == [("succeeded", 1)] * len(jobs)
 
     (node,) = cluster.nodes.values()
     times = _task_log_times(node.log())
     order = sorted(jobs, key=lambda j: times[(j, "received")])
-    gaps = [times[(nxt, "received")] - times[(prev, "succeeded in")] for prev, nxt in zip(order, order[1:])
-            if times[(nxt, "received")] > times[(prev, "succeeded in")]]  # received after the previous ended
-    assert len(gaps) >= 6, (gaps, "the jobs did not pass one by one: nothing was shown")
-    # kombu's own re-check left about half the gaps at 0.6-1 s (measured: 0.77, 0.01, 0.02, 0.01, 0.68);
-    # the 20 ms timer leaves the ack, a receive and the dispatch (0.01-0.03 s each, measured).
+    gaps = [times[(nxt, "received")] - times[(prev, "succeeded in")] for prev, nxt in zip(order, order[1:])]
+    assert all(gap > 0 for gap in gaps), (gaps, "a job was received before the one before it ended: "
+                                                "the prefetch was not full, nothing was shown")
+    # kombu's own re-check left some gaps at 0.5-0.8 s (measured: 0.77, 0.01, 0.02, 0.01, 0.68); the
+    # 20 ms timer leaves the ack, a receive and the dispatch (0.01-0.03 s each, measured).
     assert max(gaps) < 0.5, gaps
 
 
