@@ -347,7 +347,7 @@ def test_a_slot_freed_while_the_prefetch_is_full_receives_the_next_message_at_on
     fourteen tenants, each with room, queue in SQS; then one slot is freed and the jobs pass
     through it one by one. Each must be received as soon as the one before it ended: kombu's poll
     loop looked for room again only at the event loop's next wake, up to 1 s after the ack
-    (tasks.sqs_transport.Channel._schedule_queue; 0.6-1 s gaps measured in make bench-sched)."""
+    (tasks.sqs_transport.Channel._schedule_queue; 0.3-1 s gaps measured in make bench-sched)."""
     holders = [cluster.submit(new_tenant("full"), faults={"hold": ""}) for _ in range(4)]
     try:
         _wait_running(holders)
