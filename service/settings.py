@@ -78,7 +78,7 @@ class Settings(BaseSettings):
     sqs_prefetch_recheck_s: float = Field(
         default=0.02, ge=0,
         description="Worker: while its prefetch is full (every slot holds an unacked message), how often its SQS "
-                    "poll loop checks for room again, so a freed slot receives within this (tasks.sqs_transport: "
+                    "poll loop checks for room again, so a freed slot's next receive is sent within about this (tasks.sqs_transport: "
                     "kombu's own re-check could wait up to a second after the ack that made room). 0 = kombu's.",
     )
     sqs_receive_backoff_initial_s: float = Field(

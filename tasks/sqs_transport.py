@@ -241,7 +241,8 @@ class Channel(SQS.Channel):
         return super()._schedule_queue(queue)
 
     def _look_for_room(self, queue):
-        """The timer's look (:meth:`_schedule_queue`). The event loop logs any error of a timer but
+        """A timer's step of the poll loop (:meth:`_schedule_queue`: the look for room, and the next
+        poll after a failed receive's backoff). The event loop logs any error of a timer but
         the ones it propagates (the connection's, which restart the consumer, as kombu's own loop
         would) and forgets it, which would end this queue's loop for good with the worker up: an
         error while sending the receive (a request that could not be signed, say) is therefore read
@@ -358,7 +359,7 @@ class Channel(SQS.Channel):
         outage = self._outages.get(queue)
         if outage is None:
             return super()._loop1(queue, messages_fetched)
-        self.hub.call_later(self._backoff.pause_s(outage.failures), self._schedule_queue, queue)
+        self.hub.call_later(self._backoff.pause_s(outage.failures), self._look_for_room, queue)
         return None
 
     def _receive_failed(self, queue: str, answer: object) -> None:
