@@ -10,8 +10,8 @@ on one host, so the clocks agree)::
     {"event": "acquired",  "t": ..., "tenant": ..., "job": ..., "token": ..., "pid": ...}
     {"event": "releasing", "t": ..., ..., "outcome": "succeeded" | "retrying" | "failed"}
     {"event": "released",  "t": ..., ..., "outcome": ...}   (the release transaction returned; a
-        commit that passed its slot adds "passed_token", "passed_job": the lease it took for the
-        tenant's next waiting job, which certainly existed from then)
+        commit that passed its slot adds "passed_token", "passed_job", "passed_tenant" (absent:
+        the releaser's): the lease it took for the next job, which certainly existed from then)
     {"event": "reclaimed", "t": ..., ..., "swept_at": ..., "requeued": true | false}
     {"event": "lost",      "t": ..., ..., "detail": ...}
 
@@ -96,7 +96,8 @@ def held_intervals(events: Iterable[dict]) -> list[HeldInterval]:
         if e["event"] == "acquired":
             starts.setdefault(token, e)
         elif e["event"] == "released" and e.get("passed_token"):  # the commit took the next job's lease
-            starts.setdefault(e["passed_token"], {"tenant": e["tenant"], "job": e["passed_job"], "t": e["t"]})
+            starts.setdefault(e["passed_token"], {"tenant": e.get("passed_tenant", e["tenant"]),
+                                                  "job": e["passed_job"], "t": e["t"]})
         elif e["event"] == "releasing":
             ends[token] = min(ends.get(token, e["t"]), e["t"])
         elif e["event"] == "reclaimed":

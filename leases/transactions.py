@@ -495,11 +495,8 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, n
                        return_values=_ALL_OLD)
                 tx.add("update", "cluster", slots_item(), actions=[ClusterItem.busy.add(1)],
                        condition=slot_to_borrow() if borrow else None)
-                job_condition = (JobItem.status == JobStatus.QUEUED.value) & (JobItem.tenant_id == tenant_id)
-                if due_by is not None:
-                    job_condition = job_condition & (JobItem.due_at.does_not_exist() | (JobItem.due_at <= due_by))
                 tx.add("update", "job", JobItem(job_id), actions=take_actions(t, token, worker),
-                       condition=job_condition, return_values=_ALL_OLD)
+                       condition=queued_and_due(tenant_id, due_by), return_values=_ALL_OLD)
         except TransactWriteError as exc:
             kind, codes = classify(exc)
             if kind == RETRY:
@@ -597,6 +594,15 @@ def still_held(lease: Lease) -> bool:
 # --- release: the one fenced write that ends a lease ---------------------------------------------
 
 
+@dataclass(frozen=True)
+class Claim:
+    """A job another tenant has queued and due (``due_at`` by the release's time), which a release
+    may pass its slot to (:attr:`HandOff.claim`)."""
+
+    job_id: str
+    tenant_id: str
+
+
 @dataclass
 class HandOff:
     """Waiting jobs of the releasing tenant, one of which is to be handed the place a release
@@ -638,6 +644,47 @@ class HandOff:
     #: :func:`slot_lent_from_pool` held); False when it passed within the cap after a refused lend,
     #: or passed nothing (set by the release: ``lend`` is only what the caller asked).
     lent: bool = False
+    #: With ``lease_to``: another tenant's queued job to pass the slot to instead, in the same
+    #: transaction (the fair share, :func:`leases.policy.yields_slot`; the place still passes to
+    #: ``candidates``): a lease of ``lease_to`` for it, taken as :func:`acquire` takes one within
+    #: the cap (:func:`claim_actions`). Refused (the job taken or not due any more, its tenant at
+    #: its cap or frozen), the release is tried again at once without it: the slot then passes to
+    #: the tenant's own next job, so a claim that another releaser won costs one refused try.
+    claim: Claim | None = None
+    #: That lease, once the release applied with ``claim`` (set by the release); None: it did not.
+    claimed: Lease | None = None
+
+
+
+#: The items a claim adds to a release (:func:`claim_actions`), by name.
+CLAIM_ITEMS = ("claim_tenant", "claim_lease", "claim_job")
+
+
+def claim_actions(tx: NamedTransaction, claim: Claim, worker: str, token: str, t: float) -> Lease:
+    """Add to ``tx`` the take of ``claim``'s job under a new lease of ``worker`` with ``token`` at
+    ``t`` (epoch s), as :func:`acquire` takes one within the cap and due by ``t``, without the
+    cluster's ``busy + 1`` (the releasing slot stays busy): its tenant ``in_flight + 1``,
+    ``queued − 1`` on condition :func:`cap_has_room` and :func:`not_frozen`; its lease item, on
+    condition none exists; the job ``queued → running`` (:func:`take_actions`) on condition it is
+    queued, the tenant's and due. Items named :data:`CLAIM_ITEMS`. Returns the lease it takes."""
+    s = get_settings()
+    tx.add("update", "claim_tenant", TenantItem(claim.tenant_id),
+           actions=[TenantItem.in_flight.set((TenantItem.in_flight | 0) + 1), TenantItem.queued.add(-1)],
+           condition=cap_has_room(s.default_cap) & not_frozen(t))
+    tx.add("save", "claim_lease", new_lease_item(claim.job_id, claim.tenant_id, worker, token, t),
+           condition=LeaseItem.job_id.does_not_exist())
+    tx.add("update", "claim_job", JobItem(claim.job_id), actions=take_actions(t, token, worker),
+           condition=queued_and_due(claim.tenant_id, t))
+    return Lease(claim.job_id, claim.tenant_id, worker, token, t, t + s.lease_ttl_s)
+
+
+def queued_and_due(tenant_id: str, due_by: float | None = None):
+    """Condition on a job item: ``queued``, ``tenant_id``'s, and with ``due_by`` (epoch s) its
+    message due by then (``due_at`` absent or ``<= due_by``: not a job in retry backoff)."""
+    condition = (JobItem.status == JobStatus.QUEUED.value) & (JobItem.tenant_id == tenant_id)
+    if due_by is not None:
+        condition = condition & (JobItem.due_at.does_not_exist() | (JobItem.due_at <= due_by))
+    return condition
 
 
 def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[NamedTransaction, str], None], *,
@@ -661,7 +708,12 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
     :func:`slot_lent_from_pool` (a slot above the cap, lent on; if they fail, the pass within the
     cap is tried), or, with ``hand_off.lend_if``, lent once the pass within the cap was refused for
     the tenant's counters and ``lend_if()`` says no other tenant wants a slot (a lend refused then
-    passes the place only); ``hand_off.lease`` is then that lease. A ``hand_off``
+    passes the place only); ``hand_off.lease`` is then that lease. With ``hand_off.claim`` (and
+    ``lease_to``), the slot passes to that job of another tenant instead, its lease for
+    ``lease_to`` taken in the same transaction (:func:`claim_actions`; the cluster's ``busy``
+    unchanged, the place still handed to the candidate, not its slot); if only the claim's
+    conditions fail, the release is tried again at once without it, as just described;
+    ``hand_off.claimed`` is then that lease. A ``hand_off``
     without candidates (the caller read none waiting) makes the release conditional on none waiting
     (:func:`none_waiting`; ``hand_off.none_waited``: the caller need not wake). If only the
     hand-off's conditions fail, the release is tried again at once with the next
@@ -698,13 +750,19 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
     lend_if = [hand_off.lend_if] if lease_to and not lend and hand_off is not None and hand_off.lend_if else []
     successor_token = new_token()
     refused: list[bool] = []  # a try refused the slot for the tenant's counters
+    claim = [hand_off.claim] if lease_to and hand_off is not None and hand_off.claim is not None else []
+    if claim and claim[0].tenant_id == tenant_id:
+        raise ValueError(f"a claim passes a slot to another tenant, not to {tenant_id} itself")
+    claim_to = lease_to[0] if claim else ""
+    claimed: dict[str, Lease] = {}  # release id → the lease that attempt took for the claim
 
     def attempt() -> bool:
         release_id = new_token()
         release_ids.append(release_id)
         t = time.time()
         handing = bool(candidates)
-        passing = handing and bool(lease_to)
+        claiming = bool(claim)
+        passing = handing and bool(lease_to) and not claiming
         condition = LeaseItem.token == token
         if expired_before is not None:
             condition = condition & (LeaseItem.expires_at < expired_before)
@@ -731,7 +789,7 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
                 tx.add("delete", "lease", LeaseItem(job_id), condition=condition)
                 tx.add("update", "tenant", TenantItem(tenant_id), actions=place, condition=tenant_condition,
                        return_values=_ALL_OLD if passing and lend_if else None)
-                if not passing:  # a passed slot stays busy
+                if not passing and not claiming:  # a passed slot stays busy
                     tx.add("update", "cluster", slots_item(), actions=[ClusterItem.busy.add(-1)])
                 elif lending:
                     tx.add("condition_check", "cluster", ClusterItem, CLUSTER_SLOTS_KEY, condition=slot_lent_from_pool())
@@ -754,6 +812,8 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
                     tx.add("update", "successor", JobItem(candidates[0]),
                            actions=wake_actions(tenant_id, hand_off.woken_at, hand_off.reason),
                            condition=is_waiting(tenant_id))
+                if claiming:
+                    claimed[release_id] = claim_actions(tx, claim[0], claim_to, successor_token, t)
         except TransactWriteError as exc:
             kind, codes = classify(exc)
             if kind == RETRY:
@@ -761,9 +821,14 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
             if (handing or checking) and kind == CANCELLED and exc.cancellation_reasons:
                 reasons = tx.reasons(exc)
                 if CONDITION_FAILED not in (reason_code(reasons, "lease"), reason_code(reasons, "job")):
+                    claim_refused = claiming and CONDITION_FAILED in (reason_code(reasons, name) for name in CLAIM_ITEMS)
+                    if claim_refused:
+                        claim.clear()  # taken by another releaser, or its tenant at its cap: pass in place
                     if CONDITION_FAILED in (reason_code(reasons, "successor"), reason_code(reasons, "successor_lease")):
                         del candidates[0]  # woken by another release, or cancelled: the next one still waiting
                         candidates[:] = _still_waiting(candidates, tenant_id)
+                        return attempt()
+                    if claim_refused:
                         return attempt()
                     if lending and reason_code(reasons, "cluster") == CONDITION_FAILED:
                         lend.clear()  # the pool is down to its reserve: pass within the cap only
@@ -796,6 +861,7 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
                     hand_off.lent = lent[applied_id] and applied_id in passed
                     hand_off.job_id = handing_ids.get(applied_id)
                     hand_off.lease = passed.get(applied_id)
+                    hand_off.claimed = claimed.get(applied_id)
                     hand_off.none_waited = checked[applied_id] if not hand_off.candidates else None
                 return True
             if kind == AMBIGUOUS:
@@ -808,6 +874,7 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
             hand_off.lent = lending
             hand_off.job_id = candidates[0] if handing else None
             hand_off.lease = passed.get(release_id)
+            hand_off.claimed = claimed.get(release_id)
             hand_off.none_waited = checking if not hand_off.candidates else None
         return True
 

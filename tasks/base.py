@@ -365,10 +365,10 @@ class FairTask(Task):
             return self._on_lease_lost(lease, str(exc), heartbeat, int(job.attempts)), None
         except (*_INFRASTRUCTURE_ERRORS, LeaseContention) as exc:
             return self._on_release_unreachable(lease, exc, heartbeat, int(job.attempts)), None
-        signals.lease_released.send(sender=self, lease=lease, outcome=JobOutcome.SUCCEEDED,
-                                    passed=successor.hand_off.lease if successor is not None else None)
-        held = HeldWake() if in_place else None
-        passed = self._hand_off(tenant_id, successor, held)
+        signals.lease_released.send(
+            sender=self, lease=lease, outcome=JobOutcome.SUCCEEDED,
+            passed=(successor.hand_off.lease or successor.hand_off.claimed) if successor is not None else None)
+        next_run = self._hand_on(lease, successor, in_place)
         for name, value in written.items():  # the job as committed, without reading it back
             setattr(job, name, value)
 
@@ -376,16 +376,35 @@ class FairTask(Task):
             signals.job_finished.send(sender=self, job=job, outcome=JobOutcome.SUCCEEDED, error=None)
 
         outcome = {"outcome": JobOutcome.SUCCEEDED, "job_id": job_id, "tenant_id": tenant_id}
-        if successor is not None and passed is not None:
-            return outcome, Handed(passed, report, transactions.apply_pass(successor.jobs[passed.job_id],
-                                                                           successor.hand_off))
-        taken = self._take_from_pool(successor.pool, lease.worker) if in_place and successor is not None else None
-        if held is not None and held.job is not None:
-            taken = self._take_held(held.job, lease.worker, publish_only=taken is not None) or taken
-        if taken is not None:
-            return outcome, Handed(taken, report, None)
+        if next_run is not None:
+            return outcome, Handed(next_run[0], report, next_run[1])
         report()
         return outcome, None
+
+    def _hand_on(self, lease: transactions.Lease, successor: Successor | None,
+                 in_place: bool) -> tuple[transactions.Lease, JobItem | None] | None:
+        """After the commit of ``lease`` with ``successor``'s hand-off (:meth:`_successor`): hand on
+        what it freed (:meth:`_hand_off`) and, for a delivery that may run on in place
+        (``in_place``, :meth:`_may_pass_slot`), the lease to run next here with the job as written
+        (None: read it): the slot the commit passed to the tenant's next job, else the one it
+        passed to another tenant's job (``HandOff.claimed``), else a take from the pool
+        (:meth:`_take_from_pool`), else the job its wake brought (:meth:`_take_held`). None: the
+        chain ends (the delivery goes back to SQS for its next message). Never raises."""
+        held = HeldWake() if in_place else None
+        passed = self._hand_off(lease.tenant_id, successor, held)
+        if successor is not None and passed is not None:
+            return passed, transactions.apply_pass(successor.jobs[passed.job_id], successor.hand_off)
+        taken = successor.hand_off.claimed if successor is not None else None
+        if taken is not None:
+            log.info("passed the slot of job %s to job %s of %s in the commit", lease.job_id, taken.job_id,
+                     taken.tenant_id)
+        elif in_place and successor is not None:
+            if successor.hand_off.claim is not None:  # refused in the commit: taken by another releaser
+                successor.pool.claim = None
+            taken = self._take_from_pool(successor.pool, lease.worker)
+        if held is not None and held.job is not None:
+            taken = self._take_held(held.job, lease.worker, publish_only=taken is not None) or taken
+        return (taken, None) if taken is not None else None
 
     @staticmethod
     def _may_pass_slot(began: float) -> bool:
@@ -533,8 +552,11 @@ class FairTask(Task):
         (:meth:`_read_pool`, one read, kept in ``Successor.pool`` for :meth:`_take_from_pool`; not
         made within ``fair_share_recheck_s`` of a read of this process that found nobody else, then
         taken as "nobody else"). If a tenant that could take the slot from the pool holds at least
-        two leases fewer (:func:`leases.policy.yields_slot`, the fair share), only the place passes:
-        the slot goes back to the pool, for that tenant. Else a slot passed above the cap may go on as
+        two leases fewer (:func:`leases.policy.yields_slot`, the fair share) and has a due queued
+        job (:meth:`_due_claim`), the slot passes to that job in the release's transaction
+        (``HandOff.claim``) and only the place to the tenant's own; if that job was taken meanwhile
+        (as when several releasers read the same claim at once), the release passes its slot in
+        place after all, in its next try. Else a slot passed above the cap may go on as
         a lent one when no other tenant wants a slot: for a tenant whose last commit in this process
         could not pass within the cap (:attr:`_above_cap_last`) the lend is tried first
         (``HandOff.lend``); otherwise only once the pass within the cap is refused and a lend could
@@ -554,19 +576,22 @@ class FairTask(Task):
         if not jobs:  # the release then commits on condition none waits, and needs no wake
             return Successor({}, transactions.HandOff([], time.time()), pool)
         none_other = False
+        claim = None
         if lease_to is not None:
             none_other = self._alone_until.get(tenant_id, 0.0) > time.monotonic() or self._read_pool(tenant_id, pool)
             if (pool.wanting and pool.own is not None
-                    and policy.yields_slot(pool.own, pool.wanting, s.default_cap, time.time())
-                    and self._safe_due_claim(pool, poorer_than=int(pool.own.in_flight or 0)) is not None):
-                log.info("tenant %s gives its slot back to the pool: a tenant with fewer leases wants one", tenant_id)
-                lease_to = None
+                    and policy.yields_slot(pool.own, pool.wanting, s.default_cap, time.time())):
+                due = self._safe_due_claim(pool, poorer_than=int(pool.own.in_flight or 0))
+                if due is not None:
+                    log.info("tenant %s gives its slot to job %s of %s, a tenant with fewer leases, if it is "
+                             "still queued", tenant_id, due.job_id, due.tenant_id)
+                    claim = transactions.Claim(due.job_id, due.tenant_id)
         hinted = lease_to is not None and tenant_id in self._above_cap_last
         return Successor({j.job_id: j for j in jobs}, transactions.HandOff(
             [j.job_id for j in jobs], time.time(), lease_to=lease_to,
             lend=hinted and none_other,
             lend_if=None if lease_to is None or hinted else lambda: none_other,
-            parked_at={j.job_id: float(j.parked_at) for j in jobs if j.parked_at is not None}), pool)
+            parked_at={j.job_id: float(j.parked_at) for j in jobs if j.parked_at is not None}, claim=claim), pool)
 
     def _read_pool(self, tenant_id: str, pool: PoolRead) -> bool:
         """:meth:`_none_other_wants_slot` into ``pool``; if none does, the process skips the read at
@@ -630,8 +655,8 @@ class FairTask(Task):
 
     def _take_from_pool(self, pool: PoolRead, worker: str) -> transactions.Lease | None:
         """After a commit whose slot went back to the pool because another tenant wants one (the
-        fair share, or the lend refused, on ``pool``'s read): take that slot here for the job
-        ``pool.claim`` (found for the fair share), else :meth:`_due_claim`'s (the oldest due queued
+        lend refused, on ``pool``'s read): take that slot here for the job ``pool.claim``, else
+        :meth:`_due_claim`'s (the oldest due queued
         job of the first tenant in :func:`leases.policy.claimant_order` that has one), with an
         ordinary acquire for ``worker``, to run in place (:meth:`_run_in_place`). The job's own
         message, delivered later, finds it running and is dropped as a duplicate.
@@ -734,7 +759,7 @@ class FairTask(Task):
             elif successor is None or not successor[1].none_waited:  # else none waited at the release
                 waiting.wake(tenant_id, publish=publish,
                              on_woken=lambda job: signals.job_woken.send(sender=self, job=job, reason="release"))
-            if passed is None:  # a passed slot stays busy: nothing to lend
+            if passed is None and (successor is None or successor[1].claimed is None):  # a passed slot stays busy
                 waiting.wake_borrowers(publish=publish,
                                        on_woken=lambda job: signals.job_woken.send(sender=self, job=job, reason="borrow"))
         except Exception as exc:  # noqa: BLE001 - the job's own outcome is committed; the sweeper wakes

@@ -36,7 +36,8 @@ def install(directory: str | os.PathLike) -> EventLog:
         log.write("releasing", time.time(), outcome=outcome, **fields(lease))
 
     def on_released(sender=None, lease=None, outcome=None, passed=None, **_: object) -> None:
-        slot = {"passed_token": passed.token, "passed_job": passed.job_id} if passed is not None else {}
+        slot = ({"passed_token": passed.token, "passed_job": passed.job_id, "passed_tenant": passed.tenant_id}
+                if passed is not None else {})
         log.write("released", time.time(), outcome=outcome, **slot, **fields(lease))
 
     def on_lost(sender=None, lease=None, detail="", **_: object) -> None:

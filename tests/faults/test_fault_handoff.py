@@ -380,9 +380,9 @@ def test_a_chain_run_in_place_gives_its_slot_to_a_tenant_with_fewer_leases(clust
     """Every child runs a chain of one tenant's line in place (cap 4 on the node's 4 slots) when a
     second tenant's job is submitted: its message stands in SQS behind busy children, the consumer
     has none free to take it. The first commit that reads it there (no lease, a job queued; the
-    chains' tenant 4) gives its slot back to the pool instead of passing it on, and takes that job
-    in place (leases.policy.yields_slot). Without that, the job waited for a chain to end: the
-    chains' tenant's whole line, or handoff_in_place_s."""
+    chains' tenant 4) passes its slot to that job in the commit instead of to its own next one,
+    and runs it in place (leases.policy.yields_slot, HandOff.claim). Without that, the job waited
+    for a chain to end: the chains' tenant's whole line, or handoff_in_place_s."""
     heavy = new_tenant("chains")
     set_cap(heavy, 4)
     holders = [cluster.submit(heavy, faults={"hold": ""}) for _ in range(4)]
@@ -404,8 +404,8 @@ def test_a_chain_run_in_place_gives_its_slot_to_a_tenant_with_fewer_leases(clust
     # It started within the chains' first round, not after their line (4 rounds of 0.5 s).
     assert float(late_job.started_at) < starts[4], (float(late_job.started_at), starts)
     node_log = "".join(node.log() for node in cluster.nodes.values())
-    assert f"tenant {heavy} gives its slot back to the pool" in node_log
-    assert f"took job {late} of {light} from the pool" in node_log
+    assert f"tenant {heavy} gives its slot to job {late} of {light}" in node_log
+    assert f"to job {late} of {light} in the commit" in node_log  # the claim applied in a commit
     _committed_once(cluster, [*holders, *parked, late])
     assert max_concurrent(cluster.events())[heavy].leases == 4
 

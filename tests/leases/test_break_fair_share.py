@@ -38,18 +38,24 @@ def _chain(tenant: str, cap: int = 4, waiting_jobs: int = 6) -> list[transaction
 
 def test_a_commit_gives_its_slot_to_a_tenant_two_leases_poorer_and_takes_its_job(fresh_aws, task, recheck_s):
     """A tenant at its cap of 4 with jobs waiting commits while another tenant, no lease, has a job
-    queued: the place passes only (its next job queued, to be published) and the releasing child
-    takes the other tenant's job from the pool. Counters exact; the releasing tenant back at 4 - 1."""
+    queued: the place passes only (its next job queued, to be published) and the slot passes to
+    the other tenant's job in the same transaction, for the releasing child to run. Counters exact;
+    the releasing tenant back at 4 - 1."""
     recheck_s(0)
     rich, poor = _tenant("fsrich"), _tenant("fspoor")
     leases = _chain(rich)
     [queued] = [job.job_id for job in [_new_job(poor)] if waiting.admit(job, door=False)]
     successor = task._successor(rich, lease_to=leases[0].worker)
-    assert successor is not None and successor.hand_off.lease_to is None  # only the place passes
-    transactions.commit_success(leases[0], output_key="k", sheets=1, sides=2, hand_off=successor.hand_off)
-    assert task._hand_off(rich, successor) is None
-    taken = task._take_from_pool(successor.pool, leases[0].worker)
-    assert taken is not None and (taken.job_id, taken.tenant_id) == (queued, poor)
+    assert successor is not None and successor.hand_off.claim == transactions.Claim(queued, poor)
+    with DynamoRecording(fresh_aws) as recording:
+        transactions.commit_success(leases[0], output_key="k", sheets=1, sides=2, hand_off=successor.hand_off)
+        next_run = task._hand_on(leases[0], successor, True)
+    assert next_run is not None
+    taken = next_run[0]
+    assert (taken.job_id, taken.tenant_id) == (queued, poor) and successor.hand_off.claimed == taken
+    assert successor.hand_off.lease is None  # only the place passed to the rich tenant's next job
+    assert len(recording.calls("TransactWriteItems")) == 1  # the slot passed in the commit itself
+    assert transactions.read_lease(queued).token == taken.token
     assert _counters(rich) == {"in_flight": 3, "queued": 1, "waiting": 5, "occupied": 4}
     assert _counters(poor) == {"in_flight": 1, "queued": 0, "waiting": 0, "occupied": 1}
     assert audit([rich, poor]).clean
@@ -91,11 +97,12 @@ def test_a_process_that_found_nobody_else_skips_the_read_for_the_recheck_interva
     with DynamoRecording(fresh_aws) as recording:
         successor = task._successor(rich, lease_to=leases[2].worker)
     assert _pending_queries(recording) == 1
-    assert successor is not None and successor.hand_off.lease_to is None  # the claim is seen now
+    assert successor is not None and successor.hand_off.claim is not None  # the claim is seen now
+    assert successor.hand_off.claim.tenant_id == late
     assert rich not in FairTask._alone_until
     transactions.commit_success(leases[2], output_key="k", sheets=1, sides=2, hand_off=successor.hand_off)
-    task._hand_off(rich, successor)
-    assert task._take_from_pool(successor.pool, leases[2].worker) is not None
+    next_run = task._hand_on(leases[2], successor, True)
+    assert next_run is not None and next_run[0].tenant_id == late
     assert audit([rich, late]).clean
 
 

@@ -15,9 +15,10 @@ from leases.audit import audit
 from leases.models import TenantItem
 from leases.tenants import set_cap
 from service.settings import get_settings
-from tasks.base import FairTask, HeldWake
+from tasks.base import FairTask
 from tests.leases.test_break_handoff import _counters, _parked, _running
 from tests.leases.test_break_waiting import _new_job, _tenant
+from tests.support.recording import DynamoRecording
 
 
 @pytest.fixture(autouse=True)
@@ -33,19 +34,17 @@ def read_at_every_commit(monkeypatch):
 def _release_in_place(task: FairTask, lease: transactions.Lease) -> tuple[str, transactions.Lease | None]:
     """``FairTask._run_leased`` from the commit on, for a delivery that may still pass its slot in
     place: ``("passed", lease)`` the slot passed to the tenant's next job; ``("taken", lease)`` the
-    child took another job (from the pool, or the one its wake brought); ``("ended", None)`` the
-    child's chain ends here (it goes back to SQS for its next message)."""
+    child took another job (passed to a claim in the commit, from the pool, or the one its wake
+    brought); ``("ended", None)`` the child's chain ends here (it goes back to SQS for its next
+    message)."""
     successor = task._successor(lease.tenant_id, lease_to=lease.worker)
     transactions.commit_success(lease, output_key="k", sheets=1, sides=2,
                                 hand_off=successor and successor.hand_off)
-    held = HeldWake()
-    passed = task._hand_off(lease.tenant_id, successor, held)
-    if successor is not None and passed is not None:
-        return "passed", passed
-    taken = task._take_from_pool(successor.pool, lease.worker) if successor is not None else None
-    if held.job is not None:
-        taken = task._take_held(held.job, lease.worker, publish_only=taken is not None) or taken
-    return ("taken", taken) if taken is not None else ("ended", None)
+    next_run = task._hand_on(lease, successor, True)
+    if next_run is None:
+        return "ended", None
+    passed = successor is not None and next_run[0] is successor.hand_off.lease
+    return ("passed" if passed else "taken"), next_run[0]
 
 
 def _in_backoff(tenant: str, delay_s: int = 600) -> str:
@@ -124,30 +123,31 @@ def test_two_releasers_that_read_one_claim_both_yield_and_one_chain_ends_for_not
     chain ends: two slots went back to the pool for a claim of one, the rich tenant drops to 2
     leases with 2 jobs queued behind SQS, and a child waits for a message.
 
-    Right: a releaser whose take from the pool finds nothing (refused, nobody due) continues its
-    own chain: e.g. hold back the publish of the job its place passed to (as ``HeldWake`` does for
-    a wake) and take that job in place (``_take_held``) when the pool take returns None. The same
-    fix covers the backoff case above."""
+    Fixed twice: first by holding back the job the place passed to and taking it in place
+    (``_take_held``), at the cost of two more transactions after the refused take; now the claim
+    is part of the commit (``HandOff.claim``): the second releaser's commit is refused once for
+    the claim and passes its slot in place in its next try, two transactions in all."""
     rich, poor = _tenant("twrich"), _tenant("twpoor")
     leases = _chain(rich)
     [claim] = [job.job_id for job in [_new_job(poor)] if waiting.admit(job, door=False)]
     first = task._successor(rich, lease_to=leases[0].worker)
     second = task._successor(rich, lease_to=leases[1].worker)
-    assert first.hand_off.lease_to is None and second.hand_off.lease_to is None  # both yield
+    assert first.hand_off.claim == second.hand_off.claim == transactions.Claim(claim, poor)  # both yield
     results = []
     for lease, successor in ((leases[0], first), (leases[1], second)):
-        transactions.commit_success(lease, output_key="k", sheets=1, sides=2, hand_off=successor.hand_off)
-        held = HeldWake()
-        assert task._hand_off(rich, successor, held) is None
-        taken = task._take_from_pool(successor.pool, lease.worker)
-        if held.job is not None:
-            taken = task._take_held(held.job, lease.worker, publish_only=taken is not None) or taken
-        results.append(taken and (taken.tenant_id, taken.job_id))
-    assert results[0] == (poor, claim)
+        with DynamoRecording(fresh_aws) as recording:
+            transactions.commit_success(lease, output_key="k", sheets=1, sides=2, hand_off=successor.hand_off)
+            next_run = task._hand_on(lease, successor, True)
+        results.append(next_run and (next_run[0].tenant_id, next_run[0].job_id))
+        assert len(recording.calls("TransactWriteItems")) == (1 if lease is leases[0] else 2)
+    assert results[0] == (poor, claim) and first.hand_off.claimed is not None
     assert audit([rich, poor]).clean
     assert results[1] is not None, (
         f"the second releaser yielded to the same one-job claim and ended its chain: rich "
         f"{_counters(rich)}, poor {_counters(poor)}")
+    assert second.hand_off.lease is not None and results[1] == (rich, second.hand_off.lease.job_id)
+    assert _counters(rich) == {"in_flight": 3, "queued": 1, "waiting": 4, "occupied": 4}
+    assert _counters(poor) == {"in_flight": 1, "queued": 0, "waiting": 0, "occupied": 1}
 
 
 # -- what holds -------------------------------------------------------------------------------------
@@ -192,22 +192,21 @@ def test_cap_lowered_to_zero_between_read_and_commit(fresh_aws, task, who):
     set_cap(poor, 2)
     waiting.admit(_new_job(poor), door=False)
     successor = task._successor(rich, lease_to=leases[0].worker)
-    assert successor.hand_off.lease_to is None
+    assert successor.hand_off.claim is not None and successor.hand_off.claim.tenant_id == poor
     set_cap(rich if who == "releaser" else poor, 0)
     transactions.commit_success(leases[0], output_key="k", sheets=1, sides=2, hand_off=successor.hand_off)
-    held = HeldWake()
-    assert task._hand_off(rich, successor, held) is None
-    taken = task._take_from_pool(successor.pool, leases[0].worker)
+    next_run = task._hand_on(leases[0], successor, True)
+    assert next_run is not None
+    taken = next_run[0]
     if who == "releaser":
+        # the place was freed (a cap of 0 passes none), the slot went to the claim in the commit
         assert _counters(rich) == {"in_flight": 3, "queued": 0, "waiting": 6, "occupied": 3}
-        assert taken is not None and taken.tenant_id == poor
-        assert held.job is None  # the place was freed: no job of the releaser's to hold
+        assert taken.tenant_id == poor and successor.hand_off.claimed == taken
+        assert successor.hand_off.job_id is None
     else:
-        assert taken is None and _counters(poor)["in_flight"] == 0
-        # the job the place passed to was held, not published: the child takes it in place instead
-        assert held.job is not None and held.job[0] == rich
-        again = task._take_held(held.job, leases[0].worker)
-        assert again is not None and again.tenant_id == rich
+        # the claim was refused in the commit: its next try passed the slot in place
+        assert _counters(poor)["in_flight"] == 0 and successor.hand_off.claimed is None
+        assert taken.tenant_id == rich and successor.hand_off.lease == taken
         assert _counters(rich)["in_flight"] == 4
     assert audit([rich, poor]).clean
 
@@ -293,5 +292,5 @@ def test_the_simulator_asks_the_same_rule(fresh_aws, task, poor_leases, backoff,
         state.in_flight, state.queued, state.waiting, state.occupied = (
             real["in_flight"], real["queued"], real["waiting"], real["occupied"])
     successor = task._successor(rich, lease_to=leases[0].worker)
-    assert (successor.hand_off.lease_to is not None) == passes
+    assert (successor.hand_off.claim is None) == passes  # a claim: the slot goes to the poorer tenant
     assert sched.slot_passes(rich, time.time()) == (False if backoff else passes)

@@ -143,7 +143,8 @@ def test_a_first_commit_above_the_cap_lends_once_the_pass_within_it_is_refused(f
     passes only, with no more release transactions than the refusals it took. Every way but one, the
     process then remembers the tenant above its cap; counters, busy and the audit exact. The one: a
     tenant with no lease (two fewer than the releaser's three) has a job queued, so the slot goes
-    back to the pool for it (``policy.yields_slot``) and no pass is tried at all: one transaction.
+    to that job in the commit (``policy.yields_slot``, ``HandOff.claim``) and no pass is tried at
+    all: one transaction.
 
     Before, the first commit of every process always passed the place only: the slot went back to
     the pool, and the handed job by a publish, a receive and a borrowing acquire to another process
@@ -168,6 +169,11 @@ def test_a_first_commit_above_the_cap_lends_once_the_pass_within_it_is_refused(f
         assert passed.job_id == parked and transactions.still_held(passed)
         assert _cluster_busy() == busy
         assert _counters(tenant) == {"in_flight": 3, "queued": 0, "waiting": 0, "occupied": 3}
+    elif situation == "another tenant with no lease has a job queued":  # the slot passed to its job
+        assert passed is None and transactions.read_lease(parked) is None
+        assert _cluster_busy() == busy
+        assert _counters(tenant) == {"in_flight": 2, "queued": 1, "waiting": 0, "occupied": 3}
+        assert _counters(other)["in_flight"] == 1
     else:
         assert passed is None and transactions.read_lease(parked) is None
         assert _cluster_busy() == busy - 1

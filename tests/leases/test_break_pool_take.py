@@ -21,11 +21,11 @@ from botocore.exceptions import ClientError
 from leases import nodes, sweeper, transactions, waiting
 from leases.audit import audit
 from leases.errors import JobNotQueued
-from leases.models import JobItem, LeaseItem
+from leases.models import JobItem, LeaseItem, TenantItem
 from leases.tenants import set_cap
 from service.clocks import get_clocks
 from service.settings import get_settings
-from tasks.base import FairTask, HeldWake, PoolRead, is_duplicate
+from tasks.base import FairTask, HeldWake, PoolRead, Successor, is_duplicate
 from tests.integration.test_message_groups import receive_all
 from tests.leases.test_break_handoff import (_borrowing_three, _cluster_busy, _counters,
                                              _handoff, _parked, _running)
@@ -36,21 +36,13 @@ from tests.support.recording import DynamoRecording
 
 def _after_commit(task: FairTask, lease: transactions.Lease) -> transactions.Lease | None:
     """``FairTask._run_leased`` from its successor read to what it runs in place next, for a delivery
-    that may still run in place: successor read, commit, hand-off through a ``HeldWake``, then the
-    lease passed, or the take from the pool, then the held job's take (or publish). Returns the
+    that may still run in place: successor read, commit, then ``FairTask._hand_on``. Returns the
     lease the delivery would run in place next, or None."""
     successor = task._successor(lease.tenant_id, lease_to=lease.worker)
     transactions.commit_success(lease, output_key="k", sheets=1, sides=2,
                                 hand_off=successor and successor.hand_off)
-    held = HeldWake()
-    passed = task._hand_off(lease.tenant_id, successor, held)
-    if successor is not None and passed is not None:
-        assert held.job is None, "a job held back although the slot passed"
-        return passed
-    taken = task._take_from_pool(successor.pool, lease.worker) if successor is not None else None
-    if held.job is not None:
-        taken = task._take_held(held.job, lease.worker, publish_only=taken is not None) or taken
-    return taken
+    next_run = task._hand_on(lease, successor, True)
+    return next_run[0] if next_run is not None else None
 
 
 def _messages(expect: int, timeout_s: float = 5) -> list[dict]:
@@ -447,6 +439,86 @@ def test_a_contended_hand_off_answered_500_after_it_applied_reports_the_job_it_h
     assert [JobItem.get(j, consistent_read=True).status for j in parked] == ["queued", "queued", "waiting"]
     assert _counters(tenant) == {"in_flight": 0, "queued": 2, "waiting": 1, "occupied": 2}
     assert audit([tenant]).clean
+
+
+# -- the claim passed in the commit (HandOff.claim) ----------------------------------------------------
+
+
+def _yielding_chain(task: FairTask, rich: str, poor: str) -> tuple[transactions.Lease, Successor]:
+    """``rich`` at its cap of 4, six jobs parked; ``poor`` (no lease) one job queued: the rich
+    tenant's first commit yields its slot to it (``HandOff.claim``). Returns that lease and its
+    successor read."""
+    set_cap(rich, 4)
+    leases = _running(rich, 4)
+    _parked(rich, 6)
+    waiting.admit(_new_job(poor), door=False)
+    successor = task._successor(rich, lease_to=leases[0].worker)
+    assert successor is not None and successor.hand_off.claim is not None
+    return leases[0], successor
+
+
+@pytest.mark.parametrize("refusal", ["retry not due", "claimant frozen", "claimant at its cap"])
+def test_a_claim_refused_in_the_commit_passes_the_slot_in_place_in_the_next_try(fresh_aws, task, refusal):
+    """Held. The commit would pass its slot to another tenant's job, but between the read and the
+    commit that job (or its tenant) stopped being claimable: its retry is not due, its tenant is
+    frozen by a counter repair, or its tenant is at its cap. The claim's conditions refuse the
+    first try; the second passes the slot to the releasing tenant's own next job, in place. Two
+    release transactions, nothing of the claimant's changed, busy unchanged, audit clean."""
+    rich, poor = _tenant("clr-rich"), _tenant("clr-poor")
+    lease, successor = _yielding_chain(task, rich, poor)
+    if refusal == "retry not due":
+        [later] = _retry_later(poor, 1)
+        successor.hand_off.claim = transactions.Claim(later, poor)
+    elif refusal == "claimant frozen":
+        TenantItem(poor).update(actions=[TenantItem.repair_until.set(time.time() + 600)])
+    else:
+        set_cap(poor, 0)
+    before, busy = _counters(poor), _cluster_busy()
+    with DynamoRecording(fresh_aws) as recording:
+        transactions.commit_success(lease, output_key="k", sheets=1, sides=2, hand_off=successor.hand_off)
+        next_run = task._hand_on(lease, successor, True)
+    assert len(recording.calls("TransactWriteItems")) == 2
+    assert successor.hand_off.claimed is None and successor.hand_off.lease is not None
+    assert next_run is not None and next_run[0] == successor.hand_off.lease and next_run[0].tenant_id == rich
+    assert _counters(poor) == before and _cluster_busy() == busy
+    assert _counters(rich) == {"in_flight": 4, "queued": 0, "waiting": 5, "occupied": 4}
+    assert audit([rich, poor]).clean
+
+
+@pytest.mark.parametrize("plan", [["before"], ["after"], ["lost"]])
+def test_a_claiming_commit_answered_500_learns_whether_it_passed_the_slot(fresh_aws, task, plan):
+    """Held. The commit that passes its slot to another tenant's job is answered 500: before it was
+    sent (nothing applied: tried again, it applies), after it applied, or with its answer lost. The
+    release reads back which of its tries applied and reports the claimed lease of that try, which
+    is the lease in DynamoDB; the child runs that job next. Counters and busy exact."""
+    rich, poor = _tenant("cla-rich"), _tenant("cla-poor")
+    lease, successor = _yielding_chain(task, rich, poor)
+    claim, busy = successor.hand_off.claim, _cluster_busy()
+    with _Sequenced(plan) as faults:
+        transactions.commit_success(lease, output_key="k", sheets=1, sides=2, hand_off=successor.hand_off)
+    assert faults.hits == plan
+    claimed = successor.hand_off.claimed
+    assert claimed is not None and claimed.job_id == claim.job_id
+    held = transactions.read_lease(claim.job_id)
+    assert held is not None and (held.token, held.tenant_id, held.worker) == (claimed.token, poor, lease.worker)
+    next_run = task._hand_on(lease, successor, True)
+    assert next_run is not None and next_run[0] == claimed
+    assert _counters(poor) == {"in_flight": 1, "queued": 0, "waiting": 0, "occupied": 1}
+    assert _counters(rich) == {"in_flight": 3, "queued": 1, "waiting": 5, "occupied": 4}
+    assert _cluster_busy() == busy
+    assert audit([rich, poor]).clean
+
+
+def test_a_claim_of_the_releasing_tenant_itself_is_refused_before_anything_is_sent(fresh_aws, task):
+    """A claim passes a slot across tenants: one naming the releasing tenant is a caller's error
+    (``ValueError``), raised before any transaction, and the lease stays."""
+    rich, poor = _tenant("cls-rich"), _tenant("cls-poor")
+    lease, successor = _yielding_chain(task, rich, poor)
+    [own] = _parked(rich, 1)
+    successor.hand_off.claim = transactions.Claim(own, rich)
+    with pytest.raises(ValueError, match=rich):
+        transactions.commit_success(lease, output_key="k", sheets=1, sides=2, hand_off=successor.hand_off)
+    assert transactions.still_held(lease)
 
 
 # -- an ambiguous take ----------------------------------------------------------------------------------
