@@ -818,7 +818,7 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
             kind, codes = classify(exc)
             if kind == RETRY:
                 raise Retryable(codes) from exc
-            if (handing or checking) and kind == CANCELLED and exc.cancellation_reasons:
+            if (handing or checking or claiming) and kind == CANCELLED and exc.cancellation_reasons:
                 reasons = tx.reasons(exc)
                 if CONDITION_FAILED not in (reason_code(reasons, "lease"), reason_code(reasons, "job")):
                     claim_refused = claiming and CONDITION_FAILED in (reason_code(reasons, name) for name in CLAIM_ITEMS)

@@ -12,7 +12,7 @@ held.
 from __future__ import annotations
 
 import json
-import threading
+import functools
 import time
 
 import pytest
@@ -32,6 +32,7 @@ from tests.leases.test_break_handoff import (_borrowing_three, _cluster_busy, _c
 from tests.leases.test_break_waiting import _new_job, _tenant
 from tests.leases.test_pool_take import _node, _queued, _transactions
 from tests.support.recording import DynamoRecording
+from tests.support.together import together
 
 
 def _after_commit(task: FairTask, lease: transactions.Lease) -> transactions.Lease | None:
@@ -195,23 +196,8 @@ def test_concurrent_takes_from_the_pool_keep_the_claimants_cap(fresh_aws, task):
         pool = PoolRead()
         assert task._none_other_wants_slot(releaser, pool) is False
         pools.append(pool)
-    results: list = [None] * len(pools)
-    errors: list[BaseException] = []
-    start = threading.Barrier(len(pools))
-
-    def take(i: int) -> None:
-        try:
-            start.wait()
-            results[i] = task._take_from_pool(pools[i], f"w/{i}")
-        except BaseException as exc:  # noqa: BLE001 - collected and asserted on
-            errors.append(exc)
-
-    threads = [threading.Thread(target=take, args=(i,)) for i in range(len(pools))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors, errors
+    results = together([functools.partial(task._take_from_pool, pool, f"w/{i}") for i, pool in enumerate(pools)],
+                       timeout_s=60)
     taken = [lease for lease in results if lease is not None]
     assert [lease.job_id for lease in taken] == [queued[0]]
     assert _counters(other) == {"in_flight": 2, "queued": 3, "waiting": 0, "occupied": 5}
