@@ -655,7 +655,6 @@ class HandOff:
     claimed: Lease | None = None
 
 
-
 #: The items a claim adds to a release (:func:`claim_actions`), by name.
 CLAIM_ITEMS = ("claim_tenant", "claim_lease", "claim_job")
 
