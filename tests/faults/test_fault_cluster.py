@@ -58,8 +58,7 @@ def cluster(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def invariants(cluster):
     yield
-    wait_for(cluster.no_leases_left, 30, what="every lease to be released")
-    cluster.check_invariants()
+    cluster.settle()
 
 
 def committed(cluster: Cluster, job_id: str) -> list[dict]:

@@ -54,8 +54,7 @@ def receiver(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def invariants(cluster):
     yield
-    wait_for(cluster.no_leases_left, 30, what="every lease to be released")
-    cluster.check_invariants()
+    cluster.settle()
 
 
 def _tenant(name: str, receiver: ReceiverProcess | None = None) -> str:

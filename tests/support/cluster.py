@@ -3,7 +3,12 @@ the fault-injection app (:mod:`tests.support.fault_app`), plus helpers to submit
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from leases.audit import audit
@@ -83,6 +88,20 @@ class Cluster:
         maintenance = self.others[0].log()
         return sum(maintenance.count(f"re-published job {job_id} ") for job_id in job_ids)
 
+    @contextmanager
+    def sweeper_stopped(self) -> Iterator[None]:
+        """The maintenance worker and its pool child SIGSTOPped (its process group) for the block,
+        then continued: no sweep starts meanwhile, so a test can tell what its own action did from
+        what the sweeper's safety net would have done a moment later. A request already sent when
+        the stop came lands first (``settle_s``: 0.5 s)."""
+        maintenance = self.others[0]
+        os.killpg(maintenance.pid, signal.SIGSTOP)
+        try:
+            time.sleep(0.5)
+            yield
+        finally:
+            os.killpg(maintenance.pid, signal.SIGCONT)
+
     def exited(self) -> dict[str, int]:
         """Log file name → exit status of every process that is no longer running."""
         return {p.log_path.name: p.proc.returncode for p in self.processes() if p.proc.poll() is not None}
@@ -152,6 +171,16 @@ class Cluster:
     def no_leases_left() -> bool:
         """True once no lease item exists."""
         return not list(LeaseItem.scan(consistent_read=True))
+
+    def settle(self, timeout_s: float = 30) -> None:
+        """End a test on the cluster: lift every hold marker the test left (a test that failed
+        before its own release would otherwise keep its slots held, and every later test of the
+        module would fail behind it), wait until no lease is left, then :meth:`check_invariants`."""
+        for pattern in ("*.hold", "*.hold-before-release"):
+            for marker in self.fault_dir.glob(pattern):
+                marker.unlink(missing_ok=True)
+        wait_for(self.no_leases_left, timeout_s, what="every lease to be released")
+        self.check_invariants()
 
     def check_invariants(self) -> None:
         """Audit clean; no tenant above its cap in the lease-event log.
