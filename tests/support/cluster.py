@@ -89,15 +89,16 @@ class Cluster:
         return sum(maintenance.count(f"re-published job {job_id} ") for job_id in job_ids)
 
     @contextmanager
-    def sweeper_stopped(self) -> Iterator[None]:
+    def sweeper_stopped(self, settle_s: float = 0.5) -> Iterator[None]:
         """The maintenance worker and its pool child SIGSTOPped (its process group) for the block,
         then continued: no sweep starts meanwhile, so a test can tell what its own action did from
-        what the sweeper's safety net would have done a moment later. A request already sent when
-        the stop came lands first (``settle_s``: 0.5 s)."""
+        what the sweeper's safety net would have done a moment later. The block starts ``settle_s``
+        seconds after the stop, so a request the sweeper had already sent lands first. Beat goes on
+        queueing sweeps; the worker runs them once continued."""
         maintenance = self.others[0]
         os.killpg(maintenance.pid, signal.SIGSTOP)
         try:
-            time.sleep(0.5)
+            time.sleep(settle_s)
             yield
         finally:
             os.killpg(maintenance.pid, signal.SIGCONT)
