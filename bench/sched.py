@@ -16,7 +16,9 @@ allow (:func:`utilisation`); a slot is busy from its lease's acquire until its r
 returned), AWS requests per
 completed job counted at the endpoint, less the benchmark's own polls (and the split by operation
 in the JSON), light tenants' p50/p95/max wait (start −
-submit), the most leases of one tenant and of the cluster at once, the audit.
+submit), the most leases of one tenant and of the cluster at once, the audit, and how loaded the
+run was: the share of its wall time the DynamoDB endpoint spent on requests (moto serves one at a
+time: near 100 % the run measures the emulator, not the scheduling) and the machine's CPUs were busy.
 
 After each scenario its jobs are saved and replayed in the simulator (:mod:`bench.sim_check`):
 predicted against measured, printed and written below the table.
@@ -100,6 +102,12 @@ class Result:
     most_leases_cluster: int = 0
     audit_clean: bool = False
     run_twice: int = 0
+    #: Share of the run's wall time (from the first submission, or a backlog's release, until the
+    #: benchmark saw every job final) the DynamoDB endpoint (one request at a time) spent on
+    #: requests, and the machine's CPUs were busy (all processes: workers, endpoints, benchmark);
+    #: None: not read.
+    dynamodb_busy: float | None = None
+    cpu_busy: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -269,6 +277,7 @@ class Bench:
         durations.update({tenants[w.tenant]: w.duration_s for w in scenario.waves})
         (OUT / "durations.json").write_text(json.dumps(durations))
         self.sqs_proxy.take(), self.dynamo_proxy.take()
+        load = Load(self.local_aws.dynamodb.url if self.local_aws.dynamodb is not None else None)
         started = time.time()
         job_ids: dict[str, list[str]] = {t: [] for t in tenants.values()}
         for wave in sorted(scenario.waves, key=lambda w: w.at_s):
@@ -283,6 +292,7 @@ class Bench:
         every = [j for ids in job_ids.values() for j in ids]
         released_at = None
         if scenario.backlog:
+            load = Load(load.dynamodb_url)  # the run, not its backlog's submission
             released_at = time.time()
             for tenant in tenants.values():
                 set_cap(tenant, s.default_cap, burst_cap=burst_cap)
@@ -291,6 +301,7 @@ class Bench:
         if policy == "timer":  # its worst case: a tenant's cap of jobs per delay (its copies come due together)
             budget_s += TIMER_DELAY_S * sum(-(-w.count // s.default_cap) for w in scenario.waves)
         items = self.wait_for_final(list(tenants.values()), every, time.time() + budget_s)
+        dynamodb_busy, cpu_busy = load.shares()
         requests = self.sqs_proxy.take() + self.dynamo_proxy.take() - self.own_requests
         self.own_requests.clear()
         events = [e for e in read_events(OUT / "events") if e.get("tenant") in job_ids]
@@ -325,7 +336,7 @@ class Bench:
             light_wait_max_s=max(light) if light else None,
             most_leases_tenant=max((p.leases for p in peaks.values()), default=0),
             most_leases_cluster=_cluster_peak(intervals), audit_clean=audit(list(job_ids)).clean,
-            run_twice=sum(1 for n in commits.values() if n > 1),
+            run_twice=sum(1 for n in commits.values() if n > 1), dynamodb_busy=dynamodb_busy, cpu_busy=cpu_busy,
         )
         _timeline_png(OUT / f"{scenario.name}-{policy}.png", busy, first, last, scenario, policy, tenants)
         from bench.sim_check import save_jobs
@@ -383,6 +394,48 @@ class Bench:
                        requests={"fair_jobs_per_s": jobs / fair_s, "plain_tasks_per_s": jobs / plain_s})]
 
 
+class Load:
+    """How loaded the machine and the DynamoDB endpoint were from its creation to :meth:`shares`."""
+
+    def __init__(self, dynamodb_url: str | None) -> None:
+        import psutil
+
+        self.dynamodb_url = dynamodb_url
+        self.cpu = psutil.cpu_times()
+        self.wall = time.monotonic()
+        self.busy = self._busy_s()
+
+    def _busy_s(self) -> float | None:
+        from control.localaws import endpoint_busy
+
+        if self.dynamodb_url is None:
+            return None
+        try:
+            return endpoint_busy(self.dynamodb_url)[0]
+        except OSError:
+            return None
+
+    def shares(self) -> tuple[float | None, float | None]:
+        """``(dynamodb_busy, cpu_busy)``: the DynamoDB endpoint's busy seconds ÷ wall seconds (None if
+        it could not be read) and the CPUs' busy time ÷ their total time (idle and I/O wait are
+        not busy), both since creation."""
+        import psutil
+
+        wall = time.monotonic() - self.wall
+        busy = self._busy_s()
+        dynamodb = None if busy is None or self.busy is None or wall <= 0 else (busy - self.busy) / wall
+        cpu = psutil.cpu_times()
+        total = _cpu_total_s(cpu) - _cpu_total_s(self.cpu)
+        idle = (cpu.idle - self.cpu.idle) + (getattr(cpu, "iowait", 0.0) - getattr(self.cpu, "iowait", 0.0))
+        return dynamodb, (total - idle) / total if total > 0 else None
+
+
+def _cpu_total_s(times) -> float:
+    """All CPU seconds of a ``psutil.cpu_times()`` reading; Linux counts ``guest`` and ``guest_nice``
+    within ``user`` and ``nice`` already (as ``psutil.cpu_percent`` does)."""
+    return sum(getattr(times, name) for name in times._fields if name not in ("guest", "guest_nice"))
+
+
 def _cluster_peak(intervals) -> int:
     points = sorted([(iv.start_at, 1) for iv in intervals] + [(iv.end_at or 1e18, -1) for iv in intervals],
                     key=lambda p: (p[0], p[1]))
@@ -421,22 +474,26 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "—" if value is None or value != value else f"{value:.{digits}f}"
 
 
+def _share(value: float | None) -> str:
+    return "—" if value is None or value != value else f"{value * 100:.0f} %"
+
+
 def table(results: list[Result]) -> str:
     lines = ["| scenario | policy | jobs done | makespan s | ideal s | ÷ ideal | utilisation | AWS req/job | "
-             "light wait p50/p95/max s | most leases tenant/cluster | run twice | audit |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "light wait p50/p95/max s | most leases tenant/cluster | run twice | audit | DynamoDB busy | CPU busy |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if r.scenario == "overhead":
             lines.append(f"| overhead | {r.policy} | {r.finished}/{r.jobs} | FairTask {r.requests['fair_jobs_per_s']:.1f} "
                          f"jobs/s | plain {r.requests['plain_tasks_per_s']:.1f} tasks/s | "
-                         f"{r.requests['fair_jobs_per_s'] / r.requests['plain_tasks_per_s']:.2f}× | | | | | | |")
+                         f"{r.requests['fair_jobs_per_s'] / r.requests['plain_tasks_per_s']:.2f}× | | | | | | | | |")
             continue
         light = "/".join(_fmt(v) for v in (r.light_wait_p50_s, r.light_wait_p95_s, r.light_wait_max_s)) \
             if r.light_wait_p50_s is not None else "—"
         lines.append(f"| {r.scenario} | {r.policy} | {r.finished}/{r.jobs} | {r.makespan_s:.1f} | {r.ideal_s:.1f} | "
                      f"{r.ratio:.2f} | {r.utilisation * 100:.0f} % | {r.requests_per_job:.1f} | {light} | "
                      f"{r.most_leases_tenant}/{r.most_leases_cluster} | {r.run_twice} | "
-                     f"{'clean' if r.audit_clean else 'DRIFT'} |")
+                     f"{'clean' if r.audit_clean else 'DRIFT'} | {_share(r.dynamodb_busy)} | {_share(r.cpu_busy)} |")
     return "\n".join(lines)
 
 

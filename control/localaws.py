@@ -9,7 +9,8 @@ Two moto server processes, each on a free port:
   so two concurrent transactions can interleave and break a cap that real DynamoDB would keep;
   serialising requests restores DynamoDB's isolation. Each request is still read on a thread of
   its own, whole, before it takes its turn (:func:`serialized`): a client stopped mid-request
-  (SIGSTOP) held a single-threaded server for every other client.
+  (SIGSTOP) held a single-threaded server for every other client. It counts the seconds it was
+  busy (``GET /_local/busy``, :func:`endpoint_busy`).
 
 Run one server by hand with ``python -m control.localaws [--single-threaded] [--port N]``: it prints
 ``listening on <port>`` once it accepts connections.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import subprocess
 import sys
@@ -117,21 +119,51 @@ def item_level_transaction_rollback() -> None:
     backend_module.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]  # moto's method, replaced in this server process only
 
 
+#: Path of the serialised endpoint's own account of its work (:func:`serialized`, :func:`endpoint_busy`).
+BUSY_PATH = "/_local/busy"
+
+
 def serialized(app: Callable) -> Callable:
     """The WSGI ``app`` one request at a time: each request's body is read whole on its own
     thread first, then the request takes a process-wide lock for moto's work; the response is
-    built inside the lock and written after it (werkzeug writes on the first body chunk)."""
+    built inside the lock and written after it (werkzeug writes on the first body chunk).
+
+    It also keeps the seconds its requests held the lock and their number, served as JSON
+    ``{"busy_s": float, "requests": int}`` at ``GET`` :data:`BUSY_PATH` (outside the lock, not
+    counted): the share of a run the endpoint was busy tells a run bound by the emulator from one
+    bound by the service (``make bench-sched``)."""
     lock = threading.Lock()
+    account = {"busy_s": 0.0, "requests": 0}
 
     def wrapped(environ: dict, start_response: Callable) -> list[bytes]:
+        if environ.get("PATH_INFO") == BUSY_PATH and environ.get("REQUEST_METHOD") == "GET":
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [json.dumps(account).encode()]
         length = environ.get("CONTENT_LENGTH")
         stream = environ["wsgi.input"]
         body = stream.read(int(length)) if length else (stream.read() if environ.get("wsgi.input_terminated") else b"")
         environ["wsgi.input"] = io.BytesIO(body)
         with lock:
-            return list(app(environ, start_response))
+            started = time.perf_counter()
+            try:
+                return list(app(environ, start_response))
+            finally:
+                account["busy_s"] += time.perf_counter() - started
+                account["requests"] += 1
 
     return wrapped
+
+
+def endpoint_busy(url: str, timeout_s: float = 5.0) -> tuple[float, int]:
+    """``(busy_s, requests)`` of the serialised endpoint at ``url`` so far (:func:`serialized`):
+    seconds its requests held its lock, and how many there were.
+
+    Raises:
+        OSError: the endpoint did not answer (or is not a serialised one: HTTP 404 from moto).
+    """
+    with urllib.request.urlopen(f"{url}{BUSY_PATH}", timeout=timeout_s) as reply:
+        account = json.loads(reply.read())
+    return float(account["busy_s"]), int(account["requests"])
 
 
 def serve(host: str, port: int, single_threaded: bool, parent_pid: int | None = None) -> None:
