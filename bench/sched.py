@@ -13,12 +13,10 @@ cap, or under ``borrow`` its burst cap within slots − reserve), slot utilisati
 the slot-seconds the tenants could use while they had unfinished work: each tenant at most its cap,
 and under ``borrow`` up to its burst cap only in slots above the reserve, as the borrowing rules
 allow (:func:`utilisation`); a slot is busy from its lease's acquire until its release transaction
-returned), AWS requests per
-completed job counted at the endpoint, less the benchmark's own polls (and the split by operation
-in the JSON), light tenants' p50/p95/max wait (start −
-submit), the most leases of one tenant and of the cluster at once, the audit, and how loaded the
-run was: the share of its wall time the DynamoDB endpoint spent on requests (moto serves one at a
-time: near 100 % the run measures the emulator, not the scheduling) and the machine's CPUs were busy.
+returned), AWS requests per completed job counted at the endpoint, less the benchmark's own polls
+(and the split by operation in the JSON), light tenants' p50/p95/max wait (start − submit), the
+most leases of one tenant and of the cluster at once, the audit, the share of the run the DynamoDB
+endpoint (one request at a time: near 100 %, the run measures moto) and the CPUs were busy.
 
 After each scenario its jobs are saved and replayed in the simulator (:mod:`bench.sim_check`):
 predicted against measured, printed and written below the table.
