@@ -498,10 +498,11 @@ def table(results: list[Result]) -> str:
 def main() -> None:
     """Run every scenario (and each policy's overhead) on a fresh local endpoint and fresh workers,
     so each starts from empty tables: moto keeps everything in memory (one endpoint for the whole
-    run grew past the machine's memory), and its ``TransactWriteItems`` deep-copies every table it
-    touches before it writes (``moto/dynamodb/models/__init__.py``, ``transact_write_items``), so
-    on a shared endpoint each lease transaction of a later scenario cost more for every job of the
-    earlier ones (real DynamoDB's cost does not grow with the table). ``BENCH_SCHED_KEEP=1`` keeps
+    run grew past the machine's memory), and it answers an index query by scanning the whole
+    table (docs/design.md, "Known limits of the local stack"), so on a shared endpoint each
+    hand-off's read of a later scenario cost more for every job of the earlier ones (real
+    DynamoDB's cost does not grow with the table; moto's whole-table copies in
+    ``TransactWriteItems``, the first reason, are gone: ``control.localaws``). ``BENCH_SCHED_KEEP=1`` keeps
     the rows of (policy, scenario) pairs not run now from the previous ``results.json``."""
     from control.stack import stop_all
 
