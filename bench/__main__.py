@@ -6,7 +6,7 @@ n-up; its closest is ``wire --signature 2x2``: four pages per side, cut and stac
 turns run by run (in-process ones :data:`IN_PROCESS_ROUNDS` times, their runs pooled); every time is a
 median of at least three runs with its CPU time (user + system) beside it:
 
-1. **External commands** (:mod:`bench.meter`): ``python -m imposition.cli`` (the CLI, its child
+1. **External commands** (:mod:`bench.meter`): ``python -m imposition.engine.cli`` (the CLI, its child
    started first), the same with ``--no-prestart`` (before: the child after the CLI's start-up),
    ``pdfimpose``, and ``python -m bench.copy_floor`` (open, append every page, save).
 2. **Inside a long-lived process** (:mod:`bench.inprocess`): the engine API with a child per job
@@ -154,7 +154,7 @@ def in_process(contenders: dict[str, tuple[str, Path, str | None, Path]], source
 
 def measure_page_count(page_count: int, pdfimpose: str, baseline: Path | None) -> dict:
     """Every measurement of one input size (``baseline``: the exported baseline, or None)."""
-    from imposition.spec import parse_layout
+    from imposition.engine.spec import parse_layout
 
     source = WORK / f"input_{page_count}.pdf"
     if not source.exists():
@@ -165,7 +165,7 @@ def measure_page_count(page_count: int, pdfimpose: str, baseline: Path | None) -
     }
     for name, (layout, pdfimpose_args) in LAYOUTS.items():
         ours_out, theirs_out = WORK / f"ours {name}.pdf", WORK / f"pdfimpose {name}.pdf"
-        ours = _python("-m", "imposition.cli", str(source), "--layout", json.dumps(layout), "-o", str(ours_out))
+        ours = _python("-m", "imposition.engine.cli", str(source), "--layout", json.dumps(layout), "-o", str(ours_out))
         commands[f"ours {name}"] = (ours, ours_out, ROOT)
         commands[f"ours before {name}"] = ([*ours, "--no-prestart"], ours_out, ROOT)
         if baseline is not None:

@@ -6,7 +6,7 @@
 * :func:`copy_pages` (the engine issue's floor): open the input, append every page to a new PDF with
   pikepdf's page list (``pages.extend``), save with pikepdf's defaults.
 * :func:`rewrite` (a stricter floor): open the input and save it unchanged, as the engine saves a plate
-  (:func:`imposition.drawing.save_plate`: unencrypted, the /ID a digest of the file). Any pikepdf
+  (:func:`imposition.engine.drawing.save_plate`: unencrypted, the /ID a digest of the file). Any pikepdf
   tool that writes every page at least reads every object and writes it again; the engine, which
   draws into the source document, does exactly that plus the imposition.
 
@@ -30,7 +30,7 @@ def copy_pages(source: Path, target: Path) -> None:
 
 def rewrite(source: Path, target: Path) -> None:
     """Open ``source`` and save it unchanged to ``target``, as the engine saves a plate."""
-    from imposition.drawing import save_plate  # only this floor needs the engine's save
+    from imposition.engine.drawing import save_plate  # only this floor needs the engine's save
 
     with pikepdf.open(source) as pdf:
         save_plate(pdf, target)

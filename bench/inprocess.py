@@ -5,13 +5,13 @@
 ``runs`` is the least number of runs; a short job runs until a second has been measured. ``what``:
 
 * ``engine``: :meth:`imposition.PikepdfEngine.impose` with a child process started per job (the
-  former worker, and the engine without :func:`imposition.isolation.keep_warm`), ``json`` the layout
+  former worker, and the engine without :func:`imposition.engine.isolation.keep_warm`), ``json`` the layout
   specification; that start is in the time.
 * ``warm``: the same call as a worker process makes it now, with a warm engine child (started
   before the clock): the request, the work in the child and the answer.
-* ``work``: the same job's work alone, :func:`imposition.child.run` in this process (the content
+* ``work``: the same job's work alone, :func:`imposition.engine.child.run` in this process (the content
   budget's check, open, plan, draw, save), ``json`` the resolved layout
-  (:meth:`imposition.spec.LayoutSpec.resolved`); ``engine`` minus ``work`` is the child's start.
+  (:meth:`imposition.engine.spec.LayoutSpec.resolved`); ``engine`` minus ``work`` is the child's start.
 * ``copy``: the copy floor, :func:`bench.copy_floor.copy_pages`.
 * ``rewrite``: the rewrite floor, :func:`bench.copy_floor.rewrite`.
 
@@ -50,7 +50,7 @@ def _cpu_s() -> float:
 def _job(what: str, source: Path, output: Path, argument: str | None) -> tuple[Callable[[], object], int]:
     """The timed call, and which rusage holds its peak RSS."""
     if what in ("engine", "warm"):
-        from imposition import PikepdfEngine, isolation, parse_layout
+        from imposition.engine import PikepdfEngine, isolation, parse_layout
         from service.settings import get_settings
 
         settings = get_settings()
@@ -60,10 +60,10 @@ def _job(what: str, source: Path, output: Path, argument: str | None) -> tuple[C
         engine, spec = PikepdfEngine(settings), parse_layout(argument or "")
         return (lambda: engine.impose(source, spec, output)), resource.RUSAGE_CHILDREN
     if what == "work":
-        import imposition.drawing  # noqa: F401 (imported before the clock, as the child imports it before work)
-        from imposition.child import run
+        import imposition.engine.drawing  # noqa: F401 (imported before the clock, as the child imports it before work)
+        from imposition.engine.child import run
 
-        from imposition.job import ContentBudget
+        from imposition.engine.job import ContentBudget
         from service.settings import get_settings
 
         # the bench limits no page or cell count; the content budget's check is part of every job's work
@@ -116,7 +116,7 @@ def main(argv: list[str]) -> int:
     cpus: list[float] = []
     # A warm child's CPU time reaches this process's rusage only once it is reaped: its share is read
     # from the child's own clock (/proc, in 10 ms ticks), over all runs, and spread evenly over them.
-    from imposition import isolation
+    from imposition.engine import isolation
 
     warm = isolation.warm_child() if what == "warm" else None
     child_started_s = _child_cpu_s(warm[0]) if warm else 0.0

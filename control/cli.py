@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from imposition.cli import layout_text, skip_exit_collection
+from imposition.engine.cli import layout_text, skip_exit_collection
 from service.tenancy import TenancyError, shown_value, validate_job_id, validate_tenant_id
 
 if TYPE_CHECKING:  # the click.Choice of --on-duplicate; tasks.submission itself is imported when run
@@ -171,7 +171,7 @@ class ServiceGroup(LazyGroup):
 #: Subcommands defined by other packages: group name → {command name → "module:attribute"}.
 LAZY_COMMANDS = {
     "imposition": {
-        "impose": "imposition.cli:impose_command",
+        "impose": "imposition.engine.cli:impose_command",
         "jobs": "control.jobs:jobs_group",
         "dlq": "control.dlq:dlq_group",
         "audit": "control.audit:audit_command",
@@ -230,7 +230,7 @@ def submit(tenant_id: str, token: str, layout_option: str, max_attempts: int | N
     nothing uploaded; admission: duplicate, rate limit, in-flight cap); 3: admission unavailable (Redis unreachable; nothing was published).
     """
     from admission import AdmissionRefused, AdmissionUnavailable
-    from imposition import ImpositionError
+    from imposition.engine import ImpositionError
     from tasks.submission import submit as do_submit
 
     layout = layout_text(layout_option)  # JSON text: parse_layout reads and validates it
@@ -300,7 +300,7 @@ def tenant_set_cap(tenant_id: str, cap: int | None, use_default: bool, burst_cap
 
 def run() -> None:
     """The ``imposition`` console script (pyproject.toml): :func:`main` in a process of its own, which
-    ends without a last garbage collection (:func:`imposition.cli.skip_exit_collection`)."""
+    ends without a last garbage collection (:func:`imposition.engine.cli.skip_exit_collection`)."""
     skip_exit_collection()
     main()
 

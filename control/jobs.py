@@ -35,7 +35,7 @@ from typing import Any
 import click
 
 from control.cli import JOB_ID, TENANT_ID
-from imposition.cli import check_output_path
+from imposition.engine.cli import check_output_path
 
 log = logging.getLogger(__name__)
 

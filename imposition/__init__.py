@@ -1,52 +1,14 @@
-"""PDF imposition: layouts, page orders, geometry and two engines behind one interface.
+"""Fair, multi-tenant PDF imposition: everything of the service but the Celery side and the leases.
 
-The contract the service calls::
+Subpackages, bottom layer first (imports point down; ``lint-imports`` keeps them so):
 
-    from imposition import parse_layout, LayoutSpec, get_engine, ImpositionError, SlugInfo, ImposeReport
+* ``common``: settings, clocks, AWS and Redis clients, tenancy names.
+* ``engine``: layouts, page orders, geometry, marks and the two engines.
+* ``admission``: the tenant side of fairness at the door.
+* ``observability``, ``webhooks``: metrics, events, alerts; tenant notifications.
+* ``capacity``: the simulator and the capacity report.
+* ``cli``: the ``imposition`` command.
 
-    spec = parse_layout({"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape"})
-    engine = get_engine(settings)
-    report = engine.impose(input_path, spec, output_path, slug=SlugInfo(job_id, tenant_id),
-                           cancel=event, time_limit_s=None)
-
-Every failure is an :class:`ImpositionError` with ``code`` and ``retryable`` (see
-:mod:`imposition.errors`).
+:mod:`leases` (the DynamoDB lease layer) and :mod:`tasks` (the Celery app and tasks) sit beside this
+package. Nothing here does I/O at import.
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
-
-#: Public name → the module that defines it. Imported on first use (PEP 562), so that the engine's
-#: child process (``python -m imposition.child``) does not pay for pydantic and the engine classes.
-_EXPORTS = {
-    "Engine": ".engines",
-    "ImposeReport": ".engines",
-    "PdfToolboxEngine": ".engines",
-    "PikepdfEngine": ".engines",
-    "get_engine": ".engines",
-    "ImpositionError": ".errors",
-    "SlugInfo": ".job",
-    "LayoutSpec": ".spec",
-    "parse_layout": ".spec",
-}
-
-if TYPE_CHECKING:
-    from .engines import Engine, ImposeReport, PdfToolboxEngine, PikepdfEngine, get_engine
-    from .errors import ImpositionError
-    from .job import SlugInfo
-    from .spec import LayoutSpec, parse_layout
-
-
-def __getattr__(name: str) -> Any:
-    """A public name of :data:`_EXPORTS`, imported from its module on first use."""
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-__all__ = ["Engine", "ImposeReport", "ImpositionError", "LayoutSpec", "PdfToolboxEngine", "PikepdfEngine",
-           "SlugInfo", "get_engine", "parse_layout"]  # the keys of _EXPORTS, spelled out for linters

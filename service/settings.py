@@ -350,7 +350,7 @@ class Settings(BaseSettings):
         description="Most cells all sides of one job may hold (step and repeat multiplies pages by copies): "
         "about 5 s and 300 MiB of the engine's budget; more fails as too_many_cells before any is laid out.",
     )
-    # the content budget (imposition.budget; docs/design.md "Bomb-proof input"): checked while decoding,
+    # the content budget (imposition.engine.budget; docs/design.md "Bomb-proof input"): checked while decoding,
     # before anything is drawn; past it the job fails as content_too_large
     max_decoded_bytes_per_stream: int = Field(
         default=256 * 1024**2, gt=0,
@@ -372,7 +372,7 @@ class Settings(BaseSettings):
     engine_warm_child: bool = Field(
         default=True,
         description="Keep one pre-started engine child per imposition worker process, reused from job to job "
-        "(imposition.isolation.keep_warm); `imposition impose` starts its child before its own start-up work. "
+        "(imposition.engine.isolation.keep_warm); `imposition impose` starts its child before its own start-up work. "
         "False: every job starts its child when it needs it (the former behaviour, ~0.1 s a job).",
     )
     engine_child_max_jobs: int = Field(

@@ -6,7 +6,7 @@ and returns the job id. Workers receive ``{"tenant_id", "job_id"}`` and :class:`
 run in a lease.
 
 Each process of a worker consuming the imposition queue keeps a warm engine child
-(:func:`imposition.isolation.keep_warm`, ``Settings.engine_warm_child``), started when the process
+(:func:`imposition.engine.isolation.keep_warm`, ``Settings.engine_warm_child``), started when the process
 starts, so no job pays the child's start.
 
 Celery's other doors are honest too: ``impose.apply_async(kwargs={tenant_id, token, input_key,
@@ -29,8 +29,8 @@ from typing import Any
 from celery.result import AsyncResult
 from celery.signals import worker_process_init, worker_process_shutdown
 
-from imposition import SlugInfo, get_engine, isolation, parse_layout
-from imposition.errors import PlateWarning, PreviewFailed
+from imposition.engine import SlugInfo, get_engine, isolation, parse_layout
+from imposition.engine.errors import PlateWarning, PreviewFailed
 from leases import transactions
 from leases.models import JobItem
 from leases.transactions import Lease

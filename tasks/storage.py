@@ -4,7 +4,7 @@ Transient failures (throttling, 5xx, connection drops) are retried with tenacity
 own retries (docs/design.md §3: transient errors are retried in place). A missing object is not transient:
 it raises :class:`InputMissing`, which fails the job at once. An input larger than
 ``Settings.max_input_bytes`` is refused from its ``HeadObject`` size, before a byte of it reaches the
-worker's disk, with the engine's :class:`imposition.errors.InputTooLarge` (never retried); the
+worker's disk, with the engine's :class:`imposition.engine.errors.InputTooLarge` (never retried); the
 engine checks the downloaded file's size again.
 
 Errors::
@@ -13,7 +13,7 @@ Errors::
     │                       True when the endpoint or the network failed: 5xx, throttling, a
     │                       connection error or read timeout; then the attempt is not charged)
     └── InputMissing        the input object does not exist (not retryable)
-    imposition.errors.InputTooLarge   (the engine's tree) the input is over max_input_bytes
+    imposition.engine.errors.InputTooLarge   (the engine's tree) the input is over max_input_bytes
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from s3transfer.exceptions import RetriesExceededError
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from imposition.errors import InputTooLarge
+from imposition.engine.errors import InputTooLarge
 from service import aws
 from service.settings import get_settings
 from service.tenancy import shown_value
@@ -137,7 +137,7 @@ def download(key: str, path: Path) -> None:
     """Download object ``key`` of the service bucket to ``path``, once its size is known to fit.
 
     Raises:
-        imposition.errors.InputTooLarge: the object is larger than ``Settings.max_input_bytes``
+        imposition.engine.errors.InputTooLarge: the object is larger than ``Settings.max_input_bytes``
             (its ``HeadObject`` size); nothing was downloaded.
         InputMissing: no such object.
         StorageError: S3 kept failing after the in-place retries.

@@ -30,8 +30,8 @@ from typing import Any, Literal
 
 import admission
 from admission import claims
-from imposition import parse_layout
-from imposition.errors import InputError, InputTooLarge, NotAPdf
+from imposition.engine import parse_layout
+from imposition.engine.errors import InputError, InputTooLarge, NotAPdf
 from leases import waiting
 from leases.models import JobItem
 from service.settings import get_settings
@@ -86,7 +86,7 @@ def submit_job(
             upper-case spelling, the canonical one named).
         admission.UnknownTenant: no such tenant registered and ``Settings.auto_register_tenants``
             off (code ``unknown_tenant``; nothing written).
-        imposition.errors.InvalidLayout: the layout fails validation (names field, value, limit).
+        imposition.engine.errors.InvalidLayout: the layout fails validation (names field, value, limit).
         ValueError: an empty, too long or not UTF-8-encodable token, a max_attempts that is not an
             integer from 1 to ``Settings.max_attempts_limit``, a bad ``on_duplicate``.
         admission.DuplicateSubmission, admission.DuplicateJobId, admission.RateLimited,
@@ -123,8 +123,8 @@ def submit(
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        imposition.errors.InputTooLarge: the file is larger than ``Settings.max_input_bytes``.
-        imposition.errors.NotAPdf, NoPages, DamagedPdf, PasswordRequired, TooManyPages (all
+        imposition.engine.errors.InputTooLarge: the file is larger than ``Settings.max_input_bytes``.
+        imposition.engine.errors.NotAPdf, NoPages, DamagedPdf, PasswordRequired, TooManyPages (all
             ``InputError``): refused at the door, nothing admitted, uploaded or published.
         everything :func:`submit_job` raises.
     """
@@ -135,7 +135,7 @@ def submit(
     if size_bytes > limit_bytes:
         raise InputTooLarge(f"input PDF {shown_value(str(source))}: {size_bytes} bytes is more than max_input_bytes={limit_bytes}")
     spec, budget = _validated(tenant_id, token, layout, max_attempts, on_duplicate)
-    from imposition import get_engine  # noqa: PLC0415 (heavy import, only when submitting)
+    from imposition.engine import get_engine  # noqa: PLC0415 (heavy import, only when submitting)
 
     check_pdf_header(source)
     get_engine(get_settings()).probe(source, spec)
@@ -155,8 +155,8 @@ def check_pdf_header(path: Path) -> None:
     engine's child opens the file.
 
     Raises:
-        imposition.errors.NotAPdf: empty, or no header.
-        imposition.errors.InputError: the file cannot be read.
+        imposition.engine.errors.NotAPdf: empty, or no header.
+        imposition.engine.errors.InputError: the file cannot be read.
     """
     try:
         with path.open("rb") as handle:

@@ -21,8 +21,8 @@ DEEP_NESTING = 100_000
 
 
 def test_deeply_nested_layout_json_is_an_invalid_layout_not_a_recursion_error():
-    from imposition import parse_layout
-    from imposition.errors import InvalidLayout
+    from imposition.engine import parse_layout
+    from imposition.engine.errors import InvalidLayout
 
     nested = '{"layout": "n_up", "sheet": "A4", "x": ' + "[" * DEEP_NESTING + "]" * DEEP_NESTING + "}"
     with pytest.raises(InvalidLayout):
@@ -32,8 +32,8 @@ def test_deeply_nested_layout_json_is_an_invalid_layout_not_a_recursion_error():
 def test_invalid_layout_message_does_not_echo_a_megabyte_value():
     """A 1 MiB bogus sheet name must not come back as a 2 MiB error message (it did: the value is
     repeated whole, once by the field and once by the preset check; 50 MiB gave 100 MiB)."""
-    from imposition import parse_layout
-    from imposition.errors import InvalidLayout
+    from imposition.engine import parse_layout
+    from imposition.engine.errors import InvalidLayout
 
     with pytest.raises(InvalidLayout) as caught:
         parse_layout({"layout": "n_up", "sheet": "A" * 1024 * 1024})
@@ -45,7 +45,7 @@ def test_invalid_layout_message_does_not_echo_a_megabyte_value():
 def test_layout_that_cannot_fit_any_sheet_is_refused_at_submission(fresh_aws):
     """Two 200 mm gutters on an A5 sheet can never fit, whatever the PDF: refuse before publishing
     instead of spending a slot to fail the job at the worker."""
-    from imposition.errors import InvalidLayout
+    from imposition.engine.errors import InvalidLayout
     from service.tenancy import input_key
     from tasks import storage
     from tasks.submission import submit_job
@@ -171,7 +171,7 @@ def small_input_limit(monkeypatch):
 def test_an_input_over_max_input_bytes_is_refused_before_any_transfer(fresh_aws, tmp_path, small_input_limit):
     """The worker downloaded the whole input before the engine checked its size, and ``submit``
     uploaded any file: both now refuse from the size alone (the object's HEAD, the local file)."""
-    from imposition.errors import InputTooLarge
+    from imposition.engine.errors import InputTooLarge
     from service import aws
     from service.settings import get_settings
     from service.tenancy import input_key, tenant_prefix

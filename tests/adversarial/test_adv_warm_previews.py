@@ -11,9 +11,9 @@ import psutil
 import pytest
 from PIL import Image
 
-from imposition import SlugInfo, isolation, parse_layout
-from imposition.engines import PikepdfEngine
-from imposition.errors import ImpositionError, PreviewFailed
+from imposition.engine import SlugInfo, isolation, parse_layout
+from imposition.engine.backends import PikepdfEngine
+from imposition.engine.errors import ImpositionError, PreviewFailed
 from service.settings import Settings
 
 MM = 72 / 25.4
@@ -40,7 +40,7 @@ def dark_share(image: Image.Image) -> float:
 
 
 def engine_children() -> set[int]:
-    return {c.pid for c in psutil.Process().children() if "imposition.child" in " ".join(c.cmdline())}
+    return {c.pid for c in psutil.Process().children() if "imposition.engine.child" in " ".join(c.cmdline())}
 
 
 @pytest.fixture

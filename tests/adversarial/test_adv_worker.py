@@ -34,7 +34,7 @@ def tenant() -> str:
 ])
 def test_malformed_pdf_fails_once_as_damaged_not_retried_as_engine_crash(worker, tenant, pdf):
     """Both files open and plan; drawing raised AttributeError / QpdfRuntimeError in the child,
-    which ``imposition.child`` does not map, so the job was retried as ``engine_crashed`` until out
+    which ``imposition.engine.child`` does not map, so the job was retried as ``engine_crashed`` until out
     of attempts, with a Python traceback (worker paths) as the tenant-facing error."""
     from leases.models import TenantItem
 

@@ -189,7 +189,7 @@ def test_a_worker_stopped_past_ttl_and_visibility_has_its_late_writes_rejected(c
 
 def fresh_plate(job: JobItem) -> bytes:
     """The job's plate imposed again here, by the engine alone."""
-    from imposition import SlugInfo, get_engine, parse_layout
+    from imposition.engine import SlugInfo, get_engine, parse_layout
 
     with tempfile.TemporaryDirectory() as tmp:
         source, out = Path(tmp, "in.pdf"), Path(tmp, "plate.pdf")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from imposition.engines import PdfToolboxEngine, PikepdfEngine
+from imposition.engine.backends import PdfToolboxEngine, PikepdfEngine
 from service.settings import Settings
 
 HERE = Path(__file__).parent

@@ -20,9 +20,9 @@ import pytest
 from pikepdf import Dictionary, Name
 
 from .imposition_pdfs import add_page
-from imposition import parse_layout
-from imposition.engines import PdfToolboxEngine, PikepdfEngine
-from imposition.errors import ContentTooLarge
+from imposition.engine import parse_layout
+from imposition.engine.backends import PdfToolboxEngine, PikepdfEngine
+from imposition.engine.errors import ContentTooLarge
 from tests.adversarial.support import bomb_pdf, flate_bomb, save_as_written
 
 BOOKLET = {"layout": "saddle_stitch", "sheet": "A4"}

@@ -16,10 +16,10 @@ import pytest
 from pikepdf import Array, Dictionary, Name
 
 from .imposition_pdfs import add_page, labelled_pdf
-from imposition import parse_layout
-from imposition.drawing import STATIC_ID_HEX
-from imposition.engines import PikepdfEngine
-from imposition.errors import ContentTooLarge
+from imposition.engine import parse_layout
+from imposition.engine.drawing import STATIC_ID_HEX
+from imposition.engine.backends import PikepdfEngine
+from imposition.engine.errors import ContentTooLarge
 from tests.adversarial.support import flate_bomb, save_as_written
 
 MIB = 1024 * 1024
@@ -190,9 +190,9 @@ def test_a_content_stream_read_whole_is_not_decoded_again_and_the_verdict_is_the
     """The damage check skips qpdf's decode of a content stream the budget read whole (unfiltered, or
     inflated to zlib's end and checksum); for every variant its verdict (the ``repaired`` warning or
     the ``damaged`` message) is the one it gives when it decodes every stream itself."""
-    from imposition.budget import check_content_budget
-    from imposition.job import ContentBudget
-    from imposition.source import content_damage, open_source, read_pages
+    from imposition.engine.budget import check_content_budget
+    from imposition.engine.job import ContentBudget
+    from imposition.engine.source import content_damage, open_source, read_pages
 
     data, flated, read_whole = _CONTENT_VARIANTS[variant]
     with pikepdf.new() as pdf:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from imposition import ImpositionError, parse_layout
-from imposition.errors import NoPages, NotAPdf, PasswordRequired
+from imposition.engine import ImpositionError, parse_layout
+from imposition.engine.errors import NoPages, NotAPdf, PasswordRequired
 from .imposition_readback import MM, Raster, big_labels, labels, lines, page_sizes_mm
 
 A4 = (210.0, 297.0)

@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from imposition.cli import impose_command
+from imposition.engine.cli import impose_command
 from .imposition_readback import page_sizes_mm
 
 

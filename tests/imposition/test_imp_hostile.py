@@ -8,9 +8,9 @@ import logging
 
 import pytest
 
-from imposition import parse_layout
-from imposition.errors import DamagedPdf, EngineCrashed, TooManyCells
-from imposition.spec import NUp
+from imposition.engine import parse_layout
+from imposition.engine.errors import DamagedPdf, EngineCrashed, TooManyCells
+from imposition.engine.spec import NUp
 from tests.adversarial.support import SQUARE, a5_pdf, raw_pdf
 
 SADDLE_A4 = {"layout": "saddle_stitch", "sheet": "A4"}
@@ -87,7 +87,7 @@ def test_an_internal_error_is_a_crash_whose_traceback_goes_to_the_log_only(engin
     """A layout that skipped validation (0 columns) makes the planner divide by zero: a bug of
     ours, so a retryable crash; the tenant's message has no traceback, the worker's log has it."""
     unchecked = NUp.model_construct(layout="n_up", sheet="A4", columns=0)
-    with caplog.at_level(logging.ERROR, logger="imposition.engines.base"):
+    with caplog.at_level(logging.ERROR, logger="imposition.engine.backends.base"):
         with pytest.raises(EngineCrashed) as caught:
             engine.impose(case("a5_8p.pdf"), unchecked, tmp_path / "plate.pdf")
     assert caught.value.retryable

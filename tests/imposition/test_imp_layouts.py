@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from imposition import parse_layout
-from imposition.errors import InvalidLayout, NoRoomForMarks
-from imposition.folds import FOLD_SCHEMES
-from imposition.spec import FoldSchemeName
+from imposition.engine import parse_layout
+from imposition.engine.errors import InvalidLayout, NoRoomForMarks
+from imposition.engine.folds import FOLD_SCHEMES
+from imposition.engine.spec import FoldSchemeName
 from .imposition_pdfs import MM, labelled_pdf
 from .imposition_readback import big_labels, circles, fills, placements, segments
 

@@ -12,9 +12,9 @@ import pytest
 from pikepdf import Array
 
 from .imposition_pdfs import add_page, labelled_pdf
-from imposition import parse_layout
-from imposition.engines import PdfToolboxEngine, PikepdfEngine
-from imposition.errors import EngineCancelled, InputTooLarge, MemoryLimitExceeded, TimeLimitExceeded, TooManyPages
+from imposition.engine import parse_layout
+from imposition.engine.backends import PdfToolboxEngine, PikepdfEngine
+from imposition.engine.errors import EngineCancelled, InputTooLarge, MemoryLimitExceeded, TimeLimitExceeded, TooManyPages
 from control.stack import wait_for
 
 BOOKLET = {"layout": "saddle_stitch", "sheet": "A4"}

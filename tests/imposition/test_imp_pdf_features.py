@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from pikepdf import Array, Dictionary, Name
 
 from .imposition_pdfs import A5_PT, add_page, helvetica, label_content, labelled_pdf
-from imposition import SlugInfo, parse_layout
-from imposition.errors import DamagedPdf
+from imposition.engine import SlugInfo, parse_layout
+from imposition.engine.errors import DamagedPdf
 from .imposition_readback import MM, Raster, big_labels, labels
 
 ONE_UP_A4 = {"layout": "n_up", "sheet": "A4", "orientation": "portrait", "columns": 1, "rows": 1}

@@ -6,10 +6,10 @@ import signal
 
 import pytest
 
-from imposition import parse_layout
-from imposition.engines import PdfToolboxEngine
-from imposition.engines.base import EngineJob
-from imposition.errors import (
+from imposition.engine import parse_layout
+from imposition.engine.backends import PdfToolboxEngine
+from imposition.engine.backends.base import EngineJob
+from imposition.engine.errors import (
     DamagedPdf,
     EngineAborted,
     EngineConfigurationError,

@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
-from imposition import parse_layout
-from imposition.cli import impose_command
-from imposition.engines import PikepdfEngine
+from imposition.engine import parse_layout
+from imposition.engine.cli import impose_command
+from imposition.engine.backends import PikepdfEngine
 
 MM = 72 / 25.4
 A6_PT = (105 * MM, 148 * MM)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pikepdf
 import pytest
 
-from imposition import get_engine, parse_layout
+from imposition.engine import get_engine, parse_layout
 from service.settings import get_settings
-from imposition.folds import FOLD_SCHEMES
+from imposition.engine.folds import FOLD_SCHEMES
 from .imposition_pdfs import labelled_pdf
 from .imposition_readback import MM, big_labels, circles, fills, placements, segments
 

@@ -13,8 +13,8 @@ import pikepdf
 import pytest
 from pikepdf import Array, Dictionary, Name
 
-from imposition import parse_layout
-from imposition.errors import DamagedPdf, ImpositionError, NoRoomForMarks, Repaired, ScaledToFit
+from imposition.engine import parse_layout
+from imposition.engine.errors import DamagedPdf, ImpositionError, NoRoomForMarks, Repaired, ScaledToFit
 from .imposition_pdfs import MM, add_page, labelled_pdf
 from .imposition_readback import Raster, big_labels, labels, placements, segments
 
@@ -269,7 +269,7 @@ def overlaps(a, b):
 
 
 def test_the_slug_sits_outside_every_trim_and_bleed_and_names_the_sheet(engine, case, tmp_path):
-    from imposition import SlugInfo
+    from imposition.engine import SlugInfo
 
     source = case("trim_bleed_3mm_8p.pdf")
     layout = {"layout": "n_up", "sheet": "SRA3", "columns": 2, "rows": 2, "duplex": "sheetwise",
@@ -365,7 +365,7 @@ def test_the_pdfx_output_intent_is_carried_onto_the_plate(engine, tmp_path):
 
 
 def test_every_warning_code_is_a_typed_error_for_on_warning_fail():
-    from imposition.errors import ERRORS_BY_CODE, Departure
+    from imposition.engine.errors import ERRORS_BY_CODE, Departure
 
     for code in ("repaired", "scaled_to_fit", "no_room_for_marks", "bleed_reduced", "no_room_for_slug"):
         assert issubclass(ERRORS_BY_CODE[code], Departure) and issubclass(ERRORS_BY_CODE[code], ImpositionError)

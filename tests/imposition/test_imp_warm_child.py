@@ -1,4 +1,4 @@
-"""The warm engine child (``imposition.isolation.keep_warm``): reused from job to job, replaced after a
+"""The warm engine child (``imposition.engine.isolation.keep_warm``): reused from job to job, replaced after a
 crash, a kill, a time or memory limit, or past its bounds; every failure stays its own job's.
 
 Real child processes throughout; the pids are read from the process table (psutil)."""
@@ -15,9 +15,9 @@ import pytest
 
 from .imposition_pdfs import labelled_pdf
 from .test_imp_limits import BOOKLET, decompression_bomb
-from imposition import isolation, parse_layout
-from imposition.engines import PikepdfEngine
-from imposition.errors import EngineCrashed, MemoryLimitExceeded, TimeLimitExceeded
+from imposition.engine import isolation, parse_layout
+from imposition.engine.backends import PikepdfEngine
+from imposition.engine.errors import EngineCrashed, MemoryLimitExceeded, TimeLimitExceeded
 from control.stack import wait_for
 
 POLICY = isolation.WarmPolicy(max_jobs=100, max_rss_bytes=512 * 1024**2)
@@ -37,8 +37,8 @@ def warm():
 
 
 def engine_children() -> set[int]:
-    """Pids of the engine children of this process now (the trampoline running imposition.child)."""
-    return {c.pid for c in psutil.Process().children() if "imposition.child" in " ".join(c.cmdline())}
+    """Pids of the engine children of this process now (the trampoline running imposition.engine.child)."""
+    return {c.pid for c in psutil.Process().children() if "imposition.engine.child" in " ".join(c.cmdline())}
 
 
 def started(pid: int) -> bool:

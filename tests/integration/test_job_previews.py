@@ -48,7 +48,7 @@ def pdf(tmp_path) -> bytes:
 def engine_children(worker) -> set[int]:
     """Pids of the engine children of the worker's pool processes."""
     return {c.pid for pool_pid in worker.children() for c in psutil.Process(pool_pid).children()
-            if "imposition.child" in " ".join(c.cmdline())}
+            if "imposition.engine.child" in " ".join(c.cmdline())}
 
 
 def test_a_job_stores_names_and_hands_out_a_preview_of_each_side(worker, tenant, pdf, tmp_path):

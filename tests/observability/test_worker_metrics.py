@@ -15,7 +15,7 @@ import uuid
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from imposition import parse_layout
+from imposition.engine import parse_layout
 from leases import transactions, waiting
 from leases.models import JobItem
 from leases.tenants import set_cap

@@ -138,7 +138,7 @@ def test_auto_register_tenants_registers_a_tenant_on_its_first_submission(new_te
 def test_submit_refuses_a_file_that_is_no_readable_pdf_with_pages_before_anything_is_uploaded(
         new_tenant, tmp_path, name, make, code):
     import admission
-    from imposition.errors import InputError
+    from imposition.engine.errors import InputError
     from service.settings import get_settings
     from tasks.submission import submit
     from tests.admission.helpers import queue_messages

@@ -1,7 +1,7 @@
 """Page orders for every page count from 1 to 200: each page exactly once, blanks only from padding.
 
 The orders are checked against a simulation of the finishing (folding nested sheets, cutting and
-stacking), written independently of the formulas in imposition.ordering.
+stacking), written independently of the formulas in imposition.engine.ordering.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from imposition.ordering import (
+from imposition.engine.ordering import (
     cut_and_stack_order,
     n_up_order,
     pad_pages,

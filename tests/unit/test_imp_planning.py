@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from imposition import parse_layout
-from imposition.errors import InvalidLayout, PageTooLarge, TooManyCells
-from imposition.geometry import PageBoxes, Rect, available_bleed, displayed_size, fit_scale, normalise_rotate
-from imposition.planning import plan_imposition
-from imposition.sheets import mm_to_pt
+from imposition.engine import parse_layout
+from imposition.engine.errors import InvalidLayout, PageTooLarge, TooManyCells
+from imposition.engine.geometry import PageBoxes, Rect, available_bleed, displayed_size, fit_scale, normalise_rotate
+from imposition.engine.planning import plan_imposition
+from imposition.engine.sheets import mm_to_pt
 
 A5 = Rect(0, 0, mm_to_pt(148), mm_to_pt(210))
 
@@ -138,7 +138,7 @@ def test_fold_marks_sit_on_the_spine_outside_the_trim():
 
 
 def test_slug_line_names_job_tenant_sheet_and_side():
-    from imposition import SlugInfo
+    from imposition.engine import SlugInfo
 
     spec = parse_layout({"layout": "saddle_stitch", "sheet": "A4", "slug": True})
     plates = plan_imposition(spec, [a5()] * 8, slug=SlugInfo("job-7", "tenant-3")).plates

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from imposition import LayoutSpec, parse_layout
-from imposition.errors import InvalidLayout
-from imposition.job import Layout
-from imposition.sheets import mm_to_pt
-from imposition.spec import CutAndStack, NUp, PerfectBound, SaddleStitch, StepAndRepeat
+from imposition.engine import LayoutSpec, parse_layout
+from imposition.engine.errors import InvalidLayout
+from imposition.engine.job import Layout
+from imposition.engine.sheets import mm_to_pt
+from imposition.engine.spec import CutAndStack, NUp, PerfectBound, SaddleStitch, StepAndRepeat
 
 ACCEPTED = [
     ({"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape"}, SaddleStitch),

@@ -9,7 +9,7 @@ from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConn
 from pynamodb.exceptions import PutError
 from s3transfer.exceptions import RetriesExceededError
 
-from imposition.errors import NotAPdf
+from imposition.engine.errors import NotAPdf
 from leases.errors import LeaseContention
 from tasks.base import is_infrastructure_failure
 from tasks.storage import InputMissing, StorageError, is_infrastructure

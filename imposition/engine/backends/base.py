@@ -153,7 +153,7 @@ class Engine(ABC):
             The report (counts read from the engine's own output, timing, previews).
 
         Raises:
-            ImpositionError: a typed error (see :mod:`imposition.errors`); ``retryable`` tells whether
+            ImpositionError: a typed error (see :mod:`imposition.engine.errors`); ``retryable`` tells whether
                 running the job again may help. Nothing is left at ``output_path``.
             OSError: the input cannot be read or the output directory cannot be written.
         """
@@ -254,9 +254,9 @@ class Engine(ABC):
         return tuple(preview_dir / name for name in result["previews"])
 
     def run_child(self, job: EngineJob, mode: str, fields: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Run :mod:`imposition.child` in ``mode`` (``impose``, ``inspect`` or ``preview``, whose
+        """Run :mod:`imposition.engine.child` in ``mode`` (``impose``, ``inspect`` or ``preview``, whose
         ``fields`` are added to the request) under the job's limits, in this process's engine child
-        (:func:`imposition.isolation.engine_child`: the warm one in a worker process).
+        (:func:`imposition.engine.isolation.engine_child`: the warm one in a worker process).
 
         The child gets the layout already validated and resolved (:meth:`LayoutSpec.resolved`, plain
         JSON), so it imports neither pydantic nor the settings: its start is an interpreter and pikepdf.

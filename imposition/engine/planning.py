@@ -4,7 +4,7 @@
 :class:`ImpositionPlan`, independent of any PDF library; an engine only draws it::
 
     Layout + [PageBoxes] ─► frame (sheet, orientation, grid: _choose_frame)
-                         ─► page order (imposition.ordering) ─► per side: region, cells,
+                         ─► page order (imposition.engine.ordering) ─► per side: region, cells,
                             placements (trim, clip, matrix), bleed, marks, targets, colour
                             bar, slug ─► ImpositionPlan (plates in output order, warnings)
 
@@ -12,7 +12,7 @@ It follows print's conventions (listed in :func:`plan_imposition`'s docstring): 
 page's TrimBox, the block centred on the sheet; ``scaling: fit`` shrinks, never enlarges; bleed up
 to ``bleed_mm`` without reaching a neighbour; room for bleed, marks and slug taken before cells are
 sized; duplex registered by construction; fold schemes with creep and fold marks; every departure
-from what was asked a :class:`~imposition.errors.PlateWarning` (:func:`plan_warnings`).
+from what was asked a :class:`~imposition.engine.errors.PlateWarning` (:func:`plan_warnings`).
 
 Why each convention: docs/design.md, "Room before cells", "Registration by construction",
 "Production layouts", "Default fold scheme per signature".
@@ -331,7 +331,7 @@ def _check_signature_fits(
     Raises:
         InvalidLayout: no allowed orientation holds the scheme's pages at 100 % with the reserved room;
             the message names ``signature_pages``, the pages a side asked for and the most pages a side
-            of a catalogue scheme (:data:`~imposition.folds.SCHEME_FOR_SIGNATURE_PAGES`) that fit.
+            of a catalogue scheme (:data:`~imposition.engine.folds.SCHEME_FOR_SIGNATURE_PAGES`) that fit.
     """
     if _holds_at_full_size(layout, page_sizes, max_cells_per_sheet):
         return
@@ -487,7 +487,7 @@ FoldLine = tuple[str, float, Rect]
 
 def _folds(layout: Layout, frame: _Frame, region: Rect, turned: bool) -> list[FoldLine]:
     """The fold lines of a booklet side (when fold marks are asked for): every line between two
-    columns or two rows of cells (each is a fold of the schemes of :mod:`imposition.folds`)."""
+    columns or two rows of cells (each is a fold of the schemes of :mod:`imposition.engine.folds`)."""
     if not layout.fold_marks:
         return []
     first, last = frame.cell(region, 0), frame.cell(region, frame.columns * frame.rows - 1)
@@ -654,19 +654,19 @@ def plan_imposition(
         shrink is a ``scaled_to_fit`` warning; with ``scaling: none`` it stays at 100 % and the marks or
         bleed the sheet cannot hold become warnings.
       * Duplex registers by construction: the back's region is the front's seen through the turn
-        (:meth:`~imposition.job.Layout.side_regions_pt`).
-      * Fold schemes (:mod:`imposition.folds`): the scheme's grid, pages against their spine edge,
+        (:meth:`~imposition.engine.job.Layout.side_regions_pt`).
+      * Fold schemes (:mod:`imposition.engine.folds`): the scheme's grid, pages against their spine edge,
         turned 180° where its folds need it; creep ``creep_pt`` per leaf outside the page's own; fold
         marks on every fold line; a scheme chosen for ``signature_pages`` must hold the pages at 100 %,
         else the job fails naming ``signature_pages``.
       * Registration targets 1 mm beyond the middle of each edge of the block, the colour bar across
         its head, collation marks on the spine, their room reserved like crop marks'
         (``no_room_for_marks`` for what the printable area cannot hold).
-      * Every departure from what was asked is a :class:`~imposition.errors.PlateWarning` in the plan
+      * Every departure from what was asked is a :class:`~imposition.engine.errors.PlateWarning` in the plan
         (:func:`plan_warnings`).
 
     Args:
-        layout: the layout (a :class:`~imposition.spec.LayoutSpec` is resolved first).
+        layout: the layout (a :class:`~imposition.engine.spec.LayoutSpec` is resolved first).
         pages: the boxes of every source page, in document order (at least one).
         slug: job and tenant for the slug line (printed when ``layout.slug`` is true).
         max_cells_per_sheet: most cells one side may hold (``settings.max_cells_per_sheet``); None

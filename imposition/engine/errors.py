@@ -201,7 +201,7 @@ class ContentTooLarge(LimitExceeded):
     budget allows (``settings.max_decoded_bytes_per_stream``, ``max_decoded_bytes_per_job``,
     ``max_content_operators_per_stream``, ``max_content_operators_per_job``), or a stream uses a filter
     whose output cannot be bounded; found while decoding, before anything is drawn
-    (:mod:`imposition.budget`)."""
+    (:mod:`imposition.engine.budget`)."""
 
     code = "content_too_large"
 

@@ -1,16 +1,16 @@
-"""The engine's child process: ``python -m imposition.child <request.json>`` or ``--serve <reply fd>``.
+"""The engine's child process: ``python -m imposition.engine.child <request.json>`` or ``--serve <reply fd>``.
 
-:class:`imposition.isolation.EngineChild` starts it through the limits trampoline
-(:mod:`imposition._limits` ``--module imposition.child``). The request (written by
-:meth:`imposition.engines.base.Engine.run_child`) is a JSON object::
+:class:`imposition.engine.isolation.EngineChild` starts it through the limits trampoline
+(:mod:`imposition.engine._limits` ``--module imposition.engine.child``). The request (written by
+:meth:`imposition.engine.backends.base.Engine.run_child`) is a JSON object::
 
     {"mode": "impose" | "inspect" | "probe" | "preview", "input": path, "output": path | null,
-     "layout": {...} (imposition.job.Layout), "slug": {"job_id": ..., "tenant_id": ...} | null,
+     "layout": {...} (imposition.engine.job.Layout), "slug": {"job_id": ..., "tenant_id": ...} | null,
      "max_pages": int, "result": path,
      "max_cells_per_sheet": n, "max_cells_per_job": n, "content_budget": {...}}   (optional)
     preview: {"mode": "preview", "input": plate, "output_dir": dir, "max_px": n, "result": path}
 
-``probe`` only opens the PDF (:func:`imposition.source.open_source`) and answers ``{"ok": true,
+``probe`` only opens the PDF (:func:`imposition.engine.source.open_source`) and answers ``{"ok": true,
 "pages_in": n}``; ``inspect`` also plans the job (every typed input error, no output); ``impose``
 also draws the plan and saves it to ``output``; ``preview`` renders every page of a plate
 (:func:`render_previews`) and answers ``{"ok": true, "previews": [...]}``. Checked first: the content
@@ -186,7 +186,7 @@ def serve(reply_fd: int) -> int:
     (:func:`answer`) and writes ``{"rss_bytes": n}`` to ``reply_fd``. It exits with
     :data:`LEAK_EXIT_STATUS` if a ``pikepdf.Pdf`` outlives its job; end of input ends it.
     """
-    import imposition.drawing  # noqa: F401 (paid once, before the first job)
+    import imposition.engine.drawing  # noqa: F401 (paid once, before the first job)
 
     devnull = os.open(os.devnull, os.O_WRONLY)
     gc.freeze()  # the imports stay out of every later collection
@@ -203,7 +203,7 @@ def serve(reply_fd: int) -> int:
         gc.collect()
         leaked = _open_documents()
         if leaked:
-            sys.stderr.write(f"imposition.child: {leaked} document(s) still open after a job; exiting\n")
+            sys.stderr.write(f"imposition.engine.child: {leaked} document(s) still open after a job; exiting\n")
             sys.stderr.flush()
             return LEAK_EXIT_STATUS
         os.dup2(devnull, 1)

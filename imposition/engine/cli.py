@@ -12,9 +12,9 @@ fit, a limit), or when the plate file cannot be written (its folder must exist a
 none is created). ``"slug": true`` prints the slug with ``-`` for a job or tenant not given by
 ``--job-id`` / ``--tenant-id``, and says so on stderr. ``--preview DIR`` (an existing folder) also
 writes a PNG of each side there, ``preview-<n>.png`` (one line each; a preview that fails is the
-warning ``preview_failed``, exit status 0: the plate is written). Also runs as ``python -m imposition.cli``.
+warning ``preview_failed``, exit status 0: the plate is written). Also runs as ``python -m imposition.engine.cli``.
 
-Start-up: the engine's child process is started first (:func:`imposition.isolation.prestart`), so its
+Start-up: the engine's child process is started first (:func:`imposition.engine.isolation.prestart`), so its
 interpreter and pikepdf load while this process reads its settings and validates the layout; the
 command's own imports (pydantic, the settings, the engines) come after it. ``--no-prestart`` starts
 the child only when the engine runs (one start after the other, as before). The process ends without
@@ -116,7 +116,7 @@ def _impose(input_pdf: Path, layout: str, output: Path, engine: str | None, time
             job_id: str | None, tenant_id: str | None, preview_dir: Path | None) -> None:
     from service.settings import get_settings
 
-    from .engines import get_engine
+    from .backends import get_engine
     from .spec import parse_layout
 
     settings = get_settings()

@@ -1,7 +1,7 @@
 """The content budget: what the input's streams decode to and how many operators its content holds,
 measured while decoding with a cap, before qpdf decodes any of it.
 
-Runs inside the engine's child process (:mod:`imposition.child`). Which streams count, how each filter
+Runs inside the engine's child process (:mod:`imposition.engine.child`). Which streams count, how each filter
 is bounded and why: ``docs/design.md``, "Bomb-proof input".
 """
 
@@ -651,7 +651,7 @@ class _Meter:
                 f"{budget.max_decoded_bytes_per_stream}: it uses {unbounded}"
             ) from None
         except (pikepdf.PdfError, pikepdf.QpdfRuntimeError):
-            size, operators = 0, 0  # unreadable: the damage check names it (imposition.source.content_damage)
+            size, operators = 0, 0  # unreadable: the damage check names it (imposition.engine.source.content_damage)
         else:
             if whole and content and key is not None:
                 self.read_whole.add(key)
@@ -760,10 +760,10 @@ def check_content_budget(pdf: pikepdf.Pdf, budget: ContentBudget, path: Path,
     with everything they reach (forms, images, fonts, patterns, shadings, colour profiles, soft
     masks…), the appearance streams of its annotations with what they reach, the catalog's output
     intents and the interactive form's default resources. Nothing else of the input reaches a plate
-    (:func:`imposition.drawing.draw_plan` keeps only these), so a stream no page reaches is neither
+    (:func:`imposition.engine.drawing.draw_plan` keeps only these), so a stream no page reaches is neither
     decoded nor copied. Only raw stream data is read: qpdf decodes nothing here (and warns of nothing
-    that :func:`imposition.source.content_damage` should hear about). ``pages``: the pages of ``pdf``,
-    read already (:func:`imposition.source.read_pages`).
+    that :func:`imposition.engine.source.content_damage` should hear about). ``pages``: the pages of ``pdf``,
+    read already (:func:`imposition.engine.source.read_pages`).
 
     Returns:
         What was counted.

@@ -13,7 +13,7 @@ Rules, by print convention:
   * perfect bound gathers sections of ``signature_pages`` nested sheets; the last section shrinks to
     the smallest multiple of 4 that holds the remaining pages, so padding never exceeds 3 blanks;
   * cut and stack numbers down each stack: cell ``t`` of sheet ``s`` holds page ``t × sheets + s``;
-  * a fold scheme (:mod:`imposition.folds`) makes each sheet one signature: perfect bound gathers
+  * a fold scheme (:mod:`imposition.engine.folds`) makes each sheet one signature: perfect bound gathers
     them in order; saddle stitch nests them, the outer signature carrying the first and the last
     ``pages / 2`` pages.
 """
@@ -299,7 +299,7 @@ def page_order(layout: Layout | LayoutSpec, page_count: int, *, grid: tuple[int,
     """The page order of ``layout`` for a document of ``page_count`` pages.
 
     Args:
-        layout: the layout (a :class:`~imposition.spec.LayoutSpec` is resolved first).
+        layout: the layout (a :class:`~imposition.engine.spec.LayoutSpec` is resolved first).
         page_count: pages in the source document (≥ 1).
         grid: ``(columns, rows)`` for step-and-repeat, whose grid comes from the page and sheet sizes.
 

@@ -7,7 +7,7 @@ which carries no page 1); the fold sequence of each scheme is the one that folds
 signature reading 1…N with its spine on the left, and the heads to turn and the creep of each leaf
 follow from it (:func:`fold`), so they are computed, never typed in.
 
-Conventions (those of :mod:`imposition.ordering`): a side's cells are listed row by row from the
+Conventions (those of :mod:`imposition.engine.ordering`): a side's cells are listed row by row from the
 top-left *as that side is seen*; our ``front`` is the side that carries the signature's first page
 (the outside of the folded signature: the catalogue's back); the back is seen after turning the
 sheet over side to side, so front cell ``(row, column)`` backs onto back cell

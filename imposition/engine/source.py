@@ -1,6 +1,6 @@
 """Opening a source PDF with typed errors, and reading each page's boxes.
 
-Runs inside the engine's child process (:mod:`imposition.child`): hostile input is parsed only there.
+Runs inside the engine's child process (:mod:`imposition.engine.child`): hostile input is parsed only there.
 """
 
 from __future__ import annotations
@@ -334,7 +334,7 @@ def content_damage(pdf: pikepdf.Pdf, path: Path, open_warnings: list[str],
         open_warnings: what qpdf warned of while opening it (``open_source(warnings_out=...)``).
         pages: its pages, read already (:func:`read_pages`).
         read_whole: content streams the content budget read whole
-            (:attr:`imposition.budget.ContentUse.read_whole`): qpdf would decode them without error or
+            (:attr:`imposition.engine.budget.ContentUse.read_whole`): qpdf would decode them without error or
             warning, so they are not decoded again.
 
     Returns:

@@ -2,12 +2,12 @@
 
 The child starts with ``subprocess`` (a Celery prefork child is daemonic and may not use
 ``multiprocessing``) in its own session, so it and everything it starts form one process group. A
-small trampoline (:mod:`imposition._limits`) sets its address-space and CPU limits before ``exec``:
+small trampoline (:mod:`imposition.engine._limits`) sets its address-space and CPU limits before ``exec``:
 no ``preexec_fn`` runs in the forked worker, which is unsafe once the worker has threads (the
 lease heartbeat). The parent waits with a wall-clock deadline and a cancel event; on either it kills
 the whole process group with SIGKILL.
 
-The engine's own child (:mod:`imposition.child`) is an :class:`EngineChild`: started ahead of its
+The engine's own child (:mod:`imposition.engine.child`) is an :class:`EngineChild`: started ahead of its
 job, it serves one request at a time, each under the job's limits. Without :func:`keep_warm` every
 job gets a fresh child that serves it alone and is then killed (as :func:`run_limited` does). With
 :func:`keep_warm` (a worker process) one child stays warm between jobs, for at most
@@ -105,7 +105,7 @@ def _import_path() -> str:
     """The import path of a module child, ``os.pathsep``-separated: the directory holding this package
     (an editable install finds it through a ``site`` hook, and the child starts without ``site``), then
     this process's ``sys.path`` (``''``, the working directory, spelled out)."""
-    package_root = str(Path(__file__).resolve().parents[1])
+    package_root = str(Path(__file__).resolve().parents[2])
     return os.pathsep.join([package_root, *(entry or os.getcwd() for entry in sys.path)])
 
 
@@ -202,7 +202,7 @@ class Served:
 
 
 class EngineChild:
-    """One :mod:`imposition.child` process serving requests one at a time (``--serve``).
+    """One :mod:`imposition.engine.child` process serving requests one at a time (``--serve``).
 
     Started at construction (``subprocess.Popen``, its own session, through the limits trampoline
     with ``--module``, which costs an interpreter and the child's imports, ≈ 0.1 s, while the caller
@@ -225,7 +225,7 @@ class EngineChild:
         os.unlink(startup_path)  # kept open: what the child writes before its first request
         argv = [
             sys.executable, "-I", "-S", str(LIMITS_SCRIPT), "--address-space-bytes", "0", "--cpu-seconds", "0",
-            "--module", "imposition.child", "--sys-path", _import_path(), "--", "--serve", str(reply_write),
+            "--module", "imposition.engine.child", "--sys-path", _import_path(), "--", "--serve", str(reply_write),
         ]
         try:
             self._process = subprocess.Popen(
@@ -258,7 +258,7 @@ class EngineChild:
         """Hand the child the request at ``request_path`` and wait for its answer.
 
         Args:
-            request_path: the request file (:mod:`imposition.child`); its result file is the answer.
+            request_path: the request file (:mod:`imposition.engine.child`); its result file is the answer.
             log_path: receives the child's stdout and stderr during this request.
             time_limit_s, deadline, cancel: as for :func:`run_limited`; the CPU-time backstop is the
                 time left plus :data:`CPU_BACKSTOP_MARGIN_S`, counted from what the child used before.

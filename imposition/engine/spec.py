@@ -18,8 +18,8 @@ given twice in the JSON text are all refused (a length in millimetres may be wri
 A layout whose margins or gutters leave no room on its sheet in every orientation it allows is refused
 here, before any PDF is read.
 
-:func:`parse_layout` is the only entry point; it raises :class:`~imposition.errors.InvalidLayout`
-naming each bad field, its value (cut short: :func:`~imposition.errors.shown`) and the limit it breaks.
+:func:`parse_layout` is the only entry point; it raises :class:`~imposition.engine.errors.InvalidLayout`
+naming each bad field, its value (cut short: :func:`~imposition.engine.errors.shown`) and the limit it breaks.
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ if TYPE_CHECKING:  # a Literal of names listed at run time: mypy types them as s
     FoldSchemeName = str
     FoldSchemeOrSections = str
 else:
-    #: A fold scheme of :mod:`imposition.folds` (its names, the one list).
+    #: A fold scheme of :mod:`imposition.engine.folds` (its names, the one list).
     FoldSchemeName = Literal[FOLD_SCHEME_NAMES]
     #: A booklet's ``fold_scheme``: a scheme, or ``sections`` (nested 2-up sheets folded once).
     FoldSchemeOrSections = Literal[(*FOLD_SCHEME_NAMES, SECTIONS)]
@@ -240,13 +240,13 @@ else:
 class _Booklet(LayoutSpec):
     """Options of the folded layouts (saddle stitch, perfect bound), duplex.
 
-    ``fold_scheme`` names a sheet of the JDF fold catalogue (:mod:`imposition.folds`): ``F4-1`` (2
+    ``fold_scheme`` names a sheet of the JDF fold catalogue (:mod:`imposition.engine.folds`): ``F4-1`` (2
     pages a side, one fold), ``F8-7`` (4 a side, two right-angle folds), ``F16-7`` (8 a side, three),
     ``F32-5`` (16 a side, four right-angle folds) or ``F32-9`` (16 a side); each sheet folds into one
     signature, pages whose heads meet across a fold are turned 180°. ``sections`` asks for two pages a
     side, sheets folded once and nested. ``signature_pages`` (4, 8, 16 or 32) without a
     ``fold_scheme`` folds each sheet into a signature of that many pages, by the catalogue scheme of
-    :data:`~imposition.folds.SCHEME_FOR_SIGNATURE_PAGES` (F4-1, F8-7, F16-7, F32-5); the planner then
+    :data:`~imposition.engine.folds.SCHEME_FOR_SIGNATURE_PAGES` (F4-1, F8-7, F16-7, F32-5); the planner then
     fails the job (``invalid_layout`` naming ``signature_pages``) when the sheet cannot hold that
     scheme's pages at 100 %, never falling back to 2-up. ``creep_mm`` moves a page toward the spine by
     that much per leaf outside it (per sheet, for nested sheets).
@@ -279,7 +279,7 @@ class _Booklet(LayoutSpec):
     def scheme(self) -> tuple[FoldScheme | None, bool]:
         """The fold scheme of every sheet and whether it was implied by ``signature_pages``:
         ``fold_scheme``'s own; with none named, the catalogue scheme for ``signature_pages``
-        (:data:`~imposition.folds.SCHEME_FOR_SIGNATURE_PAGES`); ``(None, False)`` for nested 2-up sheets
+        (:data:`~imposition.engine.folds.SCHEME_FOR_SIGNATURE_PAGES`); ``(None, False)`` for nested 2-up sheets
         (``fold_scheme: sections``, or neither field given)."""
         if self.fold_scheme == SECTIONS:
             return None, False

@@ -10,7 +10,7 @@ clipped to its trim plus the bleed it keeps (qpdf's own page-to-form helper clip
 which would lose the bleed). /Rotate and /UserUnit are folded into the placement matrix.
 
 What prints is what the press should print: content that the document's default optional-content
-configuration hides is removed first (:mod:`imposition.visibility`); then the annotations that print
+configuration hides is removed first (:mod:`imposition.engine.visibility`); then the annotations that print
 (the Print flag set, neither Hidden nor NoView) are flattened, their appearance streams merged into
 the page content after generating missing appearances of form fields; the others are left out with
 the page objects. A PDF/X output intent (/OutputIntents) is kept on the plate's catalog.

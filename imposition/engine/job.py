@@ -1,6 +1,6 @@
 """The plain data of one imposition that crosses into the engine's child process.
 
-:class:`Layout` is a validated :class:`~imposition.spec.LayoutSpec` resolved into the planner's terms
+:class:`Layout` is a validated :class:`~imposition.engine.spec.LayoutSpec` resolved into the planner's terms
 (lengths in points, defaults filled in, the layout's kind as a string); :class:`SlugInfo` names the
 job and tenant; :class:`ContentBudget` bounds what the input's streams may decode to. All are frozen dataclasses that travel as JSON, and this module imports neither
 pydantic nor pikepdf, so the parent (which validates with pydantic) and the child (which plans and
@@ -75,9 +75,9 @@ class ContentBudget:
 
 @dataclass(frozen=True)
 class Layout:
-    """A validated layout in the planner's terms (built by :meth:`imposition.spec.LayoutSpec.resolved`).
+    """A validated layout in the planner's terms (built by :meth:`imposition.engine.spec.LayoutSpec.resolved`).
 
-    Lengths are PDF points; the field meanings are those of :mod:`imposition.spec`.
+    Lengths are PDF points; the field meanings are those of :mod:`imposition.engine.spec`.
 
     Attributes:
         kind: the layout (``saddle_stitch``, ``perfect_bound``, ``n_up``, ``cut_and_stack``,
@@ -104,7 +104,7 @@ class Layout:
         slug: print the slug line.
         scaling: ``fit`` (shrink to the cell) or ``none`` (100 % or ``page_too_large``).
         on_warning: ``warn`` (warnings go into the report) or ``fail`` (the first one fails the job).
-        fold_scheme: the JDF fold catalogue name of a booklet's sheet (:mod:`imposition.folds`), or
+        fold_scheme: the JDF fold catalogue name of a booklet's sheet (:mod:`imposition.engine.folds`), or
             None for sections of 2-up sheets folded once and nested.
         fold_scheme_implied: ``fold_scheme`` was chosen for ``signature_pages`` (the layout named no
             scheme): the planner fails the job when the sheet cannot hold its pages at 100 %.

@@ -1,8 +1,8 @@
 """The default engine: pages placed as Form XObjects on new sheets, with pikepdf (qpdf).
 
-This class is the parent's side: it validates, limits and waits (:class:`~imposition.engines.base.Engine`).
-The child process (:mod:`imposition.child`) opens the source, plans the job and draws it
-(:mod:`imposition.drawing`); hostile input is parsed only there.
+This class is the parent's side: it validates, limits and waits (:class:`~imposition.engine.backends.base.Engine`).
+The child process (:mod:`imposition.engine.child`) opens the source, plans the job and draws it
+(:mod:`imposition.engine.drawing`); hostile input is parsed only there.
 """
 
 from __future__ import annotations
