@@ -43,9 +43,9 @@ from admission.errors import (
     RateLimited,
 )
 from admission.limits import TenantLimits, limits_for
-from service.redis_keys import KeyKind, redis_key
-from service.settings import get_settings
-from service.tenancy import validate_job_id, validate_tenant_id
+from imposition.common.redis_keys import KeyKind, redis_key
+from imposition.common.settings import get_settings
+from imposition.common.tenancy import validate_job_id, validate_tenant_id
 
 
 #: The rate limit counts admissions per minute (the unit of ``rate_limit_per_min``).
@@ -161,7 +161,7 @@ def token_hash(token: str) -> str:
 
 def token_key(tenant_id: str, token: str) -> str:
     """Redis key of ``tenant_id``'s idempotency ``token``,
-    ``<namespace>:admission:<tenant>:token:<sha256(token)>`` (:func:`service.redis_keys.redis_key`):
+    ``<namespace>:admission:<tenant>:token:<sha256(token)>`` (:func:`imposition.common.redis_keys.redis_key`):
     the job id holding it, TTL the idempotency TTL."""
     return redis_key(KeyKind.TOKEN, tenant_id, token_hash(token))
 
@@ -183,7 +183,7 @@ def job_key(job_id: str) -> str:
     ``<namespace>:admission:_:job:<job id>`` (``_``: no tenant): the tenant id, TTL the in-flight expiry.
 
     Raises:
-        service.tenancy.InvalidJobId: ``job_id`` is not canonical.
+        imposition.common.tenancy.InvalidJobId: ``job_id`` is not canonical.
     """
     return redis_key(KeyKind.JOB, None, validate_job_id(job_id))
 
@@ -246,8 +246,8 @@ class Admission:
             now_s: epoch seconds to use instead of Redis's clock (tests control time with it).
 
         Raises:
-            service.tenancy.InvalidTenantId: not a canonical tenant id.
-            service.tenancy.InvalidJobId: not a canonical job id.
+            imposition.common.tenancy.InvalidTenantId: not a canonical tenant id.
+            imposition.common.tenancy.InvalidJobId: not a canonical job id.
             ValueError: an empty or too long token.
             DuplicateSubmission: the token is taken (``.job_id`` is the job that holds it).
             DuplicateJobId: ``job_id`` is admitted already (for any tenant, within the in-flight
@@ -272,7 +272,7 @@ class Admission:
         was still unconfirmed). Undo with :meth:`unreadmit` if the retry does not commit.
 
         Raises:
-            service.tenancy.InvalidTenantId, service.tenancy.InvalidJobId: malformed ids.
+            imposition.common.tenancy.InvalidTenantId, imposition.common.tenancy.InvalidJobId: malformed ids.
             RateLimited, InFlightLimitReached: refused; nothing was recorded.
             AdmissionUnavailable: Redis unreachable (fail closed).
         """

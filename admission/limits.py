@@ -1,4 +1,4 @@
-"""Per-tenant admission limits: the defaults in :mod:`service.settings`, overridden per tenant in the
+"""Per-tenant admission limits: the defaults in :mod:`imposition.common.settings`, overridden per tenant in the
 tenants table (``TenantItem.rate_limit_per_min``, ``admission_in_flight_cap``, ``idempotency_ttl_s``).
 
 Every submitting process keeps a tenant's limits for ``Settings.admission_limits_cache_s`` seconds
@@ -22,8 +22,8 @@ import logging
 
 from admission.errors import AdmissionUnavailable, UnknownTenant
 from leases.models import TenantItem
-from service.settings import get_settings
-from service.tenancy import validate_tenant_id
+from imposition.common.settings import get_settings
+from imposition.common.tenancy import validate_tenant_id
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def limits_for(tenant_id: str) -> TenantLimits:
     """``tenant_id``'s limits: its overrides, else the defaults (cached, see module docstring).
 
     Raises:
-        service.tenancy.InvalidTenantId: not a canonical tenant id.
+        imposition.common.tenancy.InvalidTenantId: not a canonical tenant id.
         AdmissionUnavailable: the tenants table could not be read (admission fails closed).
     """
     validate_tenant_id(tenant_id)
@@ -94,7 +94,7 @@ def check_registered(tenant_id: str) -> None:
     tenant whose limits are cached.
 
     Raises:
-        service.tenancy.InvalidTenantId: not a canonical tenant id (``NonCanonicalTenantId`` names
+        imposition.common.tenancy.InvalidTenantId: not a canonical tenant id (``NonCanonicalTenantId`` names
             the canonical spelling).
         UnknownTenant: no such tenant, and auto-registration is off (nothing written).
         AdmissionUnavailable: the tenants table could not be read.
@@ -149,7 +149,7 @@ def set_limits(
     submissions only; nothing admitted is withdrawn.
 
     Raises:
-        service.tenancy.InvalidTenantId: not a canonical tenant id.
+        imposition.common.tenancy.InvalidTenantId: not a canonical tenant id.
         ValueError: a value below 1, or an unknown name in ``reset``.
     """
     from leases.transactions import ensure_tenant  # noqa: PLC0415 (keeps this module light to import)

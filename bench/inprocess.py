@@ -51,7 +51,7 @@ def _job(what: str, source: Path, output: Path, argument: str | None) -> tuple[C
     """The timed call, and which rusage holds its peak RSS."""
     if what in ("engine", "warm"):
         from imposition.engine import PikepdfEngine, isolation, parse_layout
-        from service.settings import get_settings
+        from imposition.common.settings import get_settings
 
         settings = get_settings()
         if what == "warm":
@@ -64,7 +64,7 @@ def _job(what: str, source: Path, output: Path, argument: str | None) -> tuple[C
         from imposition.engine.child import run
 
         from imposition.engine.job import ContentBudget
-        from service.settings import get_settings
+        from imposition.common.settings import get_settings
 
         # the bench limits no page or cell count; the content budget's check is part of every job's work
         request = {"mode": "impose", "input": str(source), "output": str(output), "layout": json.loads(argument or ""),

@@ -180,8 +180,8 @@ class Bench:
         from control.provision import provision
         from leases import transactions
         from leases.models import reset_connections
-        from service import aws
-        from service.settings import get_settings
+        from imposition.common import aws
+        from imposition.common.settings import get_settings
 
         get_settings.cache_clear()
         aws.reset()  # this process's clients point at the previous policy's endpoint
@@ -191,8 +191,8 @@ class Bench:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from service import redis_namespace
-        from service.settings import get_settings
+        from imposition.common import redis_namespace
+        from imposition.common.settings import get_settings
 
         s = get_settings()
         redis_namespace.forget(s.redis_key_namespace, (s.redis_url, s.events_url))
@@ -203,7 +203,7 @@ class Bench:
     # -- processes --------------------------------------------------------------------------------
 
     def start_workers(self, policy: str) -> list:
-        from service.settings import get_settings
+        from imposition.common.settings import get_settings
         from control.stack import BEAT_READY, WORKER_READY, ManagedProcess, beat_command, worker_command
 
         waiting_policy = "timer" if policy == "timer" else "handoff"
@@ -256,7 +256,7 @@ class Bench:
     def run_scenario(self, scenario: Scenario, policy: str) -> Result:
         from leases.audit import audit
         from leases.eventlog import busy_intervals, held_intervals, max_concurrent, read_events
-        from service.settings import get_settings
+        from imposition.common.settings import get_settings
         from leases.tenants import set_cap
         from leases.waiting import wake
         from tasks.messages import publish_job
@@ -351,10 +351,10 @@ class Bench:
         full before the node starts, so each phase measures only the node draining its queue."""
         from leases.models import JobItem, TenantItem
         from leases.tenants import set_cap
-        from service import aws
-        from service.settings import get_settings
+        from imposition.common import aws
+        from imposition.common.settings import get_settings
         from control.stack import stop_all
-        from service.tenancy import message_group_id
+        from imposition.common.tenancy import message_group_id
         from tasks import app
         from tasks.submission import submit_job
 

@@ -16,7 +16,7 @@ from capacity.errors import WorkloadError
 from capacity.results import Summary, render, summarise, write_png
 from capacity.simulator import POLICIES, ModelParams, simulate
 from capacity.workload import Workload, from_history, load_spec
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 
 
 class InputError(click.ClickException):

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 from capacity.simulator import RunResult
 from observability.capacity import CapacityReport, Thresholds, compute_report, working_days
 from observability.history import percentile
-from service.settings import Settings, get_settings
+from imposition.common.settings import Settings, get_settings
 
 
 @dataclass(frozen=True)

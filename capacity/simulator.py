@@ -37,14 +37,14 @@ import simpy
 from capacity.core import Scheduler, Tier
 from capacity.errors import WorkloadError
 from leases import policy
-from service.settings import Settings, get_settings
+from imposition.common.settings import Settings, get_settings
 
 POLICIES = ("handoff", "timer", "borrow")
 
 
 @dataclass(frozen=True)
 class ModelParams:
-    """The model's numbers (seconds), from :class:`service.settings.Settings` (``sim_*``, the
+    """The model's numbers (seconds), from :class:`imposition.common.settings.Settings` (``sim_*``, the
     service's own clocks and limits)."""
 
     slots_per_node: int

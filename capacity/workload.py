@@ -252,7 +252,7 @@ def from_history(weeks: int, *, until: float | None = None) -> Workload:
     from leases.models import TenantItem  # noqa: PLC0415 (the simulator itself needs no AWS)
     from observability.capacity import load_jobs, report_window  # noqa: PLC0415
     from observability.errors import ReportWindowError  # noqa: PLC0415
-    from service.settings import get_settings  # noqa: PLC0415
+    from imposition.common.settings import get_settings  # noqa: PLC0415
 
     s = get_settings()
     end = time.time() if until is None else until

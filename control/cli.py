@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import click
 
 from imposition.engine.cli import layout_text, skip_exit_collection
-from service.tenancy import TenancyError, shown_value, validate_job_id, validate_tenant_id
+from imposition.common.tenancy import TenancyError, shown_value, validate_job_id, validate_tenant_id
 
 if TYPE_CHECKING:  # the click.Choice of --on-duplicate; tasks.submission itself is imported when run
     from tasks.submission import OnDuplicate
@@ -50,7 +50,7 @@ class LazyGroup(click.Group):
 
 
 class IdentifierParam(click.ParamType):
-    """An identifier that ``validate`` (a :mod:`service.tenancy` validator) accepts; else a usage
+    """An identifier that ``validate`` (a :mod:`imposition.common.tenancy` validator) accepts; else a usage
     error (exit 2) naming the parameter, the value and the rule."""
 
     def __init__(self, name: str, validate) -> None:
@@ -94,7 +94,7 @@ def unreachable_service(exc: BaseException) -> str | None:
     from botocore.exceptions import HTTPClientError, NoCredentialsError, PartialCredentialsError  # noqa: PLC0415 - error path only
     from redis.exceptions import ConnectionError as RedisConnectionError, TimeoutError as RedisTimeout  # noqa: PLC0415 - error path only
 
-    from service.settings import get_settings  # noqa: PLC0415 - error path only
+    from imposition.common.settings import get_settings  # noqa: PLC0415 - error path only
 
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -120,10 +120,10 @@ def unreachable_service(exc: BaseException) -> str | None:
 
 def settings_problem(exc: BaseException) -> str | None:
     """One line per invalid setting (``IMPOSITION_<FIELD>=<value>: <what is wrong> (<the field's
-    description>)``) if ``exc`` is the validation error of :class:`service.settings.Settings`."""
+    description>)``) if ``exc`` is the validation error of :class:`imposition.common.settings.Settings`."""
     from pydantic import ValidationError
 
-    from service.settings import Settings
+    from imposition.common.settings import Settings
 
     if not isinstance(exc, ValidationError) or exc.title != Settings.__name__:
         return None
@@ -146,7 +146,7 @@ class ConfigurationError(click.ClickException):
 class ServiceGroup(LazyGroup):
     """The top-level group: every command under it (lazy ones included) reports an unreachable
     service as :class:`ServiceUnavailable` (exit 3), and a malformed identifier
-    (:class:`service.tenancy.TenancyError`) or an invalid setting (:class:`ConfigurationError`) as
+    (:class:`imposition.common.tenancy.TenancyError`) or an invalid setting (:class:`ConfigurationError`) as
     exit 2, instead of a traceback."""
 
     def invoke(self, ctx: click.Context):

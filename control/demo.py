@@ -199,7 +199,7 @@ class Demo:
             "IMPOSITION_AUTO_REGISTER_TENANTS": "true",
         }
         os.environ.update(env)
-        from service.settings import get_settings
+        from imposition.common.settings import get_settings
 
         get_settings.cache_clear()
         settings = get_settings()
@@ -228,7 +228,7 @@ class Demo:
         """Delete this run's Redis keys (its namespace) from the admission and the events database."""
         import redis
 
-        from service import redis_namespace
+        from imposition.common import redis_namespace
 
         if not self.redis_urls:
             return  # stopped before the settings were read: no key was written
@@ -241,7 +241,7 @@ class Demo:
               consumer: bool = False) -> ManagedProcess:
         """Start one process of the stack and put it under the supervisor (a ``consumer`` sets a
         poll stamp, so that one that stops polling is noticed too)."""
-        from service.settings import get_settings
+        from imposition.common.settings import get_settings
 
         stamp = RUN_DIR / f"{name}.polled" if consumer else None
         if stamp is not None:
@@ -255,7 +255,7 @@ class Demo:
     def supervised(self) -> Supervisor:
         """The run's supervisor (started with the first process)."""
         if self.supervisor is None:
-            from service.settings import get_settings
+            from imposition.common.settings import get_settings
 
             s = get_settings()
 
@@ -286,7 +286,7 @@ class Demo:
                                         f"{RUN_DIR / 'moto.log'}:\n{tail}")
 
     def start_processes(self, env: dict[str, str]) -> str:
-        from service.settings import get_settings
+        from imposition.common.settings import get_settings
 
         s = get_settings()
         self.say(f"• starting celery worker -Q {s.imposition_queue} -c {s.slots_per_node}, "
@@ -333,7 +333,7 @@ class Demo:
         """Start Debian's Prometheus on a free loopback port, scraping the worker nodes ``ports`` and
         loading the shipped rules; its URL, or None (said) when the package is not installed."""
         from observability.alerts import write_prometheus_config
-        from service.settings import get_settings
+        from imposition.common.settings import get_settings
 
         if not os.access(PROMETHEUS_BINARY, os.X_OK):
             self.say(f"• Prometheus not started: {PROMETHEUS_BINARY} missing (Debian package 'prometheus'; "
@@ -417,7 +417,7 @@ class Demo:
     # -- results -------------------------------------------------------------------------------
 
     def table(self, items: list, sampler: LeaseSampler) -> None:
-        from service.settings import get_settings
+        from imposition.common.settings import get_settings
 
         cap = get_settings().default_cap
         rows = defaultdict(list)
@@ -458,8 +458,8 @@ class Demo:
     def fetch_plates(self, items: list, submitted: dict[str, DemoJob]) -> list[str]:
         import pikepdf
 
-        from service import aws
-        from service.settings import get_settings
+        from imposition.common import aws
+        from imposition.common.settings import get_settings
 
         for tenant in {item.tenant_id for item in items}:  # this run's plates replace the last run's
             shutil.rmtree(OUT_DIR / tenant, ignore_errors=True)

@@ -83,7 +83,7 @@ def _task_fields(body: str) -> tuple[str | None, dict, str | None]:
 
 
 def _dead_letter(queue: str, message: dict) -> DeadLetter:
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     attributes = message.get("Attributes", {})
     task, kwargs, problem = _task_fields(message["Body"])
@@ -106,7 +106,7 @@ def source_queues(queue: str | None = None) -> tuple[str, ...]:
     Raises:
         click.BadParameter: ``queue`` is not a work queue (exit status 2).
     """
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     queues = get_settings().work_queues
     if queue is None:
@@ -119,8 +119,8 @@ def source_queues(queue: str | None = None) -> tuple[str, ...]:
 def receive_all(queue: str) -> list[DeadLetter]:
     """Receive every message of ``queue``'s DLQ (each hidden for ``Settings.dlq_receive_visibility_s``),
     at most ``Settings.dlq_scan_max_messages``, until a receive comes back empty."""
-    from service import aws
-    from service.settings import get_settings
+    from imposition.common import aws
+    from imposition.common.settings import get_settings
 
     s = get_settings()
     url = aws.queue_url(s.dead_letter_queue(queue))
@@ -140,8 +140,8 @@ def receive_all(queue: str) -> list[DeadLetter]:
 
 def _release(queue: str, letters: list[DeadLetter]) -> None:
     """Make received messages visible again at once (visibility 0), ten per request."""
-    from service import aws
-    from service.settings import get_settings
+    from imposition.common import aws
+    from imposition.common.settings import get_settings
 
     url = aws.queue_url(get_settings().dead_letter_queue(queue))
     for start in range(0, len(letters), 10):
@@ -170,8 +170,8 @@ def redrive(*, job_id: str | None = None, queue: str | None = None) -> list[Dead
         botocore.exceptions.ClientError: a send or delete failed; messages moved before it stay
             moved, the failed one stays in the DLQ (visible again after its visibility timeout).
     """
-    from service import aws
-    from service.settings import get_settings
+    from imposition.common import aws
+    from imposition.common.settings import get_settings
 
     s = get_settings()
     moved: list[DeadLetter] = []
@@ -242,8 +242,8 @@ def dlq_purge(queue: str | None, yes: bool) -> None:
     within 60 s (SQS allows one per 60 s). SQS may take up to 60 s to finish a purge."""
     from botocore.exceptions import ClientError
 
-    from service import aws
-    from service.settings import get_settings
+    from imposition.common import aws
+    from imposition.common.settings import get_settings
 
     s = get_settings()
     names = [s.dead_letter_queue(source) for source in source_queues(queue)]

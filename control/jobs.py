@@ -97,7 +97,7 @@ def tenant_jobs(tenant_id: str, *, status: str | None = None, since_at: float | 
     (paginated, ``Settings.jobs_list_page_size`` items per page); ``since_at`` (epoch s) bounds
     the submission time from below, ``status`` filters."""
     from leases.models import JobItem
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     return JobItem.by_tenant.query(
         tenant_id,
@@ -115,7 +115,7 @@ def list_jobs(*, tenant_id: str | None = None, status: str | None = None, since_
     With ``tenant_id``: that tenant's index partition only. Without: every tenant of the tenants
     table, each queried the same way, merged (reads stop once ``limit`` rows are out)."""
     from leases.models import TenantItem
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     limit = get_settings().jobs_list_limit if limit is None else limit
     tenants = [tenant_id] if tenant_id is not None else sorted(t.tenant_id for t in TenantItem.scan())

@@ -2,7 +2,7 @@
 
 * SQS standard queues ``imposition`` and ``maintenance``, each with its own dead-letter queue
   (``<name>-dlq``) and a redrive policy (``maxReceiveCount``, default 5). The visibility timeout is
-  :attr:`service.clocks.Clocks.visibility_timeout_s`: Celery uses these queues as predefined queues
+  :attr:`imposition.common.clocks.Clocks.visibility_timeout_s`: Celery uses these queues as predefined queues
   and never creates queues of its own, so this attribute is the one that counts.
 * DynamoDB tables ``tenants``, ``leases`` (with its expiry index), ``jobs`` (with its by-tenant
   index) and ``tokens`` (the durable idempotency-token claims, with DynamoDB TTL enabled on
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from botocore.exceptions import ClientError
 
 from leases.models import ALL_MODELS, TOKEN_CLAIM_TTL_ATTRIBUTE, TokenClaimItem
-from service import aws
-from service.clocks import Clocks, get_clocks
-from service.settings import Settings, get_settings
+from imposition.common import aws
+from imposition.common.clocks import Clocks, get_clocks
+from imposition.common.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ def provision(settings: Settings | None = None) -> ProvisionReport:
 
     Raises:
         botocore.exceptions.ClientError: AWS refused a call (permissions, limits).
-        service.clocks.ClockError: the configured clocks break a rule of docs/design.md §4.
+        imposition.common.clocks.ClockError: the configured clocks break a rule of docs/design.md §4.
     """
     s = settings or get_settings()
     clocks = get_clocks()

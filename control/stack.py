@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from observability.events import FLOWER_OPTIONS
-from service.settings import get_settings
-from service.tenancy import validate_tenant_id
+from imposition.common.settings import get_settings
+from imposition.common.tenancy import validate_tenant_id
 from webhooks.receiver import CONFIRMATIONS_PATH, HOOK_PATH, READY_MARKER
 
 REPO = Path(__file__).resolve().parent.parent

@@ -89,7 +89,7 @@ def tenant_list(as_json: bool) -> None:
     leases in flight, jobs queued and waiting."""
     from leases.models import TenantItem
     from control.jobs import table
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     default_cap = get_settings().default_cap
     views = sorted((tenant_view(item, default_cap) for item in TenantItem.scan()), key=lambda v: v["tenant_id"])
@@ -118,7 +118,7 @@ def _show(tenant_id: str) -> None:
     import admission
     from leases.tenants import describe_tenant
     from leases.waiting import read_tenant
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     shown = describe_tenant(tenant_id)
     if not shown["known"]:

@@ -52,8 +52,8 @@ from leases.transactions import (
     tx_connection,
     with_conflict_retries,
 )
-from service.clocks import get_clocks
-from service.settings import get_settings
+from imposition.common.clocks import get_clocks
+from imposition.common.settings import get_settings
 
 log = logging.getLogger(__name__)
 

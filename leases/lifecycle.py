@@ -38,7 +38,7 @@ from leases.transactions import (
     read_job,
     with_conflict_retries,
 )
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 
 #: ``error_code`` of a job cancelled by an operator.
 CANCELLED_CODE = "cancelled"

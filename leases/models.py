@@ -11,7 +11,7 @@
 Each model's docstring says what its items hold and how their indexes are used. Times are UNIX
 epoch seconds (float) everywhere, named ``*_at``.
 
-Table names and the region come from :mod:`service.settings` when a model first talks to DynamoDB
+Table names and the region come from :mod:`imposition.common.settings` when a model first talks to DynamoDB
 (never at import; :class:`_FromSettings`); the endpoint follows the AWS SDK's environment
 (``AWS_ENDPOINT_URL_DYNAMODB`` / ``AWS_ENDPOINT_URL``).
 """
@@ -33,7 +33,7 @@ from pynamodb.expressions.update import Action
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 
 #: The one partition value of the lease expiry index (see module docstring).
 LEASE_EXPIRY_PARTITION = "lease"

@@ -21,7 +21,7 @@ from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 
 from leases.models import CLUSTER_SLOTS_KEY, NODE_KEY_PREFIX, NODE_PARTITION, ClusterItem
 from leases.transactions import CANCELLED, NamedTransaction, classify, new_token
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 
 log = logging.getLogger(__name__)
 

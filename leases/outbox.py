@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pynamodb.exceptions import UpdateError
 
 from leases.models import JobItem
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 
 #: The one partition value of the outbox index (at most the unsettled events of the cluster).
 OUTBOX_PARTITION = "outbox"

@@ -84,7 +84,7 @@ class ClusterState:
 
 @dataclass(frozen=True)
 class Limits:
-    """The configured numbers the rules need (from :class:`service.settings.Settings`)."""
+    """The configured numbers the rules need (from :class:`imposition.common.settings.Settings`)."""
 
     default_cap: int
     waiting_policy: str = "handoff"  # "handoff" or "timer"

@@ -31,7 +31,7 @@ from pynamodb.exceptions import DoesNotExist, UpdateError
 from leases import nodes, outbox, waiting
 from leases.models import LEASE_EXPIRY_PARTITION, PENDING_PARTITION, JobItem, JobStatus, LeaseItem, TenantItem
 from leases.transactions import NamedTransaction, fenced_release, lost_attempt_entry, requeue_actions
-from service.clocks import get_clocks
+from imposition.common.clocks import get_clocks
 
 log = logging.getLogger(__name__)
 

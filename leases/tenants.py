@@ -22,8 +22,8 @@ from leases.transactions import (
     slots_item,
     with_conflict_retries,
 )
-from service.settings import get_settings
-from service.tenancy import shown_value, validate_tenant_id
+from imposition.common.settings import get_settings
+from imposition.common.tenancy import shown_value, validate_tenant_id
 
 
 def set_cap(tenant_id: str, cap: int | None, *, burst_cap: int | None = None) -> None:
@@ -39,7 +39,7 @@ def set_cap(tenant_id: str, cap: int | None, *, burst_cap: int | None = None) ->
     tenant: its jobs stay parked (``waiting``, no message) until the cap is raised.
 
     Raises:
-        service.tenancy.InvalidTenantId: not a canonical tenant id.
+        imposition.common.tenancy.InvalidTenantId: not a canonical tenant id.
         ValueError: ``cap`` is not an integer from 0 to ``Settings.max_cap`` (the bound keeps it far
             inside DynamoDB's 38-digit numbers), or ``burst_cap`` not from the cap to ``max_cap``.
         leases.errors.LeaseContention: concurrent changes of the tier outlasted the retries.
@@ -108,7 +108,7 @@ def create_tenant(tenant_id: str, *, cap: int | None = None, burst_cap: int | No
     this package does not resolve hosts).
 
     Raises:
-        service.tenancy.InvalidTenantId: not a canonical tenant id (``NonCanonicalTenantId`` names the
+        imposition.common.tenancy.InvalidTenantId: not a canonical tenant id (``NonCanonicalTenantId`` names the
             lower-case form).
         ValueError: a cap or burst cap as :func:`set_cap` refuses it, a limit below 1.
         TenantExists: the tenant is registered already.

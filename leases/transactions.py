@@ -58,8 +58,8 @@ from leases import outbox
 from leases.errors import AcquireUnresolved, CapReached, JobNotQueued, LeaseContention, LeaseLost, TenantMismatch
 from leases import policy
 from leases.models import CLUSTER_SLOTS_KEY, ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem
-from service import aws
-from service.settings import get_settings
+from imposition.common import aws
+from imposition.common.settings import get_settings
 
 log = logging.getLogger(__name__)
 

@@ -58,7 +58,7 @@ from leases.transactions import (
     wake_actions,
     with_conflict_retries,
 )
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ import click
 from observability.errors import ReportWindowError
 from leases.models import JobStatus
 from observability.history import JobTimes, jobs_submitted, tenant_ids, wait_s
-from service.settings import Settings, get_settings
+from imposition.common.settings import Settings, get_settings
 
 #: Monday..Friday as ``date.weekday()`` numbers.
 WORKING_WEEKDAYS = frozenset(range(5))

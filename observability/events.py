@@ -37,7 +37,7 @@ from celery import current_app
 from celery.signals import after_task_publish
 from kombu.exceptions import OperationalError
 
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 from leases import signals
 
 log = logging.getLogger(__name__)

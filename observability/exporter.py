@@ -38,7 +38,7 @@ from celery.signals import celeryd_init, worker_process_shutdown, worker_ready
 
 from observability.errors import MetricsSetupError
 from observability.metrics import get_metrics
-from service.settings import Settings, get_settings
+from imposition.common.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ import time
 
 from celery.signals import task_postrun
 
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 from leases import signals
 from leases.signals import JobOutcome
 

@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from service import aws
-from service.settings import Settings, get_settings
+from imposition.common import aws
+from imposition.common.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ buckets of ``Settings.recent_bucket_s`` seconds::
 
     <namespace>:recent:<tenant>:<event>:<bucket start, epoch s>   INCR, EXPIRE window + bucket
 
-(built by :func:`service.redis_keys.redis_key`, like every Redis key of the service)
+(built by :func:`imposition.common.redis_keys.redis_key`, like every Redis key of the service)
 
 in the events side-channel Redis (``Settings.events_url``: a monitoring store, never the admission
 database). A sum over a window reads the window's buckets with one ``MGET`` per tenant. Writes are
@@ -23,8 +23,8 @@ import time
 
 import redis
 
-from service.redis_keys import KeyKind, redis_key
-from service.settings import get_settings
+from imposition.common.redis_keys import KeyKind, redis_key
+from imposition.common.settings import get_settings
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ import math
 
 from leases import nodes
 from leases.models import TenantItem
-from service.celery_app import app
-from service.settings import get_settings
+from imposition.common.celery_app import app
+from imposition.common.settings import get_settings
 from observability.metrics import get_metrics
 from observability.queues import SQS_STATES, QueueDepth, read_queues
 

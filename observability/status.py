@@ -34,7 +34,7 @@ from leases.transactions import TRANSACT_GET_MAX_ITEMS, read_tenants_and_slots
 from observability import recent
 from observability.history import jobs_submitted, percentile, wait_s
 from observability.queues import QueueDepth, read_queues
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 
 
 @dataclass(frozen=True)

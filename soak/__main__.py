@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         "IMPOSITION_WEBHOOK_OUTBOX_GRACE_S": "60",
         "IMPOSITION_WEBHOOK_OUTBOX_DRAIN_INTERVAL_S": "10",
         "IMPOSITION_EVENTS_URL": "redis://127.0.0.1:6379/9",
-        # this soak's own Redis keys, deleted at the end (service.redis_namespace)
+        # this soak's own Redis keys, deleted at the end (imposition.common.redis_namespace)
         "IMPOSITION_REDIS_KEY_NAMESPACE": f"imposition-soak-{uuid.uuid4().hex[:12]}",
         "IMPOSITION_RATE_LIMIT_PER_MIN": "1000000",
         "IMPOSITION_ADMISSION_IN_FLIGHT_CAP": "1000000",

@@ -21,8 +21,8 @@ import psutil
 from leases.audit import audit
 from leases.eventlog import cap_violations, max_concurrent, read_events, unterminated
 from leases.models import JobItem, LeaseItem
-from service import aws, redis_namespace
-from service.settings import get_settings
+from imposition.common import aws, redis_namespace
+from imposition.common.settings import get_settings
 from control.fault_proxy import FaultProxy
 from control.stack import (
     BEAT_READY,
@@ -38,7 +38,7 @@ from control.stack import (
 )
 from soak import faults as fault_classes
 from soak.faults import Fault
-from service.tenancy import input_key
+from imposition.common.tenancy import input_key
 from tasks import storage
 from tasks.base import RELEASE_UNREACHABLE
 from tasks.sweeper import visible_messages

@@ -50,7 +50,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _hidden_messages(queue: str) -> tuple[int, int]:
-    from service import aws  # noqa: PLC0415
+    from imposition.common import aws  # noqa: PLC0415
 
     attributes = aws.sqs().get_queue_attributes(
         QueueUrl=aws.queue_url(queue),
@@ -60,7 +60,7 @@ def _hidden_messages(queue: str) -> tuple[int, int]:
 
 def _drain(args: argparse.Namespace, number: int, rng: random.Random, nodes: dict) -> dict:
     from leases.models import JobItem  # noqa: PLC0415
-    from service.settings import get_settings  # noqa: PLC0415
+    from imposition.common.settings import get_settings  # noqa: PLC0415
     from control.stack import WORKER_READY, ManagedProcess, worker_command  # noqa: PLC0415
     from tasks.submission import submit_job  # noqa: PLC0415
 
@@ -148,9 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with LocalAws(log_path=args.out / "moto.log") as local:
         os.environ.update(local.env)
-        from service import redis_namespace  # noqa: PLC0415
+        from imposition.common import redis_namespace  # noqa: PLC0415
         from control.provision import provision  # noqa: PLC0415
-        from service.settings import get_settings  # noqa: PLC0415
+        from imposition.common.settings import get_settings  # noqa: PLC0415
         from control.stack import WORKER_READY, ManagedProcess, stop_all, worker_command  # noqa: PLC0415
 
         provision()

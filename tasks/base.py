@@ -43,10 +43,10 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_r
 from leases import policy, transactions, waiting
 from leases.errors import AcquireUnresolved, CapReached, JobNotQueued, LeaseContention, LeaseLost, TenantMismatch
 from leases.models import JobItem, JobStatus
-from service.clocks import Clocks, get_clocks
-from service.settings import get_settings
-from service.sqs import backoff_s, delay_seconds
-from service.tenancy import message_group_id, shown_value, validate_job_id, validate_tenant_id
+from imposition.common.clocks import Clocks, get_clocks
+from imposition.common.settings import get_settings
+from imposition.common.sqs import backoff_s, delay_seconds
+from imposition.common.tenancy import message_group_id, shown_value, validate_job_id, validate_tenant_id
 from leases import signals
 from leases.signals import JobOutcome
 from tasks import storage
@@ -174,7 +174,7 @@ class FairTask(Task):
 
     Subclasses implement ``run(self, job, lease, cancel)``, return a :class:`JobResult`, and raise
     typed errors whose ``retryable`` says whether another attempt could help. Options are class
-    attributes; ``None`` falls back to :mod:`service.settings`.
+    attributes; ``None`` falls back to :mod:`imposition.common.settings`.
     """
 
     #: Ack after the job, never before: a crash leaves the message (docs/design.md §1).

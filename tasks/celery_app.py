@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import logging
 
-from service.celery_app import app as service_app
+from imposition.common.celery_app import app as service_app
 from celery.signals import after_setup_logger, worker_init, worker_process_init
 
 from leases.models import ALL_MODELS, reset_connections
 from leases.transactions import tx_connection
-from service import aws
-from service.settings import get_settings
+from imposition.common import aws
+from imposition.common.settings import get_settings
 
 log = logging.getLogger(__name__)
 
-app = service_app  # created in service.celery_app, so lower packages define tasks on it without importing tasks
+app = service_app  # created in imposition.common.celery_app, so lower packages define tasks on it without importing tasks
 
 
 @worker_init.connect
@@ -34,7 +34,7 @@ def _bind_queue_urls(sender: object = None, **_: object) -> None:
 def _fresh_clients_after_fork(**_: object) -> None:
     """A prefork child must not reuse its parent's DynamoDB connection pool; it opens its own AWS
     clients (one per PynamoDB model, all on one botocore session whose service models the parent
-    parsed before the fork: :func:`service.aws.preload_service_models`) and its broker channel before its first job (the engine package is already imported by the
+    parsed before the fork: :func:`imposition.common.aws.preload_service_models`) and its broker channel before its first job (the engine package is already imported by the
     parent, before the fork), so neither the first job of each slot nor its first hand-off pays
     for them (they did: 2–6 s per slot under load, seen in a per-call trace of bench-sched)."""
     reset_connections()

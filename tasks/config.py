@@ -1,5 +1,5 @@
 """Celery configuration (``app.config_from_object("tasks.config")``), derived from
-:mod:`service.settings` and :mod:`service.clocks`.
+:mod:`imposition.common.settings` and :mod:`imposition.common.clocks`.
 
 Nothing here is a number of its own: every value comes from the settings object or the clocks, so
 the visibility timeout Celery knows is the one ``imposition provision`` gave the queues.
@@ -19,10 +19,10 @@ from typing import Any
 
 from kombu import Exchange, Queue
 
-from service import aws
-from service.clocks import get_clocks
-from service.settings import get_settings
-from service.tenancy import MAINTENANCE_GROUP
+from imposition.common import aws
+from imposition.common.clocks import get_clocks
+from imposition.common.settings import get_settings
+from imposition.common.tenancy import MAINTENANCE_GROUP
 from tasks import sqs_transport
 
 _settings = get_settings()

@@ -29,8 +29,8 @@ from pynamodb.exceptions import PynamoDBException
 
 from leases.errors import LeaseError, LeaseLost
 from leases.transactions import Lease, renew
-from service import aws
-from service.clocks import Clocks
+from imposition.common import aws
+from imposition.common.clocks import Clocks
 
 log = logging.getLogger(__name__)
 

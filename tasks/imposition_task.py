@@ -34,8 +34,8 @@ from imposition.engine.errors import PlateWarning, PreviewFailed
 from leases import transactions
 from leases.models import JobItem
 from leases.transactions import Lease
-from service.settings import get_settings
-from service.tenancy import plate_key, preview_key, shown_value
+from imposition.common.settings import get_settings
+from imposition.common.tenancy import plate_key, preview_key, shown_value
 from tasks import storage
 from tasks.base import FairTask, JobResult
 from tasks.celery_app import app

@@ -8,9 +8,9 @@ Flower shows one task per job.
 
 from __future__ import annotations
 
-from service.settings import get_settings
-from service.sqs import delay_seconds, publish_retry_policy
-from service.tenancy import message_group_id
+from imposition.common.settings import get_settings
+from imposition.common.sqs import delay_seconds, publish_retry_policy
+from imposition.common.tenancy import message_group_id
 
 
 def publish_job(tenant_id: str, job_id: str, *, delay_s: int = 0, after_attempt: int = 0) -> None:

@@ -15,7 +15,7 @@ import threading
 from celery.signals import worker_ready, worker_shutdown
 
 from leases import nodes
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 
 log = logging.getLogger(__name__)
 _state: dict = {}

@@ -12,7 +12,7 @@ would also give the Redis events channel and Flower this transport. What it chan
   (``sqs_receive_backoff_initial_s`` doubled per failure up to ``sqs_receive_backoff_max_s``);
 * one WARNING line when a queue's receives begin to fail, one INFO line when they answer again;
 * a predefined queue given without its ``url`` gets it from ``GetQueueUrl`` when the channel first
-  needs it (:func:`service.aws.queue_url`), so the configuration is read without network;
+  needs it (:func:`imposition.common.aws.queue_url`), so the configuration is read without network;
 * when its last consumer is cancelled, the channel reads every receive still open (at most
   ``sqs_wait_time_s`` + ``sqs_shutdown_receive_margin_s``) and releases what they bring; a message
   delivered but not acked when the channel closes, or rejected with ``requeue``, is made visible
@@ -43,8 +43,8 @@ from kombu.asynchronous.http import get_client
 from kombu.transport import SQS, TRANSPORT_ALIASES
 from vine.abstract import Thenable
 
-from service import aws
-from service.settings import get_settings
+from imposition.common import aws
+from imposition.common.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ class Channel(SQS.Channel):
     def _new_boto_client(self, service: str, region: str, access_key_id: str | None, secret_access_key: str | None,
                          session_token: str | None = None, config: Config | None = None) -> Any:
         """kombu 5.7's ``Channel._new_boto_client`` (same session, endpoint and config), with the
-        session on the process's parsed service models (:func:`service.aws.new_botocore_session`):
+        session on the process's parsed service models (:func:`imposition.common.aws.new_botocore_session`):
         kombu makes one per queue, and each parsed the SQS model again (0.1–0.2 s of CPU per queue,
         in every pool child)."""
         session = boto3.Session(region_name=region, aws_access_key_id=access_key_id,

@@ -26,9 +26,9 @@ from s3transfer.exceptions import RetriesExceededError
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from imposition.engine.errors import InputTooLarge
-from service import aws
-from service.settings import get_settings
-from service.tenancy import shown_value
+from imposition.common import aws
+from imposition.common.settings import get_settings
+from imposition.common.tenancy import shown_value
 
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 

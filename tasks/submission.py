@@ -34,8 +34,8 @@ from imposition.engine import parse_layout
 from imposition.engine.errors import InputError, InputTooLarge, NotAPdf
 from leases import waiting
 from leases.models import JobItem
-from service.settings import get_settings
-from service.tenancy import (
+from imposition.common.settings import get_settings
+from imposition.common.tenancy import (
     check_own_key,
     input_key as derive_input_key,
     shown_value,
@@ -70,7 +70,7 @@ def submit_job(
     """Submit a job whose input PDF is already in the bucket; return its job id.
 
     Args:
-        tenant_id: canonical tenant id (see :mod:`service.tenancy`).
+        tenant_id: canonical tenant id (see :mod:`imposition.common.tenancy`).
         token: the caller's idempotency token for this job (1–``Settings.idempotency_token_max_len``
             characters); a token is taken for ``idempotency_ttl_s`` (48 h) after its submission.
         input_key: S3 key of the input PDF, under ``tenants/<tenant_id>/``.
@@ -81,8 +81,8 @@ def submit_job(
             token; ``"return"`` returns the job id that holds the token instead.
 
     Raises:
-        service.tenancy.InvalidTenantId, service.tenancy.InvalidJobId,
-            service.tenancy.ForeignKeyRefused: bad identity or key (``NonCanonicalTenantId``: an
+        imposition.common.tenancy.InvalidTenantId, imposition.common.tenancy.InvalidJobId,
+            imposition.common.tenancy.ForeignKeyRefused: bad identity or key (``NonCanonicalTenantId``: an
             upper-case spelling, the canonical one named).
         admission.UnknownTenant: no such tenant registered and ``Settings.auto_register_tenants``
             off (code ``unknown_tenant``; nothing written).

@@ -10,8 +10,8 @@ import time
 
 from leases import sweeper
 from leases.models import LeaseItem
-from service import aws
-from service.settings import get_settings
+from imposition.common import aws
+from imposition.common.settings import get_settings
 from leases import signals
 from tasks.celery_app import app
 from tasks.messages import publish_job

@@ -9,7 +9,7 @@ Like dramatiq's middleware added to a broker: the app is created bare (:mod:`tas
                   ──► observability.events    (publishers' task-sent on the events side channel)
                   ──► tasks.nodes             (the slot registry of an imposition node)
     app tasks      ◄── webhooks.tasks.deliver_webhook and drain_outbox, observability.sampler.sample_queues
-                       (defined on service.celery_app.app, the one app object)
+                       (defined on imposition.common.celery_app.app, the one app object)
 
 Nothing here does I/O; receivers run when their signal is sent.
 """
@@ -23,7 +23,7 @@ from tasks import nodes
 from webhooks import tasks as webhook_tasks
 
 
-#: Tasks of lower packages, defined on :data:`service.celery_app.app` (the same object as ``app``).
+#: Tasks of lower packages, defined on :data:`imposition.common.celery_app.app` (the same object as ``app``).
 SHARED_TASKS = (webhook_tasks.TASK_NAME, webhook_tasks.DRAIN_TASK_NAME, sampler.TASK_NAME)
 
 

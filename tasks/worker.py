@@ -34,7 +34,7 @@ from kombu.exceptions import ContentDisallowed, DecodeError
 from vine import promise
 
 from observability.events import EventsSideChannel, RunReportedDispatcher
-from service import aws
+from imposition.common import aws
 from leases import signals
 
 log = logging.getLogger(__name__)

@@ -111,7 +111,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """Stop the local AWS endpoint; delete this session's Redis keys from both databases."""
     if session_servers_skipped(config):
         return
-    from service import redis_namespace
+    from imposition.common import redis_namespace
 
     try:
         redis_namespace.forget(REDIS_NAMESPACE, [SESSION_ENV["IMPOSITION_REDIS_URL"], SESSION_ENV["IMPOSITION_EVENTS_URL"]])
@@ -125,9 +125,9 @@ def reset_aws() -> None:
     admission keys too, since its tokens and in-flight sets name jobs of the old stack."""
     import admission
     from admission.limits import forget_cached_limits
-    from service import aws
+    from imposition.common import aws
     from control.provision import provision
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     assert _local_aws is not None
     for server in (_local_aws.main, _local_aws.dynamodb):
@@ -144,8 +144,8 @@ def reset_aws() -> None:
 
 def forget_redis_keys(url: str) -> int:
     """Delete every key of this session's namespace from the Redis at ``url``; returns how many."""
-    from service import redis_namespace
-    from service.settings import get_settings
+    from imposition.common import redis_namespace
+    from imposition.common.settings import get_settings
 
     assert get_settings().redis_key_namespace == REDIS_NAMESPACE, "a test changed the Redis namespace"
     return redis_namespace.forget(REDIS_NAMESPACE, [url])

@@ -45,7 +45,7 @@ from tenacity import (
 
 from leases import outbox
 from leases.models import JobItem
-from service.settings import Settings, get_settings
+from imposition.common.settings import Settings, get_settings
 from webhooks import fairness
 from webhooks.destinations import guarded_session
 from webhooks.endpoints import WebhookEndpoint, endpoint_for, loggable_url

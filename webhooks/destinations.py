@@ -33,8 +33,8 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
 from urllib3.util import connection
 
-from service.settings import get_settings
-from service.tenancy import shown_value
+from imposition.common.settings import get_settings
+from imposition.common.tenancy import shown_value
 from webhooks.errors import UnsafeWebhookDestination, WebhookConfigError
 
 #: Port of a URL without one, per scheme (RFC 9110 §4.2).

@@ -21,7 +21,7 @@ from pynamodb.exceptions import DoesNotExist
 from pynamodb.expressions.update import Action
 
 from leases.models import TenantItem
-from service.tenancy import shown_value, validate_tenant_id
+from imposition.common.tenancy import shown_value, validate_tenant_id
 from webhooks import redaction
 from webhooks.destinations import check_destination
 from webhooks.errors import WebhookConfigError
@@ -94,7 +94,7 @@ def set_webhook(tenant_id: str, url: str | None, secret: str | None) -> None:
     """Set ``tenant_id``'s webhook URL and secret; ``url=None`` removes both.
 
     Raises:
-        service.tenancy.InvalidTenantId: not a canonical tenant id.
+        imposition.common.tenancy.InvalidTenantId: not a canonical tenant id.
         WebhookConfigError: a bad URL, a host that does not resolve, or a secret shorter than
             ``MIN_SECRET_LEN`` characters.
         UnsafeWebhookDestination: the URL's host is or resolves to a non-public address

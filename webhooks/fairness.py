@@ -24,8 +24,8 @@ from collections.abc import Iterator
 import redis
 from redis.exceptions import LockError, RedisError
 
-from service.redis_keys import KeyKind, redis_key
-from service.settings import SQS_MAX_DELAY_S, get_settings
+from imposition.common.redis_keys import KeyKind, redis_key
+from imposition.common.settings import SQS_MAX_DELAY_S, get_settings
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,8 @@ from collections import defaultdict
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from service.settings import get_settings
-from service.tenancy import TenancyError, validate_tenant_id
+from imposition.common.settings import get_settings
+from imposition.common.tenancy import TenancyError, validate_tenant_id
 from webhooks.endpoints import endpoint_for
 from webhooks.errors import ReplayStoreUnavailable, WebhookVerificationError
 from webhooks.signing import ReplayStore, verify_webhook

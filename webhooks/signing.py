@@ -108,7 +108,7 @@ class MemoryReplayStore:
 class RedisReplayStore:
     """A :class:`ReplayStore` in Redis (``SET key NX PX``), shared by every receiver process.
 
-    Keys are ``<namespace>:webhooks:_:replay:<key>`` (:func:`service.redis_keys.redis_key`).
+    Keys are ``<namespace>:webhooks:_:replay:<key>`` (:func:`imposition.common.redis_keys.redis_key`).
 
     Args:
         client: a redis-py client.
@@ -125,7 +125,7 @@ class RedisReplayStore:
         """See :meth:`ReplayStore.remember`."""
         from redis.exceptions import RedisError  # noqa: PLC0415 (the verifier alone needs no Redis)
 
-        from service.redis_keys import KeyKind, redis_key  # noqa: PLC0415
+        from imposition.common.redis_keys import KeyKind, redis_key  # noqa: PLC0415
 
         try:
             name = redis_key(KeyKind.WEBHOOK_REPLAY, None, key)
@@ -144,7 +144,7 @@ _process_store = MemoryReplayStore()
 def _redis_store(url: str, pid: int) -> RedisReplayStore:
     import redis  # noqa: PLC0415
 
-    from service.settings import get_settings  # noqa: PLC0415
+    from imposition.common.settings import get_settings  # noqa: PLC0415
 
     timeout_s = get_settings().admission_redis_timeout_s
     return RedisReplayStore(redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s))
@@ -153,7 +153,7 @@ def _redis_store(url: str, pid: int) -> RedisReplayStore:
 def default_replay_store() -> ReplayStore:
     """The replay store :func:`verify_webhook` uses when given none: Redis at ``Settings.redis_url``
     (one client per process), or this process's memory with ``Settings.webhook_replay_store = "memory"``."""
-    from service.settings import get_settings  # noqa: PLC0415
+    from imposition.common.settings import get_settings  # noqa: PLC0415
 
     settings = get_settings()
     if settings.webhook_replay_store == "memory":

@@ -34,10 +34,10 @@ from pynamodb.exceptions import DoesNotExist
 
 from leases import outbox
 from leases.models import JobItem
-from service.celery_app import app
-from service.settings import get_settings
-from service.sqs import backoff_s, delay_seconds, publish_retry_policy
-from service.tenancy import message_group_id
+from imposition.common.celery_app import app
+from imposition.common.settings import get_settings
+from imposition.common.sqs import backoff_s, delay_seconds, publish_retry_policy
+from imposition.common.tenancy import message_group_id
 from leases import signals
 from leases.signals import JobOutcome
 from webhooks import delivery, fairness

@@ -114,7 +114,7 @@ def impose_command(
 
 def _impose(input_pdf: Path, layout: str, output: Path, engine: str | None, time_limit_s: float | None,
             job_id: str | None, tenant_id: str | None, preview_dir: Path | None) -> None:
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     from .backends import get_engine
     from .spec import parse_layout

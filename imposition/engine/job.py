@@ -45,7 +45,7 @@ class SlugInfo:
 
 @dataclass(frozen=True)
 class ContentBudget:
-    """The limits, as the settings of the same names (``service.settings.Settings``).
+    """The limits, as the settings of the same names (``imposition.common.settings.Settings``).
 
     Attributes:
         max_decoded_bytes_per_stream: most bytes one stream (a page's content: all its streams

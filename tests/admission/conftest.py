@@ -17,7 +17,7 @@ def redis_db():
     (``tests.conftest.REDIS_NAMESPACE``) is emptied before and after the test."""
     import admission
     from admission.limits import forget_cached_limits
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     url = get_settings().redis_url
     assert url.endswith("/13"), f"admission tests use database 13, not {url}"
@@ -35,7 +35,7 @@ def registration_required(monkeypatch):
     """Submissions for unregistered tenants are refused (``auto_register_tenants`` off, as in
     production): every tenant of these tests is registered, by :func:`new_tenant`."""
     from admission.limits import forget_cached_limits
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     monkeypatch.setenv("IMPOSITION_AUTO_REGISTER_TENANTS", "false")
     get_settings.cache_clear()
@@ -106,7 +106,7 @@ def own_redis(tmp_path, admission_redis_at):
 def _forget_settings() -> None:
     """Re-read settings and rebuild admission's Redis client on next use."""
     import admission
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     get_settings.cache_clear()
     admission.reset()

@@ -25,7 +25,7 @@ def input_key_of(tenant_id: str, name: str = "input.pdf") -> str:
 
 def queue_messages(queue: str) -> int:
     """Visible + in-flight + delayed messages of SQS queue ``queue``."""
-    from service import aws
+    from imposition.common import aws
 
     attrs = aws.sqs().get_queue_attributes(
         QueueUrl=aws.queue_url(queue),

@@ -19,7 +19,7 @@ from admission import (
     set_limits,
 )
 from admission.control import in_flight_key, job_key, rate_key, token_key
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 from tests.admission.helpers import free_port, race_duplicates
 from tests.conftest import REDIS_NAMESPACE
 

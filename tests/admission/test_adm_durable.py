@@ -19,10 +19,10 @@ from admission.claims import read_claim
 from admission.control import in_flight_key, job_key, rate_key, token_hash, token_key
 from admission.limits import set_limits
 from leases.models import TOKEN_CLAIM_TTL_ATTRIBUTE, JobItem, TokenClaimItem
-from service import aws
+from imposition.common import aws
 from control.cli import main as cli
-from service.settings import get_settings
-from service.tenancy import tenant_prefix
+from imposition.common.settings import get_settings
+from imposition.common.tenancy import tenant_prefix
 from tasks.submission import submit, submit_job
 from tests.admission.helpers import LAYOUT, SAMPLE_PDF, jobs_of, queue_messages
 from tests.conftest import REDIS_NAMESPACE, forget_redis_keys

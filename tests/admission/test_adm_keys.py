@@ -1,4 +1,4 @@
-"""Every Redis key comes from ``service.redis_keys.redis_key``: typed parts, one separator none may hold."""
+"""Every Redis key comes from ``imposition.common.redis_keys.redis_key``: typed parts, one separator none may hold."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 import admission
 from observability import recent
 from webhooks import default_replay_store, fairness
-from service.redis_keys import NO_TENANT, SEPARATOR, KeyKind, redis_key
-from service.settings import get_settings
-from service.tenancy import InvalidTenantId
+from imposition.common.redis_keys import NO_TENANT, SEPARATOR, KeyKind, redis_key
+from imposition.common.settings import get_settings
+from imposition.common.tenancy import InvalidTenantId
 from tests.conftest import REDIS_NAMESPACE
 
 TENANTS = [None, "job", "rate", "a", "a.b", "a-b", "acme", "token", "in_flight", "0"]

@@ -1,4 +1,4 @@
-"""Runs sharing one Redis: each deletes only its own key namespace (service.redis_namespace)."""
+"""Runs sharing one Redis: each deletes only its own key namespace (imposition.common.redis_namespace)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import redis
 
 import admission
 from admission.control import token_key
-from service import redis_namespace
-from service.settings import get_settings
+from imposition.common import redis_namespace
+from imposition.common.settings import get_settings
 from tests.conftest import REDIS_NAMESPACE
 
 

@@ -9,10 +9,10 @@ from click.testing import CliRunner
 import admission
 from admission import AdmissionUnavailable, DuplicateSubmission, RateLimited
 from admission.control import token_key
-from service import aws
+from imposition.common import aws
 from control.cli import main as cli
-from service.settings import get_settings
-from service.tenancy import ForeignKeyRefused
+from imposition.common.settings import get_settings
+from imposition.common.tenancy import ForeignKeyRefused
 from tasks.submission import submit, submit_job
 from tests.admission.helpers import LAYOUT, SAMPLE_PDF, jobs_of, queue_messages, race_duplicates
 from tests.conftest import REDIS_NAMESPACE

@@ -74,9 +74,9 @@ def celery_sqs_body(body: object, *, task: str = "imposition.impose") -> str:
 
 def submit_bytes(tenant_id: str, pdf: bytes, *, layout: dict | None = None, max_attempts: int | None = None) -> str:
     """Upload ``pdf`` under the tenant's prefix and submit it; returns the job id."""
-    from service import aws
-    from service.settings import get_settings
-    from service.tenancy import input_key
+    from imposition.common import aws
+    from imposition.common.settings import get_settings
+    from imposition.common.tenancy import input_key
     from tasks.submission import submit_job
 
     job_id = uuid.uuid4().hex

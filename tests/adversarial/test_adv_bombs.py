@@ -18,7 +18,7 @@ from tests.support.processes import start_worker, wait_for
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory):
     """The imposition worker (2 slots) and a notifications worker."""
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     with module_worker(tmp_path_factory, "adv-bomb-imposer") as imposer:
         notifier = start_worker(tmp_path_factory.mktemp("adv-bomb-notifier"), queue=get_settings().notifications_queue,

@@ -46,12 +46,12 @@ def test_layout_that_cannot_fit_any_sheet_is_refused_at_submission(fresh_aws):
     """Two 200 mm gutters on an A5 sheet can never fit, whatever the PDF: refuse before publishing
     instead of spending a slot to fail the job at the worker."""
     from imposition.engine.errors import InvalidLayout
-    from service.tenancy import input_key
+    from imposition.common.tenancy import input_key
     from tasks import storage
     from tasks.submission import submit_job
     from tests.admission.helpers import SAMPLE_PDF
 
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
     from tests.admission.helpers import jobs_of, queue_messages
     from tests.conftest import REDIS_NAMESPACE
 
@@ -72,7 +72,7 @@ def test_caller_given_job_id_is_validated(fresh_aws, job_id):
     """``impose.delay(..., job_id=...)`` reaches S3 keys, a worker temp directory name and the
     Celery task id; a job id with '/' or '..' was accepted and the job then failed three times with
     FileNotFoundError at the worker (tempfile prefix ``job-../../...``)."""
-    from service.tenancy import input_key
+    from imposition.common.tenancy import input_key
     from tasks import storage
     from tasks.imposition_task import impose
     from tests.admission.helpers import SAMPLE_PDF
@@ -159,7 +159,7 @@ def test_token_with_a_lone_surrogate_is_a_value_error_naming_the_token():
 @pytest.fixture
 def small_input_limit(monkeypatch):
     """This process runs with ``max_input_bytes`` = 1000 (settings re-read), restored after."""
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     monkeypatch.setenv("IMPOSITION_MAX_INPUT_BYTES", "1000")
     get_settings.cache_clear()
@@ -172,9 +172,9 @@ def test_an_input_over_max_input_bytes_is_refused_before_any_transfer(fresh_aws,
     """The worker downloaded the whole input before the engine checked its size, and ``submit``
     uploaded any file: both now refuse from the size alone (the object's HEAD, the local file)."""
     from imposition.engine.errors import InputTooLarge
-    from service import aws
-    from service.settings import get_settings
-    from service.tenancy import input_key, tenant_prefix
+    from imposition.common import aws
+    from imposition.common.settings import get_settings
+    from imposition.common.tenancy import input_key, tenant_prefix
     from tasks import storage
     from tasks.submission import submit
     from tests.admission.helpers import SAMPLE_PDF, jobs_of

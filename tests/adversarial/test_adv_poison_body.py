@@ -47,8 +47,8 @@ def send_and_await_dead_letters(worker, bodies: list) -> None:
     """Send one raw task message per body; wait until all of them are in the dead-letter queue.
 
     Fails the test if the worker dies first, or if a message never arrives there (acked away)."""
-    from service import aws
-    from service.settings import get_settings
+    from imposition.common import aws
+    from imposition.common.settings import get_settings
     from tests.support.processes import wait_for
 
     settings = get_settings()

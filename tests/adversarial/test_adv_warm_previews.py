@@ -14,7 +14,7 @@ from PIL import Image
 from imposition.engine import SlugInfo, isolation, parse_layout
 from imposition.engine.backends import PikepdfEngine
 from imposition.engine.errors import ImpositionError, PreviewFailed
-from service.settings import Settings
+from imposition.common.settings import Settings
 
 MM = 72 / 25.4
 A6_PT = (105 * MM, 148 * MM)

@@ -92,7 +92,7 @@ def notifier(endpoint, tmp_path_factory):
 
 def _limits():
     """The round time limits the notifier derives from its settings."""
-    from service.settings import Settings
+    from imposition.common.settings import Settings
     from webhooks.delivery import round_time_limits
 
     return round_time_limits(Settings(**{k.removeprefix("IMPOSITION_").lower(): v for k, v in NOTIFIER_ENV.items()}))

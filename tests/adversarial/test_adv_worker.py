@@ -50,7 +50,7 @@ def test_message_naming_another_tenant_does_not_run_the_job_under_that_tenants_c
     tenant was paused (cap 0)."""
     from leases.models import JobItem, TenantItem
     from leases.tenants import set_cap
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
     from control.stack import wait_for
     from tasks.imposition_task import impose
 

@@ -26,7 +26,7 @@ from leases import nodes, policy, transactions, waiting
 from leases.errors import CapReached
 from leases.models import JobItem, TenantItem
 from leases.tenants import set_cap
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 
 LAYOUT = {"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape"}
 SLOTS = 4

@@ -20,8 +20,8 @@ import uuid
 
 import pytest
 
-from service import aws
-from service.settings import get_settings
+from imposition.common import aws
+from imposition.common.settings import get_settings
 from tests.conftest import reset_aws
 from tests.support.processes import start_worker, wait_for
 from tasks.messages import publish_job

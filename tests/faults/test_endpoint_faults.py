@@ -28,9 +28,9 @@ import pytest
 from click.testing import CliRunner
 
 from leases.audit import audit
-from service import aws
+from imposition.common import aws
 from control.cli import main as cli
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 from tasks.sweeper import visible_messages
 from tests.conftest import reset_aws
 from tests.faults.test_sqs_outage import committed, finish_all

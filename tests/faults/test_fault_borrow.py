@@ -18,7 +18,7 @@ from leases import nodes
 from leases.eventlog import max_concurrent
 from leases.models import JobItem, TenantItem
 from control.cli import main as cli
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 from tests.conftest import reset_aws
 from tests.support.cluster import Cluster
 from tests.support.processes import wait_for

@@ -26,10 +26,10 @@ from click.testing import CliRunner
 from leases.eventlog import held_intervals, max_concurrent
 from leases.models import JobItem, TenantItem
 from leases.tenants import set_cap
-from service import aws
+from imposition.common import aws
 from control.cli import main as cli
-from service.clocks import get_clocks
-from service.settings import get_settings
+from imposition.common.clocks import get_clocks
+from imposition.common.settings import get_settings
 from tasks.celery_app import app
 from tasks.messages import publish_job
 from tests.conftest import reset_aws

@@ -16,8 +16,8 @@ import pytest
 
 from leases.models import JobItem
 from leases.tenants import set_cap
-from service import aws
-from service.settings import get_settings
+from imposition.common import aws
+from imposition.common.settings import get_settings
 from tests.conftest import reset_aws
 from tests.support.cluster import Cluster
 from tests.support.processes import wait_for

@@ -22,9 +22,9 @@ from leases import waiting
 from leases.eventlog import max_concurrent
 from leases.models import JobItem, LeaseItem, TenantItem
 from leases.tenants import set_cap
-from service import aws
+from imposition.common import aws
 from control.cli import main as cli
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 from tests.conftest import reset_aws
 from tests.support.cluster import Cluster
 from tests.support.processes import wait_for

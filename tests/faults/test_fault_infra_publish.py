@@ -26,7 +26,7 @@ import uuid
 import pytest
 
 from control.fault_proxy import FaultProxy
-from service.tenancy import input_key
+from imposition.common.tenancy import input_key
 from tasks import storage
 from tasks.submission import submit_job
 from tests.conftest import reset_aws

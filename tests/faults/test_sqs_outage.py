@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 import admission
 from leases.models import JobItem
-from service.settings import Settings, get_settings
+from imposition.common.settings import Settings, get_settings
 from tasks.sqs_transport import ReceiveBackoff
 from tests.conftest import reset_aws
 from tests.support.cluster import Cluster
@@ -154,7 +154,7 @@ def test_a_running_job_keeps_its_lease_through_an_sqs_stall_longer_than_half_its
     """The heartbeat extended the message's visibility on the renewal's own thread: an SQS call that
     hung for longer than ``lease_lost_after_s`` held back every renewal, the watchdog declared the
     lease lost (``stalled``: charged) and a job that was running well lost its attempt."""
-    from service.clocks import get_clocks
+    from imposition.common.clocks import get_clocks
 
     assert cluster.exited() == {}, "a process had exited before this stall"
     clocks = get_clocks()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from imposition.engine.backends import PdfToolboxEngine, PikepdfEngine
-from service.settings import Settings
+from imposition.common.settings import Settings
 
 HERE = Path(__file__).parent
 CASES = HERE.parent / "data" / "cases"

@@ -38,7 +38,7 @@ def test_impose_refuses_a_bad_layout_as_a_usage_error_exit_2(case, tmp_path):
 
 
 def test_impose_with_the_pdftoolbox_engine(case, tmp_path, stand_in_settings, monkeypatch):
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     monkeypatch.setenv("IMPOSITION_PDFTOOLBOX_PATH", stand_in_settings.pdftoolbox_path)
     monkeypatch.setenv("IMPOSITION_PDFTOOLBOX_PROCESS_PLAN", stand_in_settings.pdftoolbox_process_plan)

@@ -11,7 +11,7 @@ import pikepdf
 import pytest
 
 from imposition.engine import get_engine, parse_layout
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 from imposition.engine.folds import FOLD_SCHEMES
 from .imposition_pdfs import labelled_pdf
 from .imposition_readback import MM, big_labels, circles, fills, placements, segments

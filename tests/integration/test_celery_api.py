@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from leases.models import JobItem
-from service import aws
-from service.settings import get_settings
-from service.tenancy import input_key, message_group_id
+from imposition.common import aws
+from imposition.common.settings import get_settings
+from imposition.common.tenancy import input_key, message_group_id
 from tasks.imposition_task import SubmissionRequired, impose
 from tests.admission.helpers import queue_messages
 from tests.support.processes import wait_for

@@ -13,8 +13,8 @@ import pytest
 from leases import transactions, waiting
 from leases.models import JobItem
 from leases.tenants import set_cap
-from service import aws
-from service.settings import get_settings
+from imposition.common import aws
+from imposition.common.settings import get_settings
 from tasks.sweeper import sweep
 from tasks.messages import publish_job
 from tasks.submission import submit

@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 from leases.models import JobItem, LeaseItem, TenantItem
 from leases.tenants import set_cap
-from service import aws
+from imposition.common import aws
 from control.cli import main as cli
-from service.settings import get_settings
-from service.tenancy import plate_key
+from imposition.common.settings import get_settings
+from imposition.common.tenancy import plate_key
 from tasks.submission import submit
 from tests.support.inputs import submit_uploaded
 from tests.support.processes import wait_for

@@ -12,7 +12,7 @@ import sys
 import time
 import uuid
 
-from service.settings import Settings
+from imposition.common.settings import Settings
 from control.stack import ManagedProcess, Supervisor, poll_stale_after_s
 from tests.support.processes import start_worker, wait_for
 

@@ -20,7 +20,7 @@ from leases.audit import audit
 from leases.errors import LeaseLost
 from leases.models import JobItem, LeaseItem, TenantItem
 from leases.tenants import set_cap
-from service.clocks import get_clocks
+from imposition.common.clocks import get_clocks
 from tasks.base import Successor
 from tests.leases.test_break_handoff import _borrowing_three, _cluster_busy, _counters, _parked, _running
 from tests.leases.test_break_pool_take import _messages, _Sequenced, _yielding_chain

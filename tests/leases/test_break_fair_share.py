@@ -10,7 +10,7 @@ import pytest
 from leases import transactions, waiting
 from leases.audit import audit
 from leases.tenants import set_cap
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 from tasks.base import FairTask
 from tests.leases.test_break_handoff import _counters, _parked, _running
 from tests.leases.test_break_lend import _commit, _pending_queries

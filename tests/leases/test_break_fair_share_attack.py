@@ -14,7 +14,7 @@ from leases import policy, transactions, waiting
 from leases.audit import audit
 from leases.models import TenantItem
 from leases.tenants import set_cap
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 from tasks.base import FairTask
 from tests.leases.test_break_handoff import _counters, _parked, _running
 from tests.leases.test_break_waiting import _new_job, _tenant

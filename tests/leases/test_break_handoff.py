@@ -24,8 +24,8 @@ from leases.audit import audit
 from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost, WrongJobStatus
 from leases.models import JobItem, JobStatus, LeaseItem, TenantItem
 from leases.tenants import set_cap
-from service.clocks import get_clocks
-from service.settings import get_settings
+from imposition.common.clocks import get_clocks
+from imposition.common.settings import get_settings
 from tests.leases.test_break_waiting import SimCluster, _assert_clean, _new_job, _tenant, _wait_final
 
 pytestmark = pytest.mark.file_duration_s(90)  # the long files run first (tests/conftest.py)

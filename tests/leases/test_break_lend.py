@@ -14,7 +14,7 @@ from leases import transactions, waiting
 from leases.audit import audit
 from leases.models import JobItem, LeaseItem, TenantItem
 from leases.tenants import set_cap
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 from tasks.base import FairTask
 from tests.leases.test_break_handoff import (_AfterApplyFault, _assert_passed, _borrowing_three, _cluster_busy,
                                              _counters, _handoff, _parked, _running)

@@ -23,8 +23,8 @@ from leases.audit import audit
 from leases.errors import JobNotQueued
 from leases.models import JobItem, LeaseItem, TenantItem
 from leases.tenants import set_cap
-from service.clocks import get_clocks
-from service.settings import get_settings
+from imposition.common.clocks import get_clocks
+from imposition.common.settings import get_settings
 from tasks.base import FairTask, HeldWake, PoolRead, Successor, is_duplicate
 from tests.integration.test_message_groups import receive_all
 from tests.leases.test_break_handoff import (_borrowing_three, _cluster_busy, _counters,

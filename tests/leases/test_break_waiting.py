@@ -247,9 +247,9 @@ def test_set_cap_refuses_bad_values_with_exit_2(fresh_aws, args):
 def test_a_queued_job_waiting_for_a_busy_worker_is_not_re_published_a_lost_one_is(fresh_aws):
     """While its message is visible in SQS (every worker busy), an overdue queued job is not
     re-published at each sweep; once the queue has no visible message, it is, once a sweep."""
-    from service import aws
-    from service.clocks import get_clocks
-    from service.settings import get_settings
+    from imposition.common import aws
+    from imposition.common.clocks import get_clocks
+    from imposition.common.settings import get_settings
     from tasks.messages import publish_job
     from tasks.sweeper import visible_messages
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from leases import sweeper, transactions
 from leases.models import JobItem, LeaseItem
-from service.clocks import get_clocks
+from imposition.common.clocks import get_clocks
 from tasks.heartbeat import Heartbeat
 from tests.leases.helpers import make_job
 from tests.support.dynamo_faults import DynamoFaults
@@ -88,7 +88,7 @@ def test_job_show_lists_how_each_lost_attempt_ended(tenant_id):
 
 def test_uncharged_infra_lost_attempts_stop_at_the_infra_retry_limit(tenant_id):
     """A release that fails the same way every time must end in the budget, not loop uncharged."""
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     limit = get_settings().infra_retry_limit
     job_id = make_job(tenant_id)

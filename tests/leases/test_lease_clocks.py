@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from service import aws
-from service.clocks import get_clocks
-from service.settings import SQS_MAX_DELAY_S, SQS_MAX_VISIBILITY_TIMEOUT_S, get_settings
+from imposition.common import aws
+from imposition.common.clocks import get_clocks
+from imposition.common.settings import SQS_MAX_DELAY_S, SQS_MAX_VISIBILITY_TIMEOUT_S, get_settings
 
 
 def _queue_attributes(name: str) -> dict[str, str]:

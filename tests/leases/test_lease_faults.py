@@ -18,8 +18,8 @@ from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost
 from leases.eventlog import EventLog, cap_violations, read_events
 from leases.models import JobItem, LeaseItem, TenantItem
 from leases.transactions import Lease
-from service.clocks import get_clocks
-from service.settings import get_settings
+from imposition.common.clocks import get_clocks
+from imposition.common.settings import get_settings
 from tasks.heartbeat import Heartbeat
 from tests.leases.helpers import make_job
 from tests.support.dynamo_faults import DynamoFaults, LostResponses

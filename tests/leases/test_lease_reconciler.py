@@ -15,10 +15,10 @@ from leases import sweeper, transactions
 from leases.audit import audit, repair
 from leases.errors import JobNotQueued
 from leases.models import JobItem, JobStatus
-from service import aws
+from imposition.common import aws
 from control.cli import main as cli
-from service.clocks import get_clocks
-from service.settings import get_settings
+from imposition.common.clocks import get_clocks
+from imposition.common.settings import get_settings
 from tasks.messages import publish_job
 from tasks.sweeper import visible_messages
 from tests.leases.helpers import make_job

@@ -15,7 +15,7 @@ from leases.audit import audit
 from leases.errors import CapReached, JobNotQueued
 from leases.models import JobItem
 from leases.tenants import set_cap
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 from tasks.base import HeldWake, PoolRead, is_duplicate
 from tests.integration.test_message_groups import receive_all
 from tests.leases.test_break_handoff import _counters, _parked, _running

@@ -23,7 +23,7 @@ needs_promtool = pytest.mark.skipif(
 
 
 def _settings():
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     return get_settings()
 

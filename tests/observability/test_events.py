@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from observability import events
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 from tasks.celery_app import app
 from tasks.submission import submit
 from tests.observability.support import CASES, N_UP, final_job

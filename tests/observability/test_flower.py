@@ -87,7 +87,7 @@ def worker_counts(base: str) -> dict:
 
 def test_a_park_is_a_retry_in_flower_and_only_runs_count_as_processed(flower):
     from leases import waiting
-    from service.tenancy import input_key
+    from imposition.common.tenancy import input_key
     from tasks import storage
     from tasks.messages import publish_job
 

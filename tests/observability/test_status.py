@@ -14,9 +14,9 @@ from leases.models import JobItem
 from leases.tenants import set_cap
 from observability import recent
 from observability.status import collect, render
-from service import aws
+from imposition.common import aws
 from control.cli import main
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 
 
 def save_job(tenant: str, *, submitted_at: float, status: str = "queued", started_at: float | None = None,

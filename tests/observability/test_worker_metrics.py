@@ -20,9 +20,9 @@ from leases import transactions, waiting
 from leases.models import JobItem
 from leases.tenants import set_cap
 from observability import recent
-from service import aws
-from service.settings import get_settings
-from service.tenancy import MAINTENANCE_GROUP, input_key
+from imposition.common import aws
+from imposition.common.settings import get_settings
+from imposition.common.tenancy import MAINTENANCE_GROUP, input_key
 from tasks import storage
 from tasks.messages import publish_job
 from tasks.submission import submit

@@ -23,7 +23,7 @@ def cli_json(*args: str):
 def queue_bodies(queue: str, *, with_groups: bool = False) -> list:
     """Receive (and delete) every message of SQS queue ``queue``; their decoded kwargs (with
     ``with_groups``: ``(kwargs, MessageGroupId)`` pairs)."""
-    from service import aws
+    from imposition.common import aws
     from control.dlq import _task_fields
 
     url = aws.queue_url(queue)

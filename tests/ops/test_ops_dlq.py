@@ -11,8 +11,8 @@ from tests.ops.helpers import cli, cli_json, queue_bodies
 def _dead_letter_jobs(n: int, tenant: str) -> list[str]:
     """Publish ``n`` real job messages and move each to the imposition DLQ as SQS's redrive does
     (same body, same MessageGroupId); returns their job ids."""
-    from service import aws
-    from service.settings import get_settings
+    from imposition.common import aws
+    from imposition.common.settings import get_settings
     from tasks.messages import publish_job
 
     s = get_settings()
@@ -33,7 +33,7 @@ def _dead_letter_jobs(n: int, tenant: str) -> list[str]:
 
 
 def test_redrive_of_50_dead_lettered_messages_returns_exactly_50_none_doubled(new_tenant):
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
     from tests.admission.helpers import queue_messages
 
     s = get_settings()
@@ -45,7 +45,7 @@ def test_redrive_of_50_dead_lettered_messages_returns_exactly_50_none_doubled(ne
     assert queue_messages(s.dead_letter_queue(s.imposition_queue)) == 50  # list left them there
     assert cli("dlq", "redrive", "--all").stdout.strip() == "redrove 50 message(s)"
     assert queue_messages(s.dead_letter_queue(s.imposition_queue)) == 0
-    from service.tenancy import message_group_id
+    from imposition.common.tenancy import message_group_id
 
     redriven = queue_bodies(s.imposition_queue, with_groups=True)
     assert {group for _, group in redriven} == {message_group_id(tenant)}  # MessageGroupId kept
@@ -54,7 +54,7 @@ def test_redrive_of_50_dead_lettered_messages_returns_exactly_50_none_doubled(ne
 
 
 def test_redrive_of_one_job_moves_only_its_message(new_tenant):
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     s = get_settings()
     jobs = _dead_letter_jobs(3, new_tenant())
@@ -69,8 +69,8 @@ def test_redrive_of_one_job_moves_only_its_message(new_tenant):
 
 
 def test_a_poison_message_is_listed_with_its_reason(new_tenant):
-    from service import aws
-    from service.settings import get_settings
+    from imposition.common import aws
+    from imposition.common.settings import get_settings
 
     s = get_settings()
     aws.sqs().send_message(QueueUrl=aws.queue_url(s.dead_letter_queue(s.notifications_queue)), MessageBody="garbage!")
@@ -79,7 +79,7 @@ def test_a_poison_message_is_listed_with_its_reason(new_tenant):
 
 
 def test_purge_asks_first(new_tenant):
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
     from tests.admission.helpers import queue_messages
 
     s = get_settings()
@@ -90,7 +90,7 @@ def test_purge_asks_first(new_tenant):
     cli("dlq", "purge", "imposition", input="y\n")
     assert queue_messages(dlq) == 0
     assert "already under way" in cli("dlq", "purge", "imposition", "--yes", expect=1).output  # SQS: 1 per 60 s
-    from service import aws
+    from imposition.common import aws
 
     other = s.dead_letter_queue(s.notifications_queue)
     aws.sqs().send_message(QueueUrl=aws.queue_url(other), MessageBody="x")

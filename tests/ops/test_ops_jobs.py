@@ -31,7 +31,7 @@ def _tenant(tenant: str):
 def test_cancel_of_a_waiting_job_moves_its_counter_confirms_admission_and_queues_its_webhook(new_tenant):
     import admission
     from leases.tenants import set_cap
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     tenant = new_tenant()
     set_cap(tenant, 0)  # paused: the job is parked at the door, no message
@@ -54,7 +54,7 @@ def test_cancel_of_a_waiting_job_moves_its_counter_confirms_admission_and_queues
 
 def test_cancel_of_a_queued_job_frees_its_room_for_the_oldest_waiting_job(new_tenant):
     from leases.tenants import set_cap
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     tenant = new_tenant()
     set_cap(tenant, 1)
@@ -93,7 +93,7 @@ def test_cancel_of_a_running_job_is_refused_and_changes_nothing(new_tenant):
 
 def test_retry_of_a_failed_job_queues_and_publishes_it_with_a_new_budget_and_its_history(new_tenant):
     from leases import transactions
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
     from webhooks.events import job_event
 
     tenant = new_tenant()

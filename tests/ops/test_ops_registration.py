@@ -14,8 +14,8 @@ LAYOUT_TEXT = '{"layout": "saddle_stitch", "sheet": "A4", "orientation": "landsc
 
 
 def _objects(prefix: str) -> list:
-    from service import aws
-    from service.settings import get_settings
+    from imposition.common import aws
+    from imposition.common.settings import get_settings
 
     return aws.s3().list_objects_v2(Bucket=get_settings().bucket, Prefix=prefix).get("Contents", [])
 
@@ -58,7 +58,7 @@ def test_tenant_create_registers_the_whole_configuration_once_and_never_shows_th
 
 
 def test_a_tenant_id_in_another_spelling_is_refused_with_the_canonical_one_named(new_tenant, tmp_path):
-    from service.tenancy import NonCanonicalTenantId, validate_tenant_id
+    from imposition.common.tenancy import NonCanonicalTenantId, validate_tenant_id
     from tasks.submission import submit
 
     result = cli("tenant", "create", "ACME", expect=2)
@@ -116,7 +116,7 @@ def test_commands_that_change_a_tenant_refuse_an_unknown_one_and_register_nothin
 
 def test_auto_register_tenants_registers_a_tenant_on_its_first_submission(new_tenant, monkeypatch):
     from leases.waiting import read_tenant
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
     from tasks.submission import submit
 
     monkeypatch.setenv("IMPOSITION_AUTO_REGISTER_TENANTS", "true")
@@ -139,7 +139,7 @@ def test_submit_refuses_a_file_that_is_no_readable_pdf_with_pages_before_anythin
         new_tenant, tmp_path, name, make, code):
     import admission
     from imposition.engine.errors import InputError
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
     from tasks.submission import submit
     from tests.admission.helpers import queue_messages
 

@@ -64,8 +64,8 @@ def test_slug_without_a_job_id_is_said(tmp_path):
 
 
 def test_submit_takes_layout_json_text_and_refuses_empty_or_non_pdf_files_before_uploading(new_tenant, tmp_path):
-    from service import aws
-    from service.settings import get_settings
+    from imposition.common import aws
+    from imposition.common.settings import get_settings
     from tests.admission.helpers import jobs_of
 
     tenant = new_tenant()

@@ -14,10 +14,10 @@ from pathlib import Path
 from leases.audit import audit
 from leases.eventlog import cap_violations, read_events
 from leases.models import JobItem, LeaseItem, TenantItem
-from service import aws
-from service.settings import get_settings
+from imposition.common import aws
+from imposition.common.settings import get_settings
 from control.stack import stop_all
-from service.tenancy import input_key, job_prefix
+from imposition.common.tenancy import input_key, job_prefix
 from tasks import storage
 from tasks.submission import submit_job
 from tests.support.processes import CeleryProcess, start_beat, start_worker, wait_for

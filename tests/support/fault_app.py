@@ -145,7 +145,7 @@ def _at_lease_released(sender=None, lease=None, **_: object) -> None:
 
 def _wake_request_tenant(params: dict) -> str | None:
     """The tenant of a wake transaction (a job update that writes ``woken_by``), else None."""
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     items = params.get("TransactItems", [])
     if not any("woken_by" in (i.get("Update") or {}).get("ExpressionAttributeNames", {}).values() for i in items):
@@ -163,7 +163,7 @@ def _after_transaction(http_response, context=None, **_: object) -> None:
 
 
 def _acquire_request_job(params: dict) -> str | None:
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     for item in params.get("TransactItems", []):
         put = item.get("Put")
@@ -173,7 +173,7 @@ def _acquire_request_job(params: dict) -> str | None:
 
 
 def _release_request_job(params: dict) -> str | None:
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     for item in params.get("TransactItems", []):
         delete = item.get("Delete")
@@ -251,7 +251,7 @@ class _ToggledDynamoFaults:
 
 @worker_process_init.connect(weak=False)
 def _install_hooks(**_: object) -> None:
-    from service import aws
+    from imposition.common import aws
     from tests.support.dynamo_faults import dynamodb_clients
     from leases.transactions import tx_connection
 

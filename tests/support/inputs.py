@@ -14,7 +14,7 @@ from pathlib import Path
 def submit_uploaded(path: Path, *, tenant_id: str, token: str, layout, **options) -> str:
     """Upload ``path`` as the input of a new job of ``tenant_id`` and submit it with ``submit_job``
     (no door check of the file); returns the job id."""
-    from service.tenancy import input_key
+    from imposition.common.tenancy import input_key
     from tasks import storage
     from tasks.submission import submit_job
 

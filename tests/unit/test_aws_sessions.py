@@ -1,10 +1,10 @@
-"""Every botocore session of a process shares one loader of parsed service models (service.aws)."""
+"""Every botocore session of a process shares one loader of parsed service models (imposition.common.aws)."""
 
 from __future__ import annotations
 
 from pynamodb.connection import Connection
 
-from service import aws
+from imposition.common import aws
 
 
 def test_boto3_pynamodb_and_kombu_sessions_share_the_parsed_service_models():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.clocks import ClockError, Clocks
-from service.settings import Settings
+from imposition.common.clocks import ClockError, Clocks
+from imposition.common.settings import Settings
 
 
 def test_production_defaults_keep_the_rules():

@@ -44,7 +44,7 @@ def test_importing_tasks_registers_every_task():
 def test_the_packages_below_tasks_read_no_settings_at_import():
     """Table names, the region and every clock are read when used, so a test or a command may set
     ``IMPOSITION_*`` after importing them."""
-    result = _import("import service.settings as s, leases, admission, webhooks, observability.metrics, imposition,"
+    result = _import("import imposition.common.settings as s, leases, admission, webhooks, observability.metrics, imposition,"
                      " control.stack; print(s.get_settings.cache_info().currsize)")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["0"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from service.settings import Settings
+from imposition.common.settings import Settings
 
 
 @pytest.mark.parametrize("value", ["0.0001", "0.0009"])

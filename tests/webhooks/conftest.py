@@ -81,7 +81,7 @@ def notifier(tmp_path_factory):
 def settings_env(monkeypatch):
     """A function ``**{ENV_NAME: value}`` → None: this process re-reads its settings with those set;
     the session's settings come back after the test."""
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     def set_env(**env: str) -> None:
         for name, value in env.items():

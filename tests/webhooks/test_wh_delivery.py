@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 import admission
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 from tests.support.processes import wait_for
 from tests.webhooks.conftest import finished_job, free_port, hook_url, job_item
 from webhooks import delivery, signed_headers
@@ -182,7 +182,7 @@ def test_round_time_limits_are_derived_from_the_settings():
     """Soft = attempt budget + connect + read timeouts + round overhead; hard = soft + grace. The task
     carries this process's limits, and a limit reached never acks the message (no event lost).
     tests/adversarial/test_adv_webhook_trickle.py shows a worker applying its own limits."""
-    from service.settings import Settings
+    from imposition.common.settings import Settings
     from webhooks.delivery import RoundTimeLimits, round_time_limits
     from webhooks.tasks import deliver_webhook
 

@@ -40,7 +40,7 @@ def test_the_drain_sends_a_round_once_for_an_overdue_event_and_leaves_others_alo
 
 
 def test_an_event_whose_drained_rounds_never_finish_is_recorded_gave_up(short_delivery_clocks):
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     tenant = f"drain-{uuid.uuid4().hex[:6]}"
     give_up_s = get_settings().webhook_give_up_after_s

@@ -100,7 +100,7 @@ def test_a_forged_request_does_not_poison_the_replay_store():
 
 
 def test_replays_are_caught_across_stores_sharing_one_redis():
-    from service.settings import get_settings
+    from imposition.common.settings import get_settings
 
     client = redis.Redis.from_url(get_settings().redis_url)
     prefix = f"{get_settings().redis_key_namespace}:webhooks:_:replay"  # this session's keys only

@@ -9,7 +9,7 @@ from .pdftoolbox import PdfToolboxEngine
 from .pikepdf_engine import PikepdfEngine
 
 if TYPE_CHECKING:
-    from service.settings import Settings
+    from imposition.common.settings import Settings
 
 #: Engines by their ``settings.engine`` name.
 ENGINES: dict[str, type[Engine]] = {PikepdfEngine.name: PikepdfEngine, PdfToolboxEngine.name: PdfToolboxEngine}

@@ -30,7 +30,7 @@ from ..job import ContentBudget, SlugInfo
 from ..spec import LayoutSpec, parse_layout
 
 if TYPE_CHECKING:
-    from service.settings import Settings
+    from imposition.common.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ import botocore.loaders
 import botocore.session
 from botocore.config import Config
 
-from service.settings import get_settings
+from imposition.common.settings import get_settings
 
 #: botocore's "standard" retry mode: retries throttling and transient errors with backoff.
 _CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=30)

@@ -8,14 +8,14 @@ copies, and the retry policy of one publish (kombu's ``retry_policy``).
 
 from __future__ import annotations
 
-from service.settings import SQS_MAX_DELAY_S, Settings, get_settings
+from imposition.common.settings import SQS_MAX_DELAY_S, Settings, get_settings
 
 
 def delay_seconds(value: float, name: str = "delay_s") -> int:
     """``value`` seconds as an SQS ``DelaySeconds``: rounded to whole seconds, 0–900.
 
     Raises:
-        ValueError: outside 0..900 s (the SQS limit, :data:`service.settings.SQS_MAX_DELAY_S`),
+        ValueError: outside 0..900 s (the SQS limit, :data:`imposition.common.settings.SQS_MAX_DELAY_S`),
             naming ``name`` and the value.
     """
     delay_s = int(round(value))

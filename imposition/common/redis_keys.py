@@ -7,7 +7,7 @@ A key is made of typed parts, joined by ``:``, a separator none of them may cont
 
 * ``namespace`` is ``Settings.redis_key_namespace`` (``[A-Za-z0-9._-]{1,64}``);
 * ``area`` and ``kind`` come from :class:`KeyKind` (a fixed set; the caller never names them);
-* ``tenant`` is a canonical tenant id (:func:`service.tenancy.validate_tenant_id`: it starts with a
+* ``tenant`` is a canonical tenant id (:func:`imposition.common.tenancy.validate_tenant_id`: it starts with a
   letter or digit) or, for keys that belong to no tenant, :data:`NO_TENANT` (``_``), which no
   tenant id can be;
 * ``id`` is ``[A-Za-z0-9._-]+`` (job ids, hex digests and integers all are).
@@ -26,8 +26,8 @@ from __future__ import annotations
 import re
 from enum import Enum
 
-from service.settings import get_settings
-from service.tenancy import shown_value, validate_tenant_id
+from imposition.common.settings import get_settings
+from imposition.common.tenancy import shown_value, validate_tenant_id
 
 #: Separator of the parts of a key; no part may contain it.
 SEPARATOR = ":"
@@ -87,7 +87,7 @@ def redis_key(kind: KeyKind, tenant_id: str | None, key_id: str | int | None = N
         ``<namespace>:<area>:<tenant>:<kind>[:<id>]`` (see the module docstring).
 
     Raises:
-        service.tenancy.InvalidTenantId: ``tenant_id`` is not canonical.
+        imposition.common.tenancy.InvalidTenantId: ``tenant_id`` is not canonical.
         ValueError: an id given to a kind that takes none, missing for one that does, or holding
             a character outside ``[A-Za-z0-9._-]`` (the message shows at most a short prefix of it).
     """

@@ -8,7 +8,7 @@ endpoint and region, which follow the AWS SDK's own conventions (``AWS_ENDPOINT_
 without being told twice. With ``AWS_ENDPOINT_URL`` unset, the service talks to real AWS.
 
 Derived values (the SQS visibility timeout, the self-declared lease-loss deadline) are computed in
-:mod:`service.clocks`, never set here.
+:mod:`imposition.common.clocks`, never set here.
 
 Use :func:`get_settings` (cached per process); tests that change the environment call
 ``get_settings.cache_clear()``.
@@ -151,7 +151,7 @@ class Settings(BaseSettings):
         "slots; DynamoDB numbers hold at most 38 digits). A cap of 0 pauses a tenant until it is raised.",
     )
 
-    # --- clocks (docs/design.md §4; derived ones in service.clocks) -------------------------------
+    # --- clocks (docs/design.md §4; derived ones in imposition.common.clocks) -------------------------------
     lease_ttl_s: float = Field(default=600.0, gt=0)
     heartbeat_interval_s: float = Field(default=60.0, gt=0)
     sweep_interval_s: float = Field(default=60.0, gt=0)
@@ -225,7 +225,7 @@ class Settings(BaseSettings):
     )
     retry_backoff_base_s: int = Field(default=30, ge=0, le=SQS_MAX_DELAY_S)
     retry_backoff_max_s: int = Field(default=SQS_MAX_DELAY_S, ge=0, le=SQS_MAX_DELAY_S)
-    # kombu's retry_policy of one publish (job messages, webhook rounds): service.sqs.publish_retry_policy
+    # kombu's retry_policy of one publish (job messages, webhook rounds): imposition.common.sqs.publish_retry_policy
     publish_retry_max_retries: int = Field(default=3, ge=0, description="Publish retries on a connection error.")
     publish_retry_interval_start_s: float = Field(default=0.2, ge=0)
     publish_retry_interval_step_s: float = Field(default=0.5, ge=0)
@@ -528,9 +528,9 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _clocks_agree(self) -> "Settings":
-        """Reject clocks that break the rules of docs/design.md §4 (checked by :meth:`service.clocks.Clocks.check`,
+        """Reject clocks that break the rules of docs/design.md §4 (checked by :meth:`imposition.common.clocks.Clocks.check`,
         their one home), and bounds in the wrong order."""
-        from service.clocks import Clocks  # noqa: PLC0415 - clocks is built on this module; its rules live there
+        from imposition.common.clocks import Clocks  # noqa: PLC0415 - clocks is built on this module; its rules live there
 
         Clocks.from_settings(self)  # ClockError is a ValueError: pydantic reports it as this setting's error
         if self.sqs_receive_backoff_initial_s > self.sqs_receive_backoff_max_s:

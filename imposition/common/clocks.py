@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from service.settings import SQS_MAX_VISIBILITY_TIMEOUT_S, Settings, get_settings
-from service.sqs import delay_seconds
+from imposition.common.settings import SQS_MAX_VISIBILITY_TIMEOUT_S, Settings, get_settings
+from imposition.common.sqs import delay_seconds
 
 
 class ClockError(ValueError):
@@ -111,5 +111,5 @@ class Clocks:
 
 
 def get_clocks() -> Clocks:
-    """The process's clocks (from :func:`service.settings.get_settings`)."""
+    """The process's clocks (from :func:`imposition.common.settings.get_settings`)."""
     return Clocks.from_settings()
