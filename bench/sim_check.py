@@ -1,5 +1,5 @@
 """The simulator against ``make bench-sched``: each scenario's measured arrivals and lease times
-replayed in :mod:`capacity.simulator`, predicted against measured, with the error of each.
+replayed in :mod:`imposition.capacity.simulator`, predicted against measured, with the error of each.
 
 ``make bench-sched`` saves each run's jobs to ``out/bench-sched/jobs-<scenario>-<policy>.json``
 (per job: tenant, submitted/started/finished/woken times, attempts; and the lease intervals of the
@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-from capacity.core import Tier
-from capacity.simulator import ModelParams, SimJob, simulate
-from observability.history import percentile
+from imposition.capacity.core import Tier
+from imposition.capacity.simulator import ModelParams, SimJob, simulate
+from imposition.observability.history import percentile
 
 OUT = Path(__file__).resolve().parent.parent / "out" / "bench-sched"
 
@@ -371,7 +371,7 @@ def section(checks: list[Check]) -> str:
     """The part of ``bench/RESULTS-scheduling.md`` this module writes."""
     params = ModelParams.from_settings()
     return "\n".join(["## The simulator against these runs (`bench/sim_check.py`)", "",
-                      "Each run's arrivals and measured lease times replayed in `capacity.simulator` (one node "
+                      "Each run's arrivals and measured lease times replayed in `imposition.capacity.simulator` (one node "
                       "of 8 slots, the run's policy; each delivery's latency drawn, seeded, from the run's own "
                       "measured gaps from a message's due moment to its lease, the park time its mean; "
                       "`calibrate` says how), "

@@ -11,8 +11,8 @@ import os
 import random
 import time
 
-from capacity.core import Tier
-from capacity.simulator import ModelParams, SimJob, simulate
+from imposition.capacity.core import Tier
+from imposition.capacity.simulator import ModelParams, SimJob, simulate
 
 TENANTS = 100
 JOBS_PER_DAY = 10_000

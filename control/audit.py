@@ -22,8 +22,8 @@ def audit_command(tenant_ids: tuple[str, ...], repair: bool, as_json: bool) -> N
     Exit status 0: no drift (after repairs, with --repair); 1: drift remains; 2: a --tenant that is
     not a registered, canonical tenant id.
     """
-    from admission.errors import UnknownTenant
-    from admission.limits import require_registered
+    from imposition.admission.errors import UnknownTenant
+    from imposition.admission.limits import require_registered
     from leases import audit
     from tasks.sweeper import visible_messages  # noqa: PLC0415 (the imposition queue's backlog)
 

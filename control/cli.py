@@ -175,9 +175,9 @@ LAZY_COMMANDS = {
         "jobs": "control.jobs:jobs_group",
         "dlq": "control.dlq:dlq_group",
         "audit": "control.audit:audit_command",
-        "status": "observability.status:status_command",
-        "capacity-report": "capacity.cli:capacity_report_command",
-        "simulate": "capacity.cli:simulate_command",
+        "status": "imposition.observability.status:status_command",
+        "capacity-report": "imposition.capacity.cli:capacity_report_command",
+        "simulate": "imposition.capacity.cli:simulate_command",
     },
     "job": {
         "show": "control.jobs:job_show",
@@ -189,8 +189,8 @@ LAZY_COMMANDS = {
         "create": "control.tenants:tenant_create",
         "list": "control.tenants:tenant_list",
         "show": "control.tenants:tenant_show",
-        "set-limits": "admission.cli:set_limits_command",
-        "set-webhook": "webhooks.cli:set_webhook_command",
+        "set-limits": "imposition.admission.cli:set_limits_command",
+        "set-webhook": "imposition.webhooks.cli:set_webhook_command",
     },
 }
 
@@ -229,7 +229,7 @@ def submit(tenant_id: str, token: str, layout_option: str, max_attempts: int | N
     an input that is empty, not a PDF, damaged, encrypted, without pages or over max_input_bytes:
     nothing uploaded; admission: duplicate, rate limit, in-flight cap); 3: admission unavailable (Redis unreachable; nothing was published).
     """
-    from admission import AdmissionRefused, AdmissionUnavailable
+    from imposition.admission import AdmissionRefused, AdmissionUnavailable
     from imposition.engine import ImpositionError
     from tasks.submission import submit as do_submit
 
@@ -276,8 +276,8 @@ def tenant_set_cap(tenant_id: str, cap: int | None, use_default: bool, burst_cap
     from leases import signals
     from tasks.messages import publish_job
 
-    from admission.errors import UnknownTenant
-    from admission.limits import require_registered
+    from imposition.admission.errors import UnknownTenant
+    from imposition.admission.limits import require_registered
 
     if (cap is None) == (not use_default):
         raise click.UsageError("give either CAP or --default")

@@ -7,7 +7,7 @@
    channel), a local webhook receiver that verifies each tenant's signed webhooks and confirms
    the jobs (lowering the tenant's admission in-flight count), and, where Debian's ``prometheus``
    package is installed, a Prometheus server scraping every worker node's metrics endpoint and
-   loading the shipped alert rules (:mod:`observability.alerts`);
+   loading the shipped alert rules (:mod:`imposition.observability.alerts`);
 4. submits a real multi-tenant workload: ``acme`` 40 jobs at once, then ``globex``, ``initech`` and
    ``umbrella`` 3 each, over the multi-page PDFs in ``samples/``;
 5. shows progress until every job is final, then prints the per-tenant table, writes the plate
@@ -332,7 +332,7 @@ class Demo:
     def start_prometheus(self, env: dict[str, str], ports: dict[str, int]) -> str | None:
         """Start Debian's Prometheus on a free loopback port, scraping the worker nodes ``ports`` and
         loading the shipped rules; its URL, or None (said) when the package is not installed."""
-        from observability.alerts import write_prometheus_config
+        from imposition.observability.alerts import write_prometheus_config
         from imposition.common.settings import get_settings
 
         if not os.access(PROMETHEUS_BINARY, os.X_OK):
@@ -354,7 +354,7 @@ class Demo:
         """Start the local webhook receiver and give each demo tenant a signed webhook to it."""
         import secrets
 
-        from webhooks.endpoints import set_webhook
+        from imposition.webhooks.endpoints import set_webhook
 
         receiver = self.receiver = ReceiverProcess(RUN_DIR / "receiver.log", env=env)
         self.processes.append(receiver.process)
@@ -510,7 +510,7 @@ class Demo:
 
     def capacity_report(self) -> None:
         """observability: the second-licence verdict over the configured window, and its chart."""
-        from observability.capacity import build_report, write_png
+        from imposition.observability.capacity import build_report, write_png
 
         report = build_report()
         png = write_png(report, OUT_DIR / "capacity-report.png")

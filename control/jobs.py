@@ -233,7 +233,7 @@ def cancel_job(job_id: str):
     Raises:
         everything :func:`leases.lifecycle.cancel` raises (nothing written then).
     """
-    import admission
+    from imposition import admission
     from leases import lifecycle
     from leases.transactions import read_job
     from leases import signals
@@ -271,7 +271,7 @@ def retry_job(job_id: str, *, max_attempts: int | None = None):
             undone); a failed publish
             (the job stays queued with ``due_at`` now: the sweeper re-publishes it).
     """
-    import admission
+    from imposition import admission
     from leases import lifecycle
     from leases.errors import WrongJobStatus
     from leases.transactions import read_job
@@ -348,7 +348,7 @@ def job_retry(job_id: str, max_attempts: int | None) -> None:
     refused it (rate limit, in-flight cap: the typed reason); 3: Redis unreachable."""
     from pynamodb.exceptions import DoesNotExist
 
-    import admission
+    from imposition import admission
 
     from leases.errors import WrongJobStatus
 

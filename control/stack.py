@@ -6,7 +6,7 @@ so a celery worker's prefork children never outlive it. On Linux the process is 
 (SIGTERM, through ``prctl(PR_SET_PDEATHSIG)``) when the process that started it dies, even by
 SIGKILL, so a killed ``make run`` or test run leaves no worker polling a vanished endpoint. The
 ``*_command`` functions spell the command lines of docs/design.md §7 (workers, beat, Flower);
-:class:`ReceiverProcess` starts the demo's webhook receiver (:mod:`webhooks.receiver`).
+:class:`ReceiverProcess` starts the demo's webhook receiver (:mod:`imposition.webhooks.receiver`).
 :class:`Supervisor` (``make run``) restarts a process that died or, a worker, stopped polling its
 queue, and fails the run with its last log lines once it keeps failing.
 """
@@ -26,10 +26,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from observability.events import FLOWER_OPTIONS
+from imposition.observability.events import FLOWER_OPTIONS
 from imposition.common.settings import get_settings
 from imposition.common.tenancy import validate_tenant_id
-from webhooks.receiver import CONFIRMATIONS_PATH, HOOK_PATH, READY_MARKER
+from imposition.webhooks.receiver import CONFIRMATIONS_PATH, HOOK_PATH, READY_MARKER
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -364,7 +364,7 @@ def flower_command(port: int, *, address: str = "127.0.0.1", app: str = "tasks")
 
 
 class ReceiverProcess:
-    """A ``python -m webhooks.receiver`` child process (for ``make run`` and the tests).
+    """A ``python -m imposition.webhooks.receiver`` child process (for ``make run`` and the tests).
 
     Args:
         log_path: file for its stdout and stderr; the first line is the port.
@@ -376,7 +376,7 @@ class ReceiverProcess:
     """
 
     def __init__(self, log_path, *, port: int = 0, env: dict[str, str] | None = None) -> None:
-        self.process = ManagedProcess([sys.executable, "-m", "webhooks.receiver", "--port", str(port)], log_path,
+        self.process = ManagedProcess([sys.executable, "-m", "imposition.webhooks.receiver", "--port", str(port)], log_path,
                                       env=env, ready_marker=READY_MARKER, ready_timeout_s=30)
         self.port = int(self.process.log().splitlines()[0])
 

@@ -21,7 +21,7 @@ from control.cli import TENANT_ID
 
 def tenant_view(item, default_cap: int) -> dict:
     """The operator's view of one tenant item (see module docstring); no secret, only ``webhook_secret_set``."""
-    from admission.limits import limits_for
+    from imposition.admission.limits import limits_for
 
     limits = limits_for(item.tenant_id)
     cap = item.effective_cap(default_cap)
@@ -58,9 +58,9 @@ def tenant_create(tenant_id: str, cap: int | None, burst_cap: int | None, rate_l
     as ``tenant show`` does (never the secret). Exit status 2: a value out of range, a bad webhook,
     or the tenant exists already (nothing changed)."""
     from leases.tenants import TenantExists, create_tenant
-    from webhooks.cli import secret_from_env
-    from webhooks.endpoints import checked_webhook
-    from webhooks.errors import WebhookConfigError
+    from imposition.webhooks.cli import secret_from_env
+    from imposition.webhooks.endpoints import checked_webhook
+    from imposition.webhooks.errors import WebhookConfigError
 
     secret = None
     if webhook_url is not None:
@@ -115,7 +115,7 @@ def tenant_show(tenant_id: str) -> None:
 
 def _show(tenant_id: str) -> None:
     """Print ``tenant show``'s JSON of ``tenant_id``."""
-    import admission
+    from imposition import admission
     from leases.tenants import describe_tenant
     from leases.waiting import read_tenant
     from imposition.common.settings import get_settings

@@ -394,7 +394,7 @@ class ClusterItem(Model):
 
 class TokenClaimItem(Model):
     """The durable claim of one tenant's idempotency token: the job that holds it, until when; one
-    item per (tenant, token) submitted within the idempotency TTL (:mod:`admission.claims`), written
+    item per (tenant, token) submitted within the idempotency TTL (:mod:`imposition.admission.claims`), written
     in one transaction with the job item it names. ``expires_at`` is the table's DynamoDB TTL attribute.
 
     Keyed by (``tenant_id``, ``token_sha256``: SHA-256 hex of the UTF-8 token, so the key is 64

@@ -80,8 +80,8 @@ lease_recovered = Signal(name="lease_recovered", providing_args={"lease", "reque
 #: ``"invalid_task"``/``"invalid_fields"``/``"no_such_job"``), ``message_id``.
 poison_message = Signal(name="poison_message", providing_args={"queue", "reason", "message_id"})
 #: ``tenant_id``, ``job_id``, ``unsettled_s`` (since the job ended): the outbox drain sent a round for
-#: an event nothing had settled (:func:`webhooks.tasks.drain_outbox`).
+#: an event nothing had settled (:func:`imposition.webhooks.tasks.drain_outbox`).
 webhook_drained = Signal(name="webhook_drained", providing_args={"tenant_id", "job_id", "unsettled_s"})
 #: ``tenant_id``, ``job_id``: a delivery round found its tenant's delivery slots taken and was
-#: published again with a delay (:mod:`webhooks.fairness`).
+#: published again with a delay (:mod:`imposition.webhooks.fairness`).
 webhook_put_back = Signal(name="webhook_put_back", providing_args={"tenant_id", "job_id"})

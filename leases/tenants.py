@@ -104,7 +104,7 @@ def create_tenant(tenant_id: str, *, cap: int | None = None, burst_cap: int | No
     borrowing tiers. Absent values are the defaults (``Settings.default_cap``, no borrowing, the
     admission defaults, no webhook).
 
-    The webhook URL and secret are the caller's to check (:func:`webhooks.endpoints.checked_webhook`:
+    The webhook URL and secret are the caller's to check (:func:`imposition.webhooks.endpoints.checked_webhook`:
     this package does not resolve hosts).
 
     Raises:

@@ -433,7 +433,7 @@ def counter_actions(job: JobItem, delta: int) -> list:
 def admit(job: JobItem, *, door: bool = True, now: float | None = None) -> bool:
     """:func:`through_door`, then write the job and its tenant's counter in one transaction (a job
     with no idempotency claim: the submission path writes the claim in the same transaction, see
-    :mod:`admission.claims`). Returns True if the job is ``queued`` (publish it).
+    :mod:`imposition.admission.claims`). Returns True if the job is ``queued`` (publish it).
 
     Raises:
         pynamodb.exceptions.TransactWriteError: the job id exists already, or DynamoDB failed

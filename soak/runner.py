@@ -43,7 +43,7 @@ from tasks import storage
 from tasks.base import RELEASE_UNREACHABLE
 from tasks.sweeper import visible_messages
 from tasks.submission import submit_job
-from webhooks.endpoints import set_webhook
+from imposition.webhooks.endpoints import set_webhook
 
 SAMPLES = REPO / "samples"
 SADDLE = {"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape"}

@@ -194,7 +194,7 @@ class FairTask(Task):
     #: Failed jobs raise this after recording; logged without a traceback.
     throws = (JobFailed,)
     #: The worker's consumer sends no ``task-received``/``task-started`` for this task: the job
-    #: sends both once it has its lease (:mod:`observability.events`), so Flower counts runs, not
+    #: sends both once it has its lease (:mod:`imposition.observability.events`), so Flower counts runs, not
     #: deliveries that park or are spare.
     Strategy = "tasks.worker:run_reported_strategy"
     #: Seconds SQS holds a cap-deferred copy (``Settings.defer_delay_s``, at most 900).

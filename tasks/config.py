@@ -69,7 +69,7 @@ worker_concurrency = _settings.slots_per_node
 worker_proc_alive_timeout = _settings.worker_process_start_timeout_s
 worker_enable_remote_control = False
 worker_consumer = "tasks.worker:ServiceConsumer"
-# Monitoring events for Flower go to the Redis side channel (observability.events), never to SQS:
+# Monitoring events for Flower go to the Redis side channel (imposition.observability.events), never to SQS:
 # the worker's through ServiceConsumer, publishers' task-sent through an after_task_publish receiver
 # (so Celery's own task-sent, which would use the SQS producer, stays off).
 worker_send_task_events = bool(_settings.events_url)
@@ -81,12 +81,12 @@ beat_schedule = {
         "schedule": _settings.sweep_interval_s,
         "options": {"queue": _settings.maintenance_queue, "MessageGroupId": MAINTENANCE_GROUP},
     },
-    "drain-webhook-outbox": {  # webhooks.tasks.drain_outbox: the outbox's safety net (issue 15)
+    "drain-webhook-outbox": {  # imposition.webhooks.tasks.drain_outbox: the outbox's safety net (issue 15)
         "task": "imposition.drain_webhook_outbox",
         "schedule": _settings.webhook_outbox_drain_interval_s,
         "options": {"queue": _settings.maintenance_queue, "MessageGroupId": MAINTENANCE_GROUP},
     },
-    "sample-queues": {  # observability.sampler: SQS depths and CloudWatch ages as gauges
+    "sample-queues": {  # imposition.observability.sampler: SQS depths and CloudWatch ages as gauges
         "task": "imposition.sample_queues",
         "schedule": _settings.sample_interval_s,
         "options": {"queue": _settings.maintenance_queue, "MessageGroupId": MAINTENANCE_GROUP},

@@ -8,7 +8,7 @@ nothing behind::
       → admission (Redis, the fast check: idempotency token, job id, rate limit, in-flight cap;
         see :mod:`admission`)
       → [submit(): upload the input]
-      → one DynamoDB transaction: token claim (the durable check, :mod:`admission.claims`) + job
+      → one DynamoDB transaction: token claim (the durable check, :mod:`imposition.admission.claims`) + job
         item (queued)
       → publish (MessageGroupId)
 
@@ -28,8 +28,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Literal
 
-import admission
-from admission import claims
+from imposition import admission
+from imposition.admission import claims
 from imposition.engine import parse_layout
 from imposition.engine.errors import InputError, InputTooLarge, NotAPdf
 from leases import waiting

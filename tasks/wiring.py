@@ -3,12 +3,12 @@
 Like dramatiq's middleware added to a broker: the app is created bare (:mod:`tasks.celery_app`) and
 :func:`install` adds, in every process that imports :mod:`tasks`::
 
-    leases.signals ──► observability.metrics   (Prometheus counters and gauges)
-                  ──► webhooks.tasks          (job_finished / lease_recovered → a delivery message)
-    Celery signals ──► observability.exporter  (the worker's metrics endpoint)
-                  ──► observability.events    (publishers' task-sent on the events side channel)
+    leases.signals ──► imposition.observability.metrics   (Prometheus counters and gauges)
+                  ──► imposition.webhooks.tasks          (job_finished / lease_recovered → a delivery message)
+    Celery signals ──► imposition.observability.exporter  (the worker's metrics endpoint)
+                  ──► imposition.observability.events    (publishers' task-sent on the events side channel)
                   ──► tasks.nodes             (the slot registry of an imposition node)
-    app tasks      ◄── webhooks.tasks.deliver_webhook and drain_outbox, observability.sampler.sample_queues
+    app tasks      ◄── imposition.webhooks.tasks.deliver_webhook and drain_outbox, imposition.observability.sampler.sample_queues
                        (defined on imposition.common.celery_app.app, the one app object)
 
 Nothing here does I/O; receivers run when their signal is sent.
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from celery import Celery
 
-from observability import events, exporter, metrics, sampler
+from imposition.observability import events, exporter, metrics, sampler
 from tasks import nodes
-from webhooks import tasks as webhook_tasks
+from imposition.webhooks import tasks as webhook_tasks
 
 
 #: Tasks of lower packages, defined on :data:`imposition.common.celery_app.app` (the same object as ``app``).

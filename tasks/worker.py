@@ -17,7 +17,7 @@ building raise TypeError/ValueError/KeyError (a malformed header) is refused the
 traceback logged.
 
 :func:`run_reported_strategy` is the message strategy of :class:`tasks.base.FairTask`: Celery's
-own, with the consumer's events seen through :class:`observability.events.RunReportedDispatcher`.
+own, with the consumer's events seen through :class:`imposition.observability.events.RunReportedDispatcher`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from celery.worker.consumer import Consumer
 from kombu.exceptions import ContentDisallowed, DecodeError
 from vine import promise
 
-from observability.events import EventsSideChannel, RunReportedDispatcher
+from imposition.observability.events import EventsSideChannel, RunReportedDispatcher
 from imposition.common import aws
 from leases import signals
 
@@ -130,7 +130,7 @@ def task_body_problem(message) -> str | None:
 class ServiceConsumer(EventsSideChannel, Consumer):
     """Celery's consumer with dead-letter handling of poison messages (see module docstring).
 
-    :class:`observability.events.EventsSideChannel` sends its monitoring events to the Redis side
+    :class:`imposition.observability.events.EventsSideChannel` sends its monitoring events to the Redis side
     channel (``Settings.events_url``) instead of SQS, for Flower.
     """
 

@@ -123,8 +123,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def reset_aws() -> None:
     """Empty every moto backend (queues, tables, bucket) and provision again; delete this session's
     admission keys too, since its tokens and in-flight sets name jobs of the old stack."""
-    import admission
-    from admission.limits import forget_cached_limits
+    from imposition import admission
+    from imposition.admission.limits import forget_cached_limits
     from imposition.common import aws
     from control.provision import provision
     from imposition.common.settings import get_settings

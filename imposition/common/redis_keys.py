@@ -47,13 +47,13 @@ class KeyKind(Enum):
     IN_FLIGHT = ("admission", "in_flight", False)
     #: admission: tenant of an admitted job, for ``confirm(job_id)`` (no tenant; id: the job id).
     JOB = ("admission", "job", True)
-    #: observability.recent: cap defers of one tenant in one time bucket (id: bucket start, epoch s).
+    #: imposition.observability.recent: cap defers of one tenant in one time bucket (id: bucket start, epoch s).
     RECENT_CAP_DEFER = ("recent", "cap_defer", True)
-    #: observability.recent: lease recoveries of one tenant in one time bucket (id: bucket start).
+    #: imposition.observability.recent: lease recoveries of one tenant in one time bucket (id: bucket start).
     RECENT_LEASE_RECOVERED = ("recent", "lease_recovered", True)
-    #: webhooks.fairness: one of the tenant's delivery slots, a redis-py lock (id: the slot's number).
+    #: imposition.webhooks.fairness: one of the tenant's delivery slots, a redis-py lock (id: the slot's number).
     WEBHOOK_DELIVERING = ("webhooks", "delivering", True)
-    #: webhooks.signing: an accepted webhook request, for the replay check (no tenant; id:
+    #: imposition.webhooks.signing: an accepted webhook request, for the replay check (no tenant; id:
     #: ``<event id>.<signature timestamp>``).
     WEBHOOK_REPLAY = ("webhooks", "replay", True)
 

@@ -275,7 +275,7 @@ class Settings(BaseSettings):
     webhook_attempt_budget_s: float = Field(
         default=30.0, gt=0, description="Time one delivery message spends retrying POSTs (tenacity) before "
         "it hands the wait to SQS. Keep the round's hard time limit (it plus both timeouts, the round "
-        "overhead and the grace; webhooks.delivery.round_time_limits) well below the visibility timeout "
+        "overhead and the grace; imposition.webhooks.delivery.round_time_limits) well below the visibility timeout "
         "(720 s by default), or SQS may hand the same message to a second worker mid-round (a duplicate "
         "the tenant drops by event id)."
     )
@@ -293,7 +293,7 @@ class Settings(BaseSettings):
     )
     webhook_round_overhead_s: float = Field(
         default=10.0, gt=0, description="Time one delivery round may spend outside its POSTs (reading the job "
-        "and the endpoint); part of the round's Celery soft time limit (webhooks.delivery.round_time_limits)."
+        "and the endpoint); part of the round's Celery soft time limit (imposition.webhooks.delivery.round_time_limits)."
     )
     webhook_hard_limit_grace_s: float = Field(
         default=30.0, gt=0, description="After the soft time limit, time a round has to record itself as failed "
@@ -302,7 +302,7 @@ class Settings(BaseSettings):
     webhook_outbox_grace_s: float = Field(
         default=300.0, gt=0, description="The outbox (leases.outbox): how long after a job's end, or after the "
         "next round of a failed delivery should have ended, the drain sends a round itself. Keep it above the "
-        "round's hard time limit (webhooks.delivery.round_time_limits), or the drain duplicates a running round.",
+        "round's hard time limit (imposition.webhooks.delivery.round_time_limits), or the drain duplicates a running round.",
     )
     webhook_outbox_drain_interval_s: float = Field(
         default=60.0, gt=0, description="Beat period of the outbox drain (imposition.drain_webhook_outbox)."
@@ -312,7 +312,7 @@ class Settings(BaseSettings):
     )
     webhook_tenant_concurrency: int = Field(
         default=1, ge=1, description="Webhook rounds of one tenant that may POST at once, across every "
-        "notifications worker (a Redis semaphore, webhooks.fairness); keep it below the notifications "
+        "notifications worker (a Redis semaphore, imposition.webhooks.fairness); keep it below the notifications "
         "workers' total concurrency, so one tenant's hanging endpoint leaves slots to the others.",
     )
     webhook_tenant_busy_delay_s: int = Field(
@@ -449,7 +449,7 @@ class Settings(BaseSettings):
     alert_starving_wait_p95_s: float = Field(
         default=180.0, gt=0,
         description="Alert ImpositionTenantStarving: a tenant's p95 queue wait over this while slots are free; "
-        "keep it among queue_wait_buckets_s (observability.alerts).",
+        "keep it among queue_wait_buckets_s (imposition.observability.alerts).",
     )
     alert_rate_window_s: int = Field(
         default=900, ge=60, description="Alerts: the window of rate() and histogram quantiles (s).")

@@ -15,8 +15,8 @@ from tests.admission.helpers import SAMPLE_PDF, free_port, input_key_of
 def redis_db():
     """A client of ``IMPOSITION_REDIS_URL`` (database 13 in tests); the session's namespace
     (``tests.conftest.REDIS_NAMESPACE``) is emptied before and after the test."""
-    import admission
-    from admission.limits import forget_cached_limits
+    from imposition import admission
+    from imposition.admission.limits import forget_cached_limits
     from imposition.common.settings import get_settings
 
     url = get_settings().redis_url
@@ -34,7 +34,7 @@ def redis_db():
 def registration_required(monkeypatch):
     """Submissions for unregistered tenants are refused (``auto_register_tenants`` off, as in
     production): every tenant of these tests is registered, by :func:`new_tenant`."""
-    from admission.limits import forget_cached_limits
+    from imposition.admission.limits import forget_cached_limits
     from imposition.common.settings import get_settings
 
     monkeypatch.setenv("IMPOSITION_AUTO_REGISTER_TENANTS", "false")
@@ -105,7 +105,7 @@ def own_redis(tmp_path, admission_redis_at):
 
 def _forget_settings() -> None:
     """Re-read settings and rebuild admission's Redis client on next use."""
-    import admission
+    from imposition import admission
     from imposition.common.settings import get_settings
 
     get_settings.cache_clear()

@@ -51,7 +51,7 @@ def race_duplicates(submit_one, *, threads: int = 20, per_thread: int = 50) -> t
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from admission import DuplicateSubmission
+    from imposition.admission import DuplicateSubmission
 
     gate = threading.Barrier(threads)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import redis
 
-import admission
-from admission import (
+from imposition import admission
+from imposition.admission import (
     AdmissionRefused,
     AdmissionUnavailable,
     DuplicateSubmission,
@@ -18,7 +18,7 @@ from admission import (
     RateLimited,
     set_limits,
 )
-from admission.control import in_flight_key, job_key, rate_key, token_key
+from imposition.admission.control import in_flight_key, job_key, rate_key, token_key
 from imposition.common.settings import get_settings
 from tests.admission.helpers import free_port, race_duplicates
 from tests.conftest import REDIS_NAMESPACE

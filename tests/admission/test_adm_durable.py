@@ -13,11 +13,11 @@ import pytest
 from click.testing import CliRunner
 from pynamodb.exceptions import DoesNotExist
 
-import admission
-from admission import AdmissionRefused, DuplicateJobId, DuplicateSubmission
-from admission.claims import read_claim
-from admission.control import in_flight_key, job_key, rate_key, token_hash, token_key
-from admission.limits import set_limits
+from imposition import admission
+from imposition.admission import AdmissionRefused, DuplicateJobId, DuplicateSubmission
+from imposition.admission.claims import read_claim
+from imposition.admission.control import in_flight_key, job_key, rate_key, token_hash, token_key
+from imposition.admission.limits import set_limits
 from leases.models import TOKEN_CLAIM_TTL_ATTRIBUTE, JobItem, TokenClaimItem
 from imposition.common import aws
 from control.cli import main as cli
@@ -232,7 +232,7 @@ HUGE = 5_000_000
 
 @pytest.mark.parametrize("case", ["foreign input_key", "on_duplicate", "webhook url"])
 def test_errors_echo_only_a_short_prefix_of_a_huge_value(redis_db, fresh_aws, new_tenant, case):
-    from webhooks.endpoints import check_url
+    from imposition.webhooks.endpoints import check_url
 
     tenant = new_tenant()
     with pytest.raises(Exception) as caught:

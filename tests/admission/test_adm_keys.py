@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-import admission
-from observability import recent
-from webhooks import default_replay_store, fairness
+from imposition import admission
+from imposition.observability import recent
+from imposition.webhooks import default_replay_store, fairness
 from imposition.common.redis_keys import NO_TENANT, SEPARATOR, KeyKind, redis_key
 from imposition.common.settings import get_settings
 from imposition.common.tenancy import InvalidTenantId

@@ -7,8 +7,8 @@ import uuid
 import pytest
 import redis
 
-import admission
-from admission.control import token_key
+from imposition import admission
+from imposition.admission.control import token_key
 from imposition.common import redis_namespace
 from imposition.common.settings import get_settings
 from tests.conftest import REDIS_NAMESPACE

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-import admission
-from admission import AdmissionUnavailable, DuplicateSubmission, RateLimited
-from admission.control import token_key
+from imposition import admission
+from imposition.admission import AdmissionUnavailable, DuplicateSubmission, RateLimited
+from imposition.admission.control import token_key
 from imposition.common import aws
 from control.cli import main as cli
 from imposition.common.settings import get_settings

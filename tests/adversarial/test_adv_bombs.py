@@ -42,9 +42,9 @@ def test_bombs_fail_their_own_jobs_and_the_tenant_is_told(workers, receiver, tmp
     from leases.audit import audit
     from leases.models import JobItem, TenantItem
     from leases.tenants import set_cap
-    from webhooks import delivery
-    from webhooks.endpoints import set_webhook
-    from webhooks.events import job_event
+    from imposition.webhooks import delivery
+    from imposition.webhooks.endpoints import set_webhook
+    from imposition.webhooks.events import job_event
 
     imposer, notifier = workers
     tenant = f"adv-{uuid.uuid4().hex[:10]}"

@@ -89,8 +89,8 @@ def test_caller_given_job_id_is_validated(fresh_aws, job_id):
 def test_verify_webhook_rejects_non_ascii_signature_with_a_verification_error(candidate):
     """A header value with non-ASCII characters made ``hmac.compare_digest`` raise TypeError, so a
     receiver catching WebhookVerificationError answered 500 (or dropped the connection)."""
-    from webhooks.errors import WebhookVerificationError
-    from webhooks.signing import verify_webhook
+    from imposition.webhooks.errors import WebhookVerificationError
+    from imposition.webhooks.signing import verify_webhook
 
     body = json.dumps({"id": "evt-1"}).encode()
     headers = {"Imposition-Signature": f"t={int(time.time())},v1={candidate}", "Imposition-Event-Id": "evt-1"}

@@ -8,7 +8,7 @@ limits: 100 header lines or 64 KiB per line, at the endpoint's pace). Two such t
 confirm, so their admission in-flight counts kept growing towards the cap.
 
 A round must end within its budget plus the timeouts, whatever the endpoint does (Celery's time
-limits of the delivery task, :func:`webhooks.delivery.round_time_limits`), and the round ended that
+limits of the delivery task, :func:`imposition.webhooks.delivery.round_time_limits`), and the round ended that
 way is a failed round like any other: recorded, and re-published.
 
 The deliveries are published directly for finished job items (as ``job_finished`` publishes them),
@@ -93,14 +93,14 @@ def notifier(endpoint, tmp_path_factory):
 def _limits():
     """The round time limits the notifier derives from its settings."""
     from imposition.common.settings import Settings
-    from webhooks.delivery import round_time_limits
+    from imposition.webhooks.delivery import round_time_limits
 
     return round_time_limits(Settings(**{k.removeprefix("IMPOSITION_").lower(): v for k, v in NOTIFIER_ENV.items()}))
 
 
 def test_two_trickling_endpoints_do_not_hold_back_another_tenants_webhook(endpoint, notifier):
-    from webhooks.endpoints import set_webhook
-    from webhooks.tasks import publish_delivery
+    from imposition.webhooks.endpoints import set_webhook
+    from imposition.webhooks.tasks import publish_delivery
 
     run = uuid.uuid4().hex[:6]
     slow = {f"slow{n}-{run}": None for n in (1, 2)}

@@ -5,7 +5,7 @@ The real side drives the lease layer as a worker does (``tasks.base.FairTask``: 
 a borrowing acquire if the tier may, else park; under the timer policy, a deferral; a commit hands
 its place to the oldest waiting job in its own transaction) and as the
 submission path does (``tasks.submission``: the door, then a wake), over HTTP to the session's moto
-DynamoDB server. The simulated side is :class:`capacity.core.Scheduler`. After each event the
+DynamoDB server. The simulated side is :class:`imposition.capacity.core.Scheduler`. After each event the
 decision (take / borrow / park / defer, queued or parked at the door, which jobs a release woke)
 and every counter (each tenant's in_flight, queued, waiting, occupied; the cluster's busy) must be
 equal. Events are drawn from a seeded generator: a sequence that runs out of messages or of
@@ -21,7 +21,7 @@ import uuid
 
 import pytest
 
-from capacity.core import Scheduler, Tier
+from imposition.capacity.core import Scheduler, Tier
 from leases import nodes, policy, transactions, waiting
 from leases.errors import CapReached
 from leases.models import JobItem, TenantItem

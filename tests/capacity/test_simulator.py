@@ -8,12 +8,12 @@ import math
 
 import pytest
 
-from capacity.cli import run_nodes
-from capacity.core import Tier
-from capacity.errors import WorkloadError
-from capacity.results import summarise
-from capacity.simulator import ModelParams, SimJob, simulate
-from capacity.workload import Workload, load_spec
+from imposition.capacity.cli import run_nodes
+from imposition.capacity.core import Tier
+from imposition.capacity.errors import WorkloadError
+from imposition.capacity.results import summarise
+from imposition.capacity.simulator import ModelParams, SimJob, simulate
+from imposition.capacity.workload import Workload, load_spec
 
 #: No latencies: every time in a run is a sum of job durations and the configured delays.
 EXACT = ModelParams(slots_per_node=8, default_cap=4, reserve_slots=1, defer_delay_s=30, retry_backoff_base_s=5,

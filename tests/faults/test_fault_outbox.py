@@ -20,7 +20,7 @@ import uuid
 
 import pytest
 
-import admission
+from imposition import admission
 from leases.models import JobItem
 from leases.tenants import set_cap
 from control.jobs import cancel_job
@@ -28,8 +28,8 @@ from tests.conftest import reset_aws
 from tests.support.cluster import Cluster
 from tests.support.processes import wait_for
 from tests.webhooks.conftest import NOTIFIER_ENV
-from webhooks import delivery
-from webhooks.endpoints import set_webhook
+from imposition.webhooks import delivery
+from imposition.webhooks.endpoints import set_webhook
 from control.stack import ReceiverProcess
 
 OUTBOX_ENV = {**NOTIFIER_ENV, "IMPOSITION_WEBHOOK_OUTBOX_GRACE_S": "2",

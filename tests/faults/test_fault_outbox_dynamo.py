@@ -19,14 +19,14 @@ import uuid
 
 import pytest
 
-import admission
+from imposition import admission
 from leases.models import JobItem
 from tests.conftest import reset_aws
 from tests.faults.test_fault_outbox import OUTBOX_ENV, receiver  # noqa: F401 (the receiver fixture)
 from tests.support.cluster import Cluster
 from control.fault_proxy import FaultProxy
 from tests.support.processes import wait_for
-from webhooks.endpoints import set_webhook
+from imposition.webhooks.endpoints import set_webhook
 
 #: How long DynamoDB answers 503, seconds (shorter than the session's 9 s lease TTL).
 BLIP_S = 4.0

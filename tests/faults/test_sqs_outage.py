@@ -24,7 +24,7 @@ import uuid
 import pytest
 from pydantic import ValidationError
 
-import admission
+from imposition import admission
 from leases.models import JobItem
 from imposition.common.settings import Settings, get_settings
 from tasks.sqs_transport import ReceiveBackoff

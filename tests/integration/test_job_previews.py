@@ -54,7 +54,7 @@ def engine_children(worker) -> set[int]:
 def test_a_job_stores_names_and_hands_out_a_preview_of_each_side(worker, tenant, pdf, tmp_path):
     from imposition.common import aws
     from imposition.common.settings import get_settings
-    from webhooks.events import job_event
+    from imposition.webhooks.events import job_event
 
     job = Cluster.final(submit_bytes(tenant, pdf, layout=LAYOUT))
     assert job.status == "succeeded", job.error

@@ -95,7 +95,7 @@ def test_warnings_reach_the_job_item_job_show_and_the_webhook_payload(imposition
     from click.testing import CliRunner
 
     from control.cli import main
-    from webhooks.events import job_event
+    from imposition.webhooks.events import job_event
 
     layout = {**N_UP_SRA3, "bleed_mm": 3}  # the handed case's pages have no bleed to keep
     job = final_job(submit(CASES / "a5_8p.pdf", tenant_id=tenant_id, token="warned", layout=layout))

@@ -274,7 +274,7 @@ def test_the_simulator_asks_the_same_rule(fresh_aws, task, poor_leases, backoff,
     on the same counters, except for a claimant whose only queued job is in retry backoff: the real
     commit looks for a due job (``FairTask._due_claim``) and passes in place; the simulator, with no
     notion of a queued job's ``due_at``, yields (a known gap, docs/design.md §3)."""
-    from capacity.core import Scheduler, Tier
+    from imposition.capacity.core import Scheduler, Tier
 
     rich, poor = _tenant("simrich"), _tenant("simpoor")
     leases = _chain(rich)

@@ -1,4 +1,4 @@
-"""The shipped alerting rules and dashboard (:mod:`observability.alerts`): ``promtool test rules`` on
+"""The shipped alerting rules and dashboard (:mod:`imposition.observability.alerts`): ``promtool test rules`` on
 series built from the settings' thresholds, each alert firing on series that cross its threshold
 and quiet on series just below; the files in the repository are what the defaults give.
 
@@ -35,7 +35,7 @@ def _promtool(*args: str) -> subprocess.CompletedProcess:
 
 
 def _run_tests(tmp_path: Path, evaluation_interval: str, tests: list[dict]) -> None:
-    from observability.alerts import RULES_PATH
+    from imposition.observability.alerts import RULES_PATH
 
     path = tmp_path / "alerts_test.yml"
     path.write_text(yaml.safe_dump({"rule_files": [str(RULES_PATH)], "evaluation_interval": evaluation_interval,
@@ -46,7 +46,7 @@ def _run_tests(tmp_path: Path, evaluation_interval: str, tests: list[dict]) -> N
 def _annotations(name: str, labels: dict) -> dict:
     """The annotations of alert ``name`` as Prometheus renders them for ``labels`` (they template
     only ``$labels``)."""
-    from observability.alerts import rule_groups
+    from imposition.observability.alerts import rule_groups
 
     rule = next(r for g in rule_groups()["groups"] for r in g["rules"] if r.get("alert") == name)
     out = {}
@@ -75,7 +75,7 @@ def _slots(total: int, busy: int, minutes: int) -> list[dict]:
 
 def _waits(tenant: str, lower_s: float, upper_s: float, per_min: int, minutes: int) -> list[dict]:
     """Histogram series of ``tenant``: ``per_min`` jobs a minute, every wait in (``lower_s``, ``upper_s``]."""
-    from observability.alerts import _le
+    from imposition.observability.alerts import _le
 
     bounds = [*_settings().queue_wait_buckets_s, float("inf")]
     out = []
@@ -88,9 +88,9 @@ def _waits(tenant: str, lower_s: float, upper_s: float, per_min: int, minutes: i
 
 
 def test_the_shipped_files_are_what_the_settings_give_and_promtool_accepts_them():
-    from observability.alerts import DASHBOARD_PATH, RULES_PATH, dashboard, render_rules
+    from imposition.observability.alerts import DASHBOARD_PATH, RULES_PATH, dashboard, render_rules
 
-    assert RULES_PATH.read_text() == render_rules(), "run `python -m observability.alerts` and commit the files"
+    assert RULES_PATH.read_text() == render_rules(), "run `python -m imposition.observability.alerts` and commit the files"
     assert json.loads(DASHBOARD_PATH.read_text()) == dashboard()
     if PROMTOOL is None:
         pytest.skip("promtool not installed: `promtool check rules` not run")
@@ -99,7 +99,7 @@ def test_the_shipped_files_are_what_the_settings_give_and_promtool_accepts_them(
 
 @needs_promtool
 def test_every_dashboard_query_parses_and_names_only_metrics_the_service_exports(tmp_path):
-    from observability.alerts import dashboard, dashboard_exprs, rule_groups
+    from imposition.observability.alerts import dashboard, dashboard_exprs, rule_groups
 
     exprs = dashboard_exprs(dashboard())
     path = tmp_path / "dashboard_rules.yml"
@@ -121,7 +121,7 @@ def test_every_dashboard_query_parses_and_names_only_metrics_the_service_exports
 
 @needs_promtool
 def test_fairness_alerts_fire_past_their_thresholds_and_stay_quiet_just_below(tmp_path):
-    from observability.alerts import _duration
+    from imposition.observability.alerts import _duration
 
     s = _settings()
     threshold = s.alert_starving_wait_p95_s
@@ -173,7 +173,7 @@ def test_fairness_alerts_fire_past_their_thresholds_and_stay_quiet_just_below(tm
 
 @needs_promtool
 def test_the_second_licence_alert_needs_both_conditions_each_just_crossed(tmp_path):
-    from observability.alerts import _le
+    from imposition.observability.alerts import _le
 
     s = _settings()
     hours = (s.capacity_weeks * 7 + 1) * 24 + 1
@@ -210,8 +210,8 @@ def test_make_runs_prometheus_scrapes_every_node_endpoint_and_loads_the_rules(tm
     """The server ``make run`` starts (its command and configuration), against two real node endpoints."""
     import urllib.request
 
-    from observability.alerts import write_prometheus_config
-    from observability.exporter import start_endpoint
+    from imposition.observability.alerts import write_prometheus_config
+    from imposition.observability.exporter import start_endpoint
     from control.stack import PROMETHEUS_READY, ManagedProcess, prometheus_command, wait_for
     from tests.observability.support import free_port
     from tests.observability.test_exporter import writer

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from leases.models import JobItem
-from observability.capacity import Thresholds, compute_report, working_days, write_png
+from imposition.observability.capacity import Thresholds, compute_report, working_days, write_png
 from control.cli import main
 
 UTC = ZoneInfo("UTC")

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from observability import events
+from imposition.observability import events
 from imposition.common.settings import get_settings
 from tasks.celery_app import app
 from tasks.submission import submit
@@ -42,7 +42,7 @@ def test_an_unreachable_events_channel_is_logged_and_never_fails_the_publish(unr
         events.send_task_sent(sender="imposition.impose", headers=message.headers, exchange="imposition",
                               routing_key="imposition")
 
-    with caplog.at_level(logging.WARNING, logger="observability.events"):
+    with caplog.at_level(logging.WARNING, logger="imposition.observability.events"):
         publish("j-2")
         publish("j-3")  # within events_retry_after_s: skipped without another connection attempt
     assert "task-sent event of j-2 not sent" in caplog.text

@@ -11,8 +11,8 @@ import urllib.request
 
 import pytest
 
-from observability.errors import MetricsSetupError
-from observability.exporter import build_registry, mark_dead_processes, start_endpoint
+from imposition.observability.errors import MetricsSetupError
+from imposition.observability.exporter import build_registry, mark_dead_processes, start_endpoint
 
 WRITER = textwrap.dedent("""
     import sys, time

@@ -16,8 +16,8 @@ from celery.signals import task_postrun
 import tasks  # noqa: F401 (connects the receivers as every process of the service does)
 from leases.models import JobItem, LeaseItem
 from leases.transactions import Lease
-from observability import recent
-from observability.metrics import get_metrics
+from imposition.observability import recent
+from imposition.observability.metrics import get_metrics
 from leases import signals
 
 

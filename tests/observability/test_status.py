@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from leases import transactions, waiting
 from leases.models import JobItem
 from leases.tenants import set_cap
-from observability import recent
-from observability.status import collect, render
+from imposition.observability import recent
+from imposition.observability.status import collect, render
 from imposition.common import aws
 from control.cli import main
 from imposition.common.settings import get_settings

@@ -19,7 +19,7 @@ from imposition.engine import parse_layout
 from leases import transactions, waiting
 from leases.models import JobItem
 from leases.tenants import set_cap
-from observability import recent
+from imposition.observability import recent
 from imposition.common import aws
 from imposition.common.settings import get_settings
 from imposition.common.tenancy import MAINTENANCE_GROUP, input_key

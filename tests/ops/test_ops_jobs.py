@@ -29,7 +29,7 @@ def _tenant(tenant: str):
 
 
 def test_cancel_of_a_waiting_job_moves_its_counter_confirms_admission_and_queues_its_webhook(new_tenant):
-    import admission
+    from imposition import admission
     from leases.tenants import set_cap
     from imposition.common.settings import get_settings
 
@@ -94,7 +94,7 @@ def test_cancel_of_a_running_job_is_refused_and_changes_nothing(new_tenant):
 def test_retry_of_a_failed_job_queues_and_publishes_it_with_a_new_budget_and_its_history(new_tenant):
     from leases import transactions
     from imposition.common.settings import get_settings
-    from webhooks.events import job_event
+    from imposition.webhooks.events import job_event
 
     tenant = new_tenant()
     job_id = _submit(tenant)
@@ -241,7 +241,7 @@ def test_jobs_list_for_one_tenant_reads_only_its_items_through_the_index(new_ten
 
 
 def test_retry_goes_through_admission_rate_limit_and_in_flight_cap_with_a_typed_refusal(new_tenant):
-    import admission
+    from imposition import admission
     from leases import transactions
 
     tenant = new_tenant()

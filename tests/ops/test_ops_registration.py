@@ -76,7 +76,7 @@ def test_a_tenant_id_in_another_spelling_is_refused_with_the_canonical_one_named
 
 
 def test_a_submission_for_an_unknown_tenant_is_refused_and_leaves_nothing(new_tenant):
-    import admission
+    from imposition import admission
     from leases.waiting import read_tenant
     from tasks.submission import submit, submit_job
 
@@ -137,7 +137,7 @@ def test_auto_register_tenants_registers_a_tenant_on_its_first_submission(new_te
 ])
 def test_submit_refuses_a_file_that_is_no_readable_pdf_with_pages_before_anything_is_uploaded(
         new_tenant, tmp_path, name, make, code):
-    import admission
+    from imposition import admission
     from imposition.engine.errors import InputError
     from imposition.common.settings import get_settings
     from tasks.submission import submit

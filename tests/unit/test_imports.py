@@ -12,7 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 #: Nothing that could reach a server: no AWS credentials or endpoint, no Redis URL.
 CLEAN_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "PYTHONPATH": str(REPO)}
-PACKAGES = ("tasks", "leases", "observability.metrics", "webhooks", "admission", "imposition")
+PACKAGES = ("tasks", "leases", "imposition.observability.metrics", "imposition.webhooks", "imposition.admission", "imposition")
 
 
 def _import(statement: str) -> subprocess.CompletedProcess:
@@ -25,7 +25,7 @@ def test_all_packages_import_together_with_no_server_and_no_environment():
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("module", PACKAGES + ("webhooks.tasks", "observability.sampler", "tasks.config", "control.cli"))
+@pytest.mark.parametrize("module", PACKAGES + ("imposition.webhooks.tasks", "imposition.observability.sampler", "tasks.config", "control.cli"))
 def test_each_module_imports_first(module):
     """Each alone, first in its process: an import cycle raises here (a partially initialised module)."""
     result = _import(f"import {module}")
@@ -44,7 +44,7 @@ def test_importing_tasks_registers_every_task():
 def test_the_packages_below_tasks_read_no_settings_at_import():
     """Table names, the region and every clock are read when used, so a test or a command may set
     ``IMPOSITION_*`` after importing them."""
-    result = _import("import imposition.common.settings as s, leases, admission, webhooks, observability.metrics, imposition,"
+    result = _import("import imposition.common.settings as s, leases, imposition.admission, imposition.webhooks, imposition.observability.metrics, imposition,"
                      " control.stack; print(s.get_settings.cache_info().currsize)")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["0"]

@@ -9,15 +9,15 @@ import urllib.request
 
 import pytest
 
-import admission
+from imposition import admission
 from imposition.common.settings import get_settings
 from tests.support.processes import wait_for
 from tests.webhooks.conftest import finished_job, free_port, hook_url, job_item
-from webhooks import delivery, signed_headers
-from webhooks.endpoints import endpoint_for, set_webhook
-from webhooks.events import encode, event_id, job_event
-from webhooks.redaction import REDACTED
-from webhooks.tasks import publish_delivery
+from imposition.webhooks import delivery, signed_headers
+from imposition.webhooks.endpoints import endpoint_for, set_webhook
+from imposition.webhooks.events import encode, event_id, job_event
+from imposition.webhooks.redaction import REDACTED
+from imposition.webhooks.tasks import publish_delivery
 
 
 def _admitted_finished_job(tenant_id: str, *, status: str = "succeeded") -> str:
@@ -183,8 +183,8 @@ def test_round_time_limits_are_derived_from_the_settings():
     carries this process's limits, and a limit reached never acks the message (no event lost).
     tests/adversarial/test_adv_webhook_trickle.py shows a worker applying its own limits."""
     from imposition.common.settings import Settings
-    from webhooks.delivery import RoundTimeLimits, round_time_limits
-    from webhooks.tasks import deliver_webhook
+    from imposition.webhooks.delivery import RoundTimeLimits, round_time_limits
+    from imposition.webhooks.tasks import deliver_webhook
 
     settings = Settings(webhook_attempt_budget_s=7, webhook_connect_timeout_s=2, webhook_read_timeout_s=3,
                         webhook_round_overhead_s=4, webhook_hard_limit_grace_s=5)
@@ -196,7 +196,7 @@ def test_round_time_limits_are_derived_from_the_settings():
 
 @pytest.mark.parametrize("url", ["ftp://example.com/x", "/relative", "http://", "http://example.com:99999/x"])
 def test_bad_webhook_urls_are_refused(url, new_tenant, webhook_secret):
-    from webhooks.errors import WebhookConfigError
+    from imposition.webhooks.errors import WebhookConfigError
 
     with pytest.raises(WebhookConfigError):
         set_webhook(new_tenant(), url, webhook_secret)

@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from tests.webhooks.conftest import finished_job, hook_url, job_item
-from webhooks import delivery
-from webhooks.destinations import refusal_reason
-from webhooks.endpoints import endpoint_for, set_webhook
-from webhooks.errors import UnsafeWebhookDestination, WebhookConfigError
+from imposition.webhooks import delivery
+from imposition.webhooks.destinations import refusal_reason
+from imposition.webhooks.endpoints import endpoint_for, set_webhook
+from imposition.webhooks.errors import UnsafeWebhookDestination, WebhookConfigError
 
 REFUSED = {
     "127.0.0.1": "loopback", "127.8.9.10": "loopback", "::1": "loopback",

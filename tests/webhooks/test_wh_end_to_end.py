@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-import admission
+from imposition import admission
 from tasks.submission import submit
 from tests.admission.helpers import LAYOUT, SAMPLE_PDF
 from tests.support.inputs import submit_uploaded
 from tests.support.processes import start_worker, wait_for
 from tests.webhooks.conftest import job_item
-from webhooks import delivery
-from webhooks.endpoints import set_webhook
+from imposition.webhooks import delivery
+from imposition.webhooks.endpoints import set_webhook
 
 @pytest.fixture(scope="module")
 def imposer(tmp_path_factory):

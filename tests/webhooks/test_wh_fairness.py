@@ -115,8 +115,8 @@ def notifier(endpoint, tmp_path_factory):
 
 
 def test_a_hanging_tenant_holds_one_slot_and_another_tenants_webhook_arrives_within_one_round(endpoint, notifier):
-    from webhooks.endpoints import set_webhook
-    from webhooks.tasks import publish_delivery
+    from imposition.webhooks.endpoints import set_webhook
+    from imposition.webhooks.tasks import publish_delivery
 
     run = uuid.uuid4().hex[:6]
     hang, ok = f"hang-{run}", f"ok-{run}"
@@ -144,7 +144,7 @@ def test_a_hanging_tenant_holds_one_slot_and_another_tenants_webhook_arrives_wit
 
 
 def test_delivery_slots_are_per_tenant_bounded_and_free_themselves(redis_db, settings_env):
-    from webhooks import fairness
+    from imposition.webhooks import fairness
 
     settings_env(IMPOSITION_WEBHOOK_TENANT_CONCURRENCY="1")
     run = uuid.uuid4().hex[:6]
@@ -170,7 +170,7 @@ def test_delivery_slots_are_per_tenant_bounded_and_free_themselves(redis_db, set
 
 def test_with_redis_unreachable_a_round_goes_ahead_without_the_limit(settings_env):
     from tests.admission.helpers import free_port
-    from webhooks import fairness
+    from imposition.webhooks import fairness
 
     settings_env(IMPOSITION_REDIS_URL=f"redis://127.0.0.1:{free_port()}/13")
     ran = []
@@ -181,8 +181,8 @@ def test_with_redis_unreachable_a_round_goes_ahead_without_the_limit(settings_en
 
 def test_a_round_put_back_moves_its_outbox_entry_on_so_the_drain_sends_no_copy(redis_db, settings_env):
     from leases import outbox
-    from webhooks import delivery, fairness
-    from webhooks.endpoints import set_webhook
+    from imposition.webhooks import delivery, fairness
+    from imposition.webhooks.endpoints import set_webhook
 
     settings_env(IMPOSITION_WEBHOOK_TENANT_CONCURRENCY="1")
     tenant = f"putback-{uuid.uuid4().hex[:6]}"

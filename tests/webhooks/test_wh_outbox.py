@@ -10,8 +10,8 @@ import uuid
 from leases import outbox
 from leases.models import JobItem
 from tests.webhooks.conftest import finished_job, job_item
-from webhooks import delivery
-from webhooks.tasks import drain_outbox
+from imposition.webhooks import delivery
+from imposition.webhooks.tasks import drain_outbox
 
 
 def _in_outbox(tenant: str, *, ended_s_ago: float) -> str:

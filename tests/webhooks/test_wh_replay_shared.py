@@ -1,7 +1,7 @@
 """Replay protection across receiver processes (issue 16): ``verify_webhook`` remembers accepted
 requests in Redis by default, so a captured request replayed to *another* process is refused too.
 
-Two real ``python -m webhooks.receiver`` processes, neither given a replay store: the same signed
+Two real ``python -m imposition.webhooks.receiver`` processes, neither given a replay store: the same signed
 request is accepted by the first and refused by the second. With ``IMPOSITION_WEBHOOK_REPLAY_STORE
 =memory`` (each process on its own) the second accepts it: what the default prevents. A receiver
 whose Redis is unreachable answers 503 and confirms nothing (fail closed; the sender delivers again).
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import time
 
-import admission
+from imposition import admission
 from tests.admission.helpers import free_port
 from tests.webhooks.conftest import finished_job, job_item
 from tests.webhooks.test_wh_delivery import _post
-from webhooks import signed_headers
-from webhooks.endpoints import set_webhook
-from webhooks.events import encode, event_id, job_event
+from imposition.webhooks import signed_headers
+from imposition.webhooks.endpoints import set_webhook
+from imposition.webhooks.events import encode, event_id, job_event
 
 
 def _admitted_event(tenant: str) -> tuple[str, bytes]:

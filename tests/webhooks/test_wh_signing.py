@@ -8,7 +8,7 @@ import time
 import pytest
 import redis
 
-from webhooks import (
+from imposition.webhooks import (
     EVENT_ID_HEADER,
     SIGNATURE_HEADER,
     InvalidSignature,

@@ -1,0 +1,195 @@
+"""``imposition simulate`` and ``imposition capacity-report --what-if``.
+
+Bad input (a malformed workload file, an empty history, a node count below 1, a negative rate)
+is one line naming the field, exit status 2 (:class:`InputError`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from imposition.capacity.core import Tier
+from imposition.capacity.errors import WorkloadError
+from imposition.capacity.results import Summary, render, summarise, write_png
+from imposition.capacity.simulator import POLICIES, ModelParams, simulate
+from imposition.capacity.workload import Workload, from_history, load_spec
+from imposition.common.settings import get_settings
+
+
+class InputError(click.ClickException):
+    """A usage error of the simulator's input: ``Error: <message>``, exit status 2."""
+
+    exit_code = 2
+
+
+def parse_nodes(text: str, *, field: str = "--nodes") -> list[int]:
+    """``"1,2,3"`` → ``[1, 2, 3]`` (sorted, unique).
+
+    Raises:
+        InputError: not integers, or one below 1.
+    """
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise InputError(f"{field}={text!r}: must be node counts separated by commas, e.g. 1,2,3") from exc
+    if not values:
+        raise InputError(f"{field}={text!r}: must name at least one node count")
+    for n in values:
+        if n < 1:
+            raise InputError(f"{field}={text!r}: node count {n} must be >= 1")
+    return sorted(set(values))
+
+
+def run_nodes(workload: Workload, nodes: list[int], *, policy: str, cap: int | None = None,
+              order: str | None = None) -> tuple[list[Summary], dict[int, dict[str, list[float]]]]:
+    """Simulate ``workload`` once per node count; the summaries and each run's waits per tenant.
+
+    Under ``borrow``, a tenant whose tier names no burst cap gets ``sim_borrow_burst_cap``.
+
+    Raises:
+        WorkloadError: as :func:`imposition.capacity.simulator.simulate`.
+    """
+    s = get_settings()
+    if cap is not None and cap < 0:
+        raise WorkloadError(f"--cap={cap}: must be >= 0")
+    params = ModelParams.from_settings(s, default_cap=cap, delivery_order=order)
+    tiers = dict(workload.tiers)
+    if policy == "borrow":
+        tiers = {t: Tier(tier.cap, tier.burst_cap if tier.burst_cap is not None else s.sim_borrow_burst_cap)
+                 for t, tier in {**{r[0]: Tier() for r in workload.rows}, **tiers}.items()}
+    summaries, samples = [], {}
+    for n in nodes:
+        run = simulate(workload.jobs(), nodes=n, policy_name=policy, params=params, tiers=tiers,
+                       keep_intervals=False)
+        summaries.append(summarise(run, s))
+        waits: dict[str, list[float]] = {}
+        for job in run.jobs:
+            if job.wait_s is not None:
+                waits.setdefault(job.tenant, []).append(job.wait_s)
+        samples[n] = waits
+    return summaries, samples
+
+
+def _workload(workload_path: Path | None, from_hist: bool, weeks: int | None) -> Workload:
+    if (workload_path is None) == (not from_hist):
+        raise InputError("give exactly one of --workload FILE and --from-history")
+    s = get_settings()
+    if workload_path is not None:
+        return load_spec(workload_path, job_overhead_s=s.sim_job_overhead_s)
+    return from_history(s.capacity_weeks if weeks is None else weeks)
+
+
+@click.command("simulate")
+@click.option("--workload", "workload_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A workload spec file (TOML; see imposition/capacity/workload.py).")
+@click.option("--from-history", "from_hist", is_flag=True, help="Replay the jobs table's arrivals and durations.")
+@click.option("--weeks", type=int, default=None, help="History window in weeks (default: capacity_weeks, 4).")
+@click.option("--nodes", "nodes_text", default=None, help="Node counts to compare, e.g. 1,2,3 (default: capacity_nodes).")
+@click.option("--cap", type=int, default=None, help="Default cap of tenants without a tier (default: default_cap).")
+@click.option("--policy", type=click.Choice(POLICIES), default=None,
+              help="Waiting policy (default: waiting_policy); borrow = hand-off with burst caps.")
+@click.option("--order", type=click.Choice(["arrival", "fair"]), default=None,
+              help="SQS delivery order (default: sim_delivery_order).")
+@click.option("--png", "png_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write p95 wait and utilisation against the node count, and the wait distributions.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document instead of the text.")
+def simulate_command(workload_path, from_hist, weeks, nodes_text, cap, policy, order, png_path, as_json) -> None:
+    """Predict each tenant's waits, slot utilisation and the licence verdict for each node count."""
+    s = get_settings()
+    policy = policy or s.waiting_policy
+    nodes = parse_nodes(nodes_text) if nodes_text is not None else [s.capacity_nodes]
+    try:
+        workload = _workload(workload_path, from_hist, weeks)
+        summaries, samples = run_nodes(workload, nodes, policy=policy, cap=cap, order=order)
+    except WorkloadError as exc:
+        raise InputError(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps({"source": workload.source, "policy": policy,
+                               "runs": [sm.as_dict() for sm in summaries]}, indent=2))
+    else:
+        click.echo(render(summaries, policy=policy, source=workload.source))
+    if png_path is not None:
+        click.echo(f"chart written to {write_png(summaries, png_path, policy=policy, wait_samples=samples)}",
+                   err=as_json)
+
+
+def parse_what_if(items: tuple[str, ...]) -> dict:
+    """``("nodes=2", "cap=3", "policy=borrow")`` → ``{"nodes": [2], "cap": 3, "policy": "borrow"}``.
+
+    Raises:
+        InputError: an unknown key or a bad value.
+    """
+    out: dict = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise InputError(f"--what-if {item!r}: must be KEY=VALUE (nodes=2, cap=3, policy=borrow)")
+        if key == "nodes":
+            out["nodes"] = parse_nodes(value, field="--what-if nodes")
+        elif key == "cap":
+            if not value.isdigit():
+                raise InputError(f"--what-if cap={value!r}: must be an integer >= 0")
+            out["cap"] = int(value)
+        elif key == "policy":
+            if value not in POLICIES:
+                raise InputError(f"--what-if policy={value!r}: must be one of {', '.join(POLICIES)}")
+            out["policy"] = value
+        else:
+            raise InputError(f"--what-if {key!r}: unknown; use nodes, cap or policy")
+    return out
+
+
+def _capacity_report_command() -> click.Command:
+    """``observability``'s ``capacity-report`` with ``--what-if``: the measured verdict, then the
+    simulated one for the same window (and, as a check of the model, for the nodes measured)."""
+    from imposition.observability import capacity as measured  # noqa: PLC0415
+
+    base = measured.capacity_report_command
+
+    def callback(what_if: tuple[str, ...], **kwargs) -> None:
+        changes = parse_what_if(what_if)
+        if not changes:
+            return base.callback(**kwargs)
+        s = get_settings()
+        from zoneinfo import ZoneInfo  # noqa: PLC0415
+
+        until = measured.parse_until(kwargs["until"], ZoneInfo(s.capacity_timezone))
+        try:
+            report = measured.build_report(weeks=kwargs["weeks"], until=until, nodes=kwargs["nodes"])
+        except measured.ReportWindowError as exc:
+            raise InputError(str(exc)) from exc
+        now_nodes = kwargs["nodes"] or s.capacity_nodes
+        policy = changes.get("policy", s.waiting_policy)
+        try:
+            workload = from_history(kwargs["weeks"] or s.capacity_weeks, until=until)
+            summaries, _ = run_nodes(workload, sorted({now_nodes, *changes.get("nodes", [now_nodes])}),
+                                     policy=policy, cap=changes.get("cap"))
+        except WorkloadError as exc:
+            raise InputError(str(exc)) from exc
+        if kwargs["as_json"]:
+            click.echo(json.dumps({"measured": report.as_dict(), "what_if": {
+                "changes": changes, "policy": policy, "runs": [sm.as_dict() for sm in summaries]}}, indent=2))
+        else:
+            lines = [measured.render(report), "",
+                     f"what-if, simulated on the same window ({workload.source}, policy {policy}"
+                     + (f", cap {changes['cap']}" if "cap" in changes else "") + "):"]
+            for sm in summaries:
+                label = f"{sm.nodes} node(s)" + (" (as measured: the model's check)" if sm.nodes == now_nodes
+                                                 and "cap" not in changes and "policy" not in changes else "")
+                worst = max((t.p95_s or 0.0 for t in sm.tenants), default=0.0)
+                lines += [f"  {label}: utilisation {sm.working_day_utilisation:.1%} in working hours, "
+                          f"worst tenant p95 wait {worst:.1f} s",
+                          *(f"    {line}" for line in sm.report.condition_lines()), f"    {sm.report.verdict}"]
+            click.echo("\n".join(lines))
+        if kwargs["png_path"] is not None:
+            click.echo(f"chart written to {measured.write_png(report, kwargs['png_path'])}", err=kwargs["as_json"])
+
+    option = click.Option(["--what-if", "what_if"], multiple=True, metavar="KEY=VALUE",
+                          help="Add the simulated verdict for a change: nodes=2 (or 2,3), cap=3, policy=borrow.")
+    return click.Command(base.name, callback=callback, params=[*base.params, option], help=base.help)
+
+
+capacity_report_command = _capacity_report_command()

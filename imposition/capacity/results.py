@@ -1,0 +1,159 @@
+"""What a run means: per-tenant waits, slot utilisation, and the seed's licence conditions.
+
+The conditions are the capacity report's own (:func:`imposition.observability.capacity.compute_report` on the
+simulated jobs, over the working days they span), so "would a second node change the verdict?" is
+answered by the same rule that gives the measured verdict.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+from imposition.capacity.simulator import RunResult
+from imposition.observability.capacity import CapacityReport, Thresholds, compute_report, working_days
+from imposition.observability.history import percentile
+from imposition.common.settings import Settings, get_settings
+
+
+@dataclass(frozen=True)
+class TenantWaits:
+    """One tenant's waits (seconds; None with no started job)."""
+
+    tenant: str
+    jobs: int
+    p50_s: float | None
+    p95_s: float | None
+    max_s: float | None
+    most_leases: int
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One run (one node count) summarised."""
+
+    nodes: int
+    slots_total: int
+    tenants: list[TenantWaits]
+    utilisation: float  # busy slot-seconds ÷ (slots × first submission → last finish)
+    makespan_s: float
+    unfinished: int
+    report: CapacityReport
+
+    @property
+    def working_day_utilisation(self) -> float:
+        """Busy ÷ available slot-seconds over the working days (the licence rule's hours)."""
+        capacity = sum(d.capacity_slot_s for d in self.report.days)
+        return sum(d.busy_slot_s for d in self.report.days) / capacity if capacity else 0.0
+
+    def as_dict(self) -> dict:
+        """JSON-ready form."""
+        return {"nodes": self.nodes, "slots_total": self.slots_total, "utilisation": self.utilisation,
+                "working_day_utilisation": self.working_day_utilisation,
+                "makespan_s": self.makespan_s, "unfinished": self.unfinished,
+                "tenants": [t.__dict__ for t in self.tenants],
+                "utilisation_condition": self.report.utilisation_condition,
+                "wait_condition": self.report.wait_condition, "warranted": self.report.warranted,
+                "verdict": self.report.verdict}
+
+
+def summarise(run: RunResult, settings: Settings | None = None) -> Summary:
+    """Waits per tenant, utilisation, and the licence conditions of ``run``."""
+    s = settings or get_settings()
+    by_tenant: dict[str, list[float]] = {}
+    for job in run.jobs:
+        by_tenant.setdefault(job.tenant, [])
+        if job.wait_s is not None:
+            by_tenant[job.tenant].append(job.wait_s)
+    tenants = [TenantWaits(t, len(w), percentile(w, 0.5), percentile(w, 0.95), max(w) if w else None,
+                           run.most_leases.get(t, 0)) for t, w in sorted(by_tenant.items())]
+    first = min(j.submitted_at for j in run.jobs)
+    finished = [j.finished_at for j in run.jobs if j.finished_at is not None]
+    last = max(finished) if finished else first
+    span = max(last - first, 1e-9)
+    tz = ZoneInfo(s.capacity_timezone)
+    days = working_days(dt.datetime.fromtimestamp(first, tz).date(), dt.datetime.fromtimestamp(last, tz).date(),
+                        tz=tz, start_hour=s.capacity_day_start_hour, end_hour=s.capacity_day_end_hour,
+                        until=last + 1)
+    report = compute_report(run.jobs, days=days, tz=tz, slots_total=run.slots_total, now=last,
+                            thresholds=Thresholds.from_settings(s))
+    return Summary(run.nodes, run.slots_total, tenants, run.busy_slot_s / (run.slots_total * span), last - first,
+                   len(run.jobs) - len(finished), report)
+
+
+def _f(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}"
+
+
+def render(summaries: list[Summary], *, policy: str, source: str, max_tenants: int = 30) -> str:
+    """The text form: per node count, one line per tenant, utilisation, the two conditions."""
+    lines = [f"simulation of {source}, policy {policy}"]
+    for sm in summaries:
+        lines += ["", f"{sm.nodes} node(s), {sm.slots_total} slots: utilisation {sm.working_day_utilisation:.1%} "
+                      f"in working hours ({sm.utilisation:.1%} over the whole run), "
+                      f"makespan {sm.makespan_s:.1f} s" + (f", {sm.unfinished} jobs never finished" if sm.unfinished else ""),
+                  f"  {'tenant':24} {'jobs':>7} {'p50 s':>8} {'p95 s':>8} {'max s':>8} {'leases':>6}"]
+        shown = sorted(sm.tenants, key=lambda t: -t.jobs)[:max_tenants]
+        for t in sorted(shown, key=lambda t: t.tenant):
+            lines.append(f"  {t.tenant[:24]:24} {t.jobs:>7} {_f(t.p50_s):>8} {_f(t.p95_s):>8} {_f(t.max_s):>8} "
+                         f"{t.most_leases:>6}")
+        if len(sm.tenants) > len(shown):
+            lines.append(f"  ({len(sm.tenants) - len(shown)} smaller tenants not shown; --json has all)")
+        lines += [f"  {line}" for line in sm.report.condition_lines()] + [f"  {sm.report.verdict}"]
+    return "\n".join(lines)
+
+
+def write_png(summaries: list[Summary], path: Path, *, policy: str, wait_samples: dict[int, dict[str, list[float]]],
+              max_tenants: int = 12) -> Path:
+    """p95 wait (worst tenant and each shown tenant) and utilisation against the node count, and
+    each tenant's wait distribution (box plots) for every node count, to ``path`` (PNG)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 (heavy import)
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    nodes = [sm.nodes for sm in summaries]
+    biggest = [t.tenant for t in sorted(summaries[0].tenants, key=lambda t: -t.jobs)[:max_tenants]]
+    fig = Figure(figsize=(11, 4 + 3 * len(summaries)), layout="constrained")
+    FigureCanvasAgg(fig)
+    grid = fig.add_gridspec(1 + len(summaries), 2)
+    ax_wait, ax_util = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
+    for tenant in biggest:
+        series = [next((t.p95_s for t in sm.tenants if t.tenant == tenant), None) for sm in summaries]
+        ax_wait.plot(nodes, [v if v is not None else float("nan") for v in series], marker="o", label=tenant)
+    worst = [max((t.p95_s or 0.0) for t in sm.tenants) for sm in summaries]
+    ax_wait.plot(nodes, worst, color="black", linestyle="--", marker="s", label="worst tenant")
+    ax_wait.set_xlabel("nodes")
+    ax_wait.set_ylabel("p95 wait (s)")
+    ax_wait.set_xticks(nodes)
+    ax_wait.set_title(f"p95 wait per tenant ({policy})")
+    ax_wait.legend(fontsize="x-small", ncol=2)
+    th = summaries[0].report.thresholds
+    ax_util.plot(nodes, [100 * sm.working_day_utilisation for sm in summaries], marker="o",
+                 label="in working hours")
+    ax_util.plot(nodes, [100 * sm.report.busy_day_share for sm in summaries], marker="^",
+                 label=f"share of working days above {th.utilisation:.0%}")
+    ax_util.axhline(100 * th.busy_day_share, color="black", linestyle="--", label="busy-day share needed")
+    ax_util.set_xlabel("nodes")
+    ax_util.set_ylabel("%")
+    ax_util.set_xticks(nodes)
+    ax_util.set_ylim(0, 105)
+    ax_util.set_title("slot utilisation")
+    ax_util.legend(fontsize="x-small")
+    for row, sm in enumerate(summaries, start=1):
+        ax = fig.add_subplot(grid[row, :])
+        samples = wait_samples[sm.nodes]
+        data = [samples.get(t) or [0.0] for t in biggest]
+        ax.boxplot(data, whis=(5, 95), showfliers=False)
+        ax.set_xticks(range(1, len(biggest) + 1), biggest, rotation=30, ha="right", fontsize=8)
+        ax.axhline(th.long_wait_s, color="tab:red", linestyle=":", label=f"long wait ({th.long_wait_s:g} s)")
+        ax.set_yscale("symlog", linthresh=1.0)
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel("wait (s, log above 1 s)")
+        ax.set_title(f"{sm.nodes} node(s): wait per tenant (box: quartiles, whiskers: p5–p95)\n"
+                     f"{sm.report.verdict.removeprefix('VERDICT: ')}", fontsize=9)
+        ax.legend(fontsize="x-small", loc="upper right")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    return path

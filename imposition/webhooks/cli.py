@@ -1,0 +1,51 @@
+"""``imposition tenant set-webhook``: a tenant's webhook URL and secret (added to the ``tenant`` group)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+
+def secret_from_env(secret_env: str | None) -> str:
+    """The webhook secret held by environment variable ``secret_env`` (required with a URL).
+
+    Raises:
+        click.UsageError: no ``--secret-env``, or the variable is unset or empty (exit 2).
+    """
+    if not secret_env:
+        raise click.UsageError("--secret-env VAR is required with a webhook URL")
+    secret = os.environ.get(secret_env)
+    if not secret:
+        raise click.UsageError(f"environment variable {secret_env} is unset or empty")
+    return secret
+
+
+@click.command("set-webhook")
+@click.argument("tenant_id")
+@click.argument("url", required=False)
+@click.option("--secret-env", metavar="VAR",
+              help="Name of the environment variable that holds the signing secret (>= 32 characters); "
+                   "the secret itself never goes on the command line.")
+@click.option("--remove", is_flag=True, help="Remove the tenant's webhook (URL and secret).")
+def set_webhook_command(tenant_id: str, url: str | None, secret_env: str | None, remove: bool) -> None:
+    """Set TENANT_ID's webhook URL and its HMAC-SHA256 signing secret; prints the URL, never the secret."""
+    from imposition.webhooks.endpoints import set_webhook
+    from imposition.webhooks.errors import WebhookConfigError
+
+    if remove == bool(url):
+        raise click.UsageError("give either URL (with --secret-env VAR) or --remove")
+    from imposition.admission.errors import UnknownTenant  # noqa: PLC0415 (a command of the top package's CLI)
+    from imposition.admission.limits import require_registered  # noqa: PLC0415
+
+    try:
+        require_registered(tenant_id)
+    except UnknownTenant as exc:
+        raise click.BadParameter(str(exc), param_hint="TENANT_ID") from None
+    secret = secret_from_env(secret_env) if url else None
+    try:
+        set_webhook(tenant_id, url, secret)
+    except (WebhookConfigError, ValueError) as exc:
+        raise click.BadParameter(str(exc)) from exc
+    click.echo(json.dumps({"tenant_id": tenant_id, "webhook_url": url, "secret_set": bool(secret)}, sort_keys=True))
