@@ -27,7 +27,7 @@ venv: $(STAMP)
 ## The main job on the embedded stack (moto server for SQS, DynamoDB and S3, plus local Redis).
 ## KEEP=1 leaves the stack up afterwards for the command line, Flower and Prometheus, until Ctrl-C.
 run: $(STAMP) prometheus
-	$(BIN)/python -m control.demo $(if $(KEEP),--keep)
+	$(BIN)/python -m devstack.demo $(if $(KEEP),--keep)
 
 ## The gates: ruff (lint), mypy (types), import-linter (the layers of README.md "Layers").
 lint: $(STAMP)

@@ -51,7 +51,7 @@ BASELINE = WORK / "baseline"
 #: What of the baseline ref is exported: the engine and the settings it reads (the harness is ours).
 BASELINE_PACKAGES = ("imposition", "service")
 #: Packages of ours byte-compiled before measuring.
-OUR_PACKAGES = ("imposition", "service", "control", "bench")
+OUR_PACKAGES = ("imposition", "tasks", "leases", "devstack", "bench")
 #: Each in-process contender runs this many times, the contenders taking turns; runs are pooled.
 IN_PROCESS_ROUNDS = 3
 PAGE_COUNTS = (8, 64) if QUICK else (8, 64, 512, 4096)

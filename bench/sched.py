@@ -34,7 +34,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from control.stack import REPO
+from devstack.stack import REPO
 
 OUT = REPO / "out" / "bench-sched"
 RESULTS = REPO / "bench" / "RESULTS-scheduling.md"
@@ -159,7 +159,7 @@ class Bench:
 
     def __enter__(self) -> "Bench":
         from bench.counting_proxy import CountingProxy
-        from control.localaws import LocalAws
+        from devstack.localaws import LocalAws
 
         self.local_aws = LocalAws(log_path=OUT / "moto.log").start()
         (OUT / "events").mkdir(parents=True, exist_ok=True)
@@ -177,7 +177,7 @@ class Bench:
                     "BENCH_EVENT_LOG_DIR": str(OUT / "events")}
         (OUT / "durations.json").write_text("{}")
         os.environ.update(self.env)
-        from control.provision import provision
+        from imposition.cli.provision import provision
         from leases import transactions
         from leases.models import reset_connections
         from imposition.common import aws
@@ -204,7 +204,7 @@ class Bench:
 
     def start_workers(self, policy: str) -> list:
         from imposition.common.settings import get_settings
-        from control.stack import BEAT_READY, WORKER_READY, ManagedProcess, beat_command, worker_command
+        from devstack.stack import BEAT_READY, WORKER_READY, ManagedProcess, beat_command, worker_command
 
         waiting_policy = "timer" if policy == "timer" else "handoff"
         os.environ["IMPOSITION_WAITING_POLICY"] = waiting_policy
@@ -353,7 +353,7 @@ class Bench:
         from leases.tenants import set_cap
         from imposition.common import aws
         from imposition.common.settings import get_settings
-        from control.stack import stop_all
+        from devstack.stack import stop_all
         from imposition.common.tenancy import message_group_id
         from tasks import app
         from tasks.submission import submit_job
@@ -404,7 +404,7 @@ class Load:
         self.busy = self._busy_s()
 
     def _busy_s(self) -> float | None:
-        from control.localaws import endpoint_busy
+        from devstack.localaws import endpoint_busy
 
         if self.dynamodb_url is None:
             return None
@@ -502,9 +502,9 @@ def main() -> None:
     table (docs/design.md, "Known limits of the local stack"), so on a shared endpoint each
     hand-off's read of a later scenario cost more for every job of the earlier ones (real
     DynamoDB's cost does not grow with the table; moto's whole-table copies in
-    ``TransactWriteItems``, the first reason, are gone: ``control.localaws``). ``BENCH_SCHED_KEEP=1`` keeps
+    ``TransactWriteItems``, the first reason, are gone: ``devstack.localaws``). ``BENCH_SCHED_KEEP=1`` keeps
     the rows of (policy, scenario) pairs not run now from the previous ``results.json``."""
-    from control.stack import stop_all
+    from devstack.stack import stop_all
 
     only = {n for n in os.environ.get("BENCH_SCHED_ONLY", "").split(",") if n}
     policies = [p for p in os.environ.get("BENCH_SCHED_POLICIES", "timer,handoff,borrow").split(",") if p]

@@ -13,7 +13,7 @@ Both are conditional on the status read, so a job that moved meanwhile (woken, s
 is read again and the decision taken again, at most ``Settings.lease_conflict_attempts`` times. A
 queued job's message stays in SQS after a cancel; the worker that receives it finds the job
 ``failed`` and drops it as a duplicate (:mod:`tasks.base`). Neither function publishes or wakes:
-that is the caller's (:mod:`control.jobs`), after the commit, as every other release does.
+that is the caller's (:mod:`imposition.cli.jobs`), after the commit, as every other release does.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def cancel(job_id: str) -> Outcome:
 
     One transaction: the job (condition: its status is still the one read), the tenant's ``queued``
     (and ``occupied``) or ``waiting`` counter − 1. The caller then wakes the tenant (a queued job's room is free),
-    confirms its admission in-flight entry and sends ``job_finished`` (:func:`control.jobs.cancel_job`).
+    confirms its admission in-flight entry and sends ``job_finished`` (:func:`imposition.cli.jobs.cancel_job`).
 
     Raises:
         pynamodb.exceptions.DoesNotExist: no such job.

@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     })
     import shutil  # noqa: PLC0415 - after the environment is set
 
-    from control.fault_proxy import FaultProxy  # noqa: PLC0415 - after the environment is set
-    from control.localaws import LocalAws  # noqa: PLC0415 (settings are read at import)
+    from devstack.fault_proxy import FaultProxy  # noqa: PLC0415 - after the environment is set
+    from devstack.localaws import LocalAws  # noqa: PLC0415 (settings are read at import)
 
     if args.out.exists():
         shutil.rmtree(args.out)
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     # The embedded AWS endpoint first: importing ``tasks`` looks the queues up.
     with LocalAws(log_path=args.out / "moto.log") as local:
         os.environ.update(local.env)
-        from control.provision import provision  # noqa: PLC0415 - after the environment is set
+        from imposition.cli.provision import provision  # noqa: PLC0415 - after the environment is set
 
         provision()
         from soak.runner import Soak  # noqa: PLC0415 - after the environment is set

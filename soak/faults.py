@@ -1,6 +1,6 @@
 """The fault soak's faults: what each class does to the running stack, and how long.
 
-Every process of the soak reaches SQS and S3 through one :class:`control.fault_proxy.FaultProxy`,
+Every process of the soak reaches SQS and S3 through one :class:`devstack.fault_proxy.FaultProxy`,
 DynamoDB through another and Redis through a third (the soak's own process talks to the endpoints
 directly, so its submissions and checks never meet a fault). Each class, at least
 ``--fault-repeats`` times in a run, in a seeded random order, one at a time:

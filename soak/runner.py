@@ -23,8 +23,8 @@ from leases.eventlog import cap_violations, max_concurrent, read_events, untermi
 from leases.models import JobItem, LeaseItem
 from imposition.common import aws, redis_namespace
 from imposition.common.settings import get_settings
-from control.fault_proxy import FaultProxy
-from control.stack import (
+from devstack.fault_proxy import FaultProxy
+from devstack.stack import (
     BEAT_READY,
     REPO,
     WORKER_READY,

@@ -61,7 +61,7 @@ def _hidden_messages(queue: str) -> tuple[int, int]:
 def _drain(args: argparse.Namespace, number: int, rng: random.Random, nodes: dict) -> dict:
     from leases.models import JobItem  # noqa: PLC0415
     from imposition.common.settings import get_settings  # noqa: PLC0415
-    from control.stack import WORKER_READY, ManagedProcess, worker_command  # noqa: PLC0415
+    from devstack.stack import WORKER_READY, ManagedProcess, worker_command  # noqa: PLC0415
     from tasks.submission import submit_job  # noqa: PLC0415
 
     s = get_settings()
@@ -143,15 +143,15 @@ def main(argv: list[str] | None = None) -> int:
         "BENCH_EVENT_LOG_DIR": str(args.out / "events"),
         "BENCH_DURATIONS_FILE": str(args.out / "durations.json"),
     })
-    from control.localaws import LocalAws  # noqa: PLC0415 (settings are read at import)
+    from devstack.localaws import LocalAws  # noqa: PLC0415 (settings are read at import)
 
     results = []
     with LocalAws(log_path=args.out / "moto.log") as local:
         os.environ.update(local.env)
         from imposition.common import redis_namespace  # noqa: PLC0415
-        from control.provision import provision  # noqa: PLC0415
+        from imposition.cli.provision import provision  # noqa: PLC0415
         from imposition.common.settings import get_settings  # noqa: PLC0415
-        from control.stack import WORKER_READY, ManagedProcess, stop_all, worker_command  # noqa: PLC0415
+        from devstack.stack import WORKER_READY, ManagedProcess, stop_all, worker_command  # noqa: PLC0415
 
         provision()
         s = get_settings()

@@ -19,7 +19,7 @@ would also give the Redis events channel and Flower this transport. What it chan
   again (visibility 0) instead of copied; if SQS refuses both, left to its visibility timeout, the
   worker kept alive (docs/design.md, "Nothing lost when an endpoint or a process fails");
 * with ``poll_stamp_path`` set, each run of a queue's poll loop touches that file (at most once a
-  second) for ``control.stack.Supervisor``;
+  second) for ``devstack.stack.Supervisor``;
 * while the prefetch is full, the poll loop looks for room every ``sqs_prefetch_recheck_s`` (20 ms).
 
 Publishing, acks and visibility changes use kombu's blocking boto3 client, unchanged.

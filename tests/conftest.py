@@ -1,7 +1,7 @@
 """Test session set-up: a real local AWS endpoint (moto server processes), real Redis, short clocks.
 
 Before any project module is imported (``pytest_configure``), this starts the two moto servers of
-:class:`control.localaws.LocalAws` on free ports and points the environment at them, so every
+:class:`devstack.localaws.LocalAws` on free ports and points the environment at them, so every
 process of the session (this one, and the celery workers the tests start) talks to them. Never
 real AWS: the AWS credentials are fake.
 
@@ -77,7 +77,7 @@ def session_servers_skipped(config: pytest.Config) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     global _local_aws
-    from control.localaws import LocalAws
+    from devstack.localaws import LocalAws
 
     os.environ.update(SESSION_ENV)
     if session_servers_skipped(config):
@@ -91,7 +91,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["MOTO_RECORDER_FILEPATH"] = str(log_dir / "moto-recording.jsonl")
     _local_aws = LocalAws(log_path=log_dir / "moto.log").start()
     os.environ.update(_local_aws.env)
-    from control.provision import provision
+    from imposition.cli.provision import provision
 
     provision()
 
@@ -126,7 +126,7 @@ def reset_aws() -> None:
     from imposition import admission
     from imposition.admission.limits import forget_cached_limits
     from imposition.common import aws
-    from control.provision import provision
+    from imposition.cli.provision import provision
     from imposition.common.settings import get_settings
 
     assert _local_aws is not None
@@ -160,5 +160,5 @@ def fresh_aws():
 
 @pytest.fixture(scope="session")
 def local_aws():
-    """The session's :class:`control.localaws.LocalAws` (endpoints in ``.env``)."""
+    """The session's :class:`devstack.localaws.LocalAws` (endpoints in ``.env``)."""
     return _local_aws

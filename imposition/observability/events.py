@@ -18,7 +18,7 @@ remote control); only the events go to Redis, at ``Settings.events_url`` (its ow
 * **a job's own start**: :class:`RunReportedDispatcher` (``tasks.worker.run_reported_strategy``)
   holds back the consumer's ``task-received``/``task-started`` of a :class:`tasks.base.FairTask`; the
   child sends them at ``lease_acquired`` (and a job run in place its end: :func:`send_in_place_end`).
-* **Flower** (:func:`control.stack.flower_command`): task id = job id, kwargs ``{"tenant_id",
+* **Flower** (:func:`devstack.stack.flower_command`): task id = job id, kwargs ``{"tenant_id",
   "job_id"}`` shown (:data:`FLOWER_TASKS_COLUMNS`), searchable as ``kwargs:tenant_id=acme``.
 
 Nothing of Flower that uses remote control works (why: docs/design.md, "Flower counts runs" and

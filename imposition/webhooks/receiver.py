@@ -150,7 +150,7 @@ def make_server(host: str = "127.0.0.1", port: int = 0, *, tolerance_s: float | 
     return server
 
 
-#: What the receiver logs once it serves (:class:`control.stack.ReceiverProcess` waits for it).
+#: What the receiver logs once it serves (:class:`devstack.stack.ReceiverProcess` waits for it).
 READY_MARKER = "webhook receiver listening"
 
 

@@ -92,7 +92,7 @@ def own_redis(tmp_path, admission_redis_at):
 
     Yields (server process, port); the test may stop the server.
     """
-    from control.stack import ManagedProcess
+    from devstack.stack import ManagedProcess
 
     port = free_port()
     server = ManagedProcess(["redis-server", "--port", str(port), "--save", "", "--appendonly", "no",

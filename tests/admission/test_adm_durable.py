@@ -20,7 +20,7 @@ from imposition.admission.control import in_flight_key, job_key, rate_key, token
 from imposition.admission.limits import set_limits
 from leases.models import TOKEN_CLAIM_TTL_ATTRIBUTE, JobItem, TokenClaimItem
 from imposition.common import aws
-from control.cli import main as cli
+from imposition.cli.main import main as cli
 from imposition.common.settings import get_settings
 from imposition.common.tenancy import tenant_prefix
 from tasks.submission import submit, submit_job
@@ -142,7 +142,7 @@ def test_a_lost_answer_to_the_claim_transaction_is_read_back_one_job(redis_db, u
 
 
 def test_failed_publish_undoes_the_claim_with_the_job(redis_db, uploaded, new_tenant):
-    from control.provision import provision
+    from imposition.cli.provision import provision
 
     tenant = new_tenant()
     key = uploaded(tenant)

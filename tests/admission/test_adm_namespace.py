@@ -54,8 +54,8 @@ def test_forget_reports_an_unreachable_redis():
 def test_an_invalid_namespace_is_one_line_naming_the_variable_exit_2(value, monkeypatch):
     from click.testing import CliRunner
 
-    from control.cli import main as cli
-    from control.stack import REPO
+    from imposition.cli.main import main as cli
+    from devstack.stack import REPO
 
     monkeypatch.setenv("IMPOSITION_REDIS_KEY_NAMESPACE", value)
     get_settings.cache_clear()

@@ -10,7 +10,7 @@ from imposition import admission
 from imposition.admission import AdmissionUnavailable, DuplicateSubmission, RateLimited
 from imposition.admission.control import token_key
 from imposition.common import aws
-from control.cli import main as cli
+from imposition.cli.main import main as cli
 from imposition.common.settings import get_settings
 from imposition.common.tenancy import ForeignKeyRefused
 from tasks.submission import submit, submit_job
@@ -66,7 +66,7 @@ def test_publish_failure_leaves_no_key(redis_db, uploaded, new_tenant):
         assert admission.in_flight(tenant) == 0
         assert jobs_of(tenant) == []
     finally:
-        from control.provision import provision
+        from imposition.cli.provision import provision
 
         provision()
     job_id = submit_job(tenant_id=tenant, token="retry-me", input_key=key, layout=LAYOUT)

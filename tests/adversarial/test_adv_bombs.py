@@ -31,7 +31,7 @@ def workers(tmp_path_factory):
 
 @pytest.fixture
 def receiver(tmp_path):
-    from control.stack import ReceiverProcess
+    from devstack.stack import ReceiverProcess
 
     process = ReceiverProcess(tmp_path / "receiver.log")
     yield process

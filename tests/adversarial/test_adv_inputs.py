@@ -99,7 +99,7 @@ def test_verify_webhook_rejects_non_ascii_signature_with_a_verification_error(ca
 
 
 def _cli(*args: str):
-    from control.cli import main
+    from imposition.cli.main import main
 
     return CliRunner().invoke(main, list(args))
 

@@ -51,7 +51,7 @@ def test_message_naming_another_tenant_does_not_run_the_job_under_that_tenants_c
     from leases.models import JobItem, TenantItem
     from leases.tenants import set_cap
     from imposition.common.settings import get_settings
-    from control.stack import wait_for
+    from devstack.stack import wait_for
     from tasks.imposition_task import impose
 
     set_cap(tenant, 0)  # paused: its jobs are parked until the cap is raised

@@ -10,7 +10,7 @@ import uuid
 import pytest
 from click.testing import CliRunner
 
-from control.cli import main
+from imposition.cli.main import main
 
 SPEC = """
 seed = 2

@@ -1,6 +1,6 @@
 """Nothing lost when the SQS endpoint restarts empty or DynamoDB stalls (issue 15, "Must hold"):
 real workers and beat (:class:`tests.support.cluster.Cluster`) behind a loopback
-:class:`control.fault_proxy.FaultProxy`, short clocks (lease TTL 9 s, heartbeat 1 s).
+:class:`devstack.fault_proxy.FaultProxy`, short clocks (lease TTL 9 s, heartbeat 1 s).
 
 * **SQS restarted empty.** The embedded endpoint keeps its queues in memory; a restart loses every
   message. Here the proxy refuses connections (the endpoint is down) while every queue is deleted
@@ -29,13 +29,13 @@ from click.testing import CliRunner
 
 from leases.audit import audit
 from imposition.common import aws
-from control.cli import main as cli
+from imposition.cli.main import main as cli
 from imposition.common.settings import get_settings
 from tasks.sweeper import visible_messages
 from tests.conftest import reset_aws
 from tests.faults.test_sqs_outage import committed, finish_all
 from tests.support.cluster import Cluster
-from control.fault_proxy import FaultProxy
+from devstack.fault_proxy import FaultProxy
 from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.file_duration_s(73)  # the long files run first (tests/conftest.py)

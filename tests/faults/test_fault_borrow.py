@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from leases import nodes
 from leases.eventlog import max_concurrent
 from leases.models import JobItem, TenantItem
-from control.cli import main as cli
+from imposition.cli.main import main as cli
 from imposition.common.settings import get_settings
 from tests.conftest import reset_aws
 from tests.support.cluster import Cluster

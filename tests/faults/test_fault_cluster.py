@@ -27,7 +27,7 @@ from leases.eventlog import held_intervals, max_concurrent
 from leases.models import JobItem, TenantItem
 from leases.tenants import set_cap
 from imposition.common import aws
-from control.cli import main as cli
+from imposition.cli.main import main as cli
 from imposition.common.clocks import get_clocks
 from imposition.common.settings import get_settings
 from tasks.celery_app import app

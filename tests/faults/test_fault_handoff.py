@@ -23,7 +23,7 @@ from leases.eventlog import max_concurrent
 from leases.models import JobItem, LeaseItem, TenantItem
 from leases.tenants import set_cap
 from imposition.common import aws
-from control.cli import main as cli
+from imposition.cli.main import main as cli
 from imposition.common.settings import get_settings
 from tests.conftest import reset_aws
 from tests.support.cluster import Cluster

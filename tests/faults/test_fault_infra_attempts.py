@@ -2,7 +2,7 @@
 ``HTTP 503`` for a few seconds while jobs run, each job with an attempt budget of 1 (none to spare).
 
 * **S3 503 during the run**: every process reaches S3 (only S3) through a
-  :class:`control.fault_proxy.FaultProxy`; the jobs' downloads and uploads meet the 503 past
+  :class:`devstack.fault_proxy.FaultProxy`; the jobs' downloads and uploads meet the 503 past
   their in-place retries. The attempts they lose are retried without being charged, recorded
   ``infra_error`` in ``lost_attempts``; every job succeeds.
 * **DynamoDB 503 blip** (the issue's 7 s blip that cost 6 of 12 healthy jobs an attempt): acquires,
@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from control.fault_proxy import FaultProxy
+from devstack.fault_proxy import FaultProxy
 from leases.models import JobItem
 from tests.conftest import reset_aws
 from tests.faults.test_sqs_outage import committed, finish_all

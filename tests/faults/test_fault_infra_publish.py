@@ -1,5 +1,5 @@
 """SQS refusing what a worker sends (issue 15, items 1 and 5): a real worker reaching SQS (only
-SQS) through a :class:`control.fault_proxy.FaultProxy` answering ``HTTP 503``.
+SQS) through a :class:`devstack.fault_proxy.FaultProxy` answering ``HTTP 503``.
 
 **A retry whose copy cannot be published still releases its lease.**
 
@@ -25,7 +25,7 @@ import uuid
 
 import pytest
 
-from control.fault_proxy import FaultProxy
+from devstack.fault_proxy import FaultProxy
 from imposition.common.tenancy import input_key
 from tasks import storage
 from tasks.submission import submit_job

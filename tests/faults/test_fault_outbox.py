@@ -23,14 +23,14 @@ import pytest
 from imposition import admission
 from leases.models import JobItem
 from leases.tenants import set_cap
-from control.jobs import cancel_job
+from imposition.cli.jobs import cancel_job
 from tests.conftest import reset_aws
 from tests.support.cluster import Cluster
 from tests.support.processes import wait_for
 from tests.webhooks.conftest import NOTIFIER_ENV
 from imposition.webhooks import delivery
 from imposition.webhooks.endpoints import set_webhook
-from control.stack import ReceiverProcess
+from devstack.stack import ReceiverProcess
 
 OUTBOX_ENV = {**NOTIFIER_ENV, "IMPOSITION_WEBHOOK_OUTBOX_GRACE_S": "2",
               "IMPOSITION_WEBHOOK_OUTBOX_DRAIN_INTERVAL_S": "1"}

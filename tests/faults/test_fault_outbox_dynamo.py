@@ -3,7 +3,7 @@ delivered and its admission confirmed, though commits, webhook records and deliv
 ``HTTP 503`` on the way.
 
 Every process of the cluster (imposer, maintenance worker and outbox drain, beat, notifications
-worker) reaches DynamoDB through a :class:`control.fault_proxy.FaultProxy`; the test itself
+worker) reaches DynamoDB through a :class:`devstack.fault_proxy.FaultProxy`; the test itself
 and the tenant's receiver talk to the endpoint directly. From the moment the first job ends, the
 proxy answers every new DynamoDB connection ``503 ServiceUnavailable`` for a few seconds (and
 resets the ones in flight): the first jobs' delivery rounds and records, the other jobs' commits,
@@ -24,7 +24,7 @@ from leases.models import JobItem
 from tests.conftest import reset_aws
 from tests.faults.test_fault_outbox import OUTBOX_ENV, receiver  # noqa: F401 (the receiver fixture)
 from tests.support.cluster import Cluster
-from control.fault_proxy import FaultProxy
+from devstack.fault_proxy import FaultProxy
 from tests.support.processes import wait_for
 from imposition.webhooks.endpoints import set_webhook
 

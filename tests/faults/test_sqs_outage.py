@@ -2,7 +2,7 @@
 
 One cluster for the module (an imposer node × 4 slots, the maintenance worker, beat, a
 notifications worker), every process with ``AWS_ENDPOINT_URL_SQS`` pointing at a
-:class:`control.fault_proxy.FaultProxy` in front of moto's SQS (S3 and DynamoDB direct).
+:class:`devstack.fault_proxy.FaultProxy` in front of moto's SQS (S3 and DynamoDB direct).
 This test process submits straight to moto, so submissions never meet the fault. Each test
 switches the proxy to one failing mode for :data:`OUTAGE_S` seconds while jobs run, then submits
 more jobs: every process must still be alive, every job must finish exactly once, every
@@ -30,7 +30,7 @@ from imposition.common.settings import Settings, get_settings
 from tasks.sqs_transport import ReceiveBackoff
 from tests.conftest import reset_aws
 from tests.support.cluster import Cluster
-from control.fault_proxy import FaultProxy
+from devstack.fault_proxy import FaultProxy
 from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.file_duration_s(59)  # the long files run first (tests/conftest.py)

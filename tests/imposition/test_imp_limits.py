@@ -15,7 +15,7 @@ from .imposition_pdfs import add_page, labelled_pdf
 from imposition.engine import parse_layout
 from imposition.engine.backends import PdfToolboxEngine, PikepdfEngine
 from imposition.engine.errors import EngineCancelled, InputTooLarge, MemoryLimitExceeded, TimeLimitExceeded, TooManyPages
-from control.stack import wait_for
+from devstack.stack import wait_for
 
 BOOKLET = {"layout": "saddle_stitch", "sheet": "A4"}
 

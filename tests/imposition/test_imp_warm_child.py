@@ -18,7 +18,7 @@ from .test_imp_limits import BOOKLET, decompression_bomb
 from imposition.engine import isolation, parse_layout
 from imposition.engine.backends import PikepdfEngine
 from imposition.engine.errors import EngineCrashed, MemoryLimitExceeded, TimeLimitExceeded
-from control.stack import wait_for
+from devstack.stack import wait_for
 
 POLICY = isolation.WarmPolicy(max_jobs=100, max_rss_bytes=512 * 1024**2)
 

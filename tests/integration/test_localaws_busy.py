@@ -1,4 +1,4 @@
-"""The serialised DynamoDB endpoint's account of its own work (``control.localaws.serialized``,
+"""The serialised DynamoDB endpoint's account of its own work (``devstack.localaws.serialized``,
 ``GET /_local/busy``), which ``make bench-sched`` turns into its "DynamoDB busy" column: the
 requests it counts are exactly those it served, its busy seconds lie within the wall time they
 took, and its own reads are not counted. Real moto server processes, not the session's.
@@ -12,7 +12,7 @@ import boto3
 import pytest
 
 from bench.sched import Load
-from control.localaws import MotoProcess, endpoint_busy
+from devstack.localaws import MotoProcess, endpoint_busy
 
 REQUESTS = 20
 

@@ -3,9 +3,9 @@ its moto server grew about 1 GB a minute, to 15 GB after 1,400 jobs).
 
 moto 5.2 records every model object it creates for its dashboard (``instances_tracked``), and
 ``TransactWriteItems`` deep-copies every table it touches (its rollback), so each transaction kept
-a whole copy of the table alive. Here a real moto server process of :class:`control.localaws.MotoProcess`
+a whole copy of the table alive. Here a real moto server process of :class:`devstack.localaws.MotoProcess`
 (not the session's) gets a table of 300 items and 100 transactions: with the leak its memory grows by
-about 1 MB per transaction; :func:`control.localaws.forgetting_copies` keeps it flat.
+about 1 MB per transaction; :func:`devstack.localaws.forgetting_copies` keeps it flat.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import psutil
 import pytest
 from botocore.exceptions import ClientError
 
-from control.localaws import MotoProcess
+from devstack.localaws import MotoProcess
 
 ITEMS = 300
 TRANSACTIONS = 100
@@ -49,7 +49,7 @@ def test_transactions_do_not_keep_copies_of_the_table():
 
 
 def test_a_cancelled_transaction_leaves_every_item_as_it_was_and_a_committed_one_applies():
-    """The item-level rollback of :func:`control.localaws.item_level_transaction_rollback`: a
+    """The item-level rollback of :func:`devstack.localaws.item_level_transaction_rollback`: a
     transaction cancelled by its last condition leaves an updated item, a deleted item and a new
     item (and the index over them) as they were; the same transaction without the failing
     condition applies all three."""

@@ -1,6 +1,6 @@
 """A client stopped in the middle of a request does not hold the local DynamoDB endpoint.
 
-The DynamoDB endpoint serialises moto's work (:mod:`control.localaws`). It did so by serving one
+The DynamoDB endpoint serialises moto's work (:mod:`devstack.localaws`). It did so by serving one
 connection at a time, so a worker SIGSTOPped while sending a request (the fault tests stop
 children holding leases) left the server reading that request for good: every other client met
 connect timeouts and the cluster's tests failed one after another. Here a raw socket sends half a
@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 import boto3
 
-from control.localaws import MotoProcess
+from devstack.localaws import MotoProcess
 
 
 def test_a_half_sent_request_does_not_hold_the_dynamodb_endpoint():

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from leases.models import JobItem, LeaseItem, TenantItem
 from leases.tenants import set_cap
 from imposition.common import aws
-from control.cli import main as cli
+from imposition.cli.main import main as cli
 from imposition.common.settings import get_settings
 from imposition.common.tenancy import plate_key
 from tasks.submission import submit
@@ -94,7 +94,7 @@ def test_warnings_reach_the_job_item_job_show_and_the_webhook_payload(imposition
 
     from click.testing import CliRunner
 
-    from control.cli import main
+    from imposition.cli.main import main
     from imposition.webhooks.events import job_event
 
     layout = {**N_UP_SRA3, "bleed_mm": 3}  # the handed case's pages have no bleed to keep

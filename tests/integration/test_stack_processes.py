@@ -1,4 +1,4 @@
-"""control.stack: the processes ``make run`` and the tests start never outlive their starter."""
+"""devstack.stack: the processes ``make run`` and the tests start never outlive their starter."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import textwrap
 
 import psutil
 
-from control.stack import ManagedProcess, stop_all, wait_for
+from devstack.stack import ManagedProcess, stop_all, wait_for
 
 #: A child that logs each SIGTERM and keeps running (a worker stuck in its warm shutdown).
 STUBBORN = textwrap.dedent("""
@@ -34,7 +34,7 @@ def test_a_child_ends_when_its_starter_is_killed(tmp_path):
     starter_code = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from control.stack import ManagedProcess
+        from devstack.stack import ManagedProcess
         child = ManagedProcess([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(300)"],
                                Path({str(tmp_path / 'child.log')!r}), ready_marker="ready", ready_timeout_s=60)
         print(child.pid, flush=True)

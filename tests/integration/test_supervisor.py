@@ -1,4 +1,4 @@
-"""The stack notices (issue 15, item 7): :class:`control.stack.Supervisor` over real processes.
+"""The stack notices (issue 15, item 7): :class:`devstack.stack.Supervisor` over real processes.
 
 A real celery worker sets its poll stamp while it polls; stopped (SIGSTOP: alive, not consuming,
 what an event loop that stopped polling looks like from outside) it is named and restarted, and
@@ -13,7 +13,7 @@ import time
 import uuid
 
 from imposition.common.settings import Settings
-from control.stack import ManagedProcess, Supervisor, poll_stale_after_s
+from devstack.stack import ManagedProcess, Supervisor, poll_stale_after_s
 from tests.support.processes import start_worker, wait_for
 
 STALE_AFTER_S = 4.0

@@ -25,7 +25,7 @@ from leases.audit import audit
 from leases.errors import CapReached, JobNotQueued, LeaseContention
 from leases.models import JobItem, JobStatus, TenantItem
 from leases.tenants import set_cap
-from control.cli import main as cli
+from imposition.cli.main import main as cli
 from tasks.base import is_duplicate
 from tests.leases.helpers import LAYOUT
 

@@ -71,7 +71,7 @@ def test_job_show_lists_how_each_lost_attempt_ended(tenant_id):
 
     from click.testing import CliRunner
 
-    from control.cli import main as cli
+    from imposition.cli.main import main as cli
 
     job_id = make_job(tenant_id, max_attempts=3)
     first = transactions.acquire(job_id, tenant_id, "w1")

@@ -18,7 +18,7 @@ from leases.errors import CapReached, LeaseContention
 from leases.eventlog import EventLog, cap_violations, read_events
 from leases.models import ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem
 from leases.transactions import Lease
-from control.cli import main
+from imposition.cli.main import main
 from tests.leases.helpers import make_job
 
 

@@ -16,7 +16,7 @@ from leases.audit import audit, repair
 from leases.errors import JobNotQueued
 from leases.models import JobItem, JobStatus
 from imposition.common import aws
-from control.cli import main as cli
+from imposition.cli.main import main as cli
 from imposition.common.clocks import get_clocks
 from imposition.common.settings import get_settings
 from tasks.messages import publish_job

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from leases import transactions
 from leases.audit import audit
 from leases.errors import CapReached
-from control.cli import main
+from imposition.cli.main import main
 from tests.leases.helpers import make_job
 
 

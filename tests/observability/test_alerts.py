@@ -212,7 +212,7 @@ def test_make_runs_prometheus_scrapes_every_node_endpoint_and_loads_the_rules(tm
 
     from imposition.observability.alerts import write_prometheus_config
     from imposition.observability.exporter import start_endpoint
-    from control.stack import PROMETHEUS_READY, ManagedProcess, prometheus_command, wait_for
+    from devstack.stack import PROMETHEUS_READY, ManagedProcess, prometheus_command, wait_for
     from tests.observability.support import free_port
     from tests.observability.test_exporter import writer
 

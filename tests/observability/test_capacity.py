@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from leases.models import JobItem
 from imposition.observability.capacity import Thresholds, compute_report, working_days, write_png
-from control.cli import main
+from imposition.cli.main import main
 
 UTC = ZoneInfo("UTC")
 THRESHOLDS = Thresholds(utilisation=0.8, busy_day_share=0.5, long_wait_s=180, long_wait_share=0.2)

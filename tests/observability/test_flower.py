@@ -1,7 +1,7 @@
 """Flower over the Redis events side channel while the jobs themselves run on SQS.
 
 A real worker consumes SQS; Flower is started as operators start it (``celery -A tasks
---broker=<events URL> flower``, :func:`control.stack.flower_command`); jobs are submitted
+--broker=<events URL> flower``, :func:`devstack.stack.flower_command`); jobs are submitted
 from this process (a publisher: its ``task-sent`` goes through the side channel too). Flower's HTTP
 API must show each job under its job id, with its tenant in the kwargs (a column of the task list)
 and its final state; a delivery that parks its job is a retry there, a spare delivery nothing, so
@@ -19,7 +19,7 @@ import pytest
 
 from leases.models import JobItem
 from leases.tenants import set_cap
-from control.stack import ManagedProcess, flower_command
+from devstack.stack import ManagedProcess, flower_command
 from tests.conftest import reset_aws
 from tests.observability.support import CASES, N_UP, free_port
 from tests.support.inputs import submit_uploaded

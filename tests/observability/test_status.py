@@ -15,7 +15,7 @@ from leases.tenants import set_cap
 from imposition.observability import recent
 from imposition.observability.status import collect, render
 from imposition.common import aws
-from control.cli import main
+from imposition.cli.main import main
 from imposition.common.settings import get_settings
 
 

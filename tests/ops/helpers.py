@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 def cli(*args: str, input: str | None = None, expect: int = 0):
     """Run ``imposition ARGS`` in this process (click's runner, the real stack); assert its exit status."""
-    from control.cli import main
+    from imposition.cli.main import main
 
     result = CliRunner().invoke(main, list(args), input=input, catch_exceptions=False)
     assert result.exit_code == expect, (result.exit_code, result.output)
@@ -24,7 +24,7 @@ def queue_bodies(queue: str, *, with_groups: bool = False) -> list:
     """Receive (and delete) every message of SQS queue ``queue``; their decoded kwargs (with
     ``with_groups``: ``(kwargs, MessageGroupId)`` pairs)."""
     from imposition.common import aws
-    from control.dlq import _task_fields
+    from imposition.cli.dlq import _task_fields
 
     url = aws.queue_url(queue)
     out = []

@@ -16,7 +16,7 @@ from leases.eventlog import cap_violations, read_events
 from leases.models import JobItem, LeaseItem, TenantItem
 from imposition.common import aws
 from imposition.common.settings import get_settings
-from control.stack import stop_all
+from devstack.stack import stop_all
 from imposition.common.tenancy import input_key, job_prefix
 from tasks import storage
 from tasks.submission import submit_job

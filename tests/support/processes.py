@@ -1,4 +1,4 @@
-"""Real processes for integration tests: celery workers and beat (see :mod:`control.stack`)."""
+"""Real processes for integration tests: celery workers and beat (see :mod:`devstack.stack`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import psutil
 
-from control.stack import (
+from devstack.stack import (
     BEAT_READY,
     WORKER_READY,
     ManagedProcess,
@@ -36,7 +36,7 @@ class CeleryProcess(ManagedProcess):
 
     def await_ready(self, timeout_s: float = 60.0) -> "CeleryProcess":
         """Wait until a process started with ``wait=False`` is ready (its :attr:`ready` line in the
-        log), as :class:`control.stack.ManagedProcess` waits for its ``ready_marker``: stopped and an
+        log), as :class:`devstack.stack.ManagedProcess` waits for its ``ready_marker``: stopped and an
         error raised if it exits first or is not ready in time. Returns the process."""
         try:
             wait_for(lambda: self.ready in self.log() or self.proc.poll() is not None, timeout_s,

@@ -25,7 +25,7 @@ def test_all_packages_import_together_with_no_server_and_no_environment():
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("module", PACKAGES + ("imposition.webhooks.tasks", "imposition.observability.sampler", "tasks.config", "control.cli"))
+@pytest.mark.parametrize("module", PACKAGES + ("imposition.webhooks.tasks", "imposition.observability.sampler", "tasks.config", "imposition.cli.main"))
 def test_each_module_imports_first(module):
     """Each alone, first in its process: an import cycle raises here (a partially initialised module)."""
     result = _import(f"import {module}")
@@ -45,6 +45,6 @@ def test_the_packages_below_tasks_read_no_settings_at_import():
     """Table names, the region and every clock are read when used, so a test or a command may set
     ``IMPOSITION_*`` after importing them."""
     result = _import("import imposition.common.settings as s, leases, imposition.admission, imposition.webhooks, imposition.observability.metrics, imposition,"
-                     " control.stack; print(s.get_settings.cache_info().currsize)")
+                     " devstack.stack; print(s.get_settings.cache_info().currsize)")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["0"]

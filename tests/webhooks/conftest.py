@@ -54,7 +54,7 @@ def serving(handler: type[BaseHTTPRequestHandler]):
 def start_receiver(tmp_path):
     """Start receivers (``port`` default: a free one; ``env``: extra environment); all are stopped
     after the test."""
-    from control.stack import ReceiverProcess
+    from devstack.stack import ReceiverProcess
 
     started: list[ReceiverProcess] = []
 

@@ -218,7 +218,7 @@ def test_events_carry_the_outcome_and_never_a_secret(new_tenant, webhook_secret)
 def test_cli_set_webhook_takes_the_secret_from_the_environment(new_tenant, webhook_secret, monkeypatch):
     from click.testing import CliRunner
 
-    from control.cli import main as cli
+    from imposition.cli.main import main as cli
 
     tenant = new_tenant()
     monkeypatch.setenv("DEMO_WEBHOOK_SECRET", webhook_secret)

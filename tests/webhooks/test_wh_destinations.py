@@ -63,7 +63,7 @@ def test_set_webhook_accepts_public_hosts_and_refuses_unresolvable_ones(private_
 
 def test_the_cli_refuses_a_private_webhook_url_with_a_usage_error(private_addresses, new_tenant, webhook_secret,
                                                                   monkeypatch):
-    from control.cli import main as cli
+    from imposition.cli.main import main as cli
 
     private_addresses(False)
     monkeypatch.setenv("WEBHOOK_SECRET_FOR_TEST", webhook_secret)

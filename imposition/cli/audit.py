@@ -1,4 +1,4 @@
-"""``imposition audit``: the command-line face of :mod:`leases.audit` (registered by :mod:`control.cli`)."""
+"""``imposition audit``: the command-line face of :mod:`leases.audit` (registered by :mod:`imposition.cli.main`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from control.cli import TENANT_ID
+from imposition.cli.main import TENANT_ID
 
 
 @click.command("audit")

@@ -14,7 +14,7 @@
    files to ``./out/`` and checks each (it opens with pikepdf and has the right number of sides);
 6. stops every process it started, also on Ctrl-C.
 
-While it runs (and with ``--keep``, until Ctrl-C) a supervisor (:class:`control.stack.Supervisor`)
+While it runs (and with ``--keep``, until Ctrl-C) a supervisor (:class:`devstack.stack.Supervisor`)
 watches every process: a worker, beat or Flower that exits, or a worker that stops polling its
 queue (``poll_stale_after_s``), is named in the progress output with its last log lines and
 restarted, up to ``Settings.supervise_max_restarts`` times; then, or if the webhook receiver or the
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from control.stack import (
+from devstack.stack import (
     BEAT_READY,
     PROMETHEUS_BINARY,
     PROMETHEUS_READY,
@@ -62,7 +62,7 @@ from control.stack import (
 )
 
 if TYPE_CHECKING:  # imported where the stack starts
-    from control.localaws import LocalAws
+    from devstack.localaws import LocalAws
 
 RUN_DIR = REPO / ".run"
 #: What each prefork child of a worker logs once its AWS clients are open (tasks.celery_app).
@@ -178,7 +178,7 @@ class Demo:
         click.echo(text, err=False)
 
     def start_stack(self) -> dict[str, str]:
-        from control.localaws import LocalAws
+        from devstack.localaws import LocalAws
 
         RUN_DIR.mkdir(exist_ok=True)
         self.say("• starting the local AWS endpoint (moto server: SQS, S3, DynamoDB) …")
@@ -209,7 +209,7 @@ class Demo:
         self.say(f"  SQS/S3 at {env['AWS_ENDPOINT_URL']}, DynamoDB at {env['AWS_ENDPOINT_URL_DYNAMODB']}")
         self.say("• tenants register on their first submission here (IMPOSITION_AUTO_REGISTER_TENANTS=true); "
                  "in production it is off: `imposition tenant create T` first, else `unknown_tenant`")
-        from control.provision import provision
+        from imposition.cli.provision import provision
 
         report = provision()
         self.say(f"• provisioned queues {', '.join(report.queues)}; tables {', '.join(report.tables)}; "

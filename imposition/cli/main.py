@@ -1,8 +1,8 @@
 """``imposition``: the operator's and integrator's command line.
 
 Commands: ``provision``, ``submit``, ``impose`` (the engine alone), ``jobs list``, ``job show``,
-``job download``, ``job cancel``, ``job retry`` (:mod:`control.jobs`), ``dlq list|redrive|purge``
-(:mod:`control.dlq`), ``tenant create``, ``tenant list``, ``tenant show`` (:mod:`control.tenants`), ``tenant set-cap``,
+``job download``, ``job cancel``, ``job retry`` (:mod:`imposition.cli.jobs`), ``dlq list|redrive|purge``
+(:mod:`imposition.cli.dlq`), ``tenant create``, ``tenant list``, ``tenant show`` (:mod:`imposition.cli.tenants`), ``tenant set-cap``,
 ``tenant set-limits`` (admission), ``tenant set-webhook`` (webhooks), ``audit`` (leases), ``status``
 and ``capacity-report`` (observability; its ``--what-if`` and ``simulate``: capacity). Commands owned by other packages are
 named in :data:`LAZY_COMMANDS` and imported only when run (click's "lazily loading subcommands"
@@ -172,23 +172,23 @@ class ServiceGroup(LazyGroup):
 LAZY_COMMANDS = {
     "imposition": {
         "impose": "imposition.engine.cli:impose_command",
-        "jobs": "control.jobs:jobs_group",
-        "dlq": "control.dlq:dlq_group",
-        "audit": "control.audit:audit_command",
+        "jobs": "imposition.cli.jobs:jobs_group",
+        "dlq": "imposition.cli.dlq:dlq_group",
+        "audit": "imposition.cli.audit:audit_command",
         "status": "imposition.observability.status:status_command",
         "capacity-report": "imposition.capacity.cli:capacity_report_command",
         "simulate": "imposition.capacity.cli:simulate_command",
     },
     "job": {
-        "show": "control.jobs:job_show",
-        "download": "control.jobs:job_download",
-        "cancel": "control.jobs:job_cancel",
-        "retry": "control.jobs:job_retry",
+        "show": "imposition.cli.jobs:job_show",
+        "download": "imposition.cli.jobs:job_download",
+        "cancel": "imposition.cli.jobs:job_cancel",
+        "retry": "imposition.cli.jobs:job_retry",
     },
     "tenant": {
-        "create": "control.tenants:tenant_create",
-        "list": "control.tenants:tenant_list",
-        "show": "control.tenants:tenant_show",
+        "create": "imposition.cli.tenants:tenant_create",
+        "list": "imposition.cli.tenants:tenant_list",
+        "show": "imposition.cli.tenants:tenant_show",
         "set-limits": "imposition.admission.cli:set_limits_command",
         "set-webhook": "imposition.webhooks.cli:set_webhook_command",
     },
@@ -203,7 +203,7 @@ def main() -> None:
 @main.command()
 def provision() -> None:
     """Create (or converge) queues with dead-letter queues, tables and bucket. Idempotent."""
-    from control.provision import provision as do_provision
+    from imposition.cli.provision import provision as do_provision
 
     report = do_provision()
     for kind, items in (("queue", report.queues), ("table", report.tables), ("bucket", report.bucket)):

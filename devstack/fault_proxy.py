@@ -83,7 +83,7 @@ def _error_answer(mode: str) -> bytes:
     """The HTTP answer of failing mode ``mode`` (a key of :data:`_ANSWERS`)."""
     status, error_type = _ANSWERS[mode]
     body = json.dumps({"__type": f"com.amazonaws.sqs#{error_type}",
-                       "message": "injected by control.fault_proxy"}).encode()
+                       "message": "injected by devstack.fault_proxy"}).encode()
     return (b"HTTP/1.1 " + status + b"\r\n"
             b"Content-Type: application/x-amz-json-1.0\r\n"
             b"x-amzn-RequestId: fault-proxy\r\n"

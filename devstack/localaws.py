@@ -12,7 +12,7 @@ Two moto server processes, each on a free port:
   (SIGSTOP) held a single-threaded server for every other client. It counts the seconds it was
   busy (``GET /_local/busy``, :func:`endpoint_busy`).
 
-Run one server by hand with ``python -m control.localaws [--single-threaded] [--port N]``: it prints
+Run one server by hand with ``python -m devstack.localaws [--single-threaded] [--port N]``: it prints
 ``listening on <port>`` once it accepts connections.
 
 Both forget moto's record of DynamoDB model instances after every request (:func:`forgetting_copies`),
@@ -191,7 +191,7 @@ class MotoProcess:
     """One moto server in a child process; ``url`` is set once it answers."""
 
     def __init__(self, *, single_threaded: bool, log: IO[bytes] | None = None) -> None:
-        cmd = [sys.executable, "-m", "control.localaws", "--port", "0", "--parent-pid", str(os.getpid())]
+        cmd = [sys.executable, "-m", "devstack.localaws", "--port", "0", "--parent-pid", str(os.getpid())]
         if single_threaded:
             cmd.append("--single-threaded")
         self.proc = subprocess.Popen(

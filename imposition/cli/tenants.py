@@ -16,7 +16,7 @@ import json
 
 import click
 
-from control.cli import TENANT_ID
+from imposition.cli.main import TENANT_ID
 
 
 def tenant_view(item, default_cap: int) -> dict:
@@ -88,7 +88,7 @@ def tenant_list(as_json: bool) -> None:
     """Every tenant: cap, burst, rate limit per minute, admission in-flight cap, webhook URL, and
     leases in flight, jobs queued and waiting."""
     from leases.models import TenantItem
-    from control.jobs import table
+    from imposition.cli.jobs import table
     from imposition.common.settings import get_settings
 
     default_cap = get_settings().default_cap

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 
 import click
 
-from control.cli import JOB_ID
+from imposition.cli.main import JOB_ID
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,7 @@ def redrive(*, job_id: str | None = None, queue: str | None = None) -> list[Dead
 
 
 def _show(letters: list[DeadLetter], as_json: bool) -> None:
-    from control.jobs import table
+    from imposition.cli.jobs import table
 
     if as_json:
         click.echo(json.dumps([{k: v for k, v in asdict(letter).items() if k not in ("receipt_handle", "body")}

@@ -34,7 +34,7 @@ from typing import Any
 
 import click
 
-from control.cli import JOB_ID, TENANT_ID
+from imposition.cli.main import JOB_ID, TENANT_ID
 from imposition.engine.cli import check_output_path
 
 log = logging.getLogger(__name__)
