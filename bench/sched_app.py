@@ -50,7 +50,7 @@ class StandInImposeTask(FairTask):
 
     name = ImposeTask.name
 
-    def run(self, *, job: JobItem, lease: Lease, cancel: threading.Event) -> JobResult:
+    def run_job(self, *, job: JobItem, lease: Lease, cancel: threading.Event) -> JobResult:
         """Wait the tenant's duration (stopping early if the lease is lost); no S3, no PDF."""
         cancel.wait(duration_s(job.tenant_id))
         return JobResult(output_key=f"bench/{job.job_id}", sheets=1, sides=1)
@@ -78,12 +78,6 @@ def _delivery_ended(task_id: str | None = None, task=None, kwargs=None, state: s
     if began is not None:
         _events.write("delivery", time.time(), began=began, state=state, tenant=(kwargs or {}).get("tenant_id"),
                       job=(kwargs or {}).get("job_id"))
-
-
-@signals.lease_acquired.connect(weak=False)
-def _in_place(sender=None, lease=None, **_: object) -> None:
-    if lease is not None and getattr(getattr(sender, "request", None), "in_place_of", None):
-        _events.write("in_place", time.time(), tenant=lease.tenant_id, job=lease.job_id)
 
 
 @signals.job_woken.connect(weak=False)

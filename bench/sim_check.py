@@ -248,8 +248,6 @@ def compare(record: dict, params: ModelParams | None = None) -> Check:
         measured = {} if os.environ.get("BENCH_SIM_CLOCKS") == "settings" else {
             "poll_latency_s": calibration["poll_latency_s"], "wake_latency_s": 0.0,
             "park_s": calibration["park_s"], "poll_latency_samples": tuple(calibration["poll_latency_samples"]),
-            "in_place_latency_s": calibration["in_place_latency_s"],
-            "in_place_latency_samples": tuple(calibration["in_place_latency_samples"]),
             "delayed_recheck_s": calibration["delayed_recheck_s"]}
         params = ModelParams.from_settings(defer_delay_s=record["defer_delay_s"], **measured)
     tenants = sorted({j["tenant"] for j in jobs})
@@ -268,7 +266,7 @@ def compare(record: dict, params: ModelParams | None = None) -> Check:
     caps = {t: params.default_cap for t in tenants}
     borrowing = ({"burst_caps": {t: min(burst, slots - params.reserve_slots) for t in tenants},
                   "reserve": params.reserve_slots} if policy == "borrow" and burst else {})
-    random_draws = bool(params.poll_latency_samples or params.in_place_latency_samples)
+    random_draws = bool(params.poll_latency_samples)
     runs = []  # per replication: (waits per tenant, most leases per tenant, makespan, utilisation)
     for seed in range(1, 1 + (replications() if random_draws else 1)):
         sim_jobs = [SimJob(j["tenant"], j["submitted_at"], holds[j["job"]], max(0, j["attempts"] - 1)) for j in jobs]

@@ -15,6 +15,9 @@ Two moto server processes, each on a free port:
 Run one server by hand with ``python -m devstack.localaws [--single-threaded] [--port N]``: it prints
 ``listening on <port>`` once it accepts connections.
 
+The DynamoDB endpoint's global indexes can be made to lag behind its tables, as real DynamoDB's
+may (``--gsi-lag-s``, ``LocalAws(gsi_lag_s=...)``, or at run time :func:`set_gsi_lag`; :class:`IndexLag`).
+
 Both forget moto's record of DynamoDB model instances after every request (:func:`forgetting_copies`),
 and the DynamoDB server's transactions roll back item by item instead of copying whole tables
 (:func:`item_level_transaction_rollback`); why: docs/design.md, "Known limits of the local stack".
@@ -119,11 +122,106 @@ def item_level_transaction_rollback() -> None:
     backend_module.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]  # moto's method, replaced in this server process only
 
 
+#: Path that sets the DynamoDB endpoint's index lag at run time (:class:`IndexLag`, :func:`set_gsi_lag`).
+GSI_LAG_PATH = "/_local/gsi-lag"
+#: The operations after which :class:`IndexLag` records what the tables hold.
+_WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem", "CreateTable",
+                     "DeleteTable"})
+
+
+class IndexLag:
+    """Make a global secondary index show its table as it was ``lag_s`` seconds ago, as real
+    DynamoDB's eventually consistent indexes may; moto's show every write at once.
+
+    After each write request it records a copy of every item of every table (only while
+    ``lag_s > 0``: a cost for tests, never for benchmarks that leave it off); a ``Query`` on a global
+    index then runs on the newest copy at least ``lag_s`` old (before the first copy: the first).
+    Base-table reads, strongly consistent or not, stay current. For the single-threaded server,
+    whose requests run one at a time."""
+
+    def __init__(self, lag_s: float = 0.0) -> None:
+        self.lag_s = 0.0
+        self._copies: list[tuple[float, dict[int, list]]] = []
+        self.set(lag_s)
+
+    def set(self, lag_s: float) -> None:
+        """Set the lag (seconds, >= 0); a new lag starts from the tables as they are now."""
+        if lag_s < 0:
+            raise ValueError(f"gsi lag_s={lag_s}: must be >= 0")
+        self.lag_s = float(lag_s)
+        self._copies = []
+        if self.lag_s > 0:
+            self.record()
+
+    def record(self) -> None:
+        """Keep a copy of every table's items, and drop the copies no view needs any more."""
+        if self.lag_s <= 0:
+            return
+        import copy  # noqa: PLC0415 - only while a lag is set
+
+        now = time.time()
+        self._copies.append((now, {id(t): copy.deepcopy(t.all_items()) for t in _tables()}))
+        cutoff = now - self.lag_s
+        while len(self._copies) > 1 and self._copies[1][0] <= cutoff:
+            self._copies.pop(0)
+
+    def view(self, table) -> list | None:
+        """``table``'s items as its global indexes show them now, or None (no lag)."""
+        if self.lag_s <= 0 or not self._copies:
+            return None
+        cutoff = time.time() - self.lag_s
+        seen = [items for t, items in self._copies if t <= cutoff] or [self._copies[0][1]]
+        return seen[-1].get(id(table), [])
+
+
+def _tables() -> list:
+    from moto.dynamodb.models import dynamodb_backends  # noqa: PLC0415 - the server process only
+
+    return [table for regions in dynamodb_backends.values() for backend in regions.values()
+            for table in backend.tables.values()]
+
+
+def lagging_global_indexes(lag: IndexLag) -> None:
+    """Make moto's ``Table.query`` on a global index read ``lag``'s view of the table."""
+    import inspect  # noqa: PLC0415
+
+    from moto.dynamodb.models.table import Table  # noqa: PLC0415
+
+    original = Table.query
+    signature = inspect.signature(original)
+
+    def query(self, *args, **kwargs):
+        index_name = signature.bind(self, *args, **kwargs).arguments.get("index_name")
+        view = (lag.view(self) if index_name and index_name in {i.name for i in self.global_indexes or []}
+                else None)
+        if view is None:
+            return original(self, *args, **kwargs)
+        self.all_items = lambda: view  # this call only: the server runs one request at a time
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            del self.all_items
+
+    Table.query = query  # type: ignore[method-assign]  # moto's method, replaced in this server process only
+
+
+def set_gsi_lag(url: str, lag_s: float, timeout_s: float = 5.0) -> None:
+    """Set the index lag of the serialised DynamoDB endpoint at ``url`` (:class:`IndexLag`).
+
+    Raises:
+        OSError: the endpoint did not answer, or refused the value (HTTP 400).
+    """
+    request = urllib.request.Request(f"{url}{GSI_LAG_PATH}", data=json.dumps({"lag_s": lag_s}).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+        reply.read()
+
+
 #: Path of the serialised endpoint's own account of its work (:func:`serialized`, :func:`endpoint_busy`).
 BUSY_PATH = "/_local/busy"
 
 
-def serialized(app: Callable) -> Callable:
+def serialized(app: Callable, lag: IndexLag | None = None) -> Callable:
     """The WSGI ``app`` one request at a time: each request's body is read whole on its own
     thread first, then the request takes a process-wide lock for moto's work; the response is
     built inside the lock and written after it (werkzeug writes on the first body chunk).
@@ -131,7 +229,8 @@ def serialized(app: Callable) -> Callable:
     It also keeps the seconds its requests held the lock and their number, served as JSON
     ``{"busy_s": float, "requests": int}`` at ``GET`` :data:`BUSY_PATH` (outside the lock, not
     counted): the share of a run the endpoint was busy tells a run bound by the emulator from one
-    bound by the service (``make bench-sched``)."""
+    bound by the service (``make bench-sched``). With ``lag``, ``POST`` :data:`GSI_LAG_PATH`
+    ``{"lag_s": float}`` sets the index lag, and every write is recorded for it (:class:`IndexLag`)."""
     lock = threading.Lock()
     account = {"busy_s": 0.0, "requests": 0}
 
@@ -143,15 +242,33 @@ def serialized(app: Callable) -> Callable:
         stream = environ["wsgi.input"]
         body = stream.read(int(length)) if length else (stream.read() if environ.get("wsgi.input_terminated") else b"")
         environ["wsgi.input"] = io.BytesIO(body)
+        if lag is not None and environ.get("PATH_INFO") == GSI_LAG_PATH and environ.get("REQUEST_METHOD") == "POST":
+            return _set_lag(lag, body, lock, start_response)
         with lock:
             started = time.perf_counter()
             try:
                 return list(app(environ, start_response))
             finally:
+                if lag is not None and environ.get("PATH_INFO") == "/moto-api/reset":
+                    lag.set(lag.lag_s)  # new tables: the copies start again
+                elif lag is not None and environ.get("HTTP_X_AMZ_TARGET", "").rsplit(".", 1)[-1] in _WRITES:
+                    lag.record()
                 account["busy_s"] += time.perf_counter() - started
                 account["requests"] += 1
 
     return wrapped
+
+
+def _set_lag(lag: IndexLag, body: bytes, lock: threading.Lock, start_response: Callable) -> list[bytes]:
+    try:
+        lag_s = float(json.loads(body)["lag_s"])
+        with lock:
+            lag.set(lag_s)
+    except (ValueError, KeyError, TypeError) as exc:
+        start_response("400 Bad Request", [("Content-Type", "text/plain")])
+        return [f"lag_s: {exc}".encode()]
+    start_response("200 OK", [("Content-Type", "application/json")])
+    return [json.dumps({"lag_s": lag.lag_s}).encode()]
 
 
 def endpoint_busy(url: str, timeout_s: float = 5.0) -> tuple[float, int]:
@@ -166,9 +283,9 @@ def endpoint_busy(url: str, timeout_s: float = 5.0) -> tuple[float, int]:
     return float(account["busy_s"]), int(account["requests"])
 
 
-def serve(host: str, port: int, single_threaded: bool, parent_pid: int | None = None) -> None:
+def serve(host: str, port: int, single_threaded: bool, parent_pid: int | None = None, gsi_lag_s: float = 0.0) -> None:
     """Serve moto's backends on ``host:port`` (port 0 picks a free one) until killed, or until
-    ``parent_pid`` exits."""
+    ``parent_pid`` exits. ``gsi_lag_s``: the single-threaded server's first index lag (:class:`IndexLag`)."""
     from moto.moto_server.werkzeug_app import (
         DomainDispatcherApplication,
         MotoRequestHandler,
@@ -179,7 +296,9 @@ def serve(host: str, port: int, single_threaded: bool, parent_pid: int | None = 
     app = forgetting_copies(DomainDispatcherApplication(create_backend_app))
     if single_threaded:
         item_level_transaction_rollback()
-        app = serialized(app)
+        lag = IndexLag(gsi_lag_s)
+        lagging_global_indexes(lag)
+        app = serialized(app, lag)
     server = make_server(host, port, app, threaded=True, request_handler=MotoRequestHandler)
     print(f"listening on {server.server_port}", flush=True)
     if parent_pid:
@@ -190,10 +309,10 @@ def serve(host: str, port: int, single_threaded: bool, parent_pid: int | None = 
 class MotoProcess:
     """One moto server in a child process; ``url`` is set once it answers."""
 
-    def __init__(self, *, single_threaded: bool, log: IO[bytes] | None = None) -> None:
+    def __init__(self, *, single_threaded: bool, log: IO[bytes] | None = None, gsi_lag_s: float = 0.0) -> None:
         cmd = [sys.executable, "-m", "devstack.localaws", "--port", "0", "--parent-pid", str(os.getpid())]
         if single_threaded:
-            cmd.append("--single-threaded")
+            cmd += ["--single-threaded", "--gsi-lag-s", str(gsi_lag_s)]
         self.proc = subprocess.Popen(
             cmd,
             stdout=subprocess.PIPE,
@@ -244,8 +363,10 @@ class LocalAws:
             os.environ.update(aws.env)
     """
 
-    def __init__(self, log_path: Path | None = None) -> None:
+    def __init__(self, log_path: Path | None = None, *, gsi_lag_s: float = 0.0) -> None:
         self.log_path = log_path
+        #: Seconds the DynamoDB endpoint's global indexes lag behind its tables (:class:`IndexLag`).
+        self.gsi_lag_s = gsi_lag_s
         self.main: MotoProcess | None = None
         self.dynamodb: MotoProcess | None = None
         self._log: IO[bytes] | None = None
@@ -256,7 +377,7 @@ class LocalAws:
             self._log = open(self.log_path, "ab")
         try:
             self.main = MotoProcess(single_threaded=False, log=self._log)
-            self.dynamodb = MotoProcess(single_threaded=True, log=self._log)
+            self.dynamodb = MotoProcess(single_threaded=True, log=self._log, gsi_lag_s=self.gsi_lag_s)
         except BaseException:  # a server that did not start, or Ctrl-C meanwhile: stop what did
             self.stop()
             raise
@@ -295,8 +416,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--single-threaded", action="store_true")
     parser.add_argument("--parent-pid", type=int, default=None, help="Exit when this process is gone.")
+    parser.add_argument("--gsi-lag-s", type=float, default=0.0,
+                        help="With --single-threaded: global indexes show the tables this many seconds late.")
     args = parser.parse_args(argv)
-    serve(args.host, args.port, args.single_threaded, args.parent_pid)
+    serve(args.host, args.port, args.single_threaded, args.parent_pid, args.gsi_lag_s)
 
 
 if __name__ == "__main__":

@@ -45,21 +45,6 @@ WAKE_PLACE = (Below("occupied", "cap"), Below("occupied", "burst_cap"))
 #: ``occupied`` (which the pass leaves alone) at most the cap, or the burst cap when the tier borrows;
 #: a cap lowered below ``occupied`` frees the place instead.
 PASS_ON = (Below("occupied", "cap", or_equal=True), Below("occupied", "burst_cap", or_equal=True))
-#: A commit that hands its place on in place passes its slot too: the handed job's lease is taken in
-#: the same transaction (``in_flight`` unchanged), with :data:`PASS_ON`, when the tenant's leases are
-#: at most its cap (the handed job's lease is then within the cap once the releasing one is gone, as
-#: :data:`TAKE_SLOT` would have it after the release; a lease above the cap, borrowed, passes its
-#: place only) and it is not frozen (:func:`passes_slot`).
-PASS_SLOT = Below("in_flight", "cap", or_equal=True)
-#: A commit above the cap (the tenant borrows) passes its slot, lent, when the tenant's leases are
-#: at most its burst cap and the cluster's busy slots at most ``borrowable`` (as :data:`BORROW_TENANT`
-#: and :data:`BORROW_CLUSTER` would have them after the release), and no other tenant wants a slot
-#: (:func:`wants_slot`, read by the releaser): a lent slot goes back to the pool as soon as anyone
-#: else could use it (:func:`lends_slot`).
-LEND_SLOT_TENANT = Below("in_flight", "burst_cap", or_equal=True)
-LEND_SLOT_CLUSTER = Below("busy", "borrowable", "cluster", or_equal=True)
-
-
 @dataclass
 class TenantState:
     """A tenant item's counters (``cap``/``burst_cap`` None: no override / does not borrow)."""
@@ -185,53 +170,6 @@ def passes_on(tenant: TenantState, waiting_policy: str, default_cap: int) -> boo
     return waiting_policy == "handoff" and int(tenant.waiting or 0) > 0 and holds(PASS_ON, tenant, default_cap)
 
 
-def passes_slot(tenant: TenantState, default_cap: int, now: float) -> bool:
-    """A commit that passes its place on (:func:`passes_on`) passes its slot as well: :data:`PASS_SLOT`
-    and not frozen at ``now``; equivalent to the release followed by :func:`may_take`."""
-    return holds(PASS_SLOT, tenant, default_cap) and not_frozen(tenant, now)
-
-
-def lends_slot(tenant: TenantState, cluster: ClusterState, default_cap: int, now: float,
-               others_want_slot: bool) -> bool:
-    """A commit whose slot does not pass (not :func:`passes_slot`: the tenant is above its cap)
-    passes it as a lent one: :func:`may_lend_slot` for the tenant, :data:`LEND_SLOT_CLUSTER`, and
-    no other tenant wants a slot; equivalent to the release followed by :func:`may_borrow` with
-    nobody else in the queue."""
-    return (not others_want_slot and may_lend_slot(tenant, default_cap, now)
-            and holds(LEND_SLOT_CLUSTER, cluster, default_cap))
-
-
-def may_lend_slot(tenant: TenantState, default_cap: int, now: float) -> bool:
-    """The tenant's side of :func:`lends_slot`: the tier borrows, not frozen, :data:`LEND_SLOT_TENANT`,
-    and above its cap (not :data:`PASS_SLOT`: a slot within the cap passes as such, so a tenant back
-    within its cap leaves the releaser's lending mode). A releaser whose pass within the cap was
-    refused asks whether anyone else wants the slot only when this holds (no lend could apply else)."""
-    return (borrows(tenant, default_cap) and not_frozen(tenant, now) and holds(LEND_SLOT_TENANT, tenant, default_cap)
-            and not holds(PASS_SLOT, tenant, default_cap))
-
-
-def yields_slot(tenant: TenantState, others: dict[str, TenantState], default_cap: int, now: float) -> bool:
-    """A commit that could pass its slot within its tenant's cap (:func:`passes_slot`) gives it
-    back to the pool instead: another tenant that could take it there (:func:`claimant_order`: a
-    job queued and :func:`may_take`) holds at least two leases fewer than ``tenant`` (its releasing
-    lease counted). That is the max-min fair share of slots the caps oversubscribe: a claimant one
-    lease fewer would only swap places with the releaser. ``others``: the other tenants, as the
-    releaser read them. Without it a chain run in place keeps every child busy, so a tenant whose
-    message stands in SQS gets no slot until a chain's tenant runs out of work (docs/design.md §3,
-    "Hand-off in place")."""
-    own = int(tenant.in_flight or 0)
-    return any(int(t.in_flight or 0) <= own - 2 for t in others.values()
-               if int(t.queued or 0) > 0 and may_take(t, default_cap, now))
-
-
-def wants_slot(tenant: TenantState, default_cap: int, now: float) -> bool:
-    """The tenant could use a freed slot: a job queued (on its way to a slot), or one waiting
-    that a wake would bring (room under its cap, :func:`may_take`, or a tier that borrows)."""
-    if int(tenant.queued or 0) > 0:
-        return True
-    return int(tenant.waiting or 0) > 0 and (may_take(tenant, default_cap, now) or borrows(tenant, default_cap))
-
-
 def lends(cluster: ClusterState | None) -> bool:
     """After a release, the cluster has slots above its reserve and a tier that borrows."""
     return (cluster is not None and int(cluster.borrowers or 0) > 0
@@ -247,15 +185,6 @@ def borrow_spare(cluster: ClusterState, tenants: dict[str, TenantState]) -> int:
     claimed = sum(int(t.queued or 0) for t in tenants.values())
     free = int(cluster.borrowable or 0) - int(cluster.busy or 0)
     return max(1, free - claimed) if free > 0 else 0
-
-
-def claimant_order(tenants: dict[str, TenantState], default_cap: int, now: float) -> list[str]:
-    """Tenants whose queued job may take a slot that went back to the pool, in place of its
-    message (``tasks.base.FairTask``, the take from the pool): a job queued and :func:`may_take`
-    (within the cap: no reserve applies), the fewest leases first (ties by id)."""
-    eligible = [(int(t.in_flight or 0), tid) for tid, t in tenants.items()
-                if int(t.queued or 0) > 0 and may_take(t, default_cap, now)]
-    return [tid for _, tid in sorted(eligible)]
 
 
 def borrow_order(tenants: dict[str, TenantState]) -> list[str]:

@@ -91,7 +91,7 @@ def reclaim(lease: LeaseItem, *, now: float, requeue: bool, reason: str, vanishe
                condition=(JobItem.lease_token == lease.token) & (JobItem.status == JobStatus.RUNNING.value))
 
     return fenced_release(lease.job_id, lease.tenant_id, lease.token, job_item, requeue=requeue,
-                          expired_before=now, what=f"reclaim lease of job {lease.job_id}")
+                          expired_before=now, what=f"reclaim lease of job {lease.job_id}") is not None
 
 
 def remove_orphan(lease: LeaseItem, *, expired_before: float | None) -> bool:
@@ -116,7 +116,7 @@ def remove_orphan(lease: LeaseItem, *, expired_before: float | None) -> bool:
         tx.add("condition_check", "job", JobItem, lease.job_id, condition=not_running_under_it)
 
     return fenced_release(lease.job_id, lease.tenant_id, lease.token, job_item, expired_before=expired_before,
-                          what=f"remove orphan lease of job {lease.job_id}")
+                          what=f"remove orphan lease of job {lease.job_id}") is not None
 
 
 def runs_under(job: JobItem | None, lease: LeaseItem) -> bool:

@@ -34,7 +34,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import Any, NamedTuple, TypeVar, overload
 
 from pynamodb.connection import Connection
 from pynamodb.exceptions import (
@@ -328,21 +328,6 @@ def take_actions(t: float, token: str, worker: str) -> list:
     ]
 
 
-def apply_pass(job: JobItem, hand_off: "HandOff") -> JobItem:
-    """``job`` (the handed job as read before the release, its ``parked_at`` the one the release's
-    condition checked) as the release that passed it ``hand_off.lease`` wrote it: what
-    :func:`take_actions` and the wake's fields write, without reading it back."""
-    lease = hand_off.lease
-    assert lease is not None and lease.job_id == job.job_id, (hand_off, job.job_id)
-    t = lease.acquired_at
-    job.status, job.attempts, job.started_at = JobStatus.RUNNING.value, int(job.attempts or 0) + 1, t
-    job.first_received_at = job.first_received_at if job.first_received_at is not None else t
-    job.lease_token, job.worker = lease.token, lease.worker
-    job.queued_tenant = job.due_at = job.waiting_tenant = None
-    job.woken_at, job.woken_by = hand_off.woken_at, hand_off.reason
-    return job
-
-
 def new_lease_item(job_id: str, tenant_id: str, worker: str, token: str, t: float, *,
                    borrowed: bool = False) -> LeaseItem:
     """The lease item of a lease taken at ``t`` (epoch s): it expires ``lease_ttl_s`` later."""
@@ -350,25 +335,13 @@ def new_lease_item(job_id: str, tenant_id: str, worker: str, token: str, t: floa
                      expires_at=t + get_settings().lease_ttl_s, borrowed=True if borrowed else None)
 
 
-def slot_passes_on(default_cap: int, now: float):
-    """Condition on a tenant item, with :func:`place_passes_on`: ``in_flight <= cap`` and not
-    frozen, so the releasing lease's slot may pass to the handed job itself, its lease taken in the
-    same transaction (:data:`leases.policy.PASS_SLOT`)."""
-    return condition_of(policy.PASS_SLOT, default_cap) & not_frozen(now)
-
-
-def slot_lent_on(default_cap: int, now: float):
-    """Condition on a tenant item, with :func:`place_passes_on`, for a slot passed above the
-    cap: ``in_flight <= burst_cap``, ``in_flight > cap`` (not :data:`leases.policy.PASS_SLOT`) and
-    not frozen (:func:`leases.policy.may_lend_slot`); the cluster's side is :func:`slot_lent_from_pool`."""
-    return (condition_of(policy.LEND_SLOT_TENANT, default_cap) & ~condition_of(policy.PASS_SLOT, default_cap)
-            & not_frozen(now))
-
-
-def slot_lent_from_pool():
-    """Condition on the cluster's slot counter for a slot passed above the cap: ``busy <=
-    borrowable`` (:data:`leases.policy.LEND_SLOT_CLUSTER`)."""
-    return condition_of(policy.LEND_SLOT_CLUSTER, get_settings().default_cap)
+def queued_and_due(tenant_id: str, due_by: float | None = None):
+    """Condition on a job item: ``queued``, ``tenant_id``'s, and with ``due_by`` (epoch s) its
+    message due by then (``due_at`` absent or ``<= due_by``: not a job in retry backoff)."""
+    condition = (JobItem.status == JobStatus.QUEUED.value) & (JobItem.tenant_id == tenant_id)
+    if due_by is not None:
+        condition = condition & (JobItem.due_at.does_not_exist() | (JobItem.due_at <= due_by))
+    return condition
 
 
 def none_waiting():
@@ -595,332 +568,173 @@ def still_held(lease: Lease) -> bool:
 
 
 @dataclass(frozen=True)
-class Claim:
-    """A job another tenant has queued and due (``due_at`` by the release's time), which a release
-    may pass its slot to (:attr:`HandOff.claim`)."""
+class Released:
+    """What a release wrote: ``handed`` is the waiting job its place passed to (now ``queued``, its
+    message still to publish), or None (the place was freed, or kept by a requeue)."""
 
-    job_id: str
-    tenant_id: str
-
-
-@dataclass
-class HandOff:
-    """Waiting jobs of the releasing tenant, one of which is to be handed the place a release
-    frees, in the release's own transaction (:func:`fenced_release`): ``candidates`` (job ids) are
-    tried in order; ``job_id`` is the one handed the place, once the release applied, else None."""
-
-    candidates: list[str]
-    woken_at: float
-    reason: str = "release"
-    job_id: str | None = None
-    #: A worker's name: pass the releasing lease's slot itself to the handed job, whose lease for
-    #: ``lease_to`` the same transaction takes (the hand-off in place, docs/design.md §3), where
-    #: :func:`slot_passes_on` holds; else only the place passes.
-    lease_to: str | None = None
-    #: That lease, once the release applied with it; None: only the place passed (or nothing).
-    lease: Lease | None = None
-    #: Candidate id → its ``parked_at`` as the caller read it: passing the slot is conditional on it,
-    #: so the caller's copy of the job is the job as parked (:func:`apply_pass`).
-    parked_at: dict[str, float] = dataclasses.field(default_factory=dict)
-    #: With no candidates (the caller read none waiting): True once the release applied on
-    #: condition that none waited (:func:`none_waiting`), so there is nobody to wake; False if one
-    #: had parked since the read (the release then applied without the condition); None: not known.
-    none_waited: bool | None = None
-    #: With ``lease_to``: the caller read that no other tenant wants a slot, so a slot above the
-    #: cap may pass as a lent one (:func:`slot_lent_on`, :func:`slot_lent_from_pool`; the rule is
-    #: :func:`leases.policy.lends_slot`); else it passes only within the cap.
-    lend: bool = False
-    #: With ``lease_to`` and not ``lend``: asked at most once, when the pass within the cap was
-    #: refused for the tenant's counters and a lend could apply on the item the refused try
-    #: returned (:func:`_lend_after_refusal`), whether no other tenant wants a slot (the caller
-    #: reads it then; raising counts as no); True makes the release try to lend the slot before it
-    #: passes the place only, so a tenant's first commit above its cap lends too
-    #: (:func:`leases.policy.lends_slot`, the simulator's order).
-    lend_if: Callable[[], bool] | None = None
-    #: True once a release applied that could not pass its slot for the tenant's counters (above
-    #: its cap, or frozen): the caller may read whether to lend it next time (set by the release).
-    slot_refused: bool = False
-    #: True once the release applied passing its slot as a lent one (:func:`slot_lent_on` and
-    #: :func:`slot_lent_from_pool` held); False when it passed within the cap after a refused lend,
-    #: or passed nothing (set by the release: ``lend`` is only what the caller asked).
-    lent: bool = False
-    #: With ``lease_to``: another tenant's queued job to pass the slot to instead, in the same
-    #: transaction (the fair share, :func:`leases.policy.yields_slot`; the place still passes to
-    #: ``candidates``): a lease of ``lease_to`` for it, taken as :func:`acquire` takes one within
-    #: the cap (:func:`claim_actions`). Refused (the job taken or not due any more, its tenant at
-    #: its cap or frozen), the release is tried again at once without it: the slot then passes to
-    #: the tenant's own next job, so a claim that another releaser won costs one refused try.
-    claim: Claim | None = None
-    #: That lease, once the release applied with ``claim`` (set by the release); None: it did not.
-    claimed: Lease | None = None
+    handed: str | None = None
 
 
-#: The items a claim adds to a release (:func:`claim_actions`), by name.
-CLAIM_ITEMS = ("claim_tenant", "claim_lease", "claim_job")
+class _Plan(NamedTuple):
+    """One try of a release: hand the place to ``candidates[0]`` (oldest first), or, with none,
+    free it, on condition none waits when ``none_waits`` (the index showed none); ``taken``: the
+    candidates refused so far; ``settle_by`` (epoch s): when to stop reading a lagging index."""
+
+    candidates: tuple[str, ...] = ()
+    none_waits: bool = False
+    settle_by: float = 0.0
+    taken: frozenset[str] = frozenset()
 
 
-def claim_actions(tx: NamedTransaction, claim: Claim, worker: str, token: str, t: float) -> Lease:
-    """Add to ``tx`` the take of ``claim``'s job under a new lease of ``worker`` with ``token`` at
-    ``t`` (epoch s), as :func:`acquire` takes one within the cap and due by ``t``, without the
-    cluster's ``busy + 1`` (the releasing slot stays busy): its tenant ``in_flight + 1``,
-    ``queued − 1`` on condition :func:`cap_has_room` and :func:`not_frozen`; its lease item, on
-    condition none exists; the job ``queued → running`` (:func:`take_actions`) on condition it is
-    queued, the tenant's and due. Items named :data:`CLAIM_ITEMS`. Returns the lease it takes."""
+def waiting_line(tenant_id: str) -> tuple[str, ...]:
+    """The tenant's oldest waiting job ids, oldest first (``handoff_scan_limit`` of them, from the
+    eventually consistent ``by-waiting`` index); a failed read is an empty line."""
+    limit = get_settings().handoff_scan_limit
+    try:
+        return tuple(j.job_id for j in JobItem.by_waiting.query(tenant_id, scan_index_forward=True, limit=limit,
+                                                                 page_size=limit, attributes_to_get=["job_id"]))
+    except PynamoDBException as exc:
+        log.info("could not read the waiting line of %s (%s); releasing on condition none waits", tenant_id, exc)
+        return ()
+
+
+def _first_plan(tenant_id: str, hand_on: bool) -> _Plan:
+    if not hand_on:
+        return _Plan()
+    line = waiting_line(tenant_id)
+    return _Plan(line, not line, time.time() + get_settings().index_settle_s)
+
+
+def _reread(plan: _Plan, tenant_id: str) -> _Plan:
+    """Read the line again, ``index_poll_s`` later, leaving out the candidates already taken; past
+    ``settle_by``, free the place instead (the sweep's unblock wakes what the index hid)."""
     s = get_settings()
-    tx.add("update", "claim_tenant", TenantItem(claim.tenant_id),
-           actions=[TenantItem.in_flight.set((TenantItem.in_flight | 0) + 1), TenantItem.queued.add(-1)],
-           condition=cap_has_room(s.default_cap) & not_frozen(t))
-    tx.add("save", "claim_lease", new_lease_item(claim.job_id, claim.tenant_id, worker, token, t),
-           condition=LeaseItem.job_id.does_not_exist())
-    tx.add("update", "claim_job", JobItem(claim.job_id), actions=take_actions(t, token, worker),
-           condition=queued_and_due(claim.tenant_id, t))
-    return Lease(claim.job_id, claim.tenant_id, worker, token, t, t + s.lease_ttl_s)
+    if time.time() >= plan.settle_by:
+        log.warning("tenant %s: a waiting job its index does not show after %s s; the sweep wakes it",
+                    tenant_id, s.index_settle_s)
+        return _Plan()
+    time.sleep(s.index_poll_s)
+    line = tuple(job_id for job_id in waiting_line(tenant_id) if job_id not in plan.taken)
+    return plan._replace(candidates=line, none_waits=not line)
 
 
-def queued_and_due(tenant_id: str, due_by: float | None = None):
-    """Condition on a job item: ``queued``, ``tenant_id``'s, and with ``due_by`` (epoch s) its
-    message due by then (``due_at`` absent or ``<= due_by``: not a job in retry backoff)."""
-    condition = (JobItem.status == JobStatus.QUEUED.value) & (JobItem.tenant_id == tenant_id)
-    if due_by is not None:
-        condition = condition & (JobItem.due_at.does_not_exist() | (JobItem.due_at <= due_by))
-    return condition
+def _replan(plan: _Plan, reasons: dict[str, object], tenant_id: str) -> _Plan | None:
+    """The next try after a refusal of the hand-off's own conditions only (None: not that).
+
+    * the candidate was taken (woken by a sweep, cancelled): the next one, or the line read again;
+    * the tenant refused a hand-off: its cap was lowered below ``occupied``; free the place;
+    * the tenant refused "none waits": a job parked that the index does not show yet (real
+      DynamoDB's indexes lag). The counter is strongly consistent, so the line is read again
+      until ``settle_by`` (:func:`_reread`).
+    """
+    if CONDITION_FAILED in (reason_code(reasons, "lease"), reason_code(reasons, "job")):
+        return None
+    if plan.candidates and reason_code(reasons, "successor") == CONDITION_FAILED:
+        taken = plan.taken | {plan.candidates[0]}
+        rest = plan.candidates[1:]
+        return plan._replace(candidates=rest, taken=taken) if rest else _reread(plan._replace(taken=taken), tenant_id)
+    if reason_code(reasons, "tenant") != CONDITION_FAILED:
+        return None
+    return _Plan() if plan.candidates else _reread(plan, tenant_id)
+
+
+def _release_items(tx: NamedTransaction, tenant_id: str, plan: _Plan, *, requeue: bool, t: float) -> None:
+    """The tenant, cluster and successor items of a release (the lease and job items are the caller's)."""
+    s = get_settings()
+    successor = plan.candidates[0] if plan.candidates else None
+    if requeue:  # a retry keeps its place
+        place, condition = [TenantItem.in_flight.add(-1), *TenantItem.counted(TenantItem.queued, 1)], None
+    elif successor is not None:  # the place passes on: occupied unchanged
+        place = [TenantItem.in_flight.add(-1), TenantItem.waiting.add(-1), *TenantItem.counted(TenantItem.queued, 1)]
+        condition = place_passes_on(s.default_cap)
+    else:
+        place = [TenantItem.in_flight.add(-1), TenantItem.occupied.add(-1)]
+        condition = none_waiting() if plan.none_waits else None
+    tx.add("update", "tenant", TenantItem(tenant_id), actions=place, condition=condition)
+    tx.add("update", "cluster", slots_item(), actions=[ClusterItem.busy.add(-1)])
+    if successor is not None and not requeue:
+        tx.add("update", "successor", JobItem(successor), actions=wake_actions(tenant_id, t, "release"),
+               condition=is_waiting(tenant_id))
+
+
+def _try_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[NamedTransaction, str], None],
+                 plan: _Plan, tried: dict[str, str | None], *, requeue: bool,
+                 expired_before: float | None, now: float | None) -> Released | _Plan | None:
+    """One try of :func:`fenced_release` with ``plan`` (``tried``: release id → its successor, for
+    the read-back). Returns what applied, the next plan, or None (the lease is not ours)."""
+    release_id = new_token()
+    tried[release_id] = None if requeue or not plan.candidates else plan.candidates[0]
+    condition = LeaseItem.token == token
+    if expired_before is not None:
+        condition = condition & (LeaseItem.expires_at < expired_before)
+    try:
+        with NamedTransaction(release_id) as tx:
+            tx.add("delete", "lease", LeaseItem(job_id), condition=condition)
+            _release_items(tx, tenant_id, plan, requeue=requeue, t=time.time() if now is None else now)
+            job_item(tx, release_id)
+    except TransactWriteError as exc:
+        kind, codes = classify(exc)
+        if kind == RETRY:
+            raise Retryable(codes) from exc
+        if kind == CANCELLED and exc.cancellation_reasons:
+            replanned = _replan(plan, tx.reasons(exc), tenant_id)
+            if replanned is not None:
+                return replanned
+        if kind == ERROR or (kind == CANCELLED and CONDITION_FAILED not in codes):
+            raise
+        applied = released_by(job_id, tried)
+        if applied is not None:  # an earlier try applied (botocore resent it after a timeout)
+            log.info("release of job %s: failed (%s), but a try of it applied", job_id, codes[0])
+            return Released(tried[applied])
+        if kind == AMBIGUOUS:
+            held = read_lease(job_id)
+            if held is not None and held.token == token:
+                raise Retryable(codes) from exc
+        return None
+    return Released(tried[release_id])
 
 
 def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[NamedTransaction, str], None], *,
-                   requeue: bool = False, expired_before: float | None = None, hand_off: HandOff | None = None,
-                   what: str) -> bool:
-    """End the lease of ``job_id`` in one transaction: delete it, ``in_flight − 1``, write the job.
+                   requeue: bool = False, expired_before: float | None = None, hand_on: bool = False,
+                   now: float | None = None, what: str) -> Released | None:
+    """**release**: end the lease of ``job_id`` in one transaction, fenced by ``token``.
 
-    The one protocol every end of a lease goes through (holder's commit, retry and failure; the
-    sweeper's reclaim and orphan removal). The lease delete is conditional on ``token`` (and on
-    ``expires_at < expired_before`` when given); ``job_item(tx, release_id)`` adds the job's item
-    (an update that should write ``release_id`` into ``JobItem.release_id``, or a condition check).
-    With ``requeue`` the job goes back to ``queued`` (its tenant's ``queued + 1``: it keeps its
-    place), else the tenant's place is freed (``occupied − 1``), or, with ``hand_off``, passed to
-    that waiting job in the same transaction: it goes ``waiting → queued`` (tenant ``waiting − 1``,
-    ``queued + 1``, ``occupied`` unchanged) on condition it is still waiting and
-    :func:`place_passes_on`. With ``hand_off.lease_to``, the slot passes too: the handed job goes
-    ``waiting → running`` under a new lease of ``lease_to`` (tenant ``waiting − 1`` only: the
-    release's and the take's ``in_flight`` cancel, as the cluster's ``busy`` does; a lease item for
-    it must not exist; its ``parked_at`` unchanged where ``hand_off.parked_at`` names it) on
-    condition :func:`slot_passes_on` as well, or, with ``hand_off.lend``, :func:`slot_lent_on` and
-    :func:`slot_lent_from_pool` (a slot above the cap, lent on; if they fail, the pass within the
-    cap is tried), or, with ``hand_off.lend_if``, lent once the pass within the cap was refused for
-    the tenant's counters and ``lend_if()`` says no other tenant wants a slot (a lend refused then
-    passes the place only); ``hand_off.lease`` is then that lease. With ``hand_off.claim`` (and
-    ``lease_to``), the slot passes to that job of another tenant instead, its lease for
-    ``lease_to`` taken in the same transaction (:func:`claim_actions`; the cluster's ``busy``
-    unchanged, the place still handed to the candidate, not its slot); if only the claim's
-    conditions fail, the release is tried again at once without it, as just described;
-    ``hand_off.claimed`` is then that lease. A ``hand_off``
-    without candidates (the caller read none waiting) makes the release conditional on none waiting
-    (:func:`none_waiting`; ``hand_off.none_waited``: the caller need not wake). If only the
-    hand-off's conditions fail, the release is tried again at once with the next
-    candidate still waiting (the job was woken or cancelled meanwhile; one batch read skips the
-    others taken too: :func:`_still_waiting`), without passing the slot (the tenant's
-    leases are over its cap, as a borrowed one may be, or it is frozen), or without a hand-off
-    (the cap was lowered; ``hand_off.job_id`` stays None and the caller wakes the usual way).
+    Items: the lease, deleted on condition it carries ``token`` (and ``expires_at < expired_before``
+    when given); the tenant ``in_flight − 1``; the cluster ``busy − 1``; the job, added by
+    ``job_item(tx, release_id)`` (an update that writes ``release_id``, or a condition check).
+    The tenant's place: with ``requeue`` it is kept (``queued + 1``); with ``hand_on`` it passes to
+    the tenant's oldest waiting job, which goes ``waiting → queued`` in the same transaction
+    (``waiting − 1``, ``queued + 1``; condition: still waiting, and ``occupied <= cap``, or
+    ``<= burst_cap`` for a tier that borrows), or, with none waiting, it is freed (``occupied − 1``)
+    on condition the tenant's ``waiting`` counter says none waits. A refusal of only those
+    conditions is tried again at once (:func:`_replan`). Otherwise the place is freed. ``now``
+    (epoch s): the handed job's ``woken_at`` (the commit's time; None: each try's).
 
     Reading a failure: conflicts and throttling are retried (bounded, jittered). After an ambiguous
-    failure, and after *any* refused one, the job is read back: if it carries the ``release_id`` of
-    one of this call's attempts, the release applied (botocore may resend an attempt that already
-    applied after a read timeout, and the resend is refused because the lease is gone). Otherwise an
-    ambiguous attempt whose lease is still held is tried again, and anything else means the lease
-    is not ours any more.
+    failure, and after a refused one, the job is read back: if it carries the ``release_id`` of one
+    of this call's tries, the release applied. Otherwise an ambiguous try whose lease is still held
+    is tried again, and anything else means the lease is not ours any more.
 
     Returns:
-        True if one of this call's attempts applied, False if the lease was gone, carried another
-        token, or (with ``expired_before``) was renewed.
+        :class:`Released` (``handed``: the job to publish, or None), or None if the lease was gone,
+        carried another token, or (with ``expired_before``) was renewed.
 
     Raises:
         LeaseContention: conflicts outlasted the bounded retries (the lease stays).
         pynamodb.exceptions.PynamoDBException: an error that says nothing about the lease.
     """
-    s = get_settings()
-    release_ids: list[str] = []
-    handing_ids: dict[str, str] = {}  # release id → the candidate that attempt handed the place to
-    passed: dict[str, Lease] = {}  # release id → the lease that attempt took for it (slot passed)
-    candidates = [] if hand_off is None or requeue else list(hand_off.candidates)
-    check_none = [True] if hand_off is not None and not requeue and not hand_off.candidates else []
-    checked: dict[str, bool] = {}  # release id → that attempt was conditional on none waiting
-    lent: dict[str, bool] = {}  # release id → that attempt passed its slot as a lent one
-    lease_to = [hand_off.lease_to] if hand_off is not None and hand_off.lease_to else []
-    lend = [True] if lease_to and hand_off is not None and hand_off.lend else []
-    lend_if = [hand_off.lend_if] if lease_to and not lend and hand_off is not None and hand_off.lend_if else []
-    successor_token = new_token()
-    refused: list[bool] = []  # a try refused the slot for the tenant's counters
-    claim = [hand_off.claim] if lease_to and hand_off is not None and hand_off.claim is not None else []
-    if claim and claim[0].tenant_id == tenant_id:
-        raise ValueError(f"a claim passes a slot to another tenant, not to {tenant_id} itself")
-    claim_to = lease_to[0] if claim else ""
-    claimed: dict[str, Lease] = {}  # release id → the lease that attempt took for the claim
-
-    def attempt() -> bool:
-        release_id = new_token()
-        release_ids.append(release_id)
-        t = time.time()
-        handing = bool(candidates)
-        claiming = bool(claim)
-        passing = handing and bool(lease_to) and not claiming
-        condition = LeaseItem.token == token
-        if expired_before is not None:
-            condition = condition & (LeaseItem.expires_at < expired_before)
-        if requeue:
-            place = [TenantItem.in_flight.add(-1), *TenantItem.counted(TenantItem.queued, 1)]
-        elif passing:
-            place = [TenantItem.waiting.add(-1)]  # in_flight: the release's −1, the take's +1
-        elif handing:
-            place = [TenantItem.in_flight.add(-1), TenantItem.waiting.add(-1), *TenantItem.counted(TenantItem.queued, 1)]
-        else:
-            place = [TenantItem.in_flight.add(-1), TenantItem.occupied.add(-1)]
-        checking = bool(check_none)
-        checked[release_id] = checking
-        tenant_condition = place_passes_on(s.default_cap) if handing else none_waiting() if checking else None
-        lending = passing and bool(lend)
-        lent[release_id] = lending
-        if passing:
-            tenant_condition = tenant_condition & (slot_lent_on(s.default_cap, t) if lending
-                                                   else slot_passes_on(s.default_cap, t))
-        if handing:
-            handing_ids[release_id] = candidates[0]
-        try:
-            with NamedTransaction(release_id) as tx:
-                tx.add("delete", "lease", LeaseItem(job_id), condition=condition)
-                tx.add("update", "tenant", TenantItem(tenant_id), actions=place, condition=tenant_condition,
-                       return_values=_ALL_OLD if passing and lend_if else None)
-                if not passing and not claiming:  # a passed slot stays busy
-                    tx.add("update", "cluster", slots_item(), actions=[ClusterItem.busy.add(-1)])
-                elif lending:
-                    tx.add("condition_check", "cluster", ClusterItem, CLUSTER_SLOTS_KEY, condition=slot_lent_from_pool())
-                job_item(tx, release_id)
-                if passing:
-                    assert hand_off is not None  # lease_to is its own
-                    tx.add("save", "successor_lease",
-                           new_lease_item(candidates[0], tenant_id, lease_to[0], successor_token, t),
-                           condition=LeaseItem.job_id.does_not_exist())
-                    guard = hand_off.parked_at.get(candidates[0])
-                    tx.add("update", "successor", JobItem(candidates[0]),
-                           actions=[*take_actions(t, successor_token, lease_to[0]), JobItem.waiting_tenant.remove(),
-                                    JobItem.woken_at.set(hand_off.woken_at), JobItem.woken_by.set(hand_off.reason)],
-                           condition=is_waiting(tenant_id) if guard is None
-                           else is_waiting(tenant_id) & (JobItem.parked_at == guard))
-                    passed[release_id] = Lease(candidates[0], tenant_id, lease_to[0], successor_token, t,
-                                               t + s.lease_ttl_s)
-                elif handing:
-                    assert hand_off is not None  # the candidates are its own
-                    tx.add("update", "successor", JobItem(candidates[0]),
-                           actions=wake_actions(tenant_id, hand_off.woken_at, hand_off.reason),
-                           condition=is_waiting(tenant_id))
-                if claiming:
-                    claimed[release_id] = claim_actions(tx, claim[0], claim_to, successor_token, t)
-        except TransactWriteError as exc:
-            kind, codes = classify(exc)
-            if kind == RETRY:
-                raise Retryable(codes) from exc
-            if (handing or checking or claiming) and kind == CANCELLED and exc.cancellation_reasons:
-                reasons = tx.reasons(exc)
-                if CONDITION_FAILED not in (reason_code(reasons, "lease"), reason_code(reasons, "job")):
-                    claim_refused = claiming and CONDITION_FAILED in (reason_code(reasons, name) for name in CLAIM_ITEMS)
-                    if claim_refused:
-                        claim.clear()  # taken by another releaser, or its tenant at its cap: pass in place
-                    if CONDITION_FAILED in (reason_code(reasons, "successor"), reason_code(reasons, "successor_lease")):
-                        del candidates[0]  # woken by another release, or cancelled: the next one still waiting
-                        candidates[:] = _still_waiting(candidates, tenant_id)
-                        return attempt()
-                    if claim_refused:
-                        return attempt()
-                    if lending and reason_code(reasons, "cluster") == CONDITION_FAILED:
-                        lend.clear()  # the pool is down to its reserve: pass within the cap only
-                        if refused:  # which was refused already: the place only
-                            lease_to.clear()
-                        return attempt()
-                    if reason_code(reasons, "tenant") == CONDITION_FAILED:
-                        if checking:
-                            check_none.clear()  # a job parked since the read: release; the caller wakes
-                        elif lending:
-                            lend.clear()  # above the burst cap, or not borrowing: within the cap only
-                            if refused:  # which was refused already: the place only
-                                lease_to.clear()
-                        elif passing:
-                            refused.append(True)  # over the cap or frozen
-                            if lend_if and _lend_after_refusal(lend_if.pop(), old_item(reasons, "tenant"), t):
-                                lend.append(True)  # nobody else wants a slot: lend it
-                            else:
-                                lease_to.clear()  # pass the place only
-                        else:
-                            candidates.clear()  # the cap was lowered: free the place instead
-                        return attempt()
-            if kind == ERROR or (kind == CANCELLED and CONDITION_FAILED not in codes):
-                raise
-            applied_id = released_by(job_id, release_ids)
-            if applied_id is not None:
-                log.info("%s of job %s: failed (%s), but a try of it applied", what, job_id, codes[0])
-                if hand_off is not None:
-                    hand_off.slot_refused = bool(refused)
-                    hand_off.lent = lent[applied_id] and applied_id in passed
-                    hand_off.job_id = handing_ids.get(applied_id)
-                    hand_off.lease = passed.get(applied_id)
-                    hand_off.claimed = claimed.get(applied_id)
-                    hand_off.none_waited = checked[applied_id] if not hand_off.candidates else None
-                return True
-            if kind == AMBIGUOUS:
-                held = read_lease(job_id)
-                if held is not None and held.token == token:
-                    raise Retryable(codes) from exc
-            return False
-        if hand_off is not None:
-            hand_off.slot_refused = bool(refused)
-            hand_off.lent = lending
-            hand_off.job_id = candidates[0] if handing else None
-            hand_off.lease = passed.get(release_id)
-            hand_off.claimed = claimed.get(release_id)
-            hand_off.none_waited = checking if not hand_off.candidates else None
-        return True
-
-    return with_conflict_retries(attempt, what=what)
+    plan: _Plan | Released | None = _first_plan(tenant_id, hand_on and not requeue)
+    tried: dict[str, str | None] = {}
+    while isinstance(plan, _Plan):
+        plan = with_conflict_retries(
+            functools.partial(_try_release, job_id, tenant_id, token, job_item, plan, tried, requeue=requeue,
+                              expired_before=expired_before, now=now), what=what)
+    return plan
 
 
-def _still_waiting(candidates: list[str], tenant_id: str) -> list[str]:
-    """Those of ``candidates`` still waiting (``tenant_id``'s), in their order: one strongly
-    consistent batch read after a candidate was handed by a concurrent release. Releasers that read
-    the line at once would otherwise try each job taken meanwhile in turn, one refused transaction
-    each (the k-th releaser of a round k − 1 of them); the order, oldest first, is kept. A read
-    that fails keeps the list as it is."""
-    if len(candidates) <= 1:
-        return candidates
-    try:
-        found = {job.job_id: job for job in JobItem.batch_get(candidates, consistent_read=True,
-                                                              attributes_to_get=["job_id", "status", "tenant_id"])}
-    except PynamoDBException as exc:
-        log.info("could not read which hand-off candidates still wait (%s); trying them in turn", exc)
-        return candidates
-    return [job_id for job_id in candidates if job_id in found and found[job_id].status == JobStatus.WAITING.value
-            and found[job_id].tenant_id == tenant_id]
-
-
-def _lend_after_refusal(lend_if: Callable[[], bool], old_tenant: dict, now: float) -> bool:
-    """After a pass within the cap was refused for the tenant's counters (``old_tenant``: its raw
-    item as the refused try found it): lend the slot instead? Only where a lend could apply
-    (:func:`leases.policy.may_lend_slot` and :data:`leases.policy.PASS_ON` on that item: not a tier
-    without a burst cap, nor a frozen one) and ``lend_if()`` says no other tenant wants a slot; a
-    ``lend_if`` that raises counts as no (the place then passes)."""
-    if not old_tenant:
-        return False
-    state = tenant_state(TenantItem.from_raw_data(old_tenant))
-    default_cap = get_settings().default_cap
-    if not (policy.may_lend_slot(state, default_cap, now) and policy.holds(policy.PASS_ON, state, default_cap)):
-        return False
-    try:
-        return bool(lend_if())
-    except Exception as exc:  # noqa: BLE001 - the release must not fail on this read: pass the place only
-        log.info("could not tell whether another tenant wants a slot (%s); passing the place only", exc)
-        return False
-
-
-def _release(lease: Lease, job_actions: list, *, what: str, requeue: bool = False,
-             hand_off: HandOff | None = None) -> None:
-    """The holder's release: :func:`fenced_release` on a job that runs under ``lease`` (passing
-    its place to ``hand_off`` when given).
+def _release(lease: Lease, job_actions: list, *, what: str, requeue: bool = False, hand_on: bool = False,
+             now: float | None = None) -> Released:
+    """The holder's release: :func:`fenced_release` on a job that runs under ``lease``.
 
     Raises:
         LeaseLost: the lease was not ours any more (nothing was written).
@@ -932,9 +746,11 @@ def _release(lease: Lease, job_actions: list, *, what: str, requeue: bool = Fals
                actions=[*job_actions, JobItem.release_id.set(release_id)],
                condition=(JobItem.lease_token == lease.token) & (JobItem.status == JobStatus.RUNNING.value))
 
-    if not fenced_release(lease.job_id, lease.tenant_id, lease.token, job_item, requeue=requeue,
-                          hand_off=hand_off, what=what):
+    released = fenced_release(lease.job_id, lease.tenant_id, lease.token, job_item, requeue=requeue,
+                              hand_on=hand_on, now=now, what=what)
+    if released is None:
         raise LeaseLost(lease.job_id, lease.token, f"({what} refused)")
+    return released
 
 
 def requeue_actions(tenant_id: str, due_at: float) -> list:
@@ -946,19 +762,20 @@ def requeue_actions(tenant_id: str, due_at: float) -> list:
 def commit_success(
     lease: Lease, *, output_key: str, sheets: int, sides: int, now: float | None = None,
     warnings: list[dict[str, str]] | None = None, preview_keys: list[str] | None = None,
-    hand_off: HandOff | None = None,
-) -> dict[str, Any]:
-    """Record ``succeeded`` with the plate's key and release the slot, all fenced by the token.
+) -> tuple[dict[str, Any], Released]:
+    """Record ``succeeded`` with the plate's key and release the slot, all fenced by the token;
+    the tenant's place passes to its oldest waiting job in the same transaction
+    (:func:`fenced_release` with ``hand_on``).
 
     The job's webhook event is put in the outbox by the same write (:mod:`leases.outbox`).
     ``warnings`` are the engine's typed warnings (``[{"code", "message"}, …]``), stored as
     ``JobItem.warnings`` (an empty list when there are none); ``preview_keys`` the S3 keys of the
-    plate's previews, as ``JobItem.preview_keys``. ``hand_off``: the tenant's next waiting job,
-    handed the place in the same transaction (see :func:`fenced_release`).
+    plate's previews, as ``JobItem.preview_keys``.
 
     Returns:
-        The job attributes the commit wrote, by name (a removed one as None; the outbox's and
-        ``release_id`` left out), so the caller knows the committed job without reading it back.
+        ``(written, released)``: the job attributes the commit wrote, by name (a removed one as
+        None; the outbox's and ``release_id`` left out), so the caller knows the committed job
+        without reading it back; and the :class:`Released` (the handed job to publish, if any).
 
     Raises:
         LeaseLost: the lease was reclaimed; nothing was written (the job is someone else's now).
@@ -970,7 +787,7 @@ def commit_success(
         "warnings": list(warnings or []), "preview_keys": list(preview_keys or []), "finished_at": t,
     }
     removed = ("lease_token", "error", "error_code")
-    _release(
+    released = _release(
         lease,
         [
             *(getattr(JobItem, name).set(value) for name, value in written.items()),
@@ -978,9 +795,10 @@ def commit_success(
             *outbox.intent_actions(t),
         ],
         what="commit",
-        hand_off=hand_off,
+        hand_on=True,
+        now=t,
     )
-    return {**written, **dict.fromkeys(removed)}
+    return {**written, **dict.fromkeys(removed)}, released
 
 
 def release_for_retry(lease: Lease, *, error: str, error_code: str, delay_s: float = 0,
@@ -1009,16 +827,15 @@ def release_for_retry(lease: Lease, *, error: str, error_code: str, delay_s: flo
     )
 
 
-def fail_job(lease: Lease, *, error: str, error_code: str, now: float | None = None,
-             hand_off: HandOff | None = None) -> None:
-    """Record ``failed`` with the reason and free the slot (or hand it to ``hand_off``, as
-    :func:`commit_success`); the webhook event goes to the outbox.
+def fail_job(lease: Lease, *, error: str, error_code: str, now: float | None = None) -> Released:
+    """Record ``failed`` with the reason and release the slot, handing the tenant's place on as
+    :func:`commit_success` does; the webhook event goes to the outbox.
 
     Raises:
         LeaseLost, LeaseContention: as :func:`commit_success`.
     """
     t = time.time() if now is None else now
-    _release(
+    return _release(
         lease,
         [
             JobItem.status.set(JobStatus.FAILED.value),
@@ -1029,7 +846,8 @@ def fail_job(lease: Lease, *, error: str, error_code: str, now: float | None = N
             *outbox.intent_actions(t),
         ],
         what="fail",
-        hand_off=hand_off,
+        hand_on=True,
+        now=t,
     )
 
 

@@ -27,7 +27,6 @@ by submission).
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -42,7 +41,6 @@ from leases.transactions import (
     CANCELLED,
     CONDITION_FAILED,
     RETRY,
-    TRANSACT_WRITE_MAX_ITEMS,
     NamedTransaction,
     Retryable,
     cap_has_room,
@@ -200,10 +198,8 @@ def wake(tenant_id: str, *, publish: Publish, reason: str = "release", now: floa
     """Wake the tenant's oldest waiting jobs while it has room (cap − in_flight − queued > 0, or
     more while it may borrow: :func:`room_with_borrowing`), at most ``limit`` of them.
 
-    One read of the tenant decides how many to try (its room). With room for two or more, the
-    oldest that many are woken in one transaction (:func:`_try_wake_batch`, conditioned on the
-    counters as read); else, or if that is refused, each wake is one transaction (job ``waiting →
-    queued``, tenant ``waiting − 1``, ``queued + 1``, ``occupied + 1`` on condition
+    One read of the tenant decides how many to try (its room). Each wake is one transaction (job
+    ``waiting → queued``, tenant ``waiting − 1``, ``queued + 1``, ``occupied + 1`` on condition
     :func:`has_place`). The conditions keep the counters exact. Each woken job is then published
     (``publish(tenant_id, job_id)``).
     ``reason`` (``release``, ``borrow``, ``door``, ``sweeper``, ``cap_change``, ``repair``) is recorded in the
@@ -235,13 +231,7 @@ def wake(tenant_id: str, *, publish: Publish, reason: str = "release", now: floa
         if on_woken is not None:
             on_woken(job)
 
-    line = iter(waiting_jobs(tenant_id))
-    first = list(itertools.islice(line, min(room, TRANSACT_WRITE_MAX_ITEMS - 1)))
-    if len(first) >= 2 and _try_wake_batch(first, tenant, t, reason):
-        for job in first:
-            woke(job)
-        first = []  # room beyond one transaction's worth: the rest one at a time
-    for job in itertools.chain(first, line):
+    for job in waiting_jobs(tenant_id):
         if len(woken) >= room:
             break
         outcome = _try_wake(job.job_id, tenant_id, t, reason)
@@ -250,63 +240,6 @@ def wake(tenant_id: str, *, publish: Publish, reason: str = "release", now: floa
         if outcome == "woken":
             woke(job)
     return woken
-
-
-def as_read(tenant: TenantItem):
-    """Condition on a tenant item: the counters and limits a wake's room was computed from
-    (``occupied``, ``cap``, ``burst_cap``) are still those of ``tenant`` as read; an absent one
-    still absent."""
-    condition = None
-    for attribute in (TenantItem.occupied, TenantItem.cap, TenantItem.burst_cap):
-        value = getattr(tenant, attribute.attr_name)
-        term = attribute.does_not_exist() if value is None else attribute == value
-        condition = term if condition is None else condition & term
-    return condition
-
-
-def _try_wake_batch(jobs: list[JobItem], tenant: TenantItem, t: float, reason: str) -> bool:
-    """Wake all of ``jobs`` (the tenant's oldest waiting, read after ``tenant``; at most the room
-    :func:`room_with_borrowing` gave for ``tenant``) in one transaction: each job ``waiting →
-    queued`` on condition :func:`is_waiting`, the tenant ``waiting − n``, ``queued + n``,
-    ``occupied + n`` on condition :func:`has_place` and :func:`as_read` (so the room still holds
-    for all n). At most ``TRANSACT_WRITE_MAX_ITEMS − 1`` jobs.
-
-    Returns:
-        True if all were woken; False if the transaction was refused (a job no longer waiting, the
-        tenant's counters moved): nothing was written, and the caller wakes one at a time.
-
-    Raises:
-        LeaseContention: conflicts outlasted the bounded retries.
-    """
-    tenant_id, n = tenant.tenant_id, len(jobs)
-
-    def attempt() -> bool:
-        try:
-            with NamedTransaction(new_token()) as tx:
-                tx.add("update", "tenant", TenantItem(tenant_id),
-                       actions=[TenantItem.waiting.add(-n), TenantItem.occupied.add(n),
-                                *TenantItem.counted(TenantItem.queued, n)],
-                       condition=has_place() & as_read(tenant))
-                for i, job in enumerate(jobs):
-                    tx.add("update", f"job{i}", JobItem(job.job_id), actions=wake_actions(tenant_id, t, reason),
-                           condition=is_waiting(tenant_id))
-        except TransactWriteError as exc:
-            kind, codes = classify(exc)
-            if kind == RETRY:
-                raise Retryable(codes) from exc
-            if kind == AMBIGUOUS:  # all or nothing: one job tells which
-                first = _read_job(jobs[0].job_id)
-                if first is not None and first.woken_at is not None and float(first.woken_at) == t:
-                    return True
-                if first is not None and first.status == JobStatus.WAITING.value:
-                    raise Retryable(codes) from exc
-                return False
-            if kind == CANCELLED:
-                return False
-            raise
-        return True
-
-    return with_conflict_retries(attempt, what=f"wake {n} jobs of {tenant_id}")
 
 
 def room_with_borrowing(tenant: TenantItem, cluster: policy.ClusterState | None = None) -> int:
@@ -344,45 +277,6 @@ def wake_borrowers(*, publish: Publish, on_woken: Callable[[JobItem], None] | No
             break
         woken += wake(tenant_id, publish=publish, reason="borrow", on_woken=on_woken, limit=1, cluster=cluster)
     return woken
-
-
-def others_want_slot(tenant_id: str, *, now: float | None = None) -> bool:
-    """Another tenant could use a slot freed now (:func:`tenants_wanting_slot` is not empty)."""
-    return bool(tenants_wanting_slot(tenant_id, now=now))
-
-
-def tenants_wanting_slot(tenant_id: str, *, now: float | None = None) -> dict[str, policy.TenantState]:
-    """The tenants other than ``tenant_id`` that could use a slot freed now
-    (:func:`leases.policy.wants_slot`: a job queued, or one waiting that a wake would bring), with
-    their counters; one query of the pending index (eventually consistent: a tenant pending for a
-    moment only may be missed, and asks again at the next release)."""
-    return pool_read(tenant_id, now=now)[1]
-
-
-def pool_read(tenant_id: str, *, now: float | None = None) -> tuple[policy.TenantState | None, dict[str, policy.TenantState]]:
-    """``(own, wanting)``: ``tenant_id``'s counters as the pending index has them (None: not
-    pending there), and :func:`tenants_wanting_slot`'s tenants; the same one query."""
-    s = get_settings()
-    t = time.time() if now is None else now
-    own: policy.TenantState | None = None
-    wanting: dict[str, policy.TenantState] = {}
-    for item in TenantItem.by_pending.query(PENDING_PARTITION):
-        state = tenant_state(item)
-        if item.tenant_id == tenant_id:
-            own = state
-        elif policy.wants_slot(state, s.default_cap, t):
-            wanting[item.tenant_id] = state
-    return own, wanting
-
-
-def oldest_due(tenant_id: str, *, now: float) -> JobItem | None:
-    """The tenant's oldest queued job whose message is due by ``now`` (not one in retry backoff),
-    among its ``handoff_scan_limit`` oldest queued (the queued index, eventually consistent), or None."""
-    limit = get_settings().handoff_scan_limit
-    for job in JobItem.by_queued.query(tenant_id, scan_index_forward=True, limit=limit, page_size=limit):
-        if job.due_at is None or float(job.due_at) <= now:
-            return job
-    return None
 
 
 def through_door(job: JobItem, *, door: bool = True, now: float | None = None) -> bool:

@@ -112,7 +112,7 @@ class ImposeTask(FairTask):
             raise SubmissionRequired(self._refusal(args, kwargs, callbacks))
         return AsyncResult(submit_job(**kwargs), app=self.app)
 
-    def run(self, *, job: JobItem, lease: Lease, cancel: threading.Event) -> JobResult:
+    def run_job(self, *, job: JobItem, lease: Lease, cancel: threading.Event) -> JobResult:
         """Download, impose, check the lease, upload. Raises the engine's typed errors."""
         settings = get_settings()
         spec = parse_layout(job.layout)

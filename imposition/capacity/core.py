@@ -85,49 +85,26 @@ class Scheduler:
             heapq.heappush(self.waiting[tenant_id], (order, job))
         return outcome
 
-    def slot_passes(self, tenant_id: str, now: float) -> bool:
-        """Before a commit: it hands its place on (:func:`leases.policy.passes_on`) and its slot
-        may pass to that job, run in place, unless a tenant with fewer leases could take it from
-        the pool (:func:`leases.policy.yields_slot`): within the cap (:func:`leases.policy.passes_slot`)
-        or, above it, as a lent one (:func:`leases.policy.lends_slot`, no other tenant wanting a slot)."""
-        state, cap = self.tenant(tenant_id), self.limits.default_cap
-        if not policy.passes_on(state, self.limits.waiting_policy, cap):
-            return False
-        others = {tid: other for tid, other in self.tenants.items()
-                  if tid != tenant_id and policy.wants_slot(other, cap, now)}
-        if policy.yields_slot(state, others, cap, now):
-            return False
-        if policy.passes_slot(state, cap, now):
-            return True
-        return policy.lends_slot(state, self.cluster, cap, now, bool(others))
-
-    def release(self, tenant_id: str, *, requeue: bool = False, pass_slot: bool = False) -> list[tuple[str, object]]:
-        """A lease ends: a commit or failure passes its place to the tenant's oldest waiting job in
-        the same transaction when :func:`leases.policy.passes_on` (``occupied`` unchanged), else
-        frees it and wakes the tenant; a retry (``requeue``) keeps its place, then wakes. Then the
-        borrowers' wake. Returns the ``(tenant, job)`` woken, in order. With ``pass_slot`` (the
-        caller checked :meth:`slot_passes` before), the slot passes too: the handed job holds the
-        lease now (``in_flight`` and ``busy`` unchanged, ``waiting − 1``), it is the one job
-        returned, and nothing else is woken (a passed slot frees nothing)."""
+    def release(self, tenant_id: str, *, requeue: bool = False) -> list[tuple[str, object]]:
+        """A lease ends (:func:`leases.transactions.fenced_release`): a commit or failure passes its
+        place to the tenant's oldest waiting job in the same transaction when
+        :func:`leases.policy.passes_on` (``occupied`` unchanged), else frees it; a retry
+        (``requeue``) keeps its place. The slot is freed either way; then the borrowers' wake.
+        Returns the ``(tenant, job)`` woken, in order."""
         state = self.tenant(tenant_id)
         passes = not requeue and policy.passes_on(state, self.limits.waiting_policy, self.limits.default_cap)
-        if passes and pass_slot:
-            _, job = heapq.heappop(self.waiting[tenant_id])
-            state.waiting -= 1
-            return [(tenant_id, job)]
         state.in_flight -= 1
         self.cluster.busy -= 1
+        woken: list[tuple[str, object]] = []
         if passes:
             _, job = heapq.heappop(self.waiting[tenant_id])
             state.waiting -= 1
             state.queued += 1
             woken = [(tenant_id, job)]
+        elif requeue:
+            state.queued += 1
         else:
-            if requeue:
-                state.queued += 1
-            else:
-                state.occupied -= 1
-            woken = self.wake(tenant_id)
+            state.occupied -= 1
         return woken + self.wake_borrowers()
 
     def wake(self, tenant_id: str, limit: int | None = None) -> list[tuple[str, object]]:

@@ -62,13 +62,6 @@ class ModelParams:
     #: Measured latencies to draw ``poll_latency_s`` from (seeded), instead of the constant: a run's
     #: own distribution (``bench.sim_check``); empty = the constant.
     poll_latency_samples: tuple[float, ...] = ()
-    #: A commit that hands its place on runs the handed job in place (no message) while its
-    #: delivery has run less than this (seconds, ``handoff_in_place_s``; 0: always published).
-    in_place_s: float = 0.0
-    #: From that commit to the handed job's lease, when run in place (``sim_in_place_latency_s``).
-    in_place_latency_s: float = 0.0
-    #: Measured in-place latencies to draw from instead of the constant (as ``poll_latency_samples``).
-    in_place_latency_samples: tuple[float, ...] = ()
     #: A waiting long poll rechecks for delayed copies (timer deferrals, retry backoffs) that became
     #: due this often (seconds, ``sim_delayed_recheck_s``; moto 1 s, AWS SQS 0: seen when due); a
     #: send to the queue makes it recheck at once.
@@ -85,8 +78,7 @@ class ModelParams:
             retry_backoff_max_s=s.retry_backoff_max_s, max_attempts=s.max_attempts,
             poll_latency_s=s.sim_poll_latency_s, wake_latency_s=s.sim_wake_latency_s, park_s=s.sim_park_s,
             job_overhead_s=s.sim_job_overhead_s, delivery_order=s.sim_delivery_order,
-            in_place_s=s.handoff_in_place_s if s.waiting_policy == "handoff" else 0.0,
-            in_place_latency_s=s.sim_in_place_latency_s, delayed_recheck_s=s.sim_delayed_recheck_s)
+            delayed_recheck_s=s.sim_delayed_recheck_s)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
@@ -169,7 +161,6 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
     rotation: deque = deque()
     idle = [slots]
     lease_start: dict[int, float] = {}
-    chain_began: dict[int, float] = {}  # job → when the delivery that runs it began (hand-off in place)
     intervals = result.intervals
     most = result.most_leases
     busy = [0.0, 0]  # busy slot-seconds, leases now
@@ -268,9 +259,6 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
         for _, other in woken:
             at(p.wake_latency_s, visible, other)
 
-    in_place_samples = p.in_place_latency_samples
-    in_place = p.in_place_s > 0 and policy_name != "timer"
-
     def start_lease(job, now: float) -> None:
         job.attempts += 1
         if job.started_at is None:
@@ -285,23 +273,15 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
             most[job.tenant] = held
         at(job.hold_s, finish, job)
 
-    def run_passed(ev) -> None:  # a job whose lease its predecessor's commit took, run in place
-        job = ev.value
-        if job.first_received_at is None:
-            job.first_received_at = env.now
-        start_lease(job, env.now)
-
     def received(ev) -> None:
         job = ev.value
         now = env.now
-        chain_began.setdefault(id(job), now)
         if job.first_received_at is None:
             job.first_received_at = now
         outcome = sched.deliver(job.tenant, job, job.order, now)
         if outcome is policy.TAKE or outcome is policy.BORROW:
             start_lease(job, now)
             return
-        chain_began.pop(id(job), None)
         if outcome is policy.DEFER:  # the copy is sent at the end of the deferral, then acked
             at(p.park_s, deferred, job)
         else:
@@ -328,18 +308,10 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
                 job.status, job.finished_at = "failed", now
         else:
             job.status, job.finished_at = "succeeded", now
-        began = chain_began.pop(id(job), start)
-        pass_slot = (in_place and job.status == "succeeded" and now - began < p.in_place_s
-                     and sched.slot_passes(job.tenant, now))
-        woken = sched.release(job.tenant, requeue=requeue, pass_slot=pass_slot)
+        woken = sched.release(job.tenant, requeue=requeue)
         if requeue:
             job.status = "queued"
             sent_delayed(job, min(p.retry_backoff_max_s, p.retry_backoff_base_s * 2 ** max(0, job.attempts - 1)))
-        if pass_slot:  # the commit passed its slot to the job it handed its place to
-            (_, kept), = woken
-            chain_began[id(kept)] = began
-            at(rng.choice(in_place_samples) if in_place_samples else p.in_place_latency_s, run_passed, kept)
-            return
         for _, other in woken:
             at(p.wake_latency_s, visible, other)
         free_worker()

@@ -166,31 +166,20 @@ class Settings(BaseSettings):
         "of its tenant wakes it (docs/design.md §3); 'timer' publishes a copy delayed by defer_delay_s (the "
         "source design's baseline, kept for make bench-sched).",
     )
-    fair_share_recheck_s: float = Field(
-        default=1.0, ge=0,
-        description="A worker process whose read of the pending index found no other tenant wanting a slot "
-        "(at a commit that could pass its slot on in place) skips that read at the tenant's commits for this "
-        "long: a tenant arriving meanwhile waits at most this plus one job for its fair share (policy.yields_slot), "
-        "and a slot above the cap is lent on meanwhile. 0: read at every such commit.",
-    )
-    handoff_hint_tenants: int = Field(
-        default=10_000, ge=0,
-        description="Tenants a worker process remembers in each of its release hints: none waited at its "
-        "last release (the next one skips the read of the waiting line and commits on condition none "
-        "waits), and its last commit could not pass its slot within the cap (the next one reads whether "
-        "another tenant wants a slot, to lend it on if none does). 0: no hints.",
-    )
     handoff_scan_limit: int = Field(
         default=8, ge=1, le=100,
         description="Waiting jobs read per index page when a release looks for the tenant's oldest one "
         "(a release hands its place to the first of them still waiting).",
     )
-    handoff_in_place_s: float = Field(
-        default=30.0, ge=0,
-        description="A delivery whose commit handed its place to a waiting job runs that job itself, without a "
-        "message (and the next one it hands on, and so on) until the delivery has run this long or its worker's warm "
-        "shutdown has begun; then the next handed job is published. 0 = always publish (docs/design.md §3, "
-        "hand-off in place).",
+    index_settle_s: float = Field(
+        default=1.5, ge=0,
+        description="A release whose read of the waiting index found none, while the tenant's (strongly "
+        "consistent) waiting counter says one waits, reads the index again for this long before freeing the "
+        "place and leaving the job to the sweep: real DynamoDB's indexes are eventually consistent.",
+    )
+    index_poll_s: float = Field(
+        default=0.1, gt=0,
+        description="Between two such reads of the waiting index (seconds).",
     )
     visibility_margin_s: float = Field(default=60.0, ge=0)
 
@@ -492,13 +481,6 @@ class Settings(BaseSettings):
         default=0.01, ge=0,
         description="Simulator: from a release to the woken job's publish (the hand-off is in the release's own "
         "transaction; measured 0.005-0.015 s); measured as sim_poll_latency_s.",
-    )
-    sim_in_place_latency_s: float = Field(
-        default=0.03, ge=0,
-        description="Simulator: from a commit to the lease of the job it passed its slot to, when the releasing "
-        "worker runs it in place (handoff_in_place_s): the end of the commit's transaction to the handed job's "
-        "run (its report, the heartbeat's start; measured 0.02-0.05 s mean on the quiet local stack); measured "
-        "as sim_poll_latency_s.",
     )
     sim_park_s: float = Field(
         default=0.2, ge=0, description="Simulator: worker time of a delivery that parks or defers its job "

@@ -17,7 +17,7 @@ remote control); only the events go to Redis, at ``Settings.events_url`` (its ow
   sends the same event for every publish, and logs, never raises, a failure.
 * **a job's own start**: :class:`RunReportedDispatcher` (``tasks.worker.run_reported_strategy``)
   holds back the consumer's ``task-received``/``task-started`` of a :class:`tasks.base.FairTask`; the
-  child sends them at ``lease_acquired`` (and a job run in place its end: :func:`send_in_place_end`).
+  child sends them at ``lease_acquired``.
 * **Flower** (:func:`devstack.stack.flower_command`): task id = job id, kwargs ``{"tenant_id",
   "job_id"}`` shown (:data:`FLOWER_TASKS_COLUMNS`), searchable as ``kwargs:tenant_id=acme``.
 
@@ -209,36 +209,7 @@ def send_run_started(sender=None, **_: object) -> None:
           request.id, request.hostname)
 
 
-def _in_place_request(sender: Any):
-    """The request of a job run in place (``in_place_of`` set), or None (Celery reports the rest)."""
-    request = getattr(sender, "request", None)
-    if request is None or not getattr(request, "in_place_of", None) or not getattr(request, "hostname", None):
-        return None
-    return request
-
-
-def send_in_place_end(sender=None, outcome=None, error=None, job=None, lease=None, **_: object) -> None:
-    """``task-succeeded``/``-failed``/``-retried`` of a job run in place (``job_finished``,
-    ``lease_lost``): no consumer saw its start or sees its end, so the child reports both."""
-    request = _in_place_request(sender)
-    if request is None or not get_settings().events_url:
-        return
-    runtime = max(0.0, time.time() - float(getattr(request, "in_place_began", None) or time.time()))
-    job_id = job.job_id if job is not None else lease.job_id if lease is not None else None
-    tenant_id = job.tenant_id if job is not None else lease.tenant_id if lease is not None else None
-    if outcome == "failed":
-        event = ("task-failed", {"uuid": request.id, "exception": repr(error), "traceback": ""})
-    elif outcome == "retrying":
-        event = ("task-retried", {"uuid": request.id, "exception": repr(error), "traceback": ""})
-    else:  # succeeded, or the lease was lost (the run's result says so, as Celery reports a returned dict)
-        result = {"outcome": outcome or "lease_lost", "job_id": job_id, "tenant_id": tenant_id}
-        event = ("task-succeeded", {"uuid": request.id, "result": repr(result), "runtime": runtime})
-    _send([event], request.id, request.hostname)
-
-
 def install() -> None:
     """Connect the publishers' task-sent receiver and the run-reported events' receivers (idempotent: a receiver connected twice is connected once)."""
     after_task_publish.connect(send_task_sent)
     signals.lease_acquired.connect(send_run_started)
-    signals.job_finished.connect(send_in_place_end)
-    signals.lease_lost.connect(send_in_place_end)

@@ -45,43 +45,16 @@ def test_more_nodes_do_not_help_a_tenant_held_by_its_cap_but_borrowing_does():
     assert p95(3, "borrow") == 2.0  # burst cap 16 within 23 borrowable slots
 
 
-def test_a_handed_job_run_in_place_skips_the_queue_until_the_delivery_has_run_its_limit():
-    # cap 1, jobs of 1 s: each commit hands its place on; run in place, the next lease follows after
-    # the in-place latency, not a wake and a poll, until the delivery has run 2.5 s; then published.
-    params = dataclasses.replace(EXACT, default_cap=1, poll_latency_s=0.5, wake_latency_s=0.2,
-                                 in_place_s=2.5, in_place_latency_s=0.05)
+def test_a_handed_job_is_published_and_received_like_any_other():
+    # cap 1, jobs of 1 s: each commit hands its place to the next job in its own transaction; the
+    # job is published (wake latency) and received (poll) before its lease.
+    params = dataclasses.replace(EXACT, default_cap=1, poll_latency_s=0.5, wake_latency_s=0.2)
     jobs = burst("solo", 5, 1.0)
     simulate(jobs, nodes=1, policy_name="handoff", params=params)
-    starts = sorted(j.started_at - 1_000.0 for j in jobs)
-    # 0.5 (poll) · in place +1.05, +1.05 (chain began at 0.5: 2.6 s ≥ 2.5 after the third) ·
-    # published: +1 + 0.2 + 0.5 · in place +1.05
-    assert starts == pytest.approx([0.5, 1.55, 2.6, 4.3, 5.35])
-    without = burst("solo", 5, 1.0)
-    simulate(without, nodes=1, policy_name="handoff", params=dataclasses.replace(params, in_place_s=0.0))
-    assert sorted(j.started_at - 1_000.0 for j in without) == pytest.approx([0.5 + 1.7 * i for i in range(5)])
-    timer = burst("solo", 2, 1.0)  # the timer policy never hands on, so never runs in place
+    assert sorted(j.started_at - 1_000.0 for j in jobs) == pytest.approx([0.5 + 1.7 * i for i in range(5)])
+    timer = burst("solo", 2, 1.0)  # the timer policy never hands on: the copy comes after its delay
     simulate(timer, nodes=1, policy_name="timer", params=params)
     assert max(j.started_at for j in timer) - 1_000.0 == pytest.approx(0.5 + 30 + 0.5)
-
-
-def test_a_slot_above_the_cap_is_lent_on_in_place_only_while_no_other_tenant_wants_one():
-    # 3 slots, reserve 1: 2 lendable. "big" (cap 1, burst 2): its second job is queued at the door,
-    # a slot being free to borrow (0.5, as the first; leases.policy.door_queues), and alone it keeps
-    # both slots in place, the borrowed one too (1.55 twice: each 1 s job plus the 0.05 s in-place
-    # latency). When "light" has a job queued at big's commits (1.5), the borrowed slot goes back to
-    # the pool and light's job takes it (2.0, its poll); big's slot within its cap still passes in
-    # place (1.55), and big's fourth job, handed the borrowed slot's place, waits queued for a worker
-    # until the third's commit frees one (2.55, plus the poll: 3.05).
-    params = dataclasses.replace(EXACT, slots_per_node=3, default_cap=1, poll_latency_s=0.5, wake_latency_s=0.2,
-                                 in_place_s=100.0, in_place_latency_s=0.05)
-    tiers = {"big": Tier(cap=1, burst_cap=2), "light": Tier(cap=2)}
-    alone = burst("big", 4, 1.0)
-    simulate(alone, nodes=1, policy_name="borrow", params=params, tiers=tiers)
-    assert sorted(j.started_at - 1_000.0 for j in alone) == pytest.approx([0.5, 0.5, 1.55, 1.55])
-    big, light = burst("big", 4, 1.0), burst("light", 2, 1.0, at=1_001.2)
-    simulate(big + light, nodes=1, policy_name="borrow", params=params, tiers=tiers)
-    assert sorted(j.started_at - 1_000.0 for j in big) == pytest.approx([0.5, 0.5, 1.55, 3.05])
-    assert sorted(j.started_at - 1_000.0 for j in light) == pytest.approx([1.7, 2.0])
 
 
 def test_the_timer_makes_a_capped_job_wait_for_its_copy():

@@ -78,11 +78,10 @@ def test_a_borrowing_tier_takes_idle_slots_but_not_the_reserve_and_a_light_tenan
     assert peaks[light].leases == 1
 
 
-def test_a_borrowing_tier_alone_keeps_its_lent_slots_in_place_and_gives_them_back_when_another_wants_one(cluster):
-    """Cap 1, burst 4 (3 lendable slots), alone: once a process's commit could not pass its slot
-    within the cap, its next commits lend theirs on in place, so most handed jobs run in place on
-    the slots above the cap, never more than 3 leases. A light tenant whose job is queued gets the
-    reserve slot at once."""
+def test_a_borrowing_tier_alone_keeps_its_borrowed_places_and_a_light_tenant_gets_the_reserve(cluster):
+    """Cap 1, burst 4 (3 borrowable slots), alone: its commits hand their places on up to the burst
+    cap (a handed job then takes a borrowing acquire), so it keeps 3 leases, never more. A light
+    tenant whose job is queued gets the reserve slot at once."""
     heavy, light = new_tenant("lendheavy"), new_tenant("lendlight")
     result = CliRunner().invoke(cli, ["tenant", "set-cap", heavy, "1", "--burst", str(SLOTS)])
     assert result.exit_code == 0, result.output
@@ -95,11 +94,6 @@ def test_a_borrowing_tier_alone_keeps_its_lent_slots_in_place_and_gives_them_bac
     assert cluster.final(quick, timeout_s=30).status == "succeeded"
     finished = [cluster.final(j, timeout_s=90) for j in jobs]
     assert [(j.status, j.attempts) for j in finished] == [("succeeded", 1)] * len(jobs)
-    node_log = "".join(node.log() for node in cluster.nodes.values())
-    in_place = sum(1 for j in jobs if f"running handed job {j} of {heavy} in place" in node_log)
-    # within the cap alone, one chain at most (its commits see 3 leases above the cap of 1 and
-    # pass only their places); lent on, the three slots chain: most of the 21 handed jobs
-    assert in_place >= len(jobs) // 2, in_place
     peaks = max_concurrent(cluster.events())
     assert peaks[heavy].leases == borrowable
     assert peaks[light].leases == 1

@@ -1,7 +1,7 @@
 """The hand-off (docs/design.md §3) on real workers: park, wake, FIFO within a tenant, the sweeper's safety
-net for a releaser killed before its wake and for a lost wake message, a live cap change while jobs
-wait, handed case 12 under the hand-off (a waiting job costs no message and no attempt), and the
-hand-off in place (the releasing worker runs the job it handed its place to, without a message).
+net for a releaser killed before it published the job it handed its place to, a release whose
+read of the line missed a job parked since, a live cap change while jobs wait, and handed case 12
+under the hand-off (a waiting job costs no message and no attempt).
 
 Its own cluster: one node of 4 slots, the sweeper every 2 s (the session's clocks), a short
 lost-message grace so the safety net acts within the test's time.
@@ -10,7 +10,6 @@ lost-message grace so the safety net acts within the test's time.
 from __future__ import annotations
 
 import datetime
-import json
 import re
 import time
 import uuid
@@ -164,7 +163,7 @@ def test_a_releaser_killed_before_publishing_the_job_it_handed_its_place_to(clus
     assert f"re-published job {parked}" in maintenance.log()
 
 
-def test_a_releaser_killed_after_passing_its_slot_on_leaves_the_passed_lease_to_the_sweeper(cluster):
+def test_a_releaser_killed_after_its_commit_handed_the_place_on_is_covered_by_the_sweeper(cluster):
     tenant = new_tenant("killed")
     set_cap(tenant, 1)
     holder = cluster.submit(tenant, faults={"hold": "", "kill-after-release": ""})
@@ -173,54 +172,36 @@ def test_a_releaser_killed_after_passing_its_slot_on_leaves_the_passed_lease_to_
     wait_for(lambda: _status(parked) == "waiting", 10, what="the job to park")
     _release_hold(cluster, holder)
 
-    # The commit passed its slot to the parked job (a lease for the releasing process, in the same
-    # transaction); the process died before running it. No message of the job exists: the passed
-    # lease expires and the sweeper requeues it; that attempt stays counted, as after any crash.
+    # The commit handed its place to the parked job (now queued, in the same transaction); the
+    # process died before publishing it. The sweep re-publishes it; no attempt was spent.
     assert cluster.final(holder).status == "succeeded"
     job = cluster.final(parked, timeout_s=60)
-    assert (job.status, job.attempts, job.woken_by) == ("succeeded", 2, "release")
-    assert len(cluster.events_of(parked, "reclaimed")) == 1
+    assert (job.status, job.attempts, job.woken_by) == ("succeeded", 1, "release")
+    maintenance = next(p for p in cluster.others if "maintenance" in str(p.log_path))
+    assert f"re-published job {parked}" in maintenance.log()
     _committed_once(cluster, [holder, parked])
     assert max_concurrent(cluster.events())[tenant].leases == 1
 
 
-def test_a_releaser_killed_before_its_wake_is_covered_by_the_sweeper(cluster):
+def test_a_job_parked_after_the_releases_read_is_handed_the_place_by_that_release(cluster, local_aws):
     tenant = new_tenant("unhanded")
-    set_cap(tenant, 1)
-    holder = cluster.submit(tenant, faults={"hold": "", "hold-before-release": "", "kill-after-release": ""})
-    _wait_running([holder])
-    _release_hold(cluster, holder)
-    wait_for(lambda: (cluster.fault_dir / f"{holder}.at-release").exists(), 30, what="the holder at its release")
-    # The holder read its tenant's next waiting job (none) and waits before its release; a job
-    # parks meanwhile, so the release frees the place instead of handing it on, and the holder
-    # dies before its wake.
-    parked = cluster.submit(tenant)
-    wait_for(lambda: _status(parked) == "waiting", 10, what="the job to park")
-    (cluster.fault_dir / f"{holder}.hold-before-release").unlink()
-
-    assert cluster.final(holder).status == "succeeded"
-    job = cluster.final(parked, timeout_s=60)
-    assert (job.status, job.attempts, job.woken_by) == ("succeeded", 1, "sweeper")
-
-
-def test_a_lost_wake_message_is_re_published_by_the_sweeper(cluster):
-    tenant = new_tenant("lost")
     set_cap(tenant, 1)
     holder = cluster.submit(tenant, faults={"hold": "", "hold-before-release": ""})
     _wait_running([holder])
     _release_hold(cluster, holder)
     wait_for(lambda: (cluster.fault_dir / f"{holder}.at-release").exists(), 30, what="the holder at its release")
-    # The holder read no waiting job, so its release frees the place and then wakes (a commit that
-    # hands its place on passes its slot in place: no wake message to lose).
+    # The holder read its tenant's waiting line (empty) and waits before its release; a job parks
+    # meanwhile. The release's condition "none waits" is refused (the tenant's waiting counter),
+    # so it reads the line again and hands the place to that job in its next try: no wake, no sweep.
     parked = cluster.submit(tenant)
     wait_for(lambda: _status(parked) == "waiting", 10, what="the job to park")
-    cluster.mark(f"tenant-{tenant}.kill-after-wake")  # the wake applies, its publish never happens
-    (cluster.fault_dir / f"{holder}.hold-before-release").unlink()
-
-    job = cluster.final(parked, timeout_s=60)
+    with DynamoRecording(local_aws) as recording:
+        (cluster.fault_dir / f"{holder}.hold-before-release").unlink()
+        assert cluster.final(holder).status == "succeeded"
+        job = cluster.final(parked, timeout_s=60)
     assert (job.status, job.attempts, job.woken_by) == ("succeeded", 1, "release")
-    maintenance = next(p for p in cluster.others if "maintenance" in str(p.log_path))
-    assert f"re-published job {parked}" in maintenance.log()
+    assert _release_tries(recording, holder) == 2
+    _committed_once(cluster, [holder, parked])
 
 
 def test_raising_the_cap_while_jobs_wait_wakes_them_at_once(cluster):
@@ -263,73 +244,6 @@ def test_a_parked_job_withdrawn_before_publishing_leaves_the_counters_exact(clus
     assert int(TenantItem.get(tenant, consistent_read=True).waiting) == 0
     _release_hold(cluster, holder)
     assert cluster.final(holder).status == "succeeded"
-
-
-def test_a_handed_job_runs_in_place_on_the_releasing_worker_and_a_crash_there_is_reclaimed(cluster):
-    tenant, holder = _held_tenant(cluster, "inplace")
-    # The second waiting job kills its worker mid-engine, once: the job run in place is not the
-    # delivery's own, and no message of it exists; its lease expires and the sweeper brings it back.
-    parked = [cluster.submit(tenant), cluster.submit(tenant, faults={"kill-mid-engine": ""}), cluster.submit(tenant)]
-    wait_for(lambda: [_status(j) for j in parked] == ["waiting"] * 3, 10, what="the jobs to park")
-    _release_hold(cluster, holder)
-
-    first = cluster.final(parked[0])
-    holder_job = cluster.final(holder)
-    assert (first.status, first.attempts, first.woken_by) == ("succeeded", 1, "release")
-    assert first.worker == holder_job.worker  # the releasing process ran it: no message, no other slot
-    node_log = "".join(node.log() for node in cluster.nodes.values())
-    assert f"running handed job {parked[0]} of {tenant} in place (after {holder})" in node_log
-    killed = cluster.final(parked[1], timeout_s=90)
-    assert (killed.status, killed.attempts) == ("succeeded", 2)  # the crashed run in place stays counted
-    assert len(cluster.events_of(parked[1], "reclaimed")) == 1
-    last = cluster.final(parked[2], timeout_s=60)
-    assert (last.status, last.attempts) == ("succeeded", 1)
-    _committed_once(cluster, [holder, *parked])
-    assert max_concurrent(cluster.events())[tenant].leases == 1
-
-
-def test_a_job_run_in_place_that_fails_is_retried_by_its_own_copy_then_failed(cluster):
-    tenant, holder = _held_tenant(cluster, "inplacefail")
-    failing = cluster.submit(tenant, faults={"fail-input": ""})
-    after = cluster.submit(tenant)
-    wait_for(lambda: [_status(j) for j in (failing, after)] == ["waiting"] * 2, 10, what="the jobs to park")
-    _release_hold(cluster, holder)
-
-    job = cluster.final(failing, timeout_s=60)
-    # Its first attempt ran in place; the retry copies it published named it (not the holder's
-    # delivery), so its later attempts ran and the budget ended it.
-    assert (job.status, job.attempts, job.error_code) == ("failed", 3, "injected")
-    first = cluster.events_of(failing, "acquired")[0]
-    assert first["pid"] == cluster.events_of(holder, "acquired")[0]["pid"], first  # the releasing process
-    assert [e["outcome"] for e in cluster.events_of(failing, "releasing")] == ["retrying", "retrying", "failed"]
-    assert cluster.final(after).status == "succeeded"
-    _committed_once(cluster, [holder])
-
-
-def test_a_warm_shutdown_ends_a_run_in_place_after_the_running_job(cluster):
-    tenant, holder = _held_tenant(cluster, "inplacestop")
-    cluster.mark(f"tenant-{tenant}.sleep", "3")  # each later job of the tenant runs 3 s
-    parked = [cluster.submit(tenant) for _ in range(6)]
-    wait_for(lambda: [_status(j) for j in parked] == ["waiting"] * 6, 10, what="the jobs to park")
-    _release_hold(cluster, holder)
-    _wait_running(parked[:1])
-
-    (name, node), = cluster.nodes.items()
-    began = time.monotonic()
-    node.terminate()  # SIGTERM: a warm shutdown, while the node runs its tenant's line in place
-    node.proc.wait(30)
-    stopped_s = time.monotonic() - began
-    # It finished the job it was running (at most 3 s) and handed the next on by a message, instead
-    # of running the remaining five in place (15 s more; 16.4 s in all was measured with 2 s jobs,
-    # and past a supervisor's grace with longer jobs).
-    assert stopped_s < 12, stopped_s
-    assert _status(parked[-1]) == "waiting"
-    cluster.mark(f"tenant-{tenant}.sleep", "0.5")  # the rest of the line only has to finish
-    cluster.start_node(name)
-    finished = [cluster.final(j, timeout_s=60) for j in parked]
-    assert [(j.status, j.attempts) for j in finished] == [("succeeded", 1)] * 6  # nothing charged, none lost
-    _committed_once(cluster, [holder, *parked])
-    assert max_concurrent(cluster.events())[tenant].leases == 1
 
 
 _LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}): [^]]*\] Task imposition\.impose\[(\w+)\] "
@@ -379,87 +293,9 @@ def test_a_slot_freed_while_the_prefetch_is_full_receives_the_next_message_at_on
     assert max(gaps) < 0.5, gaps
 
 
-def test_a_chain_run_in_place_gives_its_slot_to_a_tenant_with_fewer_leases(cluster):
-    """Every child runs a chain of one tenant's line in place (cap 4 on the node's 4 slots) when a
-    second tenant's job is submitted: its message stands in SQS behind busy children, the consumer
-    has none free to take it. The first commit that reads it there (no lease, a job queued; the
-    chains' tenant 4) passes its slot to that job in the commit instead of to its own next one,
-    and runs it in place (leases.policy.yields_slot, HandOff.claim). Without that, the job waited
-    for a chain to end: the chains' tenant's whole line, or handoff_in_place_s."""
-    heavy = new_tenant("chains")
-    set_cap(heavy, 4)
-    holders = [cluster.submit(heavy, faults={"hold": ""}) for _ in range(4)]
-    _wait_running(holders)
-    cluster.mark(f"tenant-{heavy}.sleep", "0.5")
-    parked = [cluster.submit(heavy) for _ in range(16)]
-    wait_for(lambda: [_status(j) for j in parked] == ["waiting"] * 16, 10, what="the line to park")
-    light = new_tenant("light")
-    late = cluster.submit(light)
-    assert _status(late) == "queued"
-    for job_id in holders:
-        _release_hold(cluster, job_id)
-
-    late_job = cluster.final(late)
-    finished = [cluster.final(j) for j in parked]
-    assert [(j.status, j.attempts) for j in finished] == [("succeeded", 1)] * 16
-    assert (late_job.status, late_job.attempts) == ("succeeded", 1)
-    starts = sorted(float(j.started_at) for j in finished)
-    # It started within the chains' first round, not after their line (4 rounds of 0.5 s).
-    assert float(late_job.started_at) < starts[4], (float(late_job.started_at), starts)
-    node_log = "".join(node.log() for node in cluster.nodes.values())
-    assert f"tenant {heavy} gives its slot to job {late} of {light}" in node_log
-    assert f"to job {late} of {light} in the commit" in node_log  # the claim applied in a commit
-    _committed_once(cluster, [*holders, *parked, late])
-    assert max_concurrent(cluster.events())[heavy].leases == 4
-
-
-def _waiting_reads(recording: DynamoRecording, tenant: str) -> list[dict]:
-    """The recorded queries of ``tenant``'s waiting line (the ``by-waiting`` index)."""
-    index = JobItem.by_waiting.Meta.index_name
-    return [b for b in recording.calls("Query") if b.get("IndexName") == index and tenant in json.dumps(b)]
-
-
 def _release_tries(recording: DynamoRecording, job_id: str) -> int:
     """Recorded transactions that delete ``job_id``'s lease (a release's tries, applied or not)."""
     table = LeaseItem.Meta.table_name
     return sum(1 for body in recording.calls("TransactWriteItems") for item in body.get("TransactItems", ())
                if item.get("Delete", {}).get("TableName") == table
                and item["Delete"]["Key"].get("job_id", {}).get("S") == job_id)
-
-
-def test_a_worker_that_found_none_waiting_skips_the_read_and_a_job_parked_since_is_still_woken(cluster, local_aws):
-    """A release that found none of its tenant's jobs waiting makes its process skip that read at
-    the tenant's next release (the commit is conditional on none waiting instead): one read per
-    process, not per job. A job that parks in the meantime makes that conditional commit fail; the
-    release then frees the slot and wakes it."""
-    tenant = new_tenant("nonewait")
-    set_cap(tenant, 1)
-    with DynamoRecording(local_aws) as recording:
-        done = []
-        for _ in range(8):  # one at a time: none ever waits
-            done.append(cluster.submit(tenant))
-            assert cluster.final(done[-1]).status == "succeeded"
-    pids = {cluster.events_of(j, "acquired")[0]["pid"] for j in done}
-    assert len(_waiting_reads(recording, tenant)) == len(pids) < len(done), (len(pids), recording.calls("Query"))
-
-    for _ in range(6):  # a holder on a process that has already seen the tenant with none waiting
-        holder = cluster.submit(tenant, faults={"hold": ""})
-        wait_for(lambda: cluster.events_of(holder, "acquired"), 30, what="the holder's lease event")  # noqa: B023
-        pid = cluster.events_of(holder, "acquired")[0]["pid"]
-        if pid in pids:
-            break
-        _release_hold(cluster, holder)
-        assert cluster.final(holder).status == "succeeded"
-        pids.add(pid)
-    else:
-        pytest.fail(f"no holder ran on a process of {sorted(pids)}")
-    parked = [cluster.submit(tenant) for _ in range(2)]
-    wait_for(lambda: [_status(j) for j in parked] == ["waiting"] * 2, 10, what="the jobs to park")
-    with DynamoRecording(local_aws) as recording:
-        _release_hold(cluster, holder)
-        finished = [cluster.final(j) for j in parked]
-    assert [(j.status, j.attempts) for j in finished] == [("succeeded", 1)] * 2
-    assert finished[0].woken_by == "release", finished[0].woken_by  # by the release, not the sweeper
-    # the holder's commit was tried on condition none waits, refused, and applied without it
-    assert _release_tries(recording, holder) == 2
-    _committed_once(cluster, [holder, *parked])

@@ -26,18 +26,3 @@ def audited(fresh_aws):
     yield
     report = audit()
     assert report.clean, "audit after the test found drift:\n" + report.describe()
-
-
-@pytest.fixture
-def task():
-    """A FairTask as a worker child has it, with its process-wide release hints empty."""
-    from tasks.base import FairTask
-    from tasks.imposition_task import ImposeTask
-
-    FairTask._none_waited_last.clear()
-    FairTask._above_cap_last.clear()
-    FairTask._alone_until.clear()
-    yield ImposeTask()
-    FairTask._none_waited_last.clear()
-    FairTask._above_cap_last.clear()
-    FairTask._alone_until.clear()

@@ -7,7 +7,7 @@ import time
 import uuid
 
 from leases import transactions, waiting
-from leases.models import JobItem
+from leases.models import JobItem, TenantItem
 
 LAYOUT = {"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape"}
 
@@ -21,3 +21,42 @@ def make_job(tenant_id: str, job_id: str | None = None, *, max_attempts: int = 3
                           layout=LAYOUT, input_key=f"tenants/{tenant_id}/jobs/{job_id}/input.pdf",
                           submitted_at=time.time()), door=False)
     return job_id
+
+
+def new_job(tenant_id: str, *, max_attempts: int = 3) -> JobItem:
+    """A job item of ``tenant_id``, not yet written (for :func:`leases.waiting.admit`)."""
+    job_id = uuid.uuid4().hex
+    return JobItem(job_id, tenant_id=tenant_id, token=f"tok-{job_id}", max_attempts=max_attempts, layout=LAYOUT,
+                   input_key=f"tenants/{tenant_id}/jobs/{job_id}/input.pdf", submitted_at=time.time())
+
+
+def running(tenant_id: str, n: int, worker: str = "w") -> list[transactions.Lease]:
+    """``n`` jobs of ``tenant_id`` admitted and acquired (the tenant must have room for them)."""
+    leases = []
+    for _ in range(n):
+        job = new_job(tenant_id)
+        waiting.admit(job, door=False)
+        leases.append(transactions.acquire(job.job_id, tenant_id, worker))
+    return leases
+
+
+def parked(tenant_id: str, n: int) -> list[str]:
+    """``n`` jobs of ``tenant_id`` parked at the door (the tenant must have no room), oldest first."""
+    ids = []
+    for _ in range(n):
+        job = new_job(tenant_id)
+        assert waiting.admit(job) is False, "the door queued it: the tenant had room"
+        ids.append(job.job_id)
+    return ids
+
+
+def counters(tenant_id: str) -> dict[str, int]:
+    """The tenant's counters (strongly consistent), absent ones as 0."""
+    item = TenantItem.get(tenant_id, consistent_read=True)
+    return {k: int(getattr(item, k) or 0) for k in ("in_flight", "queued", "waiting", "occupied")}
+
+
+def statuses(job_ids: list[str]) -> list[str]:
+    """The jobs' statuses (strongly consistent), in the order given."""
+    found = {j.job_id: j.status for j in JobItem.batch_get(job_ids, consistent_read=True)}
+    return [found.get(j, "missing") for j in job_ids]
