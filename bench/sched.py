@@ -178,7 +178,7 @@ class Bench:
         (OUT / "durations.json").write_text("{}")
         os.environ.update(self.env)
         from imposition.cli.provision import provision
-        from leases import transactions
+        from leases import dynamo
         from leases.models import reset_connections
         from imposition.common import aws
         from imposition.common.settings import get_settings
@@ -186,7 +186,7 @@ class Bench:
         get_settings.cache_clear()
         aws.reset()  # this process's clients point at the previous policy's endpoint
         reset_connections()
-        transactions._connection_for.cache_clear()
+        dynamo._connection_for.cache_clear()
         provision()
         return self
 

@@ -41,17 +41,8 @@ from pynamodb.transactions import TransactWrite
 from leases import nodes, outbox, sweeper, waiting
 from leases.errors import LeaseContention
 from leases.models import CLUSTER_SLOTS_KEY, ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem
-from leases.transactions import (
-    CANCELLED,
-    RETRY,
-    Retryable,
-    classify,
-    new_token,
-    read_lease,
-    requeue_actions,
-    tx_connection,
-    with_conflict_retries,
-)
+from leases.dynamo import CANCELLED, RETRY, Retryable, classify, new_token, tx_connection, with_conflict_retries
+from leases.transactions import read_lease, requeue_actions
 from imposition.common.clocks import get_clocks
 from imposition.common.settings import get_settings
 

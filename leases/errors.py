@@ -104,7 +104,7 @@ class AcquireUnresolved(LeaseError):
     consistent read-back of the lease failed too (DynamoDB could not be reached).
 
     The acquire may have applied (a lease under ``token``, attempt counted). The caller resolves it
-    once DynamoDB answers (:func:`leases.transactions.resolve_acquire`), so that an attempt the
+    once DynamoDB answers (:func:`leases.attempts.resolve_acquire`), so that an attempt the
     infrastructure cost is not charged, and leaves the message for redelivery.
 
     Attributes:

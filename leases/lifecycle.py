@@ -27,7 +27,7 @@ from leases import outbox
 from leases.errors import WrongJobStatus
 from leases.models import JobItem, JobStatus, TenantItem
 from leases.waiting import counter_actions, queues_at_door, read_tenant
-from leases.transactions import (
+from leases.dynamo import (
     AMBIGUOUS,
     CANCELLED,
     RETRY,
@@ -35,9 +35,9 @@ from leases.transactions import (
     Retryable,
     classify,
     new_token,
-    read_job,
     with_conflict_retries,
 )
+from leases.transactions import read_job
 from imposition.common.settings import get_settings
 
 #: ``error_code`` of a job cancelled by an operator.

@@ -30,7 +30,8 @@ from pynamodb.exceptions import DoesNotExist, UpdateError
 
 from leases import nodes, outbox, waiting
 from leases.models import LEASE_EXPIRY_PARTITION, PENDING_PARTITION, JobItem, JobStatus, LeaseItem, TenantItem
-from leases.transactions import NamedTransaction, fenced_release, lost_attempt_entry, requeue_actions
+from leases.dynamo import NamedTransaction
+from leases.transactions import fenced_release, lost_attempt_entry, requeue_actions
 from imposition.common.clocks import get_clocks
 
 log = logging.getLogger(__name__)

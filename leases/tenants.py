@@ -7,21 +7,25 @@ the cap is compared inside the transaction's condition, never cached by a worker
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from pynamodb.exceptions import DoesNotExist, TransactWriteError
 
-from leases.models import ClusterItem, LeaseItem, TenantItem
-from leases.transactions import (
+from leases.dynamo import (
     CANCELLED,
     RETRY,
+    RETRYABLE_ERRORS,
     NamedTransaction,
     Retryable,
     classify,
-    ensure_tenant,
+    error_code,
     new_token,
-    slots_item,
+    tx_connection,
     with_conflict_retries,
 )
+from leases.models import CLUSTER_SLOTS_KEY, ClusterItem, LeaseItem, TenantItem
+from leases.transactions import ensure_tenant, slots_item
 from imposition.common.settings import get_settings
 from imposition.common.tenancy import shown_value, validate_tenant_id
 
@@ -156,3 +160,72 @@ def describe_tenant(tenant_id: str) -> dict:
                    for lease in leases],
         "known": True,
     }
+
+
+#: Items one ``TransactGetItems`` may read (DynamoDB API reference, TransactGetItems).
+TRANSACT_GET_MAX_ITEMS = 100
+
+
+@dataclass(frozen=True)
+class TenantsSnapshot:
+    """Tenant items and the cluster's slot counter read together.
+
+    Attributes:
+        tenants: the tenant items that exist, by tenant id order.
+        slots: the slot counter (``busy``, ``total``, ``borrowable``), or None if never written.
+        reads: the ``TransactGetItems`` calls it took: 1 means one serializable moment for all of
+            them; more (over ``TRANSACT_GET_MAX_ITEMS - 1`` tenants) means one moment per call.
+    """
+
+    tenants: list
+    slots: ClusterItem | None
+    reads: int
+
+
+def _found(future):
+    """The model a ``TransactGet`` future holds, or None for an item that does not exist."""
+    try:
+        return future.get()
+    except DoesNotExist:
+        return None
+
+
+def read_tenants_and_slots(tenant_ids: Iterable[str]) -> TenantsSnapshot:
+    """Read the tenants ``tenant_ids`` and the cluster's slot counter in one ``TransactGetItems``
+    (serializable against the lease transactions, which move a tenant's ``in_flight`` and the
+    counter's ``busy`` together), or in as few as ``TRANSACT_GET_MAX_ITEMS`` allows, the counter
+    in the first. A read that conflicts with a write in progress is retried with jitter.
+
+    Raises:
+        LeaseContention: conflicts outlasted the retries.
+        pynamodb.exceptions.TransactGetError: DynamoDB failed otherwise.
+    """
+    from pynamodb.exceptions import TransactGetError  # noqa: PLC0415
+    from pynamodb.transactions import TransactGet  # noqa: PLC0415
+
+    ids = sorted(set(tenant_ids))
+    per_read = TRANSACT_GET_MAX_ITEMS - 1
+    chunks = [ids[i:i + per_read] for i in range(0, len(ids), per_read)] or [[]]
+
+    def read(chunk: list[str], with_slots: bool):
+        def attempt():
+            try:
+                with TransactGet(connection=tx_connection()) as tx:
+                    futures = [tx.get(TenantItem, tenant_id) for tenant_id in chunk]
+                    slots = tx.get(ClusterItem, CLUSTER_SLOTS_KEY) if with_slots else None
+            except TransactGetError as exc:
+                code = error_code(exc)
+                if code in RETRYABLE_ERRORS or code == "TransactionCanceledException":
+                    raise Retryable((code,)) from exc
+                raise
+            return [item for item in map(_found, futures) if item is not None], (_found(slots) if slots else None)
+
+        return with_conflict_retries(attempt, what="read the tenants and the slot counter")
+
+    tenants: list = []
+    slots = None
+    for n, chunk in enumerate(chunks):
+        items, counter = read(chunk, n == 0)
+        tenants += items
+        slots = counter if n == 0 else slots
+    return TenantsSnapshot(tenants, slots, len(chunks))

@@ -1,27 +1,13 @@
-"""The lease transactions of docs/design.md §2 and §4, each one DynamoDB ``TransactWriteItems``.
-
-Timeline of one job's slot::
-
-    acquire ──► renew … renew ──► commit_success | release_for_retry | fail_job
-       │                                  (lease deleted, in_flight − 1, job status written: all
-       │                                   fenced by the lease token, all in one transaction)
-       └── or, if the worker dies: reclaim (the sweeper, once the lease has expired)
+"""The lease's verbs: **acquire** and **release** (docs/design.md, "The scheduling core"), each one
+DynamoDB ``TransactWriteItems``; renew, the heartbeat's fenced write; and the conditions that
+turn :mod:`leases.policy`'s limits into DynamoDB conditions.
 
 Invariant kept by every transaction here: a lease item for a job exists exactly while the job is
 ``running`` under that lease's token, and each tenant's ``in_flight`` equals its number of lease
-items; the tenant's ``queued``/``waiting`` counters move with every status move (:mod:`leases.waiting`).
-Every function takes ``now`` (epoch seconds). A failed write is read by :func:`classify`:
-
-* **retry** (:data:`RETRYABLE_REASONS`, :data:`RETRYABLE_ERRORS`): nothing written; tried again with
-  jittered backoff, at most ``Settings.lease_conflict_attempts`` times (:func:`with_conflict_retries`);
-* **cancelled**: a condition failed, nothing written; each item's reason, looked up by item name
-  (:class:`NamedTransaction`), decides the domain error;
-* **ambiguous**: no answer or a 5xx: the write may have applied; the item it would have written is
-  read back (strongly consistent), never blindly repeated (each attempt has its ``ClientRequestToken``).
-
-Every end of a lease goes through :func:`fenced_release`, which writes its attempt's id into the job
-(``JobItem.release_id``) and reads it back after a timeout or refusal. Why: docs/design.md, "Three
-outcomes, plus "ambiguous"".
+items; the tenant's ``queued``/``waiting``/``occupied`` counters move with every status move.
+Failures are read as :mod:`leases.dynamo` says (retry, cancelled, ambiguous). Every end of a lease
+goes through :func:`fenced_release`, which writes its try's id into the job (``JobItem.release_id``)
+and reads it back after a timeout or refusal.
 """
 
 from __future__ import annotations
@@ -29,60 +15,35 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import os
-import secrets
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar, overload
+from typing import Any, NamedTuple, overload
 
-from pynamodb.connection import Connection
-from pynamodb.exceptions import (
-    DoesNotExist,
-    PutError,
-    PynamoDBException,
-    TransactWriteError,
-    UpdateError,
-)
-from pynamodb.transactions import TransactWrite
-from pynamodb.expressions.condition import size
-from tenacity import (
-    RetryError,
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_random_exponential,
-)
+from pynamodb.exceptions import DoesNotExist, PutError, PynamoDBException, TransactWriteError, UpdateError
 
-from leases import outbox
-from leases.errors import AcquireUnresolved, CapReached, JobNotQueued, LeaseContention, LeaseLost, TenantMismatch
-from leases import policy
+from leases import outbox, policy
+from leases.dynamo import (
+    _CONDITION_FAILED_EXCEPTION,
+    AMBIGUOUS,
+    CANCELLED,
+    CONDITION_FAILED,
+    ERROR,
+    RETRY,
+    NamedTransaction,
+    Retryable,
+    classify,
+    error_code,
+    new_token,
+    old_item,
+    reason_code,
+    with_conflict_retries,
+)
+from leases.errors import AcquireUnresolved, CapReached, JobNotQueued, LeaseLost, TenantMismatch
 from leases.models import CLUSTER_SLOTS_KEY, ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem
-from imposition.common import aws
 from imposition.common.settings import get_settings
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-#: Cancellation reason codes that mean "try the same transaction again" (DynamoDB API reference,
-#: TransactWriteItems: TransactionConflict, ThrottlingError, ProvisionedThroughputExceeded).
-RETRYABLE_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
-#: Whole-request error codes of a request DynamoDB refused before doing anything (botocore already
-#: retried them a few times): safe to send again.
-RETRYABLE_ERRORS = frozenset(
-    {"ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded"}
-)
-#: Whole-request error codes after which a write may or may not have applied (DynamoDB developer
-#: guide, "Error handling": a 5xx "may or may not have succeeded"; TransactionInProgressException:
-#: a resend of an attempt that is still being applied).
-AMBIGUOUS_ERRORS = frozenset(
-    {"InternalServerError", "ServiceUnavailable", "TransactionInProgressException"}
-)
-CONDITION_FAILED = "ConditionalCheckFailed"
-_CONDITION_FAILED_EXCEPTION = "ConditionalCheckFailedException"
-
-RETRY, CANCELLED, AMBIGUOUS, ERROR = "retry", "cancelled", "ambiguous", "error"
 
 
 @dataclass(frozen=True)
@@ -95,132 +56,6 @@ class Lease:
     token: str
     acquired_at: float
     expires_at: float
-
-
-class Retryable(Exception):
-    """A write was refused (conflict, throttling) or did not apply; try it again."""
-
-    def __init__(self, codes: tuple[str, ...]) -> None:
-        super().__init__(", ".join(codes))
-        self.codes = codes
-
-
-@functools.lru_cache(maxsize=None)
-def _connection_for(pid: int) -> Connection:
-    return aws.on_shared_session(Connection(region=get_settings().aws_region))
-
-
-def tx_connection() -> Connection:
-    """The process's PynamoDB connection for transactions (one botocore client per process)."""
-    return _connection_for(os.getpid())
-
-
-def _reason_codes(exc: TransactWriteError) -> tuple[str, ...]:
-    return tuple((r.code if r is not None else "None") for r in exc.cancellation_reasons)
-
-
-def error_code(exc: PynamoDBException) -> str | None:
-    """The AWS error code of a wrapped botocore error, or None (no answer came: a connection error).
-
-    Unlike ``PynamoDBException.cause_response_code`` it copes with botocore errors whose
-    ``response`` attribute is None (``ReadTimeoutError``).
-    """
-    response = getattr(exc.cause, "response", None)
-    return response.get("Error", {}).get("Code") if isinstance(response, dict) else None
-
-
-def classify(exc: PynamoDBException) -> tuple[str, tuple[str, ...]]:
-    """Read a failed DynamoDB write: ``(kind, reason codes)`` (see the module docstring).
-
-    ``kind`` is :data:`RETRY`, :data:`CANCELLED` (a condition failed; the codes say which item),
-    :data:`AMBIGUOUS` (the write may have applied) or :data:`ERROR` (anything else: a bug or a
-    permission problem; raise it).
-    """
-    code = error_code(exc)
-    codes = _reason_codes(exc) if isinstance(exc, TransactWriteError) and code else ()
-    if any(c in RETRYABLE_REASONS for c in codes):
-        return RETRY, codes
-    if code is not None and code in RETRYABLE_ERRORS:
-        return RETRY, codes or (code,)
-    if codes or code == _CONDITION_FAILED_EXCEPTION:
-        return CANCELLED, codes or (CONDITION_FAILED,)
-    if code is None or code in AMBIGUOUS_ERRORS:
-        return AMBIGUOUS, (code or type(exc.cause).__name__,)
-    return ERROR, (code,)
-
-
-def with_conflict_retries(fn: Callable[[], T], *, what: str) -> T:
-    """Run ``fn`` with bounded, jittered retries while it raises :class:`Retryable` (tenacity).
-
-    Raises:
-        LeaseContention: still refused after ``Settings.lease_conflict_attempts`` tries.
-    """
-    s = get_settings()
-    retrying = Retrying(
-        retry=retry_if_exception_type(Retryable),
-        wait=wait_random_exponential(multiplier=s.lease_conflict_backoff_s, max=s.lease_conflict_backoff_max_s),
-        stop=stop_after_attempt(s.lease_conflict_attempts),
-        reraise=False,
-    )
-    try:
-        return retrying(fn)
-    except RetryError as exc:
-        last = exc.last_attempt.exception()
-        codes = last.codes if isinstance(last, Retryable) else ()
-        raise LeaseContention(
-            f"{what}: still conflicting after {s.lease_conflict_attempts} tries ({', '.join(codes)})",
-            reason_codes=codes,
-        ) from last
-
-
-def new_token() -> str:
-    """A fresh fencing token or request id (128 random bits, hex)."""
-    return secrets.token_hex(16)
-
-
-class NamedTransaction:
-    """A PynamoDB ``TransactWrite`` whose items carry names, so cancellation reasons are read by
-    name instead of by position.
-
-    PynamoDB sends condition checks, deletes, puts and updates in that order whatever order they
-    were added in (``pynamodb.connection.base.Connection.transact_write_items``), and DynamoDB
-    answers one cancellation reason per item in request order; :meth:`reasons` undoes that.
-    """
-
-    _KINDS = ("condition_check", "delete", "save", "update")
-
-    def __init__(self, client_request_token: str) -> None:
-        self.tx = TransactWrite(connection=tx_connection(), client_request_token=client_request_token)
-        self._names: dict[str, list[str]] = {kind: [] for kind in self._KINDS}
-
-    def __enter__(self) -> "NamedTransaction":
-        self.tx.__enter__()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.tx.__exit__(*exc_info)
-
-    def add(self, kind: str, name: str, *args, **kwargs) -> None:
-        """Add one item: ``kind`` is a ``TransactWrite`` method name; ``name`` labels its reason."""
-        self._names[kind].append(name)
-        getattr(self.tx, kind)(*args, **kwargs)
-
-    def reasons(self, exc: TransactWriteError) -> dict[str, object]:
-        """``{item name: CancellationReason or None}`` of a cancelled commit of this transaction."""
-        order = [name for kind in self._KINDS for name in self._names[kind]]
-        return dict(zip(order, exc.cancellation_reasons or ()))
-
-
-def reason_code(reasons: dict[str, object], name: str) -> str | None:
-    """The cancellation code of item ``name`` (``None`` when the item had no problem)."""
-    reason = reasons.get(name)
-    code = getattr(reason, "code", None)
-    return None if code in (None, "None") else code
-
-
-def old_item(reasons: dict[str, object], name: str) -> dict:
-    """The raw item DynamoDB returned for a failed condition of ``name`` (``ALL_OLD``), or ``{}``."""
-    return getattr(reasons.get(name), "raw_item", None) or {}
 
 
 def read_lease(job_id: str) -> LeaseItem | None:
@@ -252,7 +87,8 @@ def read_job(job_id: str) -> JobItem:
     return with_conflict_retries(attempt, what=f"read job {job_id}")
 
 
-def _lease_of(item: LeaseItem) -> Lease:
+def lease_of(item: LeaseItem) -> Lease:
+    """The :class:`Lease` a lease item records."""
     return Lease(item.job_id, item.tenant_id, item.worker, item.token, float(item.acquired_at),
                  float(item.expires_at))
 
@@ -405,12 +241,6 @@ def not_frozen(now: float):
     return TenantItem.repair_until.does_not_exist() | (TenantItem.repair_until < now)
 
 
-def room_of(tenant: TenantItem | None, default_cap: int) -> int:
-    """Slots a tenant may still fill with jobs that are not queued yet: cap − occupied (in_flight +
-    queued)."""
-    return policy.room(tenant_state(tenant), default_cap)
-
-
 def _number(raw: dict, name: str) -> int | None:
     return int(raw[name]["N"]) if name in raw else None
 
@@ -418,6 +248,40 @@ def _number(raw: dict, name: str) -> int | None:
 # --- acquire ------------------------------------------------------------------------------------
 
 _ALL_OLD = "ALL_OLD"
+
+
+def _acquire_refused(reasons: dict[str, object], codes: tuple[str, ...], job_id: str, tenant_id: str, token: str,
+                     borrow: bool, t: float, exc: TransactWriteError) -> Lease:
+    """Read a cancelled acquire: its own earlier try applied (the lease), or the domain error.
+
+    Raises:
+        TenantMismatch, JobNotQueued, CapReached: as :func:`acquire`; the original error otherwise.
+    """
+    s = get_settings()
+    lease_failed = reason_code(reasons, "lease") == CONDITION_FAILED
+    job_failed = reason_code(reasons, "job") == CONDITION_FAILED
+    if lease_failed:
+        old = LeaseItem.from_raw_data(old_item(reasons, "lease") or {"job_id": {"S": job_id}})
+        if old.token == token:  # an earlier, ambiguous attempt of this call applied
+            return lease_of(old)
+    old_job = old_item(reasons, "job")
+    job_tenant = old_job.get("tenant_id", {}).get("S")
+    if job_tenant is not None and job_tenant != tenant_id:
+        raise TenantMismatch(job_id, tenant_id, job_tenant, reason_codes=codes) from exc
+    if job_failed or lease_failed:
+        if not old_job and not job_failed:  # job queued, lease orphaned
+            old_job = {"status": {"S": JobStatus.QUEUED.value}}
+        status = old_job.get("status", {}).get("S")
+        raise JobNotQueued(job_id, status, _number(old_job, "attempts"), reason_codes=codes) from exc
+    if CONDITION_FAILED in (reason_code(reasons, "tenant"), reason_code(reasons, "cluster")):
+        old_tenant = old_item(reasons, "tenant")
+        cap = _number(old_tenant, "cap")
+        frozen = float(old_tenant["repair_until"]["N"]) if "repair_until" in old_tenant else None
+        raise CapReached(tenant_id, _number(old_tenant, "in_flight"), s.default_cap if cap is None else cap,
+                         repair_until=frozen if frozen and frozen >= t else None,
+                         burst_cap=_number(old_tenant, "burst_cap"), borrowing=borrow,
+                         reason_codes=codes) from exc
+    raise exc
 
 
 def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, now: float | None = None,
@@ -482,33 +346,10 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, n
                                             reason_codes=codes) from read_exc
                 if held is not None and held.token == token:
                     log.info("acquire of job %s: ambiguous failure (%s), but it applied", job_id, codes[0])
-                    return _lease_of(held)
+                    return lease_of(held)
                 raise Retryable(codes) from exc
             if kind == CANCELLED and exc.cancellation_reasons:
-                reasons = tx.reasons(exc)
-                lease_failed = reason_code(reasons, "lease") == CONDITION_FAILED
-                job_failed = reason_code(reasons, "job") == CONDITION_FAILED
-                if lease_failed:
-                    old = LeaseItem.from_raw_data(old_item(reasons, "lease") or {"job_id": {"S": job_id}})
-                    if old.token == token:  # an earlier, ambiguous attempt of this call applied
-                        return _lease_of(old)
-                old_job = old_item(reasons, "job")
-                job_tenant = old_job.get("tenant_id", {}).get("S")
-                if job_tenant is not None and job_tenant != tenant_id:
-                    raise TenantMismatch(job_id, tenant_id, job_tenant, reason_codes=codes) from exc
-                if job_failed or lease_failed:
-                    if not old_job and not job_failed:  # job queued, lease orphaned
-                        old_job = {"status": {"S": JobStatus.QUEUED.value}}
-                    status = old_job.get("status", {}).get("S")
-                    raise JobNotQueued(job_id, status, _number(old_job, "attempts"), reason_codes=codes) from exc
-                if CONDITION_FAILED in (reason_code(reasons, "tenant"), reason_code(reasons, "cluster")):
-                    old_tenant = old_item(reasons, "tenant")
-                    cap = _number(old_tenant, "cap")
-                    frozen = float(old_tenant["repair_until"]["N"]) if "repair_until" in old_tenant else None
-                    raise CapReached(tenant_id, _number(old_tenant, "in_flight"), s.default_cap if cap is None else cap,
-                                     repair_until=frozen if frozen and frozen >= t else None,
-                                     burst_cap=_number(old_tenant, "burst_cap"), borrowing=borrow,
-                                     reason_codes=codes) from exc
+                return _acquire_refused(tx.reasons(exc), codes, job_id, tenant_id, token, borrow, t, exc)
             raise
         return Lease(job_id, tenant_id, worker, token, t, t + s.lease_ttl_s)
 
@@ -863,91 +704,6 @@ def lost_attempt_entry(attempt: int, cause: str, detail: str, now: float, token:
     return entry
 
 
-def resolve_acquire(unresolved: AcquireUnresolved, *, now: float | None = None) -> Lease | None:
-    """Settle an :class:`~leases.errors.AcquireUnresolved` once DynamoDB answers.
-
-    * the lease exists under the acquire's token: the acquire applied and the lease is still this
-      caller's; it is renewed at once (its TTL may have run out meanwhile) and returned;
-    * else, if the sweeper already reclaimed that lease (a ``holder_vanished`` entry of
-      ``JobItem.lost_attempts`` with the token), the attempt is recorded ``infra_lost``
-      (:func:`record_infra_lost`: not charged); returns None;
-    * else the acquire never applied: returns None.
-
-    Raises:
-        pynamodb.exceptions.PynamoDBException: DynamoDB still cannot be reached (the caller retries).
-    """
-    held = read_lease(unresolved.job_id)
-    if held is not None and held.token == unresolved.token:
-        try:
-            return renew(_lease_of(held), now=now)
-        except LeaseLost:
-            pass  # reclaimed between the read and the renewal: look for the sweeper's note below
-    try:
-        job = JobItem.get(unresolved.job_id, consistent_read=True, attributes_to_get=["lost_attempts"])
-    except DoesNotExist:
-        return None
-    for entry in job.lost_attempts or []:
-        if entry.get("token") == unresolved.token and entry.get("cause") == "holder_vanished":
-            record_infra_lost(unresolved.job_id, int(entry["attempt"]),
-                              detail=f"acquire unresolved: DynamoDB unreachable ({unresolved})", now=now)
-    return None
-
-
-def record_infra_lost(job_id: str, attempt: int, *, detail: str, now: float | None = None) -> bool:
-    """The holder of attempt ``attempt`` lost its lease because it could not reach DynamoDB: the
-    attempt stops counting against the budget (``JobItem.infra_lost_attempts``) and the job's
-    ``lost_attempts`` says so. One update, on condition the job is not final (a job the sweeper
-    already failed stays failed) and has fewer than ``Settings.infra_retry_limit`` uncharged
-    attempts (the bound ``FairTask`` applies to an ``infra_error``: a release that fails the same
-    way every time, a ValidationException say, must end in the budget, not loop). Returns True if
-    written (or ``attempt`` was recorded already), False if the job is final, missing or at the limit.
-
-    Raises:
-        pynamodb.exceptions.UpdateError: DynamoDB failed (the caller retries).
-    """
-    t = time.time() if now is None else now
-    entry = lost_attempt_entry(attempt, "infra_lost", detail, t)
-    try:
-        JobItem(job_id).update(
-            actions=[JobItem.infra_lost_attempts.add({int(attempt)}),
-                     JobItem.lost_attempts.set((JobItem.lost_attempts | []).append([entry]))],
-            condition=JobItem.job_id.exists() & JobItem.status.is_in(
-                JobStatus.QUEUED.value, JobStatus.RUNNING.value, JobStatus.WAITING.value)
-            & (JobItem.infra_lost_attempts.does_not_exist()
-               | (size(JobItem.infra_lost_attempts) < get_settings().infra_retry_limit)
-               | JobItem.infra_lost_attempts.contains(int(attempt))),
-        )
-    except UpdateError as exc:
-        if error_code(exc) == _CONDITION_FAILED_EXCEPTION:
-            return False
-        raise
-    return True
-
-
-def record_defer(job_id: str, *, delay_s: float = 0, now: float | None = None) -> bool:
-    """Count one deferral on a queued job, stamp its first receive and when its copy is due (best
-    effort; ``delay_s`` is the copy's SQS delay).
-
-    Does nothing if the job is not queued any more. Never raises: the count is a statistic, and
-    a failure here must not cost the deferral itself. Returns True if the count was written.
-    """
-    t = time.time() if now is None else now
-    try:
-        JobItem(job_id).update(
-            actions=[
-                JobItem.defer_count.set((JobItem.defer_count | 0) + 1),
-                JobItem.first_received_at.set(JobItem.first_received_at | t),
-                JobItem.due_at.set(t + delay_s),
-            ],
-            condition=JobItem.status == JobStatus.QUEUED.value,
-        )
-    except UpdateError as exc:
-        if error_code(exc) != _CONDITION_FAILED_EXCEPTION:
-            log.warning("could not count the deferral of job %s: %s", job_id, exc.cause or exc)
-        return False
-    return True
-
-
 def ensure_tenant(tenant_id: str, *, now: float | None = None) -> None:
     """Create the tenant item with ``in_flight = 0`` if it does not exist yet."""
     t = time.time() if now is None else now
@@ -958,74 +714,3 @@ def ensure_tenant(tenant_id: str, *, now: float | None = None) -> None:
     except PutError as exc:
         if error_code(exc) != _CONDITION_FAILED_EXCEPTION:
             raise
-
-
-#: Items one ``TransactGetItems`` may read (DynamoDB API reference, TransactGetItems).
-TRANSACT_GET_MAX_ITEMS = 100
-#: Items one ``TransactWriteItems`` may write (DynamoDB API reference, TransactWriteItems).
-TRANSACT_WRITE_MAX_ITEMS = 100
-
-
-@dataclass(frozen=True)
-class TenantsSnapshot:
-    """Tenant items and the cluster's slot counter read together.
-
-    Attributes:
-        tenants: the tenant items that exist, by tenant id order.
-        slots: the slot counter (``busy``, ``total``, ``borrowable``), or None if never written.
-        reads: the ``TransactGetItems`` calls it took: 1 means one serializable moment for all of
-            them; more (over ``TRANSACT_GET_MAX_ITEMS - 1`` tenants) means one moment per call.
-    """
-
-    tenants: list
-    slots: ClusterItem | None
-    reads: int
-
-
-def _found(future):
-    """The model a ``TransactGet`` future holds, or None for an item that does not exist."""
-    try:
-        return future.get()
-    except DoesNotExist:
-        return None
-
-
-def read_tenants_and_slots(tenant_ids: Iterable[str]) -> TenantsSnapshot:
-    """Read the tenants ``tenant_ids`` and the cluster's slot counter in one ``TransactGetItems``
-    (serializable against the lease transactions, which move a tenant's ``in_flight`` and the
-    counter's ``busy`` together), or in as few as ``TRANSACT_GET_MAX_ITEMS`` allows, the counter
-    in the first. A read that conflicts with a write in progress is retried with jitter.
-
-    Raises:
-        LeaseContention: conflicts outlasted the retries.
-        pynamodb.exceptions.TransactGetError: DynamoDB failed otherwise.
-    """
-    from pynamodb.exceptions import TransactGetError  # noqa: PLC0415
-    from pynamodb.transactions import TransactGet  # noqa: PLC0415
-
-    ids = sorted(set(tenant_ids))
-    per_read = TRANSACT_GET_MAX_ITEMS - 1
-    chunks = [ids[i:i + per_read] for i in range(0, len(ids), per_read)] or [[]]
-
-    def read(chunk: list[str], with_slots: bool):
-        def attempt():
-            try:
-                with TransactGet(connection=tx_connection()) as tx:
-                    futures = [tx.get(TenantItem, tenant_id) for tenant_id in chunk]
-                    slots = tx.get(ClusterItem, CLUSTER_SLOTS_KEY) if with_slots else None
-            except TransactGetError as exc:
-                code = error_code(exc)
-                if code in RETRYABLE_ERRORS or code == "TransactionCanceledException":
-                    raise Retryable((code,)) from exc
-                raise
-            return [item for item in map(_found, futures) if item is not None], (_found(slots) if slots else None)
-
-        return with_conflict_retries(attempt, what="read the tenants and the slot counter")
-
-    tenants: list = []
-    slots = None
-    for n, chunk in enumerate(chunks):
-        items, counter = read(chunk, n == 0)
-        tenants += items
-        slots = counter if n == 0 else slots
-    return TenantsSnapshot(tenants, slots, len(chunks))

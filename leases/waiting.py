@@ -36,25 +36,27 @@ from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from leases.errors import JobNotQueued
 from leases import nodes, policy
 from leases.models import PENDING_PARTITION, JobItem, JobStatus, TenantItem
-from leases.transactions import (
+from leases.dynamo import (
     AMBIGUOUS,
     CANCELLED,
     CONDITION_FAILED,
     RETRY,
     NamedTransaction,
     Retryable,
-    cap_has_room,
     classify,
+    new_token,
+    old_item,
+    reason_code,
+    with_conflict_retries,
+)
+from leases.transactions import (
+    cap_has_room,
     cluster_state,
     condition_of,
     is_waiting,
-    new_token,
     not_frozen,
-    old_item,
-    reason_code,
     tenant_state,
     wake_actions,
-    with_conflict_retries,
 )
 from imposition.common.settings import get_settings
 
@@ -143,11 +145,6 @@ def waiting_jobs(tenant_id: str) -> Iterator[JobItem]:
     """The tenant's parked jobs, oldest submission first (sparse index; eventually consistent)."""
     return JobItem.by_waiting.query(tenant_id, scan_index_forward=True,
                                     page_size=get_settings().handoff_scan_limit)
-
-
-def oldest_waiting(tenant_id: str, limit: int) -> list[JobItem]:
-    """The tenant's ``limit`` oldest parked jobs, oldest first (one page of the sparse index)."""
-    return list(JobItem.by_waiting.query(tenant_id, scan_index_forward=True, limit=limit, page_size=limit))
 
 
 def has_place():

@@ -43,7 +43,7 @@ from kombu.exceptions import KombuError
 from pynamodb.exceptions import PynamoDBException
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
-from leases import transactions, waiting
+from leases import attempts, transactions, waiting
 from leases.errors import AcquireUnresolved, CapReached, JobNotQueued, LeaseContention, LeaseLost, TenantMismatch
 from leases.models import JobItem, JobStatus
 from imposition.common.clocks import Clocks, get_clocks
@@ -447,7 +447,7 @@ class FairTask(Task):
             log.error("could not publish the deferred copy of job %s (%s); leaving the message to SQS",
                       job_id, publish_exc)
             raise Reject(publish_exc, requeue=False) from publish_exc
-        transactions.record_defer(job_id, delay_s=delay_s)
+        attempts.record_defer(job_id, delay_s=delay_s)
         log.info("deferring job %s of %s by %s s: %s", job_id, tenant_id, delay_s, exc)
         signals.job_deferred.send(sender=self, job_id=job_id, tenant_id=tenant_id, reason=reason, delay_s=delay_s)
         raise retry
@@ -473,13 +473,13 @@ class FairTask(Task):
         )
 
     def _resolve_acquire(self, unresolved: AcquireUnresolved) -> transactions.Lease | None:
-        """Settle an acquire whose outcome DynamoDB could not tell (:func:`transactions.resolve_acquire`),
+        """Settle an acquire whose outcome DynamoDB could not tell (:func:`leases.attempts.resolve_acquire`),
         retried (jittered) until DynamoDB answers, for as long as the sweeper would wait for an
         ``infra_lost`` report of that attempt. Returns the lease if the acquire applied and is still
         ours (the job runs), else None (the message is left for redelivery); never raises."""
         log.warning("job %s: %s; resolving it once DynamoDB answers", unresolved.job_id, unresolved)
         try:
-            lease = self._until_sweeper_grace(unresolved.expires_at)(transactions.resolve_acquire, unresolved)
+            lease = self._until_sweeper_grace(unresolved.expires_at)(attempts.resolve_acquire, unresolved)
         except _INFRASTRUCTURE_ERRORS as exc:
             log.error("job %s: acquire still unresolved when the sweeper's grace ended (%s); if it applied, its "
                       "attempt counts against the budget", unresolved.job_id, exc)
@@ -509,7 +509,7 @@ class FairTask(Task):
         last known expiry. Never raises; returns True if the report was written.
         """
         try:
-            written = self._until_sweeper_grace(lease.expires_at)(transactions.record_infra_lost, lease.job_id,
+            written = self._until_sweeper_grace(lease.expires_at)(attempts.record_infra_lost, lease.job_id,
                                                                   attempt, detail=detail)
         except _INFRASTRUCTURE_ERRORS as exc:
             log.error("job %s: could not report attempt %s as infra_lost before the sweeper's grace ended (%s); "

@@ -12,7 +12,7 @@ from imposition.common.celery_app import app as service_app
 from celery.signals import after_setup_logger, worker_init, worker_process_init
 
 from leases.models import ALL_MODELS, reset_connections
-from leases.transactions import tx_connection
+from leases.dynamo import tx_connection
 from imposition.common import aws
 from imposition.common.settings import get_settings
 

@@ -14,7 +14,7 @@ job::
           condition job_new    = attribute_not_exists(job_id)            job ids are global
       [2] Update tenant: queued + 1 or waiting + 1 (the counters the hand-off keeps exact)
 
-A failure is read by :func:`leases.transactions.classify` (reasons by item name): claim cancelled →
+A failure is read by :func:`leases.dynamo.classify` (reasons by item name): claim cancelled →
 :class:`~imposition.admission.errors.DuplicateSubmission` (with the job id holding the token: a token Redis
 forgot is refused here, and put back in Redis); job cancelled → :class:`~imposition.admission.errors.DuplicateJobId`;
 ambiguous → the claim is read back (it names our job id exactly when the write applied). Why: docs/design.md,
@@ -34,7 +34,7 @@ from imposition.admission.errors import AdmissionUnavailable, DuplicateJobId, Du
 from leases.errors import LeaseContention
 from leases import waiting
 from leases.models import JobItem, TenantItem, TokenClaimItem
-from leases.transactions import (
+from leases.dynamo import (
     AMBIGUOUS,
     CANCELLED,
     CONDITION_FAILED,

@@ -15,7 +15,7 @@ cluster      slots busy (the slot counter) of the live nodes' slots (the slot re
              per tenant, leases borrowed above its cap.
 
 Every tenant item and the slot counter come from one ``TransactGetItems``
-(:func:`leases.transactions.read_tenants_and_slots`); where they still disagree (counter drift, or
+(:func:`leases.tenants.read_tenants_and_slots`); where they still disagree (counter drift, or
 over 99 tenants) the screen says so (:class:`Consistency`). Why, and what it adds to Flower:
 docs/design.md, "`status` reads tenants and the slot counter in one `TransactGetItems`".
 """
@@ -30,7 +30,7 @@ import click
 
 from leases import nodes
 from leases.models import JobStatus, TenantItem
-from leases.transactions import TRANSACT_GET_MAX_ITEMS, read_tenants_and_slots
+from leases.tenants import TRANSACT_GET_MAX_ITEMS, read_tenants_and_slots
 from imposition.observability import recent
 from imposition.observability.history import jobs_submitted, percentile, wait_s
 from imposition.observability.queues import QueueDepth, read_queues

@@ -22,7 +22,7 @@ import uuid
 import pytest
 
 from imposition.capacity.core import Scheduler, Tier
-from leases import nodes, policy, transactions, waiting
+from leases import attempts, nodes, policy, transactions, waiting
 from leases.errors import CapReached
 from leases.models import JobItem, TenantItem
 from leases.tenants import set_cap
@@ -56,7 +56,7 @@ class RealLayer:
             return policy.TAKE
         except CapReached as exc:
             if self.waiting_policy == "timer":
-                transactions.record_defer(job)
+                attempts.record_defer(job)
                 return policy.DEFER
             if exc.may_borrow:
                 try:

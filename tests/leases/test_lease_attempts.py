@@ -4,7 +4,7 @@ botocore level (:mod:`tests.support.dynamo_faults`), the real heartbeat and swee
 from __future__ import annotations
 
 
-from leases import sweeper, transactions
+from leases import attempts, sweeper, transactions
 from leases.models import JobItem, LeaseItem
 from imposition.common.clocks import get_clocks
 from tasks.heartbeat import Heartbeat
@@ -33,8 +33,8 @@ def test_a_holder_cut_off_from_dynamodb_reports_infra_lost_and_the_attempt_is_no
     assert heartbeat.lost_cause == "infra_lost", heartbeat.lost_detail
     assert "failed to reach DynamoDB" in heartbeat.lost_detail
     # DynamoDB answers again: the holder's report lands before the sweeper reclaims.
-    assert transactions.record_infra_lost(job_id, 1, detail=heartbeat.lost_detail)
-    assert transactions.record_infra_lost(job_id, 1, detail="sent twice")  # idempotent: a set
+    assert attempts.record_infra_lost(job_id, 1, detail=heartbeat.lost_detail)
+    assert attempts.record_infra_lost(job_id, 1, detail="sent twice")  # idempotent: a set
     job = JobItem.get(job_id, consistent_read=True)
     assert (int(job.attempts), job.charged_attempts, job.attempts_left) == (1, 0, True)
 
@@ -63,7 +63,7 @@ def test_a_vanished_holder_is_charged_and_a_job_that_kills_its_worker_ends_faile
     job = JobItem.get(job_id, consistent_read=True)
     assert (job.status, job.error_code, job.charged_attempts) == ("failed", "lease_expired", 2)
     assert _causes(job_id) == [(1, "holder_vanished"), (2, "holder_vanished")]
-    assert not transactions.record_infra_lost(job_id, 2, detail="too late")  # final: stays failed
+    assert not attempts.record_infra_lost(job_id, 2, detail="too late")  # final: stays failed
 
 
 def test_job_show_lists_how_each_lost_attempt_ended(tenant_id):
@@ -76,7 +76,7 @@ def test_job_show_lists_how_each_lost_attempt_ended(tenant_id):
     job_id = make_job(tenant_id, max_attempts=3)
     first = transactions.acquire(job_id, tenant_id, "w1")
     _sweep_at(first.expires_at + 1)
-    assert transactions.record_infra_lost(job_id, 1, detail="renewals failed")
+    assert attempts.record_infra_lost(job_id, 1, detail="renewals failed")
     result = CliRunner().invoke(cli, ["job", "show", job_id, "--json"])
     assert result.exit_code == 0, result.output
     shown = json.loads(result.output)
@@ -93,8 +93,8 @@ def test_uncharged_infra_lost_attempts_stop_at_the_infra_retry_limit(tenant_id):
     limit = get_settings().infra_retry_limit
     job_id = make_job(tenant_id)
     for attempt in range(1, limit + 1):
-        assert transactions.record_infra_lost(job_id, attempt, detail="release could not reach DynamoDB")
-    assert transactions.record_infra_lost(job_id, limit, detail="the same report again")  # idempotent
-    assert not transactions.record_infra_lost(job_id, limit + 1, detail="one too many")
+        assert attempts.record_infra_lost(job_id, attempt, detail="release could not reach DynamoDB")
+    assert attempts.record_infra_lost(job_id, limit, detail="the same report again")  # idempotent
+    assert not attempts.record_infra_lost(job_id, limit + 1, detail="one too many")
     job = JobItem.get(job_id, consistent_read=True)
     assert len(job.infra_lost_attempts) == limit

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from leases import sweeper, transactions
+from leases import dynamo, sweeper, transactions
 from leases.errors import CapReached, JobNotQueued, LeaseContention, LeaseLost
 from leases.eventlog import EventLog, cap_violations, read_events
 from leases.models import JobItem, LeaseItem, TenantItem
@@ -63,7 +63,7 @@ def test_thirty_percent_throttling_and_conflicts_end_in_the_three_outcomes(tenan
         except (CapReached, LeaseContention, JobNotQueued) as exc:
             return job_id, exc
 
-    transactions.tx_connection().client  # noqa: B018 - create the botocore client before the threads share it
+    dynamo.tx_connection().client  # noqa: B018 - create the botocore client before the threads share it
     faults = DynamoFaults(rate=0.3, seed=20240611)
     with faults, ThreadPoolExecutor(len(jobs) + 2) as pool:
         for _ in range(12):

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from leases import transactions
+from leases import dynamo, transactions
 from leases.errors import CapReached
 from leases.eventlog import EventLog, cap_violations, max_concurrent, read_events
 from leases.models import LeaseItem, TenantItem
@@ -39,7 +39,7 @@ def test_sixteen_acquirers_never_hold_five_leases(tenant_id, tmp_path):
     log = EventLog(tmp_path / "events")
     held: dict[str, Lease] = {}
     barrier = threading.Barrier(ACQUIRERS)
-    transactions.tx_connection().client  # noqa: B018 - create the botocore client before the threads share it
+    dynamo.tx_connection().client  # noqa: B018 - create the botocore client before the threads share it
 
     def turn(job_id: str) -> object:
         lease = held.get(job_id)

@@ -28,7 +28,7 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ReadTimeoutError
 
 from leases.models import ALL_MODELS
-from leases.transactions import tx_connection
+from leases.dynamo import tx_connection
 
 _JSON = "application/x-amz-json-1.0"
 _TYPE = "com.amazonaws.dynamodb.v20120810#"

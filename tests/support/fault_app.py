@@ -253,7 +253,7 @@ class _ToggledDynamoFaults:
 def _install_hooks(**_: object) -> None:
     from imposition.common import aws
     from tests.support.dynamo_faults import dynamodb_clients
-    from leases.transactions import tx_connection
+    from leases.dynamo import tx_connection
 
     # before-parameter-build: the hook that sees the API parameters (before-call sees the HTTP request).
     tx_connection().client.meta.events.register("before-parameter-build.dynamodb.TransactWriteItems",
