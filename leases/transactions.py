@@ -286,36 +286,26 @@ def _acquire_refused(reasons: dict[str, object], codes: tuple[str, ...], job_id:
 
 def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, now: float | None = None,
             due_by: float | None = None) -> Lease:
-    """Take a slot for ``job_id`` in one transaction (docs/design.md §2, layer 2).
+    """**acquire**: take a slot for ``job_id`` in one transaction (docs/design.md §2, layer 2).
 
-    Items, all or nothing:
+    Items, all or nothing: the tenant ``in_flight + 1``, ``queued − 1`` on condition
+    :func:`cap_has_room` (read in the transaction: a tier change applies at once) and
+    :func:`not_frozen`, or, with ``borrow``, :func:`can_borrow`; the cluster ``busy + 1``, with
+    ``borrow`` on condition :func:`slot_to_borrow` (the reserve stays free); the lease item, on
+    condition none exists; the job ``queued → running`` (:func:`take_actions`) on condition it is
+    queued, the tenant's, and with ``due_by`` due by then (not in retry backoff).
 
-    1. tenant: ``in_flight += 1`` on condition :func:`cap_has_room` (the override is read in the
-       same transaction, so a tier change applies to the next acquire without restarting anything)
-       and :func:`not_frozen`; ``queued −= 1``. With ``borrow`` (docs/design.md §3, borrowing) the
-       condition is :func:`can_borrow` instead: ``in_flight < burst_cap``;
-    2. the cluster's slot counter: ``busy += 1``; with ``borrow``, on condition ``busy <
-       borrowable`` (slots of the live nodes less the reserve);
-    2. lease: put on condition no lease for this job exists; holds worker, token, ``expires_at``;
-    3. job: ``queued → running`` on condition the status is ``queued`` and the job belongs to
-       ``tenant_id`` (with ``due_by``, also that its message is due by then: ``due_at <= due_by``,
-       so a job in retry backoff is not taken early); ``attempts += 1``; records ``started_at``,
-       the lease token and the worker; sets ``first_received_at`` if absent; leaves the queued index.
-
-    Conflicts and throttling are retried with jittered backoff (bounded). After an ambiguous
-    failure the lease item is read back: if it carries this call's token the acquire applied and
-    the lease is returned; if not, nothing was written and the transaction is tried again.
+    Conflicts and throttling are retried (bounded, jittered); after an ambiguous failure the lease
+    is read back: this call's token means it applied.
 
     Raises:
-        TenantMismatch: the job exists but belongs to another tenant (checked first: such a caller
-            must never run the job, whatever its status).
-        JobNotQueued: the job is not ``queued`` or already has a lease (checked before the cap: a
+        TenantMismatch: the job belongs to another tenant (checked first).
+        JobNotQueued: the job is not ``queued`` or has a lease (checked before the cap: a
             duplicate is dropped, not parked).
-        CapReached: the tenant is at its cap.
-        LeaseContention: conflicts/throttling/unapplied ambiguous attempts outlasted the retries.
-        AcquireUnresolved: an ambiguous failure whose read-back failed too (it may have applied:
-            the caller must not assume either way; :func:`resolve_acquire`).
-        pynamodb.exceptions.PynamoDBException: anything else.
+        CapReached: the tenant is at its cap (or the cluster at its reserve, borrowing).
+        LeaseContention: conflicts or unapplied ambiguous tries outlasted the retries.
+        AcquireUnresolved: an ambiguous failure whose read-back failed too
+            (:func:`leases.attempts.resolve_acquire`).
     """
     s = get_settings()
     token = new_token()

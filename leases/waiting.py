@@ -1,28 +1,12 @@
-"""Waiting for a slot without polling (docs/design.md §3): park, wake, and the door at submission.
+"""The waiting line's verbs (``leases`` package docstring): **admit** at the door, **park** on a cap
+hit, and **unblock** (:func:`wake`, the sweep's second half; also the door's and a cap change's).
 
-::
-
-    submit ─► door ─┬─ tenant has room, nobody waits ─► queued (+1) ─► publish
-                    └─ else ─────────────────────────► waiting (+1), no message ─► wake()
-    acquire cancelled by the cap ─► park: queued → waiting, on condition the tenant is *still* at
-                                    its cap (else the caller acquires again)
-    a commit or a failure ────► hands its place to the oldest waiting job in its own transaction
-                                    (leases.transactions.fenced_release: waiting → queued), then publish
-    any other release, the sweeper, a cap change, a hand-off refused ─► wake(tenant): while
-                                    cap − in_flight − queued > 0, the oldest waiting job:
-                                    waiting → queued (+1), then publish (room for n ≥ 2:
-                                    the oldest n in one transaction)
-
-A parked job has no message: it is brought back by a release's hand-off or by :func:`wake`, which
-every other transaction that frees a slot is followed by (:mod:`tasks.base`, :mod:`leases.sweeper`,
-:mod:`leases.audit`), and which the sweeper also runs for every tenant with waiting jobs (the safety net for a releaser
-killed between its release and its wake). A wake that applied but whose publish was lost leaves a
-``queued`` job whose ``due_at`` passes; the sweeper re-publishes it (:func:`stale_queued`).
-
-Each wake is conditional on the tenant's ``occupied`` (in_flight + queued) being below its cap, so
-two releasers never fill the same free slot twice; a woken job that still finds the cap full (a
-borrowing wake the cluster could not honour) parks again, keeping its place (the index is ordered
-by submission).
+A waiting job has no message: a release hands it its tenant's place, or :func:`wake` brings it
+back (``waiting → queued``, then published). Each wake is conditional on the tenant's ``occupied``
+(in_flight + queued) below its cap, so two wakes never fill one place twice; a woken job that
+finds the cap full parks again, keeping its place (the index is ordered by submission). A wake
+whose publish was lost leaves a ``queued`` job whose ``due_at`` passes; the sweep re-publishes it
+(:func:`stale_queued`).
 """
 
 from __future__ import annotations
