@@ -58,7 +58,7 @@ bench: $(STAMP)
 
 ## The scheduling benchmark (not in `make test`): timer against hand-off on the real local stack, real
 ## worker processes, a stand-in engine of fixed duration; prints one table, writes it to
-## bench/RESULTS-scheduling.md and PNG timelines to out/bench-sched/ (about 70 minutes on 2 cores: each
+## bench/RESULTS-scheduling.md and PNG timelines to out/bench-sched/ (about 105 minutes on 2 cores: each
 ## scenario on a fresh endpoint and fresh workers),
 ## then replays each run in the simulator and prints predicted against measured (bench/sim_check.py).
 ## BENCH_SCHED_ONLY=alone,burst runs a subset; BENCH_SCHED_POLICIES=handoff one policy.

@@ -79,6 +79,19 @@ SCENARIOS = (
              backlog=True),
     Scenario("cost30s", (Wave("c30", 24, 30.0),), "cost: one tenant, 24 jobs of 30 s", backlog=True),
     Scenario("nowait", (Wave("nowait", 4, 0.5),), "reference: 4 jobs, none waits (requests of a job that never waited)"),
+    # The job lengths a press shop has (issue 30): 5 s and 30 s.
+    Scenario("alone5s", (Wave("solo5", 40, 5.0),), "one tenant alone, 40 jobs of 5 s"),
+    Scenario("burst5s", (Wave("burst5", 40, 5.0), *(Wave(f"light5{i}", 2, 5.0, at_s=10, light=True) for i in range(3))),
+             "a burst of 40 jobs of 5 s, three tenants of 2 jobs 10 s later"),
+    Scenario("heavy3_5s", (*(Wave(f"heavy5{i}", 16, 5.0) for i in range(3)), Wave("light5", 2, 5.0, at_s=5, light=True)),
+             "three heavy tenants of 16 jobs of 5 s, then a light one of 2"),
+    Scenario("alone30s", (Wave("solo30", 12, 30.0),), "one tenant alone, 12 jobs of 30 s"),
+    Scenario("burst30s", (Wave("burst30", 12, 30.0), *(Wave(f"light30{i}", 1, 30.0, at_s=30, light=True)
+                                                       for i in range(3))),
+             "a burst of 12 jobs of 30 s, three tenants of 1 job 30 s later"),
+    Scenario("heavy3_30s", (*(Wave(f"heavy30{i}", 8, 30.0) for i in range(3)), Wave("light30", 1, 30.0, at_s=30,
+                                                                                  light=True)),
+             "three heavy tenants of 8 jobs of 30 s, then a light one of 1"),
 )
 
 

@@ -36,11 +36,8 @@ from dataclasses import dataclass
 from threading import Event
 from typing import Any, Callable, NoReturn
 
-from botocore.exceptions import BotoCoreError, ClientError
 from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
-from kombu.exceptions import KombuError
-from pynamodb.exceptions import PynamoDBException
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
 from leases import attempts, transactions, waiting
@@ -49,11 +46,11 @@ from leases.models import JobItem, JobStatus
 from imposition.common.clocks import Clocks, get_clocks
 from imposition.common.settings import get_settings
 from imposition.common.sqs import backoff_s, delay_seconds
-from imposition.common.tenancy import message_group_id, shown_value, validate_job_id, validate_tenant_id
+from imposition.common.tenancy import message_group_id
 from leases import signals
 from leases.signals import JobOutcome
-from tasks import storage
 from tasks.heartbeat import Heartbeat
+from tasks.outcomes import INFRASTRUCTURE_ERRORS, JobFailed, JobResult, is_duplicate, is_infrastructure_failure, message_fields
 from tasks.messages import publish_job
 from tasks.worker import expedite_to_dead_letter_queue
 
@@ -61,37 +58,6 @@ log = logging.getLogger(__name__)
 
 #: How a ``lease_lost`` detail begins when the release's outcome is unknown (it may have applied).
 RELEASE_UNREACHABLE = "release could not reach DynamoDB"
-#: Errors of the AWS SDKs and the broker client that say nothing about the job itself.
-_INFRASTRUCTURE_ERRORS = (PynamoDBException, BotoCoreError, ClientError, KombuError, OSError)
-
-
-def is_infrastructure_failure(exc: BaseException) -> bool:
-    """True if a run failed on the infrastructure, not on the job: an S3 transfer whose endpoint or
-    network failed (:attr:`tasks.storage.StorageError.infrastructure`), a DynamoDB, botocore or
-    kombu error, a connection error or timeout (raised by a renewal or an upload inside the run), or
-    DynamoDB contention outlasting its retries; not any other ``OSError`` (a disk is the job's host). Such an attempt is not charged
-    (up to ``Settings.infra_retry_limit``). The engine's errors, a missing input and anything else
-    are the job's own."""
-    if isinstance(exc, storage.StorageError):
-        return exc.infrastructure
-    if isinstance(exc, ClientError):
-        return storage.is_infrastructure(exc)
-    return isinstance(exc, (PynamoDBException, BotoCoreError, KombuError, ConnectionError, TimeoutError,
-                            LeaseContention))
-
-
-@dataclass(frozen=True)
-class JobResult:
-    """What a job produced: the plate's S3 key, its size in sheets and sides, the engine's typed
-    warnings (``[{"code", "message"}, …]``) and its previews' S3 keys (recorded on the job item)."""
-
-    output_key: str
-    sheets: int
-    sides: int
-    warnings: tuple[dict[str, str], ...] = ()
-    preview_keys: tuple[str, ...] = ()
-
-
 @dataclass(frozen=True)
 class _Ended:
     """A job's fenced end as :meth:`FairTask.run` wrote it, for :meth:`FairTask.after_return`:
@@ -102,35 +68,6 @@ class _Ended:
     outcome: JobOutcome
     error: str | None
     handed: str | None
-
-
-class JobFailed(Exception):
-    """The job ended ``failed``; raised after the failure is recorded so Celery shows FAILURE.
-
-    Listed in :attr:`FairTask.throws`, so the worker logs it as an expected error, no traceback.
-    """
-
-    def __init__(self, job_id: str, code: str, reason: str) -> None:
-        super().__init__(job_id, code, reason)  # picklable: args match __init__
-        self.job_id = job_id
-        self.code = code
-        self.reason = reason
-
-    def __str__(self) -> str:
-        return f"job {self.job_id} failed ({self.code}): {self.reason}"
-
-
-def is_duplicate(exc: JobNotQueued, after_attempt: int) -> bool:
-    """True if a message that found its job not ``queued`` is a duplicate (ack and drop it).
-
-    It is one if the job is final (or missing: the caller sends a message naming a missing job to
-    the dead-letter queue as ``no_such_job`` first), or runs an attempt later than ``after_attempt`` (the
-    attempt the message follows). Otherwise the job may still come back to ``queued`` (a retry or
-    reclaim in flight, an orphaned lease the sweeper will remove) and the message must not be lost.
-    """
-    if exc.status is None or JobStatus(exc.status).is_final or exc.status == JobStatus.WAITING.value:
-        return True  # a waiting job is brought back by its wake, with a message of its own
-    return exc.status == JobStatus.RUNNING.value and exc.attempts is not None and exc.attempts > after_attempt
 
 
 class FairTask(Task):
@@ -315,7 +252,7 @@ class FairTask(Task):
             if resolved is None:
                 raise Reject(str(exc), requeue=False) from exc  # SQS redelivers it; nothing was charged
             return resolved
-        except _INFRASTRUCTURE_ERRORS as exc:
+        except INFRASTRUCTURE_ERRORS as exc:
             # No lease is known to be held (an ambiguous acquire that did apply is the sweeper's),
             # so acking would lose the job: SQS keeps the message and redelivers it.
             log.error("could not acquire a lease for job %s (%s); leaving the message to SQS", job_id, exc)
@@ -333,7 +270,7 @@ class FairTask(Task):
                 warnings=list(result.warnings), preview_keys=list(result.preview_keys))
         except LeaseLost as exc:
             return self._on_lease_lost(lease, str(exc), heartbeat, int(job.attempts))
-        except (*_INFRASTRUCTURE_ERRORS, LeaseContention) as exc:
+        except (*INFRASTRUCTURE_ERRORS, LeaseContention) as exc:
             return self._on_release_unreachable(lease, exc, heartbeat, int(job.attempts))
         signals.lease_released.send(sender=self, lease=lease, outcome=JobOutcome.SUCCEEDED)
         for name, value in written.items():  # the job as committed, without reading it back
@@ -363,26 +300,12 @@ class FairTask(Task):
                                                         woken_by="release"), reason="release")
 
     def _message_fields(self, args: tuple, kwargs: dict) -> tuple[str, str, int]:
-        """``(tenant_id, job_id, after_attempt)`` of the message, or reject it as poison.
-
-        A message whose fields are missing or malformed can never run: it is rejected and sent on
-        to the dead-letter queue (:func:`tasks.worker.expedite_to_dead_letter_queue`), not acked.
-        """
-        after_attempt = kwargs.get("after_attempt", 0)
-        problems, checked = [], []
-        for check, value in ((validate_tenant_id, kwargs.get("tenant_id")), (validate_job_id, kwargs.get("job_id"))):
-            try:
-                checked.append(check(value))
-            except ValueError as exc:
-                problems.append(str(exc))
-        if not isinstance(after_attempt, int) or isinstance(after_attempt, bool) or after_attempt < 0:
-            problems.append(f"after_attempt={shown_value(after_attempt)}: must be an integer >= 0")
-        if args:
-            problems.append(f"positional arguments {shown_value(args)}: the message carries keyword arguments only")
-        if problems:
-            self._reject_as_poison("; ".join(problems))
-        tenant_id, job_id = checked
-        return tenant_id, job_id, after_attempt
+        """``(tenant_id, job_id, after_attempt)`` of the message (:func:`tasks.outcomes.message_fields`),
+        or reject it as poison: to the dead-letter queue, never acked."""
+        try:
+            return message_fields(args, kwargs)
+        except ValueError as exc:
+            self._reject_as_poison(str(exc))
 
     def _reject_as_poison(self, problem: str, reason: str = "invalid_fields") -> NoReturn:
         """Reject this delivery towards the dead-letter queue as ``reason`` (``invalid_fields``, or
@@ -426,7 +349,7 @@ class FairTask(Task):
                 exc = again
             except LeaseContention as contention:
                 self._defer(job_id, tenant_id, contention)
-            except _INFRASTRUCTURE_ERRORS as infra:
+            except INFRASTRUCTURE_ERRORS as infra:
                 log.error("could not park job %s (%s); leaving the message to SQS", job_id, infra)
                 raise Reject(infra, requeue=False) from infra
         self._defer(job_id, tenant_id, exc)
@@ -443,7 +366,7 @@ class FairTask(Task):
         delay_s = self._option("defer_delay_s")
         try:
             retry = self.retry(countdown=delay_s, exc=exc, throw=False)
-        except _INFRASTRUCTURE_ERRORS as publish_exc:
+        except INFRASTRUCTURE_ERRORS as publish_exc:
             log.error("could not publish the deferred copy of job %s (%s); leaving the message to SQS",
                       job_id, publish_exc)
             raise Reject(publish_exc, requeue=False) from publish_exc
@@ -466,7 +389,7 @@ class FairTask(Task):
         the last error is re-raised."""
         clocks = self.clocks
         return Retrying(
-            retry=retry_if_exception_type(_INFRASTRUCTURE_ERRORS),
+            retry=retry_if_exception_type(INFRASTRUCTURE_ERRORS),
             wait=wait_random_exponential(multiplier=0.2, max=clocks.heartbeat_interval_s),
             stop=stop_after_delay(max(0.0, expires_at + clocks.infra_report_grace_s - time.time())),
             reraise=True,
@@ -480,7 +403,7 @@ class FairTask(Task):
         log.warning("job %s: %s; resolving it once DynamoDB answers", unresolved.job_id, unresolved)
         try:
             lease = self._until_sweeper_grace(unresolved.expires_at)(attempts.resolve_acquire, unresolved)
-        except _INFRASTRUCTURE_ERRORS as exc:
+        except INFRASTRUCTURE_ERRORS as exc:
             log.error("job %s: acquire still unresolved when the sweeper's grace ended (%s); if it applied, its "
                       "attempt counts against the budget", unresolved.job_id, exc)
             return None
@@ -511,7 +434,7 @@ class FairTask(Task):
         try:
             written = self._until_sweeper_grace(lease.expires_at)(attempts.record_infra_lost, lease.job_id,
                                                                   attempt, detail=detail)
-        except _INFRASTRUCTURE_ERRORS as exc:
+        except INFRASTRUCTURE_ERRORS as exc:
             log.error("job %s: could not report attempt %s as infra_lost before the sweeper's grace ended (%s); "
                       "it counts against the budget", lease.job_id, attempt, exc)
             return False
@@ -538,7 +461,7 @@ class FairTask(Task):
             released = release()
         except LeaseLost as lost:
             return self._on_lease_lost(lease, str(lost), heartbeat, attempt)
-        except (*_INFRASTRUCTURE_ERRORS, LeaseContention) as unreachable:
+        except (*INFRASTRUCTURE_ERRORS, LeaseContention) as unreachable:
             return self._on_release_unreachable(lease, unreachable, heartbeat, attempt)
         signals.lease_released.send(sender=self, lease=lease, outcome=outcome)
         committed = JobStatus.FAILED if outcome == JobOutcome.FAILED else JobStatus.QUEUED
@@ -582,7 +505,7 @@ class FairTask(Task):
             try:  # published before the release: it follows this attempt
                 retry = self.retry(kwargs={**self.request.kwargs, "after_attempt": attempts}, countdown=delay_s,
                                    exc=exc, throw=False)
-            except (Reject, *_INFRASTRUCTURE_ERRORS) as publish_exc:  # Celery's retry wraps a failed publish in Reject
+            except (Reject, *INFRASTRUCTURE_ERRORS) as publish_exc:  # Celery's retry wraps a failed publish in Reject
                 # No copy: release anyway (the job is queued again, its slot free) and leave this
                 # message to SQS, which redelivers it; the reconciler covers a lost one.
                 log.warning("job %s: the retry copy could not be published (%s); releasing, and leaving the "

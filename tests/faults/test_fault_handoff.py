@@ -204,6 +204,23 @@ def test_a_job_parked_after_the_releases_read_is_handed_the_place_by_that_releas
     _committed_once(cluster, [holder, parked])
 
 
+def test_the_heartbeat_renews_the_lease_up_to_and_including_the_commit(cluster):
+    """A commit held back before its transaction for longer than the lease's TTL (as a DynamoDB
+    stall would) still finds its lease: the heartbeat renews it until the commit returns, so the
+    sweeper reclaims nothing and the attempt is not charged twice."""
+    tenant = new_tenant("stall")
+    holder = cluster.submit(tenant, faults={"hold": "", "hold-before-release": ""})
+    _wait_running([holder])
+    _release_hold(cluster, holder)
+    wait_for(lambda: (cluster.fault_dir / f"{holder}.at-release").exists(), 30, what="the holder at its release")
+    s = get_settings()
+    time.sleep(s.lease_ttl_s + 2 * s.sweep_interval_s)
+    (cluster.fault_dir / f"{holder}.hold-before-release").unlink()
+    job = cluster.final(holder)
+    assert (job.status, job.attempts) == ("succeeded", 1)
+    assert cluster.events_of(holder, "reclaimed") == []
+
+
 def test_raising_the_cap_while_jobs_wait_wakes_them_at_once(cluster):
     tenant = new_tenant("raise")
     set_cap(tenant, 1)

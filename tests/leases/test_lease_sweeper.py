@@ -123,7 +123,7 @@ def test_an_orphan_lease_is_removed_and_its_slot_given_back(tenant_id):
 
 def test_a_copy_that_arrives_before_the_reclaim_commits_is_deferred_not_dropped(tenant_id):
     from leases.errors import JobNotQueued
-    from tasks.base import is_duplicate
+    from tasks.outcomes import is_duplicate
 
     [job_id] = _expired_leases(tenant_id, 1)
     with pytest.raises(JobNotQueued) as early:  # the re-published copy, before the reclaim commits

@@ -11,7 +11,7 @@ from s3transfer.exceptions import RetriesExceededError
 
 from imposition.engine.errors import NotAPdf
 from leases.errors import LeaseContention
-from tasks.base import is_infrastructure_failure
+from tasks.outcomes import is_infrastructure_failure
 from tasks.storage import InputMissing, StorageError, is_infrastructure
 
 pytestmark = pytest.mark.unit
