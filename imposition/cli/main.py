@@ -143,6 +143,10 @@ class ConfigurationError(click.ClickException):
     exit_code = 2
 
 
+#: Modules of an optional extra (pyproject.toml) → the extra: a worker node installs neither.
+OPTIONAL_MODULES = {"simpy": "capacity", "matplotlib": "capacity"}
+
+
 class ServiceGroup(LazyGroup):
     """The top-level group: every command under it (lazy ones included) reports an unreachable
     service as :class:`ServiceUnavailable` (exit 3), and a malformed identifier
@@ -156,6 +160,11 @@ class ServiceGroup(LazyGroup):
             raise click.UsageError(str(exc)) from exc
         except click.ClickException:
             raise
+        except ModuleNotFoundError as exc:
+            if exc.name not in OPTIONAL_MODULES:
+                raise
+            raise click.ClickException(f"this command needs {exc.name}: pip install "
+                                       f"'fair-imposition[{OPTIONAL_MODULES[exc.name]}]'") from exc
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
             problem = settings_problem(exc)
             if problem is None:
