@@ -29,7 +29,7 @@ venv: $(STAMP)
 run: $(STAMP) prometheus
 	$(BIN)/python -m devstack.demo $(if $(KEEP),--keep)
 
-## The gates: ruff (lint), mypy (types), import-linter (the layers of README.md "Layers").
+## The gates: ruff (lint), mypy (types), import-linter (the layers contract in pyproject.toml).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
