@@ -17,6 +17,7 @@ from leases.transactions import tx_connection
 from imposition.common import aws
 from imposition.common.settings import get_settings
 from tasks.config import bind_queue_urls, derived
+from tasks.results import ImpositionResult
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,8 @@ def _derived_unless_configured() -> dict[str, object]:
 
 
 app.add_defaults(_derived_unless_configured)  # a promise: evaluated when the configuration is first read
+# Every AsyncResult of this app (impose.delay's, app.AsyncResult(job_id)'s) cancels on revoke().
+app.AsyncResult = app.subclass_with_self(ImpositionResult)
 
 
 @worker_init.connect

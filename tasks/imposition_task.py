@@ -2,8 +2,8 @@
 
 ``impose.delay(tenant_id=..., token=..., input_key=..., layout={...})`` is how internal callers
 submit a job: it runs admission, creates the job item and publishes (see :mod:`tasks.submission`)
-and returns an :class:`~tasks.results.ImpositionResult` (:mod:`tasks.results`). Workers receive ``{"tenant_id", "job_id"}`` and :class:`FairTask` wraps the
-run in a lease.
+and returns an :class:`~tasks.results.ImpositionResult`. Workers receive
+``{"tenant_id", "job_id"}``, and :class:`FairTask` wraps the run in a lease.
 
 Each process of a worker consuming the imposition queue keeps a warm engine child
 (:func:`imposition.engine.isolation.keep_warm`, ``Settings.engine_warm_child``), started when the process
@@ -113,10 +113,6 @@ class ImposeTask(FairTask):
         if args or "token" not in kwargs or callbacks:
             raise SubmissionRequired(self._refusal(args, kwargs, callbacks))
         return self.AsyncResult(submit_job(**kwargs))
-
-    def AsyncResult(self, task_id: str, **kwargs: Any) -> ImpositionResult:  # noqa: N802 - Celery's name
-        """The result of job ``task_id``, read from the jobs table (:mod:`tasks.results`)."""
-        return ImpositionResult(task_id, backend=self.backend, task_name=self.name, app=self.app, **kwargs)
 
     def run(self, *, job: JobItem, lease: Lease, cancel: threading.Event) -> JobResult:
         """Download, impose, check the lease, upload. Raises the engine's typed errors."""

@@ -20,6 +20,7 @@ from leases.tenants import set_cap
 from imposition.common import aws
 from imposition.common.settings import get_settings
 from imposition.common.tenancy import input_key, message_group_id
+from tasks import app
 from tasks.imposition_task import SubmissionRequired, impose
 from tests.admission.helpers import queue_messages
 from tests.support.processes import wait_for
@@ -74,7 +75,7 @@ def test_revoke_cancels_a_waiting_job_and_refuses_a_finished_one(imposition_work
     with pytest.raises(TaskRevokedError, match="cancelled"):
         r.get(timeout=5)
     with pytest.raises(WrongJobStatus):
-        r.revoke()  # already final: refused, nothing changed
+        app.AsyncResult(r.id).revoke()  # already final: refused, nothing changed
     assert JobItem.get(r.id, consistent_read=True).error_code == "cancelled"
 
 
