@@ -5,7 +5,13 @@ granted), which a test can take down and bring back on the same port (a licence 
 from __future__ import annotations
 
 import socket
+import stat
+import sys
 import threading
+from pathlib import Path
+
+#: The stand-in pdfToolbox executable's script.
+STAND_IN = Path(__file__).resolve().parents[1] / "imposition" / "fake_pdftoolbox.py"
 
 
 class LicenceServer:
@@ -57,3 +63,16 @@ class LicenceServer:
 
     def __exit__(self, *_: object) -> None:
         self.down()
+
+
+def install_stand_in(directory: Path) -> tuple[Path, Path]:
+    """Write an executable ``pdfToolbox`` that runs the stand-in (tests/imposition/fake_pdftoolbox.py)
+    and a process plan file into ``directory``; returns their paths (the settings'
+    ``pdftoolbox_path`` and ``pdftoolbox_process_plan``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    executable = directory / "pdfToolbox"
+    executable.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STAND_IN}" "$@"\n')
+    executable.chmod(executable.stat().st_mode | stat.S_IXUSR)
+    plan = directory / "impose.kfpx"
+    plan.write_bytes(b"process plan stand-in")
+    return executable, plan
