@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 
 import pytest
@@ -135,3 +136,28 @@ def test_missing_executable_or_process_plan(stand_in_settings, case, tmp_path, f
     with pytest.raises(EngineConfigurationError, match=field) as caught:
         PdfToolboxEngine(settings).impose(case("a5_8p.pdf"), parse_layout(N_UP), tmp_path / "plate.pdf")
     assert caught.value.retryable and is_infrastructure_failure(caught.value)  # the node's fault, not the job's
+
+
+#: Layouts that, with the samples, give every field of every layout kind a value.
+EXTRA_LAYOUTS = [
+    {"layout": "n_up", "sheet": {"width_mm": 500, "height_mm": 350}, "columns": 2, "rows": 2,
+     "margin_mm": {"top_mm": 5, "right_mm": 5, "bottom_mm": 12, "left_mm": 5}, "column_gutter_mm": 4,
+     "row_gutter_mm": 6},
+    {"layout": "step_and_repeat", "sheet": "SRA3", "gang": [{"page": 1, "copies": 4}, {"page": 2}]},
+    {"layout": "step_and_repeat", "sheet": "SRA3", "pages": [1, 3]},
+]
+
+
+def test_every_variable_the_process_plan_is_sent_is_documented():
+    import re
+    from pathlib import Path
+
+    from imposition.engine.backends.pdftoolbox import layout_variables
+
+    root = Path(__file__).resolve().parents[2]
+    documented = set(re.findall(r"`([a-z_<>0-9]+)`", (root / "docs" / "engine.md").read_text()))
+    layouts = [json.loads(path.read_text()) for path in sorted((root / "samples" / "layouts").glob("*.json"))]
+    sent = {re.sub(r"_\d+_", "_<n>_", name) for layout in layouts + EXTRA_LAYOUTS
+            for name in layout_variables(parse_layout(layout))}
+    assert {"margin_mm_top_mm", "gang_<n>_copies", "sheet_width_mm", "column_gutter_mm", "pages"} <= sent
+    assert sent - documented == set(), "document these in docs/engine.md, section pdfToolbox"
