@@ -59,6 +59,13 @@ class EngineGate:
         metrics.engine_ready.labels(self.engine).set(1 if verdict.ok else 0)
         if not verdict.ok:
             metrics.engine_check_failures.labels(self.engine, verdict.reason).inc()
+        try:
+            self._switch(verdict)
+        except Exception as exc:  # noqa: BLE001 - on the event loop: never stop the worker; the next check retries
+            log.error("engine gate: could not %s the %s queue (%s); retrying at the next check",
+                      "resume" if verdict.ok else "cancel", self.queue, exc)
+
+    def _switch(self, verdict: EngineCheck) -> None:
         with self._lock:
             if verdict.ok and not self.open:
                 self.consumer.add_task_queue(self.queue)
@@ -78,12 +85,22 @@ class EngineGate:
         event loop (the consumer is not thread-safe), or applied here when the worker has none."""
         settings = get_settings()
         while not stop.wait(settings.pdftoolbox_check_interval_s):
-            verdict = check_engine(settings, pool_processes=pool_processes)
+            verdict = checked(pool_processes)
             hub = getattr(self.consumer, "hub", None)
             if hub is not None:
                 hub.call_soon(self.apply, verdict)
             else:
                 self.apply(verdict)
+
+
+def checked(pool_processes: int) -> EngineCheck:
+    """:func:`check_engine` with the process's settings; a check that itself raised is a failed one
+    (reason ``engine``), so the gate never stays open, or its thread dead, on a bug of the check."""
+    try:
+        return check_engine(get_settings(), pool_processes=pool_processes)
+    except Exception as exc:  # noqa: BLE001 - any failure of the check closes the node, with its reason logged
+        log.exception("engine check raised")
+        return EngineCheck(False, "engine", f"the engine check itself failed: {type(exc).__name__}: {exc}")
 
 
 _state: dict[str, Any] = {}
@@ -97,7 +114,7 @@ def _on_worker_ready(sender: Any = None, **_: object) -> None:
         return
     gate = EngineGate(consumer, settings.imposition_queue, settings.engine)
     pool_processes = int(consumer.pool.num_processes)
-    gate.apply(check_engine(settings, pool_processes=pool_processes))
+    gate.apply(checked(pool_processes))
     stop = threading.Event()
     thread = threading.Thread(target=gate.recheck_forever, args=(pool_processes, stop), daemon=True,
                               name="engine-gate")
