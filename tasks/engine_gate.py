@@ -55,15 +55,15 @@ class EngineGate:
     def apply(self, verdict: EngineCheck) -> None:
         """Open or close the node for ``verdict`` (on the event loop, or before it runs), record the
         metrics and log a change (a failure at ERROR, naming its reason and what failed)."""
-        metrics = get_metrics()
-        metrics.engine_ready.labels(self.engine).set(1 if verdict.ok else 0)
-        if not verdict.ok:
-            metrics.engine_check_failures.labels(self.engine, verdict.reason).inc()
         try:
             self._switch(verdict)
         except Exception as exc:  # noqa: BLE001 - on the event loop: never stop the worker; the next check retries
             log.error("engine gate: could not %s the %s queue (%s); retrying at the next check",
                       "resume" if verdict.ok else "cancel", self.queue, exc)
+        metrics = get_metrics()
+        metrics.engine_ready.labels(self.engine).set(1 if self.open and verdict.ok else 0)
+        if not verdict.ok:
+            metrics.engine_check_failures.labels(self.engine, verdict.reason).inc()
 
     def _switch(self, verdict: EngineCheck) -> None:
         with self._lock:

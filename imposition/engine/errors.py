@@ -7,10 +7,9 @@ The tree, each leaf with its ``code`` (each class's docstring says when it is ra
     │   ├── NotAPdf not_a_pdf · NoPages no_pages · PasswordRequired password_required
     │   ├── DamagedPdf damaged · PageTooLarge page_too_large · InvalidLayout invalid_layout
     │   └── Departure: a warning made a failure by the layout's ``on_warning: fail``
-    │       └── Repaired repaired · ScaledToFit scaled_to_fit · NoRoomForMarks no_room_for_marks
-    │           · BleedReduced bleed_reduced · NoRoomForSlug no_room_for_slug
-    │           · TrimBoxReplaced trim_box_replaced · PreflightErrors preflight_errors
-    │           · FixupFailed fixup_failed
+    │       └── Repaired repaired · ScaledToFit scaled_to_fit · NoRoomForMarks no_room_for_marks · BleedReduced
+    │           bleed_reduced · NoRoomForSlug no_room_for_slug · TrimBoxReplaced trim_box_replaced
+    │           · PreflightErrors preflight_errors · FixupFailed fixup_failed
     ├── LimitExceeded: the job breaks a limit of the service (never retried)
     │   └── InputTooLarge input_too_large · TooManyPages too_many_pages · TooManyCells too_many_cells
     │       · TimeLimitExceeded time_limit · MemoryLimitExceeded memory_limit
@@ -18,11 +17,8 @@ The tree, each leaf with its ``code`` (each class's docstring says when it is ra
     ├── EngineCancelled cancelled: the caller asked the engine to stop (not retried)
     ├── PreviewFailed preview_failed: a warning, never a failed job
     └── EngineFailure: the engine itself failed
-        ├── retryable: EngineCrashed engine_crashed · EngineAborted engine_aborted
-        │   · OutputNotSaved output_not_saved
-        └── EngineUnavailable: this node's engine cannot run any job now, not the job's fault:
-            retried on any node without charging an attempt (a ``ConnectionError`` too, which
-            ``tasks.base.is_infrastructure_failure`` counts as the infrastructure's)
+        ├── retryable: EngineCrashed engine_crashed · EngineAborted engine_aborted · OutputNotSaved output_not_saved
+        └── EngineUnavailable (a ConnectionError: retried, no attempt charged): the node's, not the job's
             └── LicenceUnavailable licence · EngineConfigurationError engine_config
 
 ``retryable`` and ``code`` are class attributes; :func:`error_from_code` rebuilds a child's error,

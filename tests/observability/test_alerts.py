@@ -108,14 +108,15 @@ def test_every_dashboard_query_parses_and_names_only_metrics_the_service_exports
     _promtool("check", "rules", str(path))
     exported = {"slots_busy", "slots_total", "leases_held", "queue_wait_seconds_bucket", "jobs_waiting",
                 "cap_defer_total", "lease_recovered_total", "jobs_total", "handoffs_total", "sqs_messages",
-                "poison_messages_total", "queue_wait_seconds_count"}
+                "poison_messages_total", "queue_wait_seconds_count", "engine_ready"}
     recorded = {rule["record"] for group in rule_groups()["groups"] for rule in group["rules"] if "record" in rule}
     import re
 
     for expr in exprs + [r["expr"] for g in rule_groups()["groups"] for r in g["rules"]]:
         names = set(re.findall(r"\b([a-z_:]+)(?=\{|\[|\)|\s*$|\s*[-/*+>])", expr))
         names -= {"sum", "max", "rate", "increase", "by", "on", "and", "bool", "avg_over_time", "histogram_quantile",
-                  "day_of_week", "vector", "time", "tenant", "le", "outcome", "reason", "queue", "state"}
+                  "day_of_week", "vector", "time", "tenant", "le", "outcome", "reason", "queue", "state", "min",
+                  "instance", "engine"}
         assert names <= exported | recorded, (expr, names - exported - recorded)
 
 
