@@ -264,6 +264,10 @@ class JobItem(Model):
     lost_attempts: ListAttribute[dict[str, Any]] = ListAttribute(null=True)
     layout = JSONAttribute()
     input_key = UnicodeAttribute()
+    #: The name of the file the tenant sent (``submit()``: the local file's name; ``submit_job``: its
+    #: ``file_name``, else the input key's last segment); the engine's errors and warnings name it.
+    #: Absent on jobs submitted before it existed.
+    file_name = UnicodeAttribute(null=True)
     output_key = UnicodeAttribute(null=True)
     submitted_at = NumberAttribute()
     first_received_at = NumberAttribute(null=True)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from imposition import admission
@@ -66,6 +66,7 @@ def submit_job(
     max_attempts: int | None = None,
     job_id: str | None = None,
     on_duplicate: OnDuplicate = "raise",
+    file_name: str | None = None,
 ) -> str:
     """Submit a job whose input PDF is already in the bucket; return its job id.
 
@@ -79,6 +80,12 @@ def submit_job(
         job_id: use this id (default: a new UUID4); 1–64 characters from ``[A-Za-z0-9_-]``.
         on_duplicate: ``"raise"`` (default) raises :class:`admission.DuplicateSubmission` for a taken
             token; ``"return"`` returns the job id that holds the token instead.
+        file_name: the name of the file the tenant sent (1–255 UTF-8 bytes, no ``/``), which the
+            job's errors and warnings name; default: the last segment of ``input_key``.
+
+    The input itself is not read here (it may be large, and it is in the bucket already): a
+    damaged file fails its job at once (``damaged``, no retry), naming ``file_name``. :func:`submit`
+    checks a local file at the door.
 
     Raises:
         imposition.common.tenancy.InvalidTenantId, imposition.common.tenancy.InvalidJobId,
@@ -88,7 +95,7 @@ def submit_job(
             off (code ``unknown_tenant``; nothing written).
         imposition.engine.errors.InvalidLayout: the layout fails validation (names field, value, limit).
         ValueError: an empty, too long or not UTF-8-encodable token, a max_attempts that is not an
-            integer from 1 to ``Settings.max_attempts_limit``, a bad ``on_duplicate``.
+            integer from 1 to ``Settings.max_attempts_limit``, a bad ``on_duplicate``, a bad ``file_name``.
         admission.DuplicateSubmission, admission.DuplicateJobId, admission.RateLimited,
             admission.InFlightLimitReached: refused (all :class:`admission.AdmissionRefused`); nothing
             was written or published, nothing of another job or tenant changed.
@@ -99,7 +106,9 @@ def submit_job(
     check_own_key(tenant_id, input_key)
     job_id = new_job_id() if job_id is None else validate_job_id(job_id)
     spec, budget = _validated(tenant_id, token, layout, max_attempts, on_duplicate)
-    return _admit_and_enqueue(tenant_id, token, job_id, spec, budget, input_key, on_duplicate=on_duplicate)
+    name = validate_file_name(file_name) if file_name is not None else key_file_name(input_key)
+    return _admit_and_enqueue(tenant_id, token, job_id, spec, budget, input_key, on_duplicate=on_duplicate,
+                              file_name=name)
 
 
 def submit(
@@ -115,9 +124,10 @@ def submit(
 
     The file is checked at the door first: a PDF header (:func:`check_pdf_header`), then opened in
     the engine's limited child (:meth:`imposition.Engine.probe`: a hostile file is parsed only
-    there), so an empty, non-PDF, damaged, encrypted or page-less file is refused naming the
-    caller's file, before admission, upload or publish (the pages' content and the layout's fit
-    are checked when the job runs, and fail the job). Admission runs before
+    there, under the content budget), every page's content, resources and boxes read whole, so an
+    empty, non-PDF, damaged (a truncated file included), encrypted or page-less file is refused
+    naming the caller's file, before admission, upload or publish (the layout's fit is checked when
+    the job runs, and fails the job). The job keeps the file's name (``file_name``). Admission runs before
     the upload; the input goes to ``tenants/<tenant>/jobs/<job>/input.pdf`` and is deleted again if
     a later step fails. ``on_duplicate`` as in :func:`submit_job`.
 
@@ -141,7 +151,37 @@ def submit(
     get_engine(get_settings()).probe(source, spec)
     job_id = new_job_id()
     return _admit_and_enqueue(tenant_id, token, job_id, spec, budget, derive_input_key(tenant_id, job_id),
-                              on_duplicate=on_duplicate, upload_from=source)
+                              on_duplicate=on_duplicate, upload_from=source, file_name=key_file_name(source.name))
+
+
+#: Longest file name a job keeps (UTF-8 bytes): a file name on common file systems.
+FILE_NAME_MAX_BYTES = 255
+
+
+def validate_file_name(file_name: object) -> str:
+    """``file_name`` if it is a file's name: a string of 1–255 UTF-8 bytes without ``/`` or NUL.
+
+    Raises:
+        ValueError: it is not (the message names the field and the limit).
+    """
+    if not isinstance(file_name, str) or not file_name or "/" in file_name or "\x00" in file_name:
+        raise ValueError(f"file_name={shown_value(file_name)}: must be a file's name (a non-empty string "
+                         "without '/' or NUL)")
+    try:
+        size = len(file_name.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"file_name: not encodable as UTF-8 at character {exc.start}") from exc
+    if size > FILE_NAME_MAX_BYTES:
+        raise ValueError(f"file_name: {size} bytes is more than {FILE_NAME_MAX_BYTES} (UTF-8)")
+    return file_name
+
+
+def key_file_name(input_key: str) -> str:
+    """The last segment of ``input_key`` (or of a local path), cut to :data:`FILE_NAME_MAX_BYTES`, a
+    character UTF-8 cannot hold (a file name's undecodable byte) as ``?``: the file name of a job
+    submitted without one."""
+    name = PurePosixPath(input_key).name or "input.pdf"
+    return name.encode("utf-8", "replace")[:FILE_NAME_MAX_BYTES].decode("utf-8", "ignore")
 
 
 #: The header must start within the first 1024 bytes (PDF 32000-1 §7.5.2; readers accept it there).
@@ -192,7 +232,7 @@ def _validated(tenant_id: str, token: str, layout: dict[str, Any] | str, max_att
 
 
 def _admit_and_enqueue(tenant_id: str, token: str, job_id: str, spec, budget: int, input_key: str, *,
-                       on_duplicate: str, upload_from: Path | None = None) -> str:
+                       on_duplicate: str, upload_from: Path | None = None, file_name: str | None = None) -> str:
     """Registration, admission, then (upload →) job item → publish; on any failure after admission,
     undo all."""
     admission.check_registered(tenant_id)
@@ -204,7 +244,7 @@ def _admit_and_enqueue(tenant_id: str, token: str, job_id: str, spec, budget: in
         if upload_from is not None:
             storage.upload(upload_from, input_key)
         try:
-            _create_and_publish(tenant_id, token, job_id, spec, budget, input_key)
+            _create_and_publish(tenant_id, token, job_id, spec, budget, input_key, file_name)
         except BaseException:
             if upload_from is not None:
                 storage.delete(input_key)
@@ -248,7 +288,8 @@ def _restore_fast_check(tenant_id: str, token: str) -> None:
         log.warning("token of tenant %s: could not restore its Redis fast check: %s", tenant_id, exc)
 
 
-def _create_and_publish(tenant_id: str, token: str, job_id: str, spec, budget: int, input_key: str) -> None:
+def _create_and_publish(tenant_id: str, token: str, job_id: str, spec, budget: int, input_key: str,
+                        file_name: str | None = None) -> None:
     """Write the job item through the door (:func:`leases.waiting.through_door`), with its token's
     claim and its tenant's counter, in one transaction: ``queued`` and published, or ``waiting``
     (parked at the door, no message) and then a wake; delete all three again if the publish fails.
@@ -266,6 +307,7 @@ def _create_and_publish(tenant_id: str, token: str, job_id: str, spec, budget: i
         max_attempts=budget,
         layout=spec.model_dump(mode="json"),
         input_key=input_key,
+        file_name=file_name,
         submitted_at=time.time(),
     )
     queued = waiting.through_door(job, door=get_settings().waiting_policy == "handoff")

@@ -401,9 +401,42 @@ class Settings(BaseSettings):
         description="Wall-clock limit of rendering one plate's previews; past it the plate ships with the "
         "warning preview_failed.",
     )
-    pdftoolbox_path: str = "pdfToolbox"
-    pdftoolbox_process_plan: str = ""
-    pdftoolbox_variables: dict[str, str] = Field(default_factory=dict)
+    # --- pdfToolbox (docs/engine.md "pdfToolbox") ---------------------------------------------------
+    pdftoolbox_path: str = Field(default="pdfToolbox", description="The pdfToolbox CLI executable (a name on PATH or a path).")
+    pdftoolbox_process_plan: str = Field(
+        default="", description="The process plan (.kfpx) whose Impose step runs the shipped runlist "
+        "(imposition/engine/backends/pdftoolbox_impose.js); it reads the variables the engine passes.",
+    )
+    pdftoolbox_variables: dict[str, str] = Field(
+        default_factory=dict, description="Site variables passed to every run (--setvariable=key:value); the "
+        "layout's variables win over them.",
+    )
+    pdftoolbox_licence_servers: list[str] = Field(
+        default_factory=list,
+        description="callas License Servers as host or host:port (port 1400 by default), each passed as "
+        "--licenseserver=...; several give pdfToolbox's failover. Empty: the node's local licence.",
+    )
+    pdftoolbox_licence_wait_s: float = Field(
+        default=120.0, gt=0,
+        description="The licence outage one run rides out: how long pdfToolbox keeps asking the licence servers "
+        "for a licence before it gives up with exit code 100 (its --timeout_licenseserver). Must be below "
+        "engine_time_limit_s: the wait is part of the run.",
+    )
+    pdftoolbox_licence_processes: int | None = Field(
+        default=None, ge=1,
+        description="Parallel processes the node's licence (a process cartridge) allows; with the pdftoolbox "
+        "engine, slots_per_node (the worker's concurrency) must not exceed it, and a worker whose pool does "
+        "takes no jobs. None: not checked (a credit cartridge or a local licence without a process limit).",
+    )
+    pdftoolbox_check_interval_s: float = Field(
+        default=30.0, gt=0,
+        description="How often an imposition worker of the pdftoolbox engine checks its engine and licence "
+        "(a canary run); a node that fails the check takes no jobs until one passes.",
+    )
+    pdftoolbox_check_time_limit_s: float = Field(
+        default=30.0, gt=0,
+        description="Wall-clock limit of one engine check; its licence wait is half of it.",
+    )
 
     # --- observability (docs/design.md §8; package observability) -----------------------------------
     metrics_port: int = Field(
@@ -565,6 +598,25 @@ class Settings(BaseSettings):
             )
         if self.default_cap > self.max_cap:
             raise ValueError(f"default_cap={self.default_cap} must be <= max_cap={self.max_cap}")
+        return self
+
+    @model_validator(mode="after")
+    def _licence_fits(self) -> "Settings":
+        """With the pdftoolbox engine: the licence wait fits in a run's time limit, and the node runs no
+        more jobs at once than its licence allows processes."""
+        if self.engine != "pdftoolbox":
+            return self
+        if self.pdftoolbox_licence_wait_s >= self.engine_time_limit_s:
+            raise ValueError(
+                f"pdftoolbox_licence_wait_s={self.pdftoolbox_licence_wait_s:g} must be < "
+                f"engine_time_limit_s={self.engine_time_limit_s:g} (the wait for a licence is part of a run)"
+            )
+        processes = self.pdftoolbox_licence_processes
+        if processes is not None and self.slots_per_node > processes:
+            raise ValueError(
+                f"slots_per_node={self.slots_per_node} must be <= pdftoolbox_licence_processes={processes} "
+                "(each slot runs one pdfToolbox process; the licence allows no more at once)"
+            )
         return self
 
     @model_validator(mode="after")

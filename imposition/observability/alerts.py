@@ -11,7 +11,7 @@ The alerts, by ``severity`` (``page``: someone acts now; ``ticket``: the next wo
 fires (for ``alert_for_s`` unless said) is written where :func:`rule_groups` defines it::
 
     page    ImpositionTenantStarving, ImpositionLeaseRecoveredSustained,
-            ImpositionSlotsIdleWhileJobsWait
+            ImpositionSlotsIdleWhileJobsWait, ImpositionEngineUnavailable
     ticket  ImpositionDeadLetterQueueNotEmpty, ImpositionSecondLicenceWarranted
 
 Free slots are ``sum(slots_total) - sum(slots_busy)`` over every imposition node (other nodes export
@@ -109,6 +109,22 @@ def rule_groups(s: Settings | None = None) -> dict:
                                 "(`imposition status`, the workers' logs)?"}},
         ],
     }
+    engine = {
+        "name": "imposition-engine",
+        "rules": [
+            # A node's engine check (tasks.engine_gate: the pdfToolbox canary with its licence) failed
+            # and stays failed for alert_for_s: the node takes no jobs.
+            {"alert": "ImpositionEngineUnavailable",
+             "expr": "min by (instance, engine) (engine_ready) < 1",
+             "for": for_, "labels": {"severity": "page"},
+             "annotations": {
+                 "summary": "Node {{ $labels.instance }} takes no jobs: its {{ $labels.engine }} engine or "
+                            "licence fails its check",
+                 "description": "The node's log says why (tasks.engine_gate: licence, installation, processes "
+                                "or engine); engine_check_failures_total counts by reason. Runbook: "
+                                "docs/operations.md, \"Engine or licence unavailable\"."}},
+        ],
+    }
     capacity = {
         "name": "imposition-capacity",
         "interval": "1h",
@@ -131,7 +147,7 @@ def rule_groups(s: Settings | None = None) -> dict:
                                 f"{s.capacity_long_wait_s:g} s. Confirm with `imposition capacity-report`."}},
         ],
     }
-    return {"groups": [fairness, capacity]}
+    return {"groups": [fairness, engine, capacity]}
 
 
 def render_rules(s: Settings | None = None) -> str:

@@ -102,6 +102,13 @@ class ServiceMetrics:
         #: concurrency).
         self.slots_total = Gauge("slots_total", "Slots of this node (its pool concurrency).",
                                  multiprocess_mode="max", registry=r)
+        self.engine_ready = Gauge(
+            "engine_ready", "1 while this imposition node's engine and its licence passed their last check "
+            "(tasks.engine_gate), 0 while the node takes no jobs because the check failed.",
+            ("engine",), multiprocess_mode="mostrecent", registry=r)
+        self.engine_check_failures = Counter(
+            "engine_check_failures", "Failed engine checks of this node, by reason (licence, installation, "
+            "processes, engine).", ("engine", "reason"), registry=r)
         #: ``job_woken``: a parked job woken (``release``/``door``/``sweeper``/``cap_change``).
         self.handoffs = Counter("handoffs", "Parked jobs woken and published (a hand-off of a freed slot).",
                                 ("tenant", "reason"), registry=r)

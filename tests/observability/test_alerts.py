@@ -94,7 +94,7 @@ def test_the_shipped_files_are_what_the_settings_give_and_promtool_accepts_them(
     assert json.loads(DASHBOARD_PATH.read_text()) == dashboard()
     if PROMTOOL is None:
         pytest.skip("promtool not installed: `promtool check rules` not run")
-    assert "SUCCESS: 7 rules found" in _promtool("check", "rules", str(RULES_PATH)).stdout
+    assert "SUCCESS: 8 rules found" in _promtool("check", "rules", str(RULES_PATH)).stdout
 
 
 @needs_promtool
@@ -108,14 +108,15 @@ def test_every_dashboard_query_parses_and_names_only_metrics_the_service_exports
     _promtool("check", "rules", str(path))
     exported = {"slots_busy", "slots_total", "leases_held", "queue_wait_seconds_bucket", "jobs_waiting",
                 "cap_defer_total", "lease_recovered_total", "jobs_total", "handoffs_total", "sqs_messages",
-                "poison_messages_total", "queue_wait_seconds_count"}
+                "poison_messages_total", "queue_wait_seconds_count", "engine_ready"}
     recorded = {rule["record"] for group in rule_groups()["groups"] for rule in group["rules"] if "record" in rule}
     import re
 
     for expr in exprs + [r["expr"] for g in rule_groups()["groups"] for r in g["rules"]]:
         names = set(re.findall(r"\b([a-z_:]+)(?=\{|\[|\)|\s*$|\s*[-/*+>])", expr))
         names -= {"sum", "max", "rate", "increase", "by", "on", "and", "bool", "avg_over_time", "histogram_quantile",
-                  "day_of_week", "vector", "time", "tenant", "le", "outcome", "reason", "queue", "state"}
+                  "day_of_week", "vector", "time", "tenant", "le", "outcome", "reason", "queue", "state", "min",
+                  "instance", "engine"}
         assert names <= exported | recorded, (expr, names - exported - recorded)
 
 
@@ -168,6 +169,25 @@ def test_fairness_alerts_fire_past_their_thresholds_and_stay_quiet_just_below(tm
          "input_series": [*_slots(8, 0, minutes),
                           _series("sqs_messages", {"queue": "imposition", "state": "visible"}, f"0x{minutes}")],
          "alert_rule_test": [_alert("ImpositionSlotsIdleWhileJobsWait", at)]},
+    ])
+
+
+@needs_promtool
+def test_a_node_whose_engine_check_fails_pages_once_it_has_failed_for_the_for_time(tmp_path):
+    from imposition.observability.alerts import _duration
+
+    s = _settings()
+    for_min = s.alert_for_s // 60
+    minutes = for_min + 10
+    at = _duration((minutes - 1) * 60)
+    closed = {"instance": "imposer1", "engine": "pdftoolbox"}
+    _run_tests(tmp_path, "1m", [
+        {"interval": "1m",  # closed from the start; closed for one minute less than the "for"; always open
+         "input_series": [_series("engine_ready", closed, f"0x{minutes}"),
+                          _series("engine_ready", {"instance": "imposer2", "engine": "pdftoolbox"},
+                                  f"1x{minutes - for_min + 1} 0x{for_min - 2}"),
+                          _series("engine_ready", {"instance": "imposer3", "engine": "pdftoolbox"}, f"1x{minutes}")],
+         "alert_rule_test": [_alert("ImpositionEngineUnavailable", at, {"severity": "page", **closed})]},
     ])
 
 
