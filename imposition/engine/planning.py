@@ -164,7 +164,7 @@ def _reserve_pt(layout: Layout) -> tuple[float, float, float, float]:
     """What a side's region keeps free around its block of trims, ``(left, bottom, right, top)`` pt:
     the bleed, crop marks (offset + length, all round), fold marks (head and foot) and, at the foot
     of the sheet, the slug strip below them (work and tumble: at the front's head, which the turn
-    makes the sheet's foot)."""
+    makes the sheet's foot), clear of the default gripper (``mark_gripper_pt``)."""
     bleed = layout.bleed_pt
     marks = layout.crop_mark_offset_pt + layout.crop_mark_length_pt
     around = max(bleed, marks if layout.crop_marks else 0.0)
@@ -179,11 +179,14 @@ def _reserve_pt(layout: Layout) -> tuple[float, float, float, float]:
         left, bottom, right, top = left + target, bottom + target, right + target, top + target
     if layout.colour_bar:
         top += MARK_CLEARANCE_PT + layout.colour_bar_height_pt
-    if layout.slug:
+    if layout.slug:  # its strip, above the default gripper that marks keep out of
+        top_margin, _, bottom_margin, _ = layout.margins_pt
+        lead = bottom_margin + layout.gripper_pt
         if layout.duplex == "work_and_tumble":
-            top += SLUG_STRIP_PT
+            lead = max(lead, top_margin)
+            top += SLUG_STRIP_PT + max(0.0, layout.mark_gripper_pt - lead)
         else:
-            bottom += SLUG_STRIP_PT
+            bottom += SLUG_STRIP_PT + max(0.0, layout.mark_gripper_pt - lead)
     return left, bottom, right, top
 
 
