@@ -348,8 +348,8 @@ def _booklet_gaps(layout: Layout) -> tuple[tuple[float, ...], tuple[float, ...],
         first = scheme.front.index(1) % columns
         if right_to_left:
             first = columns - 1 - first
-    if scheme is None and right_to_left:
-        spine_left, first = (True, False), 0
+    if scheme is None and right_to_left:  # the spine stays between the columns; page 1 on the left
+        first = 0
     grind = 2 * layout.grind_off_pt if layout.kind == PERFECT_BOUND else 0.0
     column_gaps = tuple(
         layout.spine_gutter_pt + grind if not spine_left[column] else 2 * layout.face_trim_pt

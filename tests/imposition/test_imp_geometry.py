@@ -56,11 +56,12 @@ def bleed_kept_mm(placed):
 
 # --- item 1: booklet geometry a binder accepts -----------------------------------------------------------
 
-@pytest.mark.parametrize("on_warning", ["warn", "fail"])
-def test_bled_a5_saddle_stitch_keeps_bleed_on_trimmed_edges_only(engine, tmp_path, on_warning):
+@pytest.mark.parametrize("on_warning, binding", [("warn", "left_to_right"), ("fail", "left_to_right"),
+                                                 ("fail", "right_to_left")])
+def test_bled_a5_saddle_stitch_keeps_bleed_on_trimmed_edges_only(engine, tmp_path, on_warning, binding):
     source = bled_pdf(tmp_path / "bled.pdf", 8)
     output, report = impose(engine, source, {"layout": "saddle_stitch", "sheet": "SRA3", "bleed_mm": 3,
-                                             "on_warning": on_warning}, tmp_path)
+                                             "on_warning": on_warning, "binding": binding}, tmp_path)
     assert report.warnings == ()
     assert page_sizes_mm(output) == [pytest.approx((320, 450), abs=0.01)] * 4  # portrait holds 2 A5 at 100 %
     for side in placements(output, source):
@@ -275,6 +276,27 @@ def test_default_gripper_keeps_every_mark_outside_10_mm(engine, tmp_path):
     assert all(p.scale == pytest.approx(1) for p in placements(output, source)[0])
     no_gripper, _ = impose(engine, source, {**layout, "gripper_mm": 0}, tmp_path, "no_gripper.pdf")
     assert marks_and_fills_lowest_mm(no_gripper, 0) == pytest.approx(9.5, abs=0.01)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (SAMPLES / "layouts").glob("*.json")))
+def test_shipped_samples_keep_marks_out_of_the_gripper(engine, case, tmp_path, name):
+    """Every sample that prints marks keeps them 10 mm from the lead edge (the foot of each plate),
+    unless it says its sheet has no gripper (``gripper_mm: 0``, a digital sheet)."""
+    import json
+
+    asked = json.loads((SAMPLES / "layouts" / name).read_text())
+    if not any(asked.get(k) for k in ("crop_marks", "fold_marks", "registration_marks", "colour_bar", "slug")):
+        pytest.skip("no marks")
+    if asked.get("gripper_mm") == 0:
+        pytest.skip("a sheet without a gripper")
+    scheme = parse_layout(asked).resolved().fold_scheme
+    size = (105 * MM, 148 * MM) if scheme and scheme.startswith("F32") else (148 * MM, 210 * MM)
+    source = case("trim_bleed_3mm_8p.pdf") if asked.get("bleed_mm") \
+        else labelled_pdf(tmp_path / "in.pdf", 32 if size[0] < 140 * MM else 16, size)
+    output, report = impose(engine, source, asked, tmp_path)
+    assert report.warnings == ()
+    for index in range(len(page_sizes_mm(output))):
+        assert marks_and_fills_lowest_mm(output, index) >= 10 - 0.01, f"{name}: plate {index + 1}"
 
 
 def test_default_gripper_says_so_when_marks_cannot_clear_it(engine, tmp_path):
