@@ -531,7 +531,9 @@ def _with_bleed(
 ) -> list[Placement]:
     """Each placement's clip: its trim grown by the bleed it may keep on each edge. Where it keeps
     less than ``bleed_pt``, ``short[(limit, page)]`` gets the least kept (pt), ``limit`` being
-    ``file`` (the page's BleedBox holds less) or ``sheet`` (gutter, neighbour or printable edge)."""
+    ``file`` (the page's BleedBox holds less) or ``sheet`` (gutter, neighbour or printable edge).
+    A booklet page's spine edge (``spine_edge``) keeps what the spine gap leaves and is never short:
+    the binder folds or mills it, never trims it."""
     if bleed_pt <= 0:
         return placements
     result = []
@@ -764,6 +766,13 @@ def plan_imposition(
       * Registration targets 1 mm beyond the middle of each edge of the block, the colour bar across
         its head, collation marks on the spine, their room reserved like crop marks'
         (``no_room_for_marks`` for what the printable area cannot hold).
+      * Booklets: pages at one trim size (:func:`_booklet_trim`), turned first by ``rotate_to_fit``
+        (:func:`_booklet_pages`); between pages the binder's trims, spine gutter, grind-off and
+        lip (:func:`_booklet_gaps`); bleed on trimmed edges only; padding beyond half a signature
+        warned (:func:`_padding_warnings`). Grids under ``rotate_to_fit`` turn a page of the other
+        orientation than its cell (:func:`_turned_to_fit`).
+      * Marks stay in the marks area: the printable area less the default gripper when neither a
+        press nor ``gripper_mm`` is named (:func:`_lift` raises the block when that clears them).
       * Every departure from what was asked is a :class:`~imposition.engine.errors.PlateWarning` in the plan
         (:func:`plan_warnings`).
 
@@ -785,6 +794,7 @@ def plan_imposition(
             page the document lacks, or the fold scheme chosen for ``signature_pages`` does not hold
             the pages at 100 % (:func:`_check_signature_fits`).
         PageTooLarge: with ``scaling: none``, a page does not fit its cell in any allowed orientation.
+        TrimSizeMismatch: a booklet's pages cannot share one trim size (:func:`_booklet_trim`).
         TooManyCells: a side would hold more than ``max_cells_per_sheet`` cells in every allowed
             orientation (step and repeat of a tiny page), or the job more than ``max_cells_per_job``;
             found before the cells are laid out.

@@ -10,6 +10,8 @@ One model per layout, told apart by the ``layout`` field::
     {"layout": "perfect_bound", "sheet": "SRA3", "signature_pages": 16}
     {"layout": "perfect_bound", "sheet": "SRA2", "fold_scheme": "F32-5", "collation_marks": true}
     {"layout": "step_and_repeat", "sheet": "SRA3", "gang": [{"page": 1, "copies": 6}, {"page": 2}]}
+    {"layout": "saddle_stitch", "sheet": "SRA3", "bleed_mm": 3, "rotate_to_fit": "spine"}
+    {"layout": "perfect_bound", "press": "sm74", "fold_scheme": "F16-7", "grind_off_mm": 3, "bleed_mm": 3}
 
 Units are in the field names (``_mm`` millimetres, ``_pt`` PDF points). Page numbers are 1-based, as
 a print shop counts them. Unknown fields are rejected, so a typo never passes silently. Types are
