@@ -5,6 +5,7 @@ plate's own ``cm``/``re W n``), which way its label reads, the marks' strokes an
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pikepdf
@@ -278,17 +279,28 @@ def test_default_gripper_keeps_every_mark_outside_10_mm(engine, tmp_path):
     assert marks_and_fills_lowest_mm(no_gripper, 0) == pytest.approx(9.5, abs=0.01)
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (SAMPLES / "layouts").glob("*.json")))
+def samples_with_marks_and_a_gripper() -> list[str]:
+    """The shipped samples that print marks on a sheet with a gripper (not ``gripper_mm: 0``)."""
+    marks = ("crop_marks", "fold_marks", "registration_marks", "colour_bar", "slug")
+    found = []
+    for path in sorted((SAMPLES / "layouts").glob("*.json")):
+        asked = json.loads(path.read_text())
+        if any(asked.get(k) for k in marks) and asked.get("gripper_mm") != 0:
+            found.append(path.name)
+    return found
+
+
+def test_the_gripper_check_covers_the_samples_with_marks():
+    assert samples_with_marks_and_a_gripper() == [
+        "cut_and_stack_2x2.json", "n_up_registration_sra2.json", "n_up_work_and_turn.json",
+        "perfect_bound_f16_7_sra2.json", "saddle_stitch_sra3.json"]
+
+
+@pytest.mark.parametrize("name", samples_with_marks_and_a_gripper())
 def test_shipped_samples_keep_marks_out_of_the_gripper(engine, case, tmp_path, name):
     """Every sample that prints marks keeps them 10 mm from the lead edge (the foot of each plate),
     unless it says its sheet has no gripper (``gripper_mm: 0``, a digital sheet)."""
-    import json
-
     asked = json.loads((SAMPLES / "layouts" / name).read_text())
-    if not any(asked.get(k) for k in ("crop_marks", "fold_marks", "registration_marks", "colour_bar", "slug")):
-        pytest.skip("no marks")
-    if asked.get("gripper_mm") == 0:
-        pytest.skip("a sheet without a gripper")
     scheme = parse_layout(asked).resolved().fold_scheme
     size = (105 * MM, 148 * MM) if scheme and scheme.startswith("F32") else (148 * MM, 210 * MM)
     source = case("trim_bleed_3mm_8p.pdf") if asked.get("bleed_mm") \
