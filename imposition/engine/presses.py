@@ -8,11 +8,12 @@ height). The colour bar of a press job runs across the whole printable width wit
 each process ink in every ink zone, the zones centred on the sheet's centre line as the press centres
 the sheet.
 
-Sources: Heidelberg's published technical data of the Speedmaster SM 52, SM 74 and SM 102 (maximum
-and minimum sheet). The gripper margin, the side and tail margins and the ink-zone count are the
-common values for these presses; a shop whose press differs (another gripper bar, another zone
-width) names its own ``gripper_mm`` and ``margin_mm``, or adds a preset here: every figure of a
-press lives in this table only. (docs/engine.md, "Press presets".)
+Sources: the largest sheets are the formats Heidelberg names the Speedmaster SM 52, SM 74 and SM 102
+by (37 × 52, 53 × 74, 72 × 102 cm). The smallest sheets, the gripper, side and tail margins and the
+ink zones are the usual values for these presses, not read from a maker's data sheet; a shop whose
+press differs (another gripper bar, another zone width) names its own ``gripper_mm`` and
+``margin_mm``, or corrects the preset here: every figure of a press lives in this table only.
+(docs/engine.md, "Press presets".)
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class Press:
 #: The presets, by name.
 PRESSES: dict[str, Press] = {press.name: press for press in (
     # A3+ press: SRA3 long edge first
-    Press("sm52", "Heidelberg Speedmaster SM 52", (520.0, 370.0), (210.0, 145.0),
+    Press("sm52", "Heidelberg Speedmaster SM 52", (520.0, 370.0), (145.0, 105.0),
           gripper_mm=10.0, side_lay_mm=5.0, tail_mm=3.0, ink_zones=23, ink_zone_mm=520.0 / 23),
     # B2 press (SRA2 long edge first)
     Press("sm74", "Heidelberg Speedmaster SM 74", (740.0, 530.0), (280.0, 210.0),
