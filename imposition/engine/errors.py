@@ -6,10 +6,12 @@ The tree, each leaf with its ``code`` (each class's docstring says when it is ra
     ├── InputError: bad input, the tenant must fix the file or the layout (never retried)
     │   ├── NotAPdf not_a_pdf · NoPages no_pages · PasswordRequired password_required
     │   ├── DamagedPdf damaged · PageTooLarge page_too_large · InvalidLayout invalid_layout
+    │   ├── TrimSizeMismatch trim_size_mismatch
     │   └── Departure: a warning made a failure by the layout's ``on_warning: fail``
-    │       └── Repaired repaired · ScaledToFit scaled_to_fit · NoRoomForMarks no_room_for_marks · BleedReduced
-    │           bleed_reduced · NoRoomForSlug no_room_for_slug · TrimBoxReplaced trim_box_replaced
-    │           · PreflightErrors preflight_errors · FixupFailed fixup_failed
+    │       └── Repaired repaired · ScaledToFit scaled_to_fit · NoRoomForMarks no_room_for_marks
+    │           · BleedReduced bleed_reduced · NoRoomForSlug no_room_for_slug
+    │           · TrimBoxReplaced trim_box_replaced · PreflightErrors preflight_errors
+    │           · FixupFailed fixup_failed · PaddedWithBlanks padded_with_blanks
     ├── LimitExceeded: the job breaks a limit of the service (never retried)
     │   └── InputTooLarge input_too_large · TooManyPages too_many_pages · TooManyCells too_many_cells
     │       · TimeLimitExceeded time_limit · MemoryLimitExceeded memory_limit
@@ -94,6 +96,13 @@ class InvalidLayout(InputError):
     code = "invalid_layout"
 
 
+class TrimSizeMismatch(InputError):
+    """A booklet's pages cannot share one trim size (another size, or another orientation that the
+    layout's ``rotate_to_fit`` does not turn): the message names the pages, their sizes and the trim."""
+
+    code = "trim_size_mismatch"
+
+
 class Departure(InputError):
     """The plate would depart from what the layout asked, and the layout says ``on_warning: fail``."""
 
@@ -150,6 +159,12 @@ class FixupFailed(Departure):
     """A fixup of pdfToolbox's process plan failed (its exit code 8); the plate was still written."""
 
     code = "fixup_failed"
+
+
+class PaddedWithBlanks(Departure):
+    """A booklet was padded to whole signatures with more blank pages than half a signature."""
+
+    code = "padded_with_blanks"
 
 
 @dataclass(frozen=True)
