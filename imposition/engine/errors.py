@@ -6,7 +6,7 @@ The tree, each leaf with its ``code`` (each class's docstring says when it is ra
     ├── InputError: bad input, the tenant must fix the file or the layout (never retried)
     │   ├── NotAPdf not_a_pdf · NoPages no_pages · PasswordRequired password_required
     │   ├── DamagedPdf damaged · PageTooLarge page_too_large · InvalidLayout invalid_layout
-    │   ├── TrimSizeMismatch trim_size_mismatch
+    │   │   · TrimSizeMismatch trim_size_mismatch
     │   └── Departure: a warning made a failure by the layout's ``on_warning: fail``
     │       └── Repaired repaired · ScaledToFit scaled_to_fit · NoRoomForMarks no_room_for_marks
     │           · BleedReduced bleed_reduced · NoRoomForSlug no_room_for_slug
@@ -14,8 +14,7 @@ The tree, each leaf with its ``code`` (each class's docstring says when it is ra
     │           · FixupFailed fixup_failed · PaddedWithBlanks padded_with_blanks
     ├── LimitExceeded: the job breaks a limit of the service (never retried)
     │   └── InputTooLarge input_too_large · TooManyPages too_many_pages · TooManyCells too_many_cells
-    │       · TimeLimitExceeded time_limit · MemoryLimitExceeded memory_limit
-    │       · ContentTooLarge content_too_large
+    │       · TimeLimitExceeded time_limit · MemoryLimitExceeded memory_limit · ContentTooLarge content_too_large
     ├── EngineCancelled cancelled: the caller asked the engine to stop (not retried)
     ├── PreviewFailed preview_failed: a warning, never a failed job
     └── EngineFailure: the engine itself failed
