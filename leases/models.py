@@ -264,6 +264,9 @@ class JobItem(Model):
     lost_attempts: ListAttribute[dict[str, Any]] = ListAttribute(null=True)
     layout = JSONAttribute()
     input_key = UnicodeAttribute()
+    #: The input's file name as the caller gave it (``imposition submit``: the PDF's base name;
+    #: ``submit_job(file_name=...)``), for ``imposition jobs list --file``; absent if none was given.
+    file_name = UnicodeAttribute(null=True)
     output_key = UnicodeAttribute(null=True)
     submitted_at = NumberAttribute()
     first_received_at = NumberAttribute(null=True)
