@@ -56,6 +56,7 @@ from devstack.stack import (
     flower_command,
     poll_stale_after_s,
     prometheus_command,
+    relay_make_signals,
     stop_all,
     wait_for,
     worker_command,
@@ -575,6 +576,7 @@ def main(timeout_s: float, keep: bool) -> None:
     # Ctrl-C and SIGTERM: the same clean stop (set explicitly: a shell may start us with SIGINT ignored).
     signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    relay_make_signals()  # a SIGINT sent to `make run` itself stops us too (GNU make does not pass it on)
     demo = Demo(keep=keep)
     status = 1
     try:
