@@ -390,6 +390,10 @@ class ClusterItem(Model):
     slots = NumberAttribute(null=True)
     heartbeat_at = NumberAttribute(null=True)
     expires_at = NumberAttribute(null=True)
+    #: A node's clock against the DynamoDB endpoint's at its last beat (local − endpoint, s) and the
+    #: reading's error bound (s): :mod:`leases.skew`.
+    clock_offset_s = NumberAttribute(null=True)
+    clock_error_s = NumberAttribute(null=True)
     node_partition = UnicodeAttribute(null=True)
     nodes_by_expiry = NodeExpiryIndex()
 
