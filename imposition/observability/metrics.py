@@ -37,6 +37,15 @@ log = logging.getLogger(__name__)
 
 #: ``jobs_total`` outcomes.
 JOB_OUTCOMES = (JobOutcome.SUCCEEDED, JobOutcome.FAILED, JobOutcome.DUPLICATE_DROPPED)
+#: What each ``jobs_total`` outcome counts, in one line (docs/operations.md, "Outcomes", also says
+#: when each is a problem).
+OUTCOME_MEANINGS = {
+    JobOutcome.SUCCEEDED: "jobs that ended with their plate stored",
+    JobOutcome.FAILED: "jobs that ended failed (their error_code says why: `imposition jobs list --status failed`)",
+    JobOutcome.DUPLICATE_DROPPED: "a job's own message delivered after the job had run without it (a release passed "
+                                  "its slot to the job in place, or a sweep copied its message): dropped, nothing "
+                                  "ran twice; normal, unless more than about one per job",
+}
 
 
 class ServiceMetrics:
