@@ -102,13 +102,21 @@ def run_nodes(workload: Workload, nodes: list[int], *, policy: str, cap: int | N
     return summaries, samples
 
 
-def _workload(workload_path: Path | None, from_hist: bool, weeks: int | None) -> Workload:
+def _workload(workload_path: Path | None, from_hist: bool, weeks: int | None) -> tuple[Workload, list | None]:
+    """The workload, and the working days to judge it over: the capacity report's window for
+    ``--from-history`` (the days ``capacity-report`` measures), None (the run's own span) for a file."""
     if (workload_path is None) == (not from_hist):
         raise InputError("give exactly one of --workload FILE and --from-history")
     s = get_settings()
     if workload_path is not None:
-        return load_spec(workload_path, job_overhead_s=s.sim_job_overhead_s)
-    return from_history(s.capacity_weeks if weeks is None else weeks)
+        return load_spec(workload_path, job_overhead_s=s.sim_job_overhead_s), None
+    from imposition.observability.capacity import ReportWindowError, report_days  # noqa: PLC0415
+
+    try:
+        days, end = report_days(weeks=weeks)
+    except ReportWindowError as exc:
+        raise WorkloadError(str(exc)) from exc
+    return from_history(s.capacity_weeks if weeks is None else weeks, until=end), days
 
 
 @click.command("simulate")
@@ -136,8 +144,9 @@ def simulate_command(workload_path, from_hist, weeks, nodes_text, cap, burst_cap
     policy = policy or s.waiting_policy
     nodes = parse_nodes(nodes_text) if nodes_text is not None else [s.capacity_nodes]
     try:
-        workload = _workload(workload_path, from_hist, weeks)
-        summaries, samples = run_nodes(workload, nodes, policy=policy, cap=cap, burst_cap=burst_cap, order=order)
+        workload, days = _workload(workload_path, from_hist, weeks)
+        summaries, samples = run_nodes(workload, nodes, policy=policy, cap=cap, burst_cap=burst_cap, order=order,
+                                       days=days)
     except WorkloadError as exc:
         raise InputError(str(exc)) from exc
     if as_json:

@@ -8,11 +8,12 @@ and ``capacity-report`` (observability; its ``--what-if`` and ``simulate``: capa
 named in :data:`LAZY_COMMANDS` and imported only when run (click's "lazily loading subcommands"
 pattern), so ``imposition impose`` does not import the service stack.
 
-Exit status of every command: 0 ok; 1 the command's own failure (no such job, drift left by
-``audit``); 2 a usage error (click's: a bad option, a malformed tenant or job id, a cap out of
-range, a refused submission); 3 a service the command needs is unreachable (AWS endpoint, Redis,
-missing AWS credentials) or lacks a queue, table or bucket that ``imposition provision`` creates,
-reported in one line by :class:`ServiceGroup`, never as a traceback.
+Exit status of every command (docs/operations.md, "Exit codes", the table a test runs): 0 ok; 1
+the command's own failure (no such job, drift left by ``audit``); 2 a refused or malformed request
+(an unknown tenant, ``refused: unknown_tenant: ...`` in every command; click's usage errors,
+``Error: ...`` first; a refused submission); 3 a service the command needs is unreachable (AWS
+endpoint, Redis, missing AWS credentials) or lacks a queue, table or bucket that ``imposition
+provision`` creates, reported in one line by :class:`ServiceGroup`, never as a traceback.
 """
 
 from __future__ import annotations

@@ -200,3 +200,20 @@ def test_what_if_measures_and_simulates_over_the_same_working_days(fresh_aws):
     assert text.count("on 0 of 20 working days") == 3  # measured, 1 node and 2 nodes
     doc = json.loads(CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False).output)
     assert len(doc["measured"]["days"]) == 20 and {r["working_days"] for r in doc["what_if"]["runs"]} == {20}
+
+
+def test_simulate_from_history_judges_the_capacity_reports_working_days(fresh_aws):
+    import time
+
+    from leases.models import JobItem
+    from leases.transactions import ensure_tenant
+
+    ensure_tenant("acme")
+    now = time.time()
+    for k in range(5):
+        JobItem(uuid.uuid4().hex, tenant_id="acme", token="t", max_attempts=3, layout={}, input_key="k",
+                status="succeeded", attempts=1, submitted_at=now - 600 + k, first_received_at=now - 590 + k,
+                started_at=now - 590 + k, finished_at=now - 560 + k).save()
+    measured = json.loads(invoke("capacity-report", "--weeks", "1", "--json").output)
+    simulated = json.loads(invoke("simulate", "--from-history", "--weeks", "1", "--json").output)
+    assert simulated["runs"][0]["working_days"] == len(measured["days"]) >= 4  # 5, less today if it is young
