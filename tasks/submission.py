@@ -113,8 +113,9 @@ def submit_job(
         admission.UnknownTenant: no such tenant registered and ``Settings.auto_register_tenants``
             off (code ``unknown_tenant``; nothing written).
         imposition.engine.errors.InvalidLayout: the layout fails validation (names field, value, limit).
-        ValueError: (:class:`SubmissionFieldError`: an empty, too long or not UTF-8-encodable token) a max_attempts that is not an
-            integer from 1 to ``Settings.max_attempts_limit``, a bad ``on_duplicate``.
+        ValueError: a max_attempts that is not an integer from 1 to ``Settings.max_attempts_limit``,
+            a bad ``on_duplicate`` (and :class:`SubmissionFieldError`, a ValueError too: an empty,
+            too long or not UTF-8-encodable token, a layout or file name over its bound).
         admission.DuplicateSubmission, admission.DuplicateJobId, admission.RateLimited,
             admission.InFlightLimitReached: refused (all :class:`admission.AdmissionRefused`); nothing
             was written or published, nothing of another job or tenant changed.
@@ -219,7 +220,8 @@ def _validated(tenant_id: str, token: str, layout: dict[str, Any] | str, max_att
         raise ValueError(f"max_attempts={shown_value(max_attempts)}: must be an integer from 1 to "
                          f"max_attempts_limit={settings.max_attempts_limit}")
     if isinstance(layout, (str, bytes)) and len(layout) > settings.max_layout_bytes:  # before parsing megabytes
-        raise SubmissionFieldError("layout", f"{len(layout)} bytes is more than max_layout_bytes="
+        unit = "bytes" if isinstance(layout, bytes) else "characters"  # a character is at least a byte
+        raise SubmissionFieldError("layout", f"{len(layout)} {unit} is more than max_layout_bytes="
                                    f"{settings.max_layout_bytes}", settings.max_layout_bytes)
     spec = parse_layout(layout)
     stored_bytes = len(json.dumps(spec.model_dump(mode="json"), separators=(",", ":")).encode("utf-8"))

@@ -23,12 +23,14 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+import operator
 import logging
 import re
 import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -99,18 +101,20 @@ def tenant_jobs(tenant_id: str, *, status: str | None = None, since_at: float | 
     the submission time from below; ``status``, ``token`` (the idempotency token) and ``file_name``
     (as submitted) filter: DynamoDB applies a filter after reading, so a filtered listing reads the
     tenant's partition back to ``since_at`` (give ``--since`` on a long history)."""
-    from functools import reduce
-
     from leases.models import JobItem
     from imposition.common.settings import get_settings
 
-    filters = [condition for value, condition in (
-        (status, lambda: JobItem.status == status), (token, lambda: JobItem.token == token),
-        (file_name, lambda: JobItem.file_name == file_name)) if value is not None]
+    filters = []
+    if status is not None:
+        filters.append(JobItem.status == status)
+    if token is not None:
+        filters.append(JobItem.token == token)
+    if file_name is not None:
+        filters.append(JobItem.file_name == file_name)
     return JobItem.by_tenant.query(
         tenant_id,
         range_key_condition=None if since_at is None else JobItem.submitted_at >= since_at,
-        filter_condition=reduce(lambda a, b: a & b, (f() for f in filters)) if filters else None,
+        filter_condition=reduce(operator.and_, filters) if filters else None,
         scan_index_forward=False,
         page_size=get_settings().jobs_list_page_size,
     )
