@@ -265,8 +265,8 @@ class JobItem(Model):
     layout = JSONAttribute()
     input_key = UnicodeAttribute()
     #: The name of the file the tenant sent (``submit()``: the local file's name; ``submit_job``: its
-    #: ``file_name``, else the input key's last segment); the engine's errors and warnings name it.
-    #: Absent on jobs submitted before it existed.
+    #: ``file_name``, else the input key's last segment), for ``imposition jobs list --file``; the
+    #: engine's errors and warnings name it. Absent on jobs submitted before it existed.
     file_name = UnicodeAttribute(null=True)
     output_key = UnicodeAttribute(null=True)
     submitted_at = NumberAttribute()
@@ -391,6 +391,10 @@ class ClusterItem(Model):
     slots = NumberAttribute(null=True)
     heartbeat_at = NumberAttribute(null=True)
     expires_at = NumberAttribute(null=True)
+    #: A node's clock against the DynamoDB endpoint's at its last beat (local − endpoint, s) and the
+    #: reading's error bound (s): :mod:`leases.skew`.
+    clock_offset_s = NumberAttribute(null=True)
+    clock_error_s = NumberAttribute(null=True)
     node_partition = UnicodeAttribute(null=True)
     nodes_by_expiry = NodeExpiryIndex()
 

@@ -109,7 +109,10 @@ def tenant_show(tenant_id: str) -> None:
     URL (the secret never: ``webhook_secret_set``), in flight, queued, waiting, live leases, and
     ``admission_in_flight`` (admitted, unconfirmed; ``null`` if Redis cannot be reached).
 
-    Exit status 1: no such tenant (never registered; ``tenant create`` registers one)."""
+    Exit status 2: no such tenant (``refused: unknown_tenant: ...``, as every command says it)."""
+    from imposition.cli.main import require_known_tenant
+
+    require_known_tenant(tenant_id)
     _show(tenant_id)
 
 

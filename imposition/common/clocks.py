@@ -12,6 +12,7 @@ lease_lost_after_s     derived    lease_ttl_s / 2: a worker with no successful b
 lost_message_after_s   derived    sqs_wait_time_s + heartbeat_interval_s: a queued job overdue by
                                   this long while its queue shows no visible message has no
                                   message that could still bring it soon; the sweeper re-publishes it
+clock_skew_warn_s      derived    lease_ttl_s / 4: a node's clock skew warned and alerted on beyond it
 infra_report_grace_s   derived    lease_lost_after_s (lease_ttl_s / 2): how long past a lease's expiry
                                   the sweeper waits for its holder to report ``infra_lost`` before
                                   it fails a job out of attempts
@@ -63,6 +64,13 @@ class Clocks:
         """A queued job overdue (``due_at``) by this long, while its queue shows no visible message,
         has no message that could still bring it soon: one long poll plus one heartbeat interval."""
         return self.sqs_wait_time_s + self.heartbeat_interval_s
+
+    @property
+    def clock_skew_warn_s(self) -> float:
+        """A node's clock this far from the sweeper's (either way) is warned about and alerted on: a
+        quarter of the lease TTL, well before a lease could look expired while its holder renews
+        it (:mod:`leases.skew`)."""
+        return self.lease_ttl_s / 4
 
     @property
     def infra_report_grace_s(self) -> float:

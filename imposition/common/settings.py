@@ -30,6 +30,13 @@ SQS_MAX_DELAY_S = 900
 SQS_MAX_VISIBILITY_TIMEOUT_S = 43_200
 #: SQS limit on ``maxReceiveCount`` in a redrive policy (AWS SQS developer guide, "Dead-letter queues").
 SQS_MAX_RECEIVE_COUNT = 1000
+#: DynamoDB's limit on one item's size, bytes (names and values; DynamoDB Developer Guide, "Quotas").
+DYNAMODB_MAX_ITEM_BYTES = 400 * 1024
+#: Room for a job item's attributes other than the free-form fields at submission (names, ids,
+#: numbers, status), bytes: a few hundred bytes; kept generous.
+JOB_ITEM_FIXED_BYTES = 4096
+#: S3's limit on an object key, UTF-8 bytes (Amazon S3 User Guide, "Naming Amazon S3 objects").
+S3_KEY_MAX_BYTES = 1024
 
 
 class Settings(BaseSettings):
@@ -254,6 +261,18 @@ class Settings(BaseSettings):
     rate_limit_per_min: int = Field(default=100, ge=1)
     admission_in_flight_cap: int = Field(default=500, ge=1)
     idempotency_token_max_len: int = Field(default=255, ge=1, description="Longest idempotency token, characters.")
+    file_name_max_bytes: int = Field(
+        default=255, ge=1, le=1024,
+        description="Longest file name kept with a job (JobItem.file_name), UTF-8 bytes: a file system's NAME_MAX.")
+    max_layout_bytes: int = Field(
+        default=64 * 1024, ge=1024,
+        description="Largest layout specification accepted at submission, UTF-8 bytes of its JSON as stored "
+                    "(the layouts' own limits, e.g. 10,000 step-and-repeat pages, fit in it).")
+    max_job_item_bytes: int = Field(
+        default=128 * 1024, ge=8 * 1024, le=DYNAMODB_MAX_ITEM_BYTES // 2,
+        description="Largest job item a submission may write (its DynamoDB size, bytes); at most half of "
+                    "DynamoDB's 400 KB item limit, the rest kept for the job's history, warnings and lost attempts. "
+                    "Must hold max_layout_bytes and the other fields at their limits.")
     admission_redis_timeout_s: float = Field(
         default=2.0, gt=0, description="Connect and read timeout of admission's Redis calls; past it, fail closed."
     )
@@ -630,6 +649,16 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _job_item_holds_its_fields(self) -> "Settings":
+        """Reject a job-item bound that a submission with every field at its limit would break
+        (the bounds of docs/operations.md, "Submission fields")."""
+        need = submission_fields_max_bytes(self)
+        if need > self.max_job_item_bytes:
+            raise ValueError(f"max_job_item_bytes={self.max_job_item_bytes} must be >= {need}, the largest "
+                             "submission (max_layout_bytes, token, input_key and file name at their limits)")
+        return self
+
+    @model_validator(mode="after")
     def _capacity_day_is_sane(self) -> "Settings":
         """Reject a working day that ends before it starts (observability's capacity report)."""
         if self.capacity_day_start_hour >= self.capacity_day_end_hour:
@@ -647,6 +676,16 @@ class Settings(BaseSettings):
     def work_queues(self) -> tuple[str, ...]:
         """The SQS standard queues workers consume, each provisioned with its own DLQ."""
         return (self.imposition_queue, self.maintenance_queue, self.notifications_queue)
+
+
+
+
+def submission_fields_max_bytes(settings: "Settings") -> int:
+    """The largest job item a submission can write under ``settings``, bytes: the layout, the token
+    (4 bytes a character at most), the input key and the file name at their limits, plus
+    :data:`JOB_ITEM_FIXED_BYTES`."""
+    return (settings.max_layout_bytes + 4 * settings.idempotency_token_max_len + S3_KEY_MAX_BYTES
+            + settings.file_name_max_bytes + JOB_ITEM_FIXED_BYTES)
 
 
 @functools.lru_cache(maxsize=1)

@@ -11,7 +11,7 @@ The alerts, by ``severity`` (``page``: someone acts now; ``ticket``: the next wo
 fires (for ``alert_for_s`` unless said) is written where :func:`rule_groups` defines it::
 
     page    ImpositionTenantStarving, ImpositionLeaseRecoveredSustained,
-            ImpositionSlotsIdleWhileJobsWait, ImpositionEngineUnavailable
+            ImpositionSlotsIdleWhileJobsWait, ImpositionEngineUnavailable, ImpositionClockSkew
     ticket  ImpositionDeadLetterQueueNotEmpty, ImpositionSecondLicenceWarranted
 
 Free slots are ``sum(slots_total) - sum(slots_busy)`` over every imposition node (other nodes export
@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from imposition.common.clocks import Clocks
 from imposition.common.settings import Settings, get_settings
 
 HERE = Path(__file__).resolve().parent
@@ -98,6 +99,20 @@ def rule_groups(s: Settings | None = None) -> dict:
              "annotations": {
                  "summary": "Dead-letter queue {{ $labels.queue }} is not empty",
                  "description": "Look with `imposition dlq list`, put back with `imposition dlq redrive`."}},
+            # A worker node's clock is more than Clocks.clock_skew_warn_s (a quarter of the lease
+            # TTL) off the sweeper's, either way (leases/skew.py; NaN, a node gone, never fires).
+            {"alert": "ImpositionClockSkew",
+             "expr": f"abs(max by (worker) (node_clock_skew_seconds)) > {Clocks.from_settings(s).clock_skew_warn_s:g}",
+             "for": _duration(2 * s.sweep_interval_s), "labels": {"severity": "page"},
+             "annotations": {
+                 "summary": "The clock of worker node {{ $labels.worker }} is off the sweeper's by more than "
+                            f"{Clocks.from_settings(s).clock_skew_warn_s:g} s",
+                 "description": "Leases are written by the holder's clock and judged by the sweeper's: a node "
+                                "behind makes its leases look expired (the sweeper holds them by the node's "
+                                "clock meanwhile), one ahead makes them outlive a crash. Fix time sync on that "
+                                "node and the sweeper's (`chronyc tracking`, `timedatectl`): "
+                                "docs/operations.md, \"Clock skew\".",
+                 "runbook": "docs/operations.md#clock-skew"}},
             # The imposition queue has visible messages while slots are free (nobody receives them).
             {"alert": "ImpositionSlotsIdleWhileJobsWait",
              "expr": (f'max(sqs_messages{{queue="{s.imposition_queue}", state="visible"}}) > 0'
@@ -195,6 +210,8 @@ def dashboard(s: Settings | None = None) -> dict:
          "short"),
         ("Poison messages per minute", [(f"sum by (queue, reason) (rate(poison_messages_total[{w}])) * 60",
                                          "{{queue}} {{reason}}")], "short"),
+        ("Clock skew of each worker node against the sweeper",
+         [("max by (worker) (node_clock_skew_seconds)", "{{worker}}")], "s"),
     ]
     panels = [_panel(i + 1, title, targets, x=12 * (i % 2), y=8 * (i // 2), unit=unit)
               for i, (title, targets, unit) in enumerate(rows)]

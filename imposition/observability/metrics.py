@@ -11,6 +11,7 @@ defines it. The metrics, as exported::
                handoffs_total{reason}, handoff_latency_seconds, jobs_waiting, slots_borrowed,
                webhook_rounds_drained_total, webhook_rounds_put_back_total
     others     slots_busy, slots_total, cluster_slots, jobs_republished_total{reason},
+               node_clock_skew_seconds{worker},
                poison_messages_total{queue,reason}, sqs_messages{queue,state},
                sqs_oldest_message_age_seconds{queue}
 
@@ -36,6 +37,15 @@ log = logging.getLogger(__name__)
 
 #: ``jobs_total`` outcomes.
 JOB_OUTCOMES = (JobOutcome.SUCCEEDED, JobOutcome.FAILED, JobOutcome.DUPLICATE_DROPPED)
+#: What each ``jobs_total`` outcome counts, in one line (docs/operations.md, "Outcomes", also says
+#: when each is a problem).
+OUTCOME_MEANINGS = {
+    JobOutcome.SUCCEEDED: "jobs that ended with their plate stored",
+    JobOutcome.FAILED: "jobs that ended failed (their error_code says why: `imposition jobs list --status failed`)",
+    JobOutcome.DUPLICATE_DROPPED: "a job's own message delivered after the job had run without it (a release passed "
+                                  "its slot to the job in place, or a sweep copied its message): dropped, nothing "
+                                  "ran twice; normal, unless more than about one per job",
+}
 
 
 class ServiceMetrics:
@@ -130,6 +140,13 @@ class ServiceMetrics:
                                     multiprocess_mode="mostrecent", registry=r)
         self.cluster_slots = Gauge("cluster_slots", "Slots of the live worker nodes (the slot registry).",
                                    multiprocess_mode="mostrecent", registry=r)
+        #: ``node_clock_skew`` (each sweep, the sweeper: leases/skew.py): NaN once a node left the
+        #: registry or stopped reporting (unknown, never alerted on).
+        self.node_clock_skew = Gauge(
+            "node_clock_skew_seconds", "A worker node's clock minus the sweeper's (positive: ahead), as of the "
+            "last sweep; worker: its Celery node name (a scrape's own label is node).", ("worker",),
+            multiprocess_mode="mostrecent", registry=r)
+        self._skew_nodes: set[str] = set()
         #: ``webhook_drained``: the outbox drain sent a round.
         self.webhook_rounds_drained = Counter(
             "webhook_rounds_drained", "Webhook rounds the outbox drain sent for events nothing had settled.",
@@ -157,6 +174,17 @@ class ServiceMetrics:
         )
         self._seen: set[str] = set()
         self._lock = threading.Lock()
+
+    def set_clock_skews(self, skews: dict[str, float]) -> None:
+        """``node_clock_skew_seconds`` of each node in ``skews`` (node → s); NaN for a node set before
+        and missing now."""
+        with self._lock:
+            gone = self._skew_nodes - set(skews)
+            self._skew_nodes |= set(skews)
+        for node, skew_s in skews.items():
+            self.node_clock_skew.labels(node).set(skew_s)
+        for node in gone:
+            self.node_clock_skew.labels(node).set(float("nan"))
 
     def see_tenant(self, tenant_id: str) -> None:
         """Create ``tenant_id``'s series of every tenant-labelled metric at zero (once per process)."""
@@ -295,6 +323,12 @@ def on_lease_recovered(sender=None, lease=None, requeued=True, **_: object) -> N
     _record_recent("lease_recovered", tenant)
 
 
+def on_node_clock_skew(sender=None, skews=None, **_: object) -> None:
+    """The sweeper measured each node's clock against its own: ``node_clock_skew_seconds{worker}``; a
+    node measured before but not now (left, or stopped reporting) becomes NaN."""
+    get_metrics().set_clock_skews(skews or {})
+
+
 def on_webhook_drained(sender=None, tenant_id=None, **_: object) -> None:
     """The outbox drain sent a round for an unsettled webhook event (a lost first round)."""
     get_metrics().webhook_rounds_drained.labels(tenant_id).inc()
@@ -326,6 +360,7 @@ def install() -> None:
     signals.job_woken.connect(on_job_woken)
     signals.job_republished.connect(on_job_republished)
     signals.lease_recovered.connect(on_lease_recovered)
+    signals.node_clock_skew.connect(on_node_clock_skew)
     signals.webhook_drained.connect(on_webhook_drained)
     signals.webhook_put_back.connect(on_webhook_put_back)
     signals.poison_message.connect(on_poison_message)

@@ -36,13 +36,9 @@ def set_webhook_command(tenant_id: str, url: str | None, secret_env: str | None,
 
     if remove == bool(url):
         raise click.UsageError("give either URL (with --secret-env VAR) or --remove")
-    from imposition.admission.errors import UnknownTenant  # noqa: PLC0415 (a command of the top package's CLI)
     from imposition.admission.limits import require_registered  # noqa: PLC0415
 
-    try:
-        require_registered(tenant_id)
-    except UnknownTenant as exc:
-        raise click.BadParameter(str(exc), param_hint="TENANT_ID") from None
+    require_registered(tenant_id)  # UnknownTenant: one refusal line, exit 2 (ServiceGroup)
     secret = secret_from_env(secret_env) if url else None
     try:
         set_webhook(tenant_id, url, secret)
