@@ -1,6 +1,4 @@
-"""Errors of the imposition engines: one root, every leaf typed, retryable or not.
-
-The tree, each leaf with its ``code`` (each class's docstring says when it is raised)::
+"""Errors of the imposition engines: one root, every leaf typed with its ``code``::
 
     ImpositionError
     ├── InputError: bad input, the tenant must fix the file or the layout (never retried)

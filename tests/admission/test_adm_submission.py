@@ -158,6 +158,6 @@ def test_a_job_keeps_the_name_of_the_file_the_tenant_sent(redis_db, fresh_aws, u
     assert JobItem.get(by_key).file_name == key.rsplit("/", 1)[-1]
     named = submit_job(tenant_id=tenant, token="named", input_key=key, layout=LAYOUT, file_name="order-17.pdf")
     assert JobItem.get(named).file_name == "order-17.pdf"
-    for bad, limit in (("a/b.pdf", "without '/'"), ("", "non-empty"), ("x" * 256, "more than 255")):
+    for bad, limit in (("a/b.pdf", "no '/'"), ("", "non-empty"), ("x" * 256, "more than file_name_max_bytes=255")):
         with pytest.raises(ValueError, match=rf"file_name.*{limit}"):
             submit_job(tenant_id=tenant, token=f"bad-{len(bad)}", input_key=key, layout=LAYOUT, file_name=bad)
