@@ -12,7 +12,7 @@ signal                      process              what happens
                                                  ``<metrics_dir>/<node name>`` is emptied and set as
                                                  ``PROMETHEUS_MULTIPROC_DIR`` (children inherit it)
 ``worker_ready``            main, pool started   the HTTP endpoint starts on ``metrics_address:
-                                                 metrics_port``; ``slots_total`` is set when the node
+                                                 metrics_port``; ``imposition_node_slots`` is set when the node
                                                  consumes the imposition queue
 ``worker_process_shutdown`` each child, at exit  its live gauges are dropped (``mark_process_dead``)
 scrape                      main (HTTP thread)   children that died without shutting down (SIGKILL)
@@ -166,7 +166,7 @@ def _on_worker_ready(sender=None, **_: object) -> None:
     consumer = sender
     queues = {q.name for q in consumer.app.amqp.queues.consume_from.values()}
     if settings.imposition_queue in queues:
-        get_metrics().slots_total.set(consumer.pool.num_processes)
+        get_metrics().node_slots.set(consumer.pool.num_processes)
     log.info("metrics of node %s on http://%s:%s/metrics", consumer.hostname, settings.metrics_address,
              settings.metrics_port)
 
