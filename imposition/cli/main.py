@@ -178,6 +178,7 @@ LAZY_COMMANDS = {
         "status": "imposition.observability.status:status_command",
         "capacity-report": "imposition.capacity.cli:capacity_report_command",
         "simulate": "imposition.capacity.cli:simulate_command",
+        "process": "imposition.cli.process:process_group",
     },
     "job": {
         "show": "imposition.cli.jobs:job_show",

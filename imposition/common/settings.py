@@ -341,6 +341,9 @@ class Settings(BaseSettings):
         "became final, and its objects (input, plate, previews: the bucket's lifecycle rule under tenants/) "
         "this many days after they were written; >= capacity_weeks x 7 (the capacity report reads the jobs).",
     )
+    notifier_concurrency: int = Field(
+        default=2, ge=1, description="Pool processes of a notifications worker (imposition process run notifier).",
+    )
     stop_margin_s: float = Field(
         default=30.0, gt=0,
         description="Worker stopping: time beyond a job's engine and preview limits for its upload, commit and "
