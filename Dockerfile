@@ -17,12 +17,15 @@ RUN apt-get update \
  && groupadd --system imposition \
  && useradd --system --gid imposition --home-dir /var/lib/imposition --create-home --shell /usr/sbin/nologin imposition
 
+# A build behind a TLS-intercepting proxy mounts the proxy's CA bundle and names it here
+# (podman build --volume /etc/ssl/certs/ca-certificates.crt:/run/build-ca.crt:ro --build-arg PIP_CERT=/run/build-ca.crt).
+ARG PIP_CERT=
 COPY pyproject.toml /src/
 COPY imposition /src/imposition
 COPY tasks /src/tasks
 COPY leases /src/leases
 RUN python3 -m venv /opt/imposition \
- && /opt/imposition/bin/pip install --no-cache-dir /src \
+ && /opt/imposition/bin/pip install --no-cache-dir ${PIP_CERT:+--cert "$PIP_CERT"} /src \
  && rm -rf /src
 
 ENV PATH=/opt/imposition/bin:$PATH \
