@@ -192,6 +192,7 @@ LAZY_COMMANDS = {
         "show": "imposition.cli.tenants:tenant_show",
         "set-limits": "imposition.admission.cli:set_limits_command",
         "set-webhook": "imposition.webhooks.cli:set_webhook_command",
+        "encrypt-webhook-secrets": "imposition.webhooks.cli:encrypt_secrets_command",
     },
 }
 
@@ -207,7 +208,8 @@ def provision() -> None:
     from imposition.cli.provision import provision as do_provision
 
     report = do_provision()
-    for kind, items in (("queue", report.queues), ("table", report.tables), ("bucket", report.bucket)):
+    for kind, items in (("queue", report.queues), ("table", report.tables), ("bucket", report.bucket),
+                        ("key", report.keys)):
         for name, state in items.items():
             click.echo(f"{kind:6} {name:32} {state}")
 

@@ -329,6 +329,12 @@ class Settings(BaseSettings):
         "passes no replay store: redis (redis_url, shared by every receiving process, so a replay sent to "
         "another process is refused) or memory (this process only).",
     )
+    webhook_secret_kms_key_id: str = Field(
+        default="alias/imposition-webhooks",
+        description="KMS key (id, ARN or alias) that encrypts tenants' webhook signing secrets; the tenants "
+        "table holds only the ciphertext (imposition.webhooks.secrets). imposition provision creates the alias's "
+        "key on the local stack.",
+    )
     webhook_allow_private_addresses: bool = Field(
         default=False, description="Allow webhook URLs whose host is or resolves to a loopback, private, "
         "link-local or other non-public address (local runs and tests only: otherwise an SSRF hole)."
@@ -340,6 +346,10 @@ class Settings(BaseSettings):
         description="A final job's item expires (DynamoDB TTL, JobItem.expires_at) this many days after it "
         "became final, and its objects (input, plate, previews: the bucket's lifecycle rule under tenants/) "
         "this many days after they were written; >= capacity_weeks x 7 (the capacity report reads the jobs).",
+    )
+    s3_abort_incomplete_upload_days: int = Field(
+        default=1, ge=1,
+        description="The bucket's lifecycle rule aborts a multipart upload left unfinished this many days.",
     )
     notifier_concurrency: int = Field(
         default=2, ge=1, description="Pool processes of a notifications worker (imposition process run notifier).",
