@@ -1,31 +1,24 @@
 """The service's processes as a platform runs them: one command per role, its stop timeout, its
 health check, and its systemd unit (docs/deploy-processes.md).
 
-========== ================================= ============================================ ==============
-role       command (``imposition process     stop timeout (s, :func:`stop_timeout_s`)      health
-           run ROLE`` execs it)
-========== ================================= ============================================ ==============
-imposer    celery worker -Q imposition        Clocks.stop_timeout_s: the longest attempt    /healthz on
-           -c slots_per_node                  (engine + previews + stop margin) + the       its metrics
-                                              close of the open long polls                  port
-maintenance celery worker -Q maintenance -c 1 receive close + stop margin (a sweep, a       /healthz
-                                              sample or an outbox drain is acks_late and
-                                              idempotent: one cut short runs again)
-notifier   celery worker -Q notifications     a webhook round's hard time limit + receive   /healthz
-           -c notifier_concurrency            close + stop margin
-beat       celery beat                        stop margin (it holds no work)                none: the
-                                                                                            process
-flower     celery flower (events side         stop margin                                   Flower's
-           channel)                                                                         /healthcheck
-========== ================================= ============================================ ==============
+===========  ===================================  ===========================================  ==========
+role         ``imposition process run ROLE`` execs  stop timeout (:func:`stop_timeout_s`)        health
+===========  ===================================  ===========================================  ==========
+imposer      celery worker -Q imposition            Clocks.stop_timeout_s (longest attempt +     /healthz
+             -c slots_per_node                      the close of the open long polls)
+maintenance  celery worker -Q maintenance -c 1      receive close + stop margin (its tasks are   /healthz
+                                                    acks_late and idempotent)
+notifier     celery worker -Q notifications         a round's hard time limit + receive close    /healthz
+             -c notifier_concurrency                + stop margin
+beat         celery beat                            stop margin (it holds no work)               none
+flower       celery flower (events side channel)    stop margin                                  Flower's
+===========  ===================================  ===========================================  ==========
 
-A planned stop is SIGTERM to the main process only (Celery's warm shutdown; systemd
-``KillMode=mixed``, a container's stop signal to PID 1, which ``run`` makes Celery itself by
-``exec``): it stops receiving, releases what its open long polls bring, lets each running job
-finish (its heartbeat renews the lease meanwhile) and exits. A platform that kills it sooner
-(SIGKILL after its own stop timeout) charges each running job an attempt (``holder_vanished``)
-and leaves its slot idle until the sweeper reclaims the lease: give it at least
-:func:`stop_timeout_s`.
+A planned stop is SIGTERM to the main process only (systemd ``KillMode=mixed``; in a container
+PID 1, which ``run`` makes Celery by ``exec``): Celery's warm shutdown stops receiving, releases what
+its open long polls bring, lets each running job finish (its heartbeat renews the lease) and exits.
+A platform that kills it sooner charges each running job an attempt (``holder_vanished``) and
+leaves its slot idle until the sweeper reclaims the lease: give it at least :func:`stop_timeout_s`.
 """
 
 from __future__ import annotations

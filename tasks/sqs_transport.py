@@ -18,9 +18,8 @@ would also give the Redis events channel and Flower this transport. What it chan
   delivered but not acked when the channel closes, or rejected with ``requeue``, is made visible
   again (visibility 0) instead of copied; if SQS refuses both, left to its visibility timeout, the
   worker kept alive (docs/design.md, "Nothing lost when an endpoint or a process fails");
-* each run of a queue's poll loop tells :func:`imposition.observability.health.poll_turned` (the
-  node's ``/healthz``) and, with ``poll_stamp_path`` set, touches that file (at most once a second)
-  for ``devstack.stack.Supervisor``;
+* each run of a queue's poll loop tells ``/healthz`` (:mod:`imposition.observability.health`) and,
+  with ``poll_stamp_path`` set, touches that file (at most once a second, ``make run``'s supervisor);
 * while the prefetch is full, the poll loop looks for room every ``sqs_prefetch_recheck_s`` (20 ms).
 
 Publishing, acks and visibility changes use kombu's blocking boto3 client, unchanged.

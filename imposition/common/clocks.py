@@ -16,26 +16,13 @@ infra_report_grace_s   derived    lease_lost_after_s (lease_ttl_s / 2): how long
                                   the sweeper waits for its holder to report ``infra_lost`` before
                                   it fails a job out of attempts
 defer_delay_s          30 s       SQS DelaySeconds of a cap-hit copy; <= 900 s
-poll_stale_after_s     derived    2 x (sqs_wait_time_s + sqs_receive_backoff_max_s): a worker whose
-                                  poll loop has not run for this long has stopped consuming
-renewal_stale_after_s  derived    lease_lost_after_s + heartbeat_interval_s: a running job whose
-                                  lease was not renewed for this long outlived its own watchdog
-                                  (the process is frozen); /healthz answers 503
-receive_close_s        derived    sqs_wait_time_s + sqs_shutdown_receive_margin_s: a stopping worker
-                                  reads its open long polls for at most this long
-longest_attempt_s      derived    engine_time_limit_s + preview_time_limit_s + stop_margin_s: the
-                                  longest one attempt under a lease can run
-stop_timeout_s         derived    longest_attempt_s + receive_close_s, rounded up: how long a
-                                  planned stop (SIGTERM) of an imposition worker may take; the
-                                  platform's stop timeout (systemd TimeoutStopSec, the container's
-                                  stop grace) must be at least this, or a drain ends in SIGKILL and
-                                  every running job is charged an attempt (holder_vanished)
+poll_stale_after_s     derived    2 x (sqs_wait_time_s + sqs_receive_backoff_max_s)
+renewal_stale_after_s  derived    lease_lost_after_s + heartbeat_interval_s
+receive_close_s        derived    sqs_wait_time_s + sqs_shutdown_receive_margin_s
+stop_timeout_s         derived    longest_attempt_s (engine + preview limits + stop_margin_s) + receive_close_s
 =====================  =========  ===============================================================
 
-The provisioned queues' visibility timeout and kombu's ``visibility_timeout`` transport option are
-both set from :attr:`Clocks.visibility_timeout_s`. Why each derived clock is what it is:
-docs/design.md §4 ("Why the visibility timeout ...") and "Nothing lost when an endpoint or a process
-fails" ("The reconciler").
+Queues and kombu use :attr:`Clocks.visibility_timeout_s`. Why: docs/design.md §4, docs/deploy-processes.md.
 """
 
 from __future__ import annotations

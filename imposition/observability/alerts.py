@@ -17,15 +17,10 @@ its subsection under "Alerts" in docs/operations.md (a test checks every one exi
     ticket  ImpositionDeadLetterQueueNotEmpty, ImpositionWorkerNodeDown,
             ImpositionSecondLicenceWarranted
 
-Slots are ``sum(imposition_node_slots)`` over every imposition node (other nodes export 0), and 0
-when no node exports any (``or on() vector(0)``): an empty vector would silence every comparison
-(a promtool case with 50 messages visible for 25 minutes and no worker up stayed quiet). Workers
-down reads ``up`` of the scrape job :data:`SCRAPE_JOB`, role :data:`IMPOSER_ROLE`, through
-``absent()``, so a cluster whose targets are all down and one that has none both fire. The licence
-alert reads ``alert_capacity_window_days`` (14) of the recorded utilisation, within the 15 days
-Prometheus keeps by default (``prometheus_retention_days``; a setting check refuses a window that
-does not fit); it counts whole UTC days; ``imposition capacity-report`` is the authority over
-``capacity_weeks`` with working hours and a time zone.
+Slots count 0 when no imposition node exports any (``or on() vector(0)``), so that no worker up
+still pages; workers down reads ``up`` of :data:`SCRAPE_JOB`/:data:`IMPOSER_ROLE` through
+``absent()``. The licence alert reads ``alert_capacity_window_days`` (14), within Prometheus'
+default 15-day retention; ``imposition capacity-report`` is the authority over ``capacity_weeks``.
 """
 
 from __future__ import annotations

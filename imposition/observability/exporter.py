@@ -10,13 +10,10 @@ signal                      process              what happens
 ==========================  ===================  ===================================================
 ``celeryd_init``            main, before fork    with ``metrics_port`` > 0: the node's directory
                                                  ``<metrics_dir>/<node name>`` is emptied and set as
-                                                 ``PROMETHEUS_MULTIPROC_DIR`` (children inherit it);
-                                                 its ``.renewals`` sibling is emptied (health)
-``worker_ready``            main, pool started   the HTTP endpoint starts on ``metrics_address:
-                                                 metrics_port``: ``/metrics`` and ``/healthz``
-                                                 (:mod:`imposition.observability.health`);
-                                                 ``imposition_node_slots`` is set when the node
-                                                 consumes the imposition queue
+                                                 ``PROMETHEUS_MULTIPROC_DIR`` (children inherit it)
+``worker_ready``            main, pool started   ``/metrics`` and ``/healthz`` (:mod:`.health`) start
+                                                 on ``metrics_address:metrics_port``; the node's
+                                                 slots are set on an imposition node
 ``worker_process_shutdown`` each child, at exit  its live gauges are dropped (``mark_process_dead``)
 scrape                      main (HTTP thread)   children that died without shutting down (SIGKILL)
                                                  are marked dead before the merge, so the leases

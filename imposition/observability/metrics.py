@@ -3,9 +3,8 @@
 Every increment happens at the domain event that defines it (a signal of :mod:`leases.signals`), in
 the process that sends the signal (a prefork child for job signals, the maintenance worker for the
 sweeper's and the sampler's). Which event moves each metric is said where :class:`ServiceMetrics`
-defines it. The metrics, as exported (Prometheus' naming guide: the application prefix
-``imposition_``, the unit in the name, ``_total`` on counters only; ``promtool check metrics``
-accepts a scrape, tests/observability/test_worker_metrics.py)::
+defines it. The metrics, as exported (prefix ``imposition_``, the unit in the name, ``_total`` on
+counters only: Prometheus' naming guide; ``promtool check metrics`` accepts a scrape)::
 
     by tenant  imposition_cap_defers_total, imposition_lease_contention_defers_total,
                imposition_leases_recovered_total, imposition_leases_lost_total,
@@ -13,9 +12,8 @@ accepts a scrape, tests/observability/test_worker_metrics.py)::
                imposition_job_retries_total, imposition_queue_wait_seconds,
                imposition_first_receive_wait_seconds, imposition_job_duration_seconds,
                imposition_leases_held, imposition_handoffs_total{reason},
-               imposition_handoff_latency_seconds, imposition_jobs_waiting,
-               imposition_slots_borrowed, imposition_webhook_rounds_drained_total,
-               imposition_webhook_rounds_put_back_total
+               imposition_handoff_latency_seconds, imposition_jobs_waiting, imposition_slots_borrowed,
+               imposition_webhook_rounds_drained_total, imposition_webhook_rounds_put_back_total
     others     imposition_slots_busy, imposition_node_slots (a node's pool size),
                imposition_cluster_slots, imposition_jobs_republished_total{reason},
                imposition_poison_messages_total{queue,reason}, imposition_sqs_messages{queue,state},

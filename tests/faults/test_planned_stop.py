@@ -18,6 +18,7 @@ import uuid
 import pytest
 
 from imposition.common.clocks import get_clocks
+from imposition.common.retention import job_expires_at
 from leases.models import JobItem
 from tests.conftest import reset_aws
 from tests.observability.support import free_port
@@ -85,6 +86,7 @@ def test_a_planned_stop_drains_its_leases_charges_nothing_and_answers_503_meanwh
         job = cluster.final(job_id, timeout_s=60)
         # Finished where it ran, or elsewhere: one attempt, none lost, none charged.
         assert (job.status, job.attempts, job.lost_attempts) == ("succeeded", 1, None), (job_id, job.lost_attempts)
+        assert job.expires_at == job_expires_at(job.finished_at)  # the commit starts its retention
     drainer_pids = {e["pid"] for j in running for e in cluster.events_of(j, "acquired")}
     later_pids = {e["pid"] for j in later for e in cluster.events_of(j, "acquired")}
     assert drainer_pids.isdisjoint(later_pids)  # the later jobs ran on the successor
