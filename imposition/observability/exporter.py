@@ -179,7 +179,7 @@ def _on_worker_ready(sender=None, **_: object) -> None:
     if not settings.metrics_port or not path:
         return
 
-    health.reset(polled=True)
+    health.reset()
     start_endpoint(settings.metrics_port, settings.metrics_address, path)
     consumer = sender
     queues = {q.name for q in consumer.app.amqp.queues.consume_from.values()}

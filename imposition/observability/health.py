@@ -62,13 +62,13 @@ def begin_draining(**_: object) -> None:
         _draining = True
 
 
-def reset(*, polled: bool) -> None:
-    """Start afresh (the endpoint's start): not draining; with ``polled``, the poll loop counts as
-    having run now (it begins right after the endpoint)."""
+def reset() -> None:
+    """Start afresh (the endpoint's start): not draining, and the poll loop counted as having run
+    now (it begins right after the endpoint)."""
     global _last_poll, _draining
     with _lock:
         _draining = False
-        _last_poll = time.monotonic() if polled else None
+        _last_poll = time.monotonic()
 
 
 def renewals_dir() -> str | None:
@@ -171,13 +171,12 @@ class Health:
                            "renewals": self.renewals, "oldest_renewal_age_s": self.oldest_renewal_age_s}).encode()
 
 
-def check(clocks: Clocks, *, consumes: bool = True) -> Health:
-    """This node's health now (module docstring). ``consumes``: the node runs a poll loop (a
-    worker); False skips that check."""
+def check(clocks: Clocks) -> Health:
+    """This node's health now (module docstring)."""
     now = time.time()
     problems = []
     poll_age_s = None if _last_poll is None else round(time.monotonic() - _last_poll, 3)
-    if consumes and (poll_age_s is None or poll_age_s > clocks.poll_stale_after_s):
+    if poll_age_s is None or poll_age_s > clocks.poll_stale_after_s:
         problems.append(f"poll loop stalled: last run {poll_age_s} s ago (limit {clocks.poll_stale_after_s:g} s)"
                         if poll_age_s is not None else "poll loop has not run")
     times = list(_renewal_times())

@@ -123,3 +123,31 @@ def test_a_frozen_job_process_turns_the_node_unhealthy_until_its_run_ends(cluste
     finally:
         node.stop()
         cluster.nodes.pop("freezer")
+
+
+def test_a_poll_loop_that_stops_turning_makes_the_node_unhealthy_until_sqs_answers_again(cluster, local_aws):
+    """SQS stalled behind a fault proxy (answers held back): the node's long poll never returns, so
+    its poll loop stops; past ``poll_stale_after_s`` /healthz says so, and once SQS answers, the
+    loop turns and the node is healthy again."""
+    from devstack.fault_proxy import FaultProxy
+
+    with FaultProxy(local_aws.main.url) as proxy:
+        env = {"AWS_ENDPOINT_URL_SQS": proxy.url, "IMPOSITION_SQS_RECEIVE_BACKOFF_MAX_S": "1",
+               "IMPOSITION_SQS_RECEIVE_BACKOFF_INITIAL_S": "0.5"}
+        port = free_port()
+        node = start_worker(cluster.tmp, concurrency=1, name="poller", app=FAULT_APP,
+                            env={**cluster.env, **env, "IMPOSITION_METRICS_PORT": str(port)})
+        try:
+            stale_s = 2 * (get_clocks().sqs_wait_time_s + 1)  # Clocks.poll_stale_after_s under env
+            wait_for(lambda: health(port)[0] == 200, 10, what="a healthy node first")
+            proxy.set_mode("stall")
+            began = time.monotonic()
+            wait_for(lambda: health(port)[0] == 503, stale_s + 15, interval_s=0.2, what="/healthz to see the stall")
+            assert time.monotonic() - began >= stale_s - 1.5  # not before its bound
+            code, body = health(port)
+            assert body["status"] == "stalled" and body["problems"][0].startswith("poll loop stalled"), body
+            proxy.set_mode("forward")
+            wait_for(lambda: health(port)[0] == 200, 30, interval_s=0.2, what="/healthz healthy once SQS answers")
+        finally:
+            proxy.set_mode("forward")
+            node.stop()
