@@ -512,7 +512,7 @@ class Demo:
         return 1 if problems or len(items) != len(jobs) else 0
 
     def outcomes(self) -> None:
-        """observability: the run's ``jobs_total`` by outcome, summed over the worker nodes' metrics
+        """observability: the run's ``imposition_jobs_total`` by outcome, summed over the worker nodes' metrics
         endpoints, each label with what it means (docs/operations.md, "Outcomes")."""
         import urllib.request
 
@@ -524,7 +524,7 @@ class Demo:
                 self.say(f"  ({node}'s metrics not read: {exc})")
         lines = outcome_lines(texts)
         if lines:
-            self.say("\n• jobs_total by outcome (Prometheus; docs/operations.md, \"Outcomes\", says when to worry):")
+            self.say("\n• imposition_jobs_total by outcome (Prometheus; docs/operations.md, \"Outcomes\", says when to worry):")
             for line in lines:
                 self.say(f"  {line}")
 
@@ -576,7 +576,7 @@ class Demo:
 
 
 def outcome_lines(metrics_texts: list[str]) -> list[str]:
-    """``jobs_total`` summed by outcome over the given Prometheus text expositions, one line per
+    """``imposition_jobs_total`` summed by outcome over the given Prometheus text expositions, one line per
     outcome seen (``succeeded  49  jobs that ended …``), its meaning from
     :data:`imposition.observability.metrics.OUTCOME_MEANINGS`; an outcome without one is marked
     ``UNEXPLAINED`` (a label added without its documentation)."""
@@ -588,7 +588,7 @@ def outcome_lines(metrics_texts: list[str]) -> list[str]:
     for text in metrics_texts:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name == "jobs_total":
+                if sample.name == "imposition_jobs_total":
                     counts[sample.labels.get("outcome", "")] += sample.value
     meanings = {str(outcome): meaning for outcome, meaning in OUTCOME_MEANINGS.items()}
     width = max((len(outcome) for outcome in counts), default=0)

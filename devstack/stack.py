@@ -253,10 +253,11 @@ class Supervised:
 
 
 def poll_stale_after_s(settings) -> float:
-    """Seconds without a poll after which a consumer is said to have stopped consuming: twice the
-    longest healthy gap between two runs of its poll loop (a long poll, ``sqs_wait_time_s``, or the
-    longest receive backoff, ``sqs_receive_backoff_max_s``, while SQS fails)."""
-    return 2 * (settings.sqs_wait_time_s + settings.sqs_receive_backoff_max_s)
+    """Seconds without a poll after which a consumer is said to have stopped consuming
+    (:attr:`imposition.common.clocks.Clocks.poll_stale_after_s`, which the workers' /healthz reads too)."""
+    from imposition.common.clocks import Clocks  # noqa: PLC0415
+
+    return Clocks.from_settings(settings).poll_stale_after_s
 
 
 class Supervisor:

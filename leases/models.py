@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from pynamodb.attributes import (
+    BinaryAttribute,
     BooleanAttribute,
     JSONAttribute,
     ListAttribute,
@@ -124,6 +125,11 @@ class TenantItem(Model):
     #: Override of ``Settings.idempotency_ttl_s`` (admission); absent means the default.
     idempotency_ttl_s = NumberAttribute(null=True)
     webhook_url = UnicodeAttribute(null=True)
+    #: The webhook signing secret encrypted with KMS under the tenant id as encryption context
+    #: (:mod:`imposition.webhooks.secrets`); readable only with ``kms:Decrypt`` on the key.
+    webhook_secret_ciphertext = BinaryAttribute(null=True, legacy_encoding=False)
+    #: Legacy: a secret stored in the clear before encryption; read with a warning until
+    #: ``imposition tenant encrypt-webhook-secrets`` replaces it by ``webhook_secret_ciphertext``.
     webhook_secret = UnicodeAttribute(null=True)
     updated_at = NumberAttribute(null=True)
     #: When the cap override last changed (epoch s): leases acquired before it may exceed a lowered
@@ -324,6 +330,10 @@ class JobItem(Model):
     #: "error_code", "error", "finished_at"}, …]`` (times epoch s), at most
     #: ``Settings.job_history_limit`` entries (the oldest are dropped).
     history = JSONAttribute(null=True)
+    #: Epoch seconds (integer) at which DynamoDB's TTL deletes the item (:data:`JOB_TTL_ATTRIBUTE`):
+    #: set by every final write (with the outbox intent, :func:`leases.outbox.intent_actions`) to its
+    #: time + ``Settings.job_retention_days``; absent while the job is not final.
+    expires_at = NumberAttribute(null=True)
     by_tenant = JobsByTenantIndex()
     by_waiting = WaitingJobsIndex()
     by_queued = QueuedJobsIndex()
@@ -423,6 +433,8 @@ class TokenClaimItem(Model):
 
 #: The attribute DynamoDB's TTL deletes ``TokenClaimItem`` items by (enabled by ``imposition provision``).
 TOKEN_CLAIM_TTL_ATTRIBUTE = "expires_at"
+#: The attribute DynamoDB's TTL deletes final ``JobItem`` items by (enabled by ``imposition provision``).
+JOB_TTL_ATTRIBUTE = "expires_at"
 
 ALL_MODELS: tuple[type[Model], ...] = (TenantItem, LeaseItem, JobItem, ClusterItem, TokenClaimItem)
 # PynamoDB types ``Model.Meta`` as an instance protocol (``region: str``); it is a class, and a

@@ -22,7 +22,7 @@ from celery.utils.dispatch import Signal
 
 class JobOutcome(StrEnum):
     """How one delivery of a job ended: the ``outcome`` of ``job_finished``, ``lease_releasing`` and
-    ``lease_released``, of :class:`tasks.base.FairTask`'s return value, of ``jobs_total{outcome}``
+    ``lease_released``, of :class:`tasks.base.FairTask`'s return value, of ``imposition_jobs_total{outcome}``
     and of the lease-event log's ``releasing`` events (a ``str``: compares and serialises as its value)."""
 
     SUCCEEDED = "succeeded"

@@ -1,4 +1,4 @@
-"""Clock skew between the worker nodes and the sweeper (docs/operations.md, "Clock skew").
+"""Clock skew between the worker nodes and the sweeper (docs/operations.md, "ImpositionClockSkew").
 
 A lease's ``expires_at`` is written by its holder's clock and judged by the sweeper's: a holder
 whose clock is behind by more than a lease's remaining life writes leases that look expired at

@@ -5,9 +5,9 @@ imposition queue. In the worker's main process::
 
     worker_ready ─► check_engine (a canary run of the real process plan, licence options included;
                     the pool's slots against pdftoolbox_licence_processes)
-                    ├─ passes ─► the node consumes as usual; engine_ready{engine} = 1
+                    ├─ passes ─► the node consumes as usual; imposition_engine_ready{engine} = 1
                     └─ fails ──► cancel_task_queue(imposition): nothing is received; the reason is
-                                 logged at ERROR; engine_ready = 0, engine_check_failures_total{reason} + 1
+                                 logged at ERROR; imposition_engine_ready = 0, imposition_engine_check_failures_total{reason} + 1
     every pdftoolbox_check_interval_s (a daemon thread) ─► check again; a change is applied on the
                     worker's event loop: add_task_queue once a check passes, cancel again once one fails
 
@@ -16,7 +16,7 @@ message, so a node whose first check fails never receives a job. A job that meet
 before the node's next check (pdfToolbox exit 100) is not charged an attempt
 (:class:`imposition.engine.errors.LicenceUnavailable` is an ``EngineUnavailable``); its retry waits in
 SQS while the nodes are closed. Alert: ``ImpositionEngineUnavailable``
-(:mod:`imposition.observability.alerts`); runbook: docs/operations.md, "Engine or licence unavailable".
+(:mod:`imposition.observability.alerts`); runbook: docs/operations.md, "ImpositionEngineUnavailable".
 """
 
 from __future__ import annotations

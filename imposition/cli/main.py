@@ -261,6 +261,7 @@ LAZY_COMMANDS = {
         "status": "imposition.observability.status:status_command",
         "capacity-report": "imposition.capacity.cli:capacity_report_command",
         "simulate": "imposition.capacity.cli:simulate_command",
+        "process": "imposition.cli.process:process_group",
     },
     "job": {
         "show": "imposition.cli.jobs:job_show",
@@ -274,6 +275,7 @@ LAZY_COMMANDS = {
         "show": "imposition.cli.tenants:tenant_show",
         "set-limits": "imposition.admission.cli:set_limits_command",
         "set-webhook": "imposition.webhooks.cli:set_webhook_command",
+        "encrypt-webhook-secrets": "imposition.webhooks.cli:encrypt_secrets_command",
     },
 }
 
@@ -289,7 +291,8 @@ def provision() -> None:
     from imposition.cli.provision import provision as do_provision
 
     report = do_provision()
-    for kind, items in (("queue", report.queues), ("table", report.tables), ("bucket", report.bucket)):
+    for kind, items in (("queue", report.queues), ("table", report.tables), ("bucket", report.bucket),
+                        ("key", report.keys)):
         for name, state in items.items():
             click.echo(f"{kind:6} {name:32} {state}")
 

@@ -5,9 +5,13 @@
   :attr:`imposition.common.clocks.Clocks.visibility_timeout_s`: Celery uses these queues as predefined queues
   and never creates queues of its own, so this attribute is the one that counts.
 * DynamoDB tables ``tenants``, ``leases`` (with its expiry index), ``jobs`` (with its by-tenant
-  index) and ``tokens`` (the durable idempotency-token claims, with DynamoDB TTL enabled on
-  ``expires_at``, also on a table that exists already), on-demand capacity.
-* The S3 bucket for inputs and plate files.
+  index) and ``tokens`` (the durable idempotency-token claims), on-demand capacity; DynamoDB TTL
+  enabled on ``expires_at`` of ``tokens`` and of ``jobs`` (a final job's retention), also on a
+  table that exists already.
+* The KMS key of the tenants' webhook secrets, when ``webhook_secret_kms_key_id`` is an alias that
+  names none yet (:mod:`imposition.webhooks.secrets`).
+* The S3 bucket for inputs and plate files, with its lifecycle rules (job objects expire after
+  ``job_retention_days``: :mod:`imposition.common.retention`).
 
 Running it twice changes nothing; running it after a clock changed updates the queue attributes.
 """
@@ -20,9 +24,10 @@ from dataclasses import dataclass, field
 
 from botocore.exceptions import ClientError
 
-from leases.models import ALL_MODELS, TOKEN_CLAIM_TTL_ATTRIBUTE, TokenClaimItem
+from leases.models import ALL_MODELS, JOB_TTL_ATTRIBUTE, TOKEN_CLAIM_TTL_ATTRIBUTE, JobItem, TokenClaimItem
 from imposition.common import aws
 from imposition.common.clocks import Clocks, get_clocks
+from imposition.common.retention import bucket_lifecycle_rules
 from imposition.common.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -38,6 +43,7 @@ class ProvisionReport:
     queues: dict[str, str] = field(default_factory=dict)
     tables: dict[str, str] = field(default_factory=dict)
     bucket: dict[str, str] = field(default_factory=dict)
+    keys: dict[str, str] = field(default_factory=dict)
 
 
 def work_queue_attributes(dlq_arn: str, settings: Settings, clocks: Clocks) -> dict[str, str]:
@@ -92,6 +98,7 @@ def provision_tables() -> dict[str, str]:
             model.create_table(wait=True, billing_mode="PAY_PER_REQUEST")
             out[name] = "created"
     ensure_ttl(TokenClaimItem.Meta.table_name, TOKEN_CLAIM_TTL_ATTRIBUTE)
+    ensure_ttl(JobItem.Meta.table_name, JOB_TTL_ATTRIBUTE)
     return out
 
 
@@ -114,19 +121,24 @@ def ensure_ttl(table: str, attribute: str) -> str:
 
 
 def provision_bucket(settings: Settings) -> dict[str, str]:
-    """Create the S3 bucket if missing; return bucket name → "created" | "exists"."""
+    """Create the S3 bucket if missing and set its lifecycle rules
+    (:func:`imposition.common.retention.bucket_lifecycle_rules`: job objects expire after
+    ``job_retention_days``); return bucket name → "created" | "exists"."""
     s3 = aws.s3()
     try:
         s3.head_bucket(Bucket=settings.bucket)
-        return {settings.bucket: "exists"}
+        state = "exists"
     except ClientError as exc:
         if exc.response["Error"]["Code"] not in ("404", "NoSuchBucket", "NotFound"):
             raise
-    kwargs: dict = {"Bucket": settings.bucket}
-    if settings.aws_region != "us-east-1":  # us-east-1 takes no LocationConstraint (S3 API reference)
-        kwargs["CreateBucketConfiguration"] = {"LocationConstraint": settings.aws_region}
-    s3.create_bucket(**kwargs)
-    return {settings.bucket: "created"}
+        kwargs: dict = {"Bucket": settings.bucket}
+        if settings.aws_region != "us-east-1":  # us-east-1 takes no LocationConstraint (S3 API reference)
+            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": settings.aws_region}
+        s3.create_bucket(**kwargs)
+        state = "created"
+    s3.put_bucket_lifecycle_configuration(Bucket=settings.bucket,
+                                          LifecycleConfiguration={"Rules": bucket_lifecycle_rules(settings)})
+    return {settings.bucket: state}
 
 
 def provision(settings: Settings | None = None) -> ProvisionReport:
@@ -138,6 +150,9 @@ def provision(settings: Settings | None = None) -> ProvisionReport:
     """
     s = settings or get_settings()
     clocks = get_clocks()
+    from imposition.webhooks.secrets import ensure_key  # noqa: PLC0415 (KMS only when provisioning)
+
     return ProvisionReport(
-        queues=provision_queues(s, clocks), tables=provision_tables(), bucket=provision_bucket(s)
+        queues=provision_queues(s, clocks), tables=provision_tables(), bucket=provision_bucket(s),
+        keys={s.webhook_secret_kms_key_id: ensure_key(s)},
     )

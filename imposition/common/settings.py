@@ -348,9 +348,35 @@ class Settings(BaseSettings):
         "passes no replay store: redis (redis_url, shared by every receiving process, so a replay sent to "
         "another process is refused) or memory (this process only).",
     )
+    webhook_secret_kms_key_id: str = Field(
+        default="alias/imposition-webhooks",
+        description="KMS key (id, ARN or alias) that encrypts tenants' webhook signing secrets; the tenants "
+        "table holds only the ciphertext (imposition.webhooks.secrets). imposition provision creates the alias's "
+        "key on the local stack.",
+    )
     webhook_allow_private_addresses: bool = Field(
         default=False, description="Allow webhook URLs whose host is or resolves to a loopback, private, "
         "link-local or other non-public address (local runs and tests only: otherwise an SSRF hole)."
+    )
+
+    # --- retention (docs/deploy-processes.md "Retention") ----------------------------------------------
+    job_retention_days: int = Field(
+        default=35, ge=1,
+        description="A final job's item expires (DynamoDB TTL, JobItem.expires_at) this many days after it "
+        "became final, and its objects (input, plate, previews: the bucket's lifecycle rule under tenants/) "
+        "this many days after they were written; >= capacity_weeks x 7 (the capacity report reads the jobs).",
+    )
+    s3_abort_incomplete_upload_days: int = Field(
+        default=1, ge=1,
+        description="The bucket's lifecycle rule aborts a multipart upload left unfinished this many days.",
+    )
+    notifier_concurrency: int = Field(
+        default=2, ge=1, description="Pool processes of a notifications worker (imposition process run notifier).",
+    )
+    stop_margin_s: float = Field(
+        default=30.0, gt=0,
+        description="Worker stopping: time beyond a job's engine and preview limits for its upload, commit and "
+        "the pool's exit; part of each process's stop timeout (imposition.common.clocks.Clocks.stop_timeout_s).",
     )
 
     # --- engine (docs/design.md §6) ------------------------------------------------------------------
@@ -471,7 +497,7 @@ class Settings(BaseSettings):
     )
     queue_wait_buckets_s: tuple[float, ...] = Field(
         default=(1, 5, 15, 30, 60, 120, 180, 300, 600, 1800, 3600),
-        description="Histogram buckets of queue_wait_seconds; keep capacity_long_wait_s among them.",
+        description="Histogram buckets of imposition_queue_wait_seconds; keep capacity_long_wait_s among them.",
     )
     job_duration_buckets_s: tuple[float, ...] = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
     sample_interval_s: float = Field(default=60.0, gt=0, description="Beat period of the queue sampler.")
@@ -514,6 +540,24 @@ class Settings(BaseSettings):
     )
     alert_dlq_for_s: int = Field(
         default=300, ge=0, description="Alert ImpositionDeadLetterQueueNotEmpty: a DLQ non-empty this long (s).")
+    alert_workers_down_for_s: int = Field(
+        default=300, ge=0,
+        description="Alert ImpositionWorkersDown: no imposition worker endpoint scraped up this long (s).")
+    alert_capacity_window_days: int = Field(
+        default=14, ge=1,
+        description="Alert ImpositionSecondLicenceWarranted: the window it reads (days); less than "
+        "prometheus_retention_days, so the data is there. `imposition capacity-report` reads capacity_weeks.",
+    )
+    prometheus_retention_days: int = Field(
+        default=15, ge=1,
+        description="The Prometheus retention the alert rules assume (days; Prometheus' default "
+        "--storage.tsdb.retention.time is 15d).",
+    )
+    alert_runbook_url: str = Field(
+        default="docs/operations.md",
+        description="Where the operator's guide is published; each alert's runbook_url is this plus the "
+        "anchor of its section under 'Alerts' (set it to the guide's address in your repository host).",
+    )
     prometheus_scrape_interval_s: int = Field(
         default=15, ge=1, description="make run: how often the local Prometheus scrapes each worker node (s).")
     capacity_weeks: int = Field(default=4, ge=1, description="Window of the capacity report, in weeks.")
@@ -665,6 +709,22 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"capacity_day_start_hour={self.capacity_day_start_hour} must be < "
                 f"capacity_day_end_hour={self.capacity_day_end_hour}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _retention_holds_what_is_read(self) -> "Settings":
+        """Reject a retention shorter than the windows that read it: the capacity report reads
+        capacity_weeks of jobs; the second-licence alert reads alert_capacity_window_days of metrics."""
+        if self.job_retention_days < self.capacity_weeks * 7:
+            raise ValueError(
+                f"job_retention_days={self.job_retention_days} must be >= capacity_weeks x 7="
+                f"{self.capacity_weeks * 7} (imposition capacity-report reads that many days of jobs)"
+            )
+        if self.alert_capacity_window_days >= self.prometheus_retention_days:
+            raise ValueError(
+                f"alert_capacity_window_days={self.alert_capacity_window_days} must be < prometheus_retention_days="
+                f"{self.prometheus_retention_days} (the alert would read data Prometheus no longer keeps)"
             )
         return self
 

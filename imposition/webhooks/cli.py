@@ -45,3 +45,13 @@ def set_webhook_command(tenant_id: str, url: str | None, secret_env: str | None,
     except (WebhookConfigError, ValueError) as exc:
         raise click.BadParameter(str(exc)) from exc
     click.echo(json.dumps({"tenant_id": tenant_id, "webhook_url": url, "secret_set": bool(secret)}, sort_keys=True))
+
+
+@click.command("encrypt-webhook-secrets")
+def encrypt_secrets_command() -> None:
+    """Encrypt with KMS every webhook secret still stored in the clear in the tenants table, and
+    remove the plaintext (imposition.webhooks.secrets). Prints the tenants done; safe to run again."""
+    from imposition.webhooks.secrets import migrate_plaintext  # noqa: PLC0415
+
+    report = migrate_plaintext()
+    click.echo(json.dumps({"encrypted": report.encrypted, "changed_meanwhile": report.changed_meanwhile}))

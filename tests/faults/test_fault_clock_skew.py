@@ -5,7 +5,7 @@ process only), against the session's lease TTL of 9 s, as the fault probe shifte
 sweeper re-ran its jobs through the engine.
 
 Shown here: the node reports its clock in its registry heartbeat; the sweeper measures the skew,
-warns about it, exports ``node_clock_skew_seconds{worker}``; the alert fires on that value
+warns about it, exports ``imposition_node_clock_skew_seconds{worker}``; the alert fires on that value
 (``promtool test rules``) and not on a small one; the sweeper holds the node's leases instead of
 reclaiming them; every job ran once through the engine.
 """
@@ -83,7 +83,7 @@ def test_a_node_behind_by_more_than_the_lease_ttl_is_seen_alerted_and_runs_each_
     # the node reported its clock; the sweeper warned and exported the skew
     (node,) = nodes.live_nodes()
     assert re.search(rf"node {re.escape(node)}'s clock is -(19|20|21)\.\d s", maintenance_log), maintenance_log[-3000:]
-    skew_s = wait_for(lambda: scrape(metrics_url).get(("node_clock_skew_seconds", frozenset({("worker", node)}))),
+    skew_s = wait_for(lambda: scrape(metrics_url).get(("imposition_node_clock_skew_seconds", frozenset({("worker", node)}))),
                       20, what="the skew on the maintenance node's endpoint")
     assert abs(skew_s + SKEW_S) < 1.5, skew_s
     assert abs(skew_s) > get_clocks().clock_skew_warn_s
@@ -100,8 +100,8 @@ def test_a_node_behind_by_more_than_the_lease_ttl_is_seen_alerted_and_runs_each_
     small = get_clocks().clock_skew_warn_s / 2
     tests = {"rule_files": [str(rules_path)], "evaluation_interval": "1s", "tests": [{
         "interval": "1s",
-        "input_series": [{"series": f'node_clock_skew_seconds{{worker="{node}"}}', "values": f"{skew_s:.3f}x120"},
-                         {"series": 'node_clock_skew_seconds{worker="in-sync@host"}', "values": f"{small:g}x120"}],
+        "input_series": [{"series": f'imposition_node_clock_skew_seconds{{worker="{node}"}}', "values": f"{skew_s:.3f}x120"},
+                         {"series": 'imposition_node_clock_skew_seconds{worker="in-sync@host"}', "values": f"{small:g}x120"}],
         "alert_rule_test": [{"eval_time": "60s", "alertname": "ImpositionClockSkew", "exp_alerts": [{
             "exp_labels": {"severity": "page", "worker": node},
             "exp_annotations": {k: v.replace("{{ $labels.worker }}", node) for k, v in rule["annotations"].items()},

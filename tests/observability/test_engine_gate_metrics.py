@@ -35,8 +35,8 @@ def test_a_node_without_a_licence_exports_engine_ready_0_until_its_check_passes(
         "IMPOSITION_PDFTOOLBOX_CHECK_TIME_LIMIT_S": "10",
         "IMPOSITION_METRICS_PORT": str(port), "IMPOSITION_METRICS_DIR": str(tmp_path / "multiproc"),
     })
-    ready = ("engine_ready", frozenset({("engine", "pdftoolbox")}))
-    failures = ("engine_check_failures_total", frozenset({("engine", "pdftoolbox"), ("reason", "licence")}))
+    ready = ("imposition_engine_ready", frozenset({("engine", "pdftoolbox")}))
+    failures = ("imposition_engine_check_failures_total", frozenset({("engine", "pdftoolbox"), ("reason", "licence")}))
     try:
         closed = wait_for(lambda: (s := _samples(port)).get(ready) == 0 and s, 30, what="engine_ready 0")
         assert closed[failures] >= 1

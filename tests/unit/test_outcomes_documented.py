@@ -1,4 +1,4 @@
-"""Every ``jobs_total`` outcome is explained (issue 34, item 4): docs/operations.md's "Outcomes"
+"""Every ``imposition_jobs_total`` outcome is explained (issue 34, item 4): docs/operations.md's "Outcomes"
 lists exactly the labels the service exports, each with when to worry, and ``make run``'s summary
 (:func:`devstack.demo.outcome_lines`) gives each its meaning and marks one without any."""
 
