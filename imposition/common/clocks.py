@@ -10,8 +10,7 @@ visibility_timeout_s   derived    lease_ttl_s + sweep_interval_s + visibility_ma
 lease_lost_after_s     derived    lease_ttl_s / 2: a worker with no successful beat for this long
                                   declares its own lease lost and stops
 lost_message_after_s   derived    sqs_wait_time_s + heartbeat_interval_s: a queued job overdue by
-                                  this long while its queue shows no visible message has no
-                                  message that could still bring it soon; the sweeper re-publishes it
+                                  this long with no visible message is re-published by the sweeper
 clock_skew_warn_s      derived    lease_ttl_s / 4: a node's clock skew warned and alerted on beyond it
 infra_report_grace_s   derived    lease_lost_after_s (lease_ttl_s / 2): how long past a lease's expiry
                                   the sweeper waits for its holder to report ``infra_lost`` before

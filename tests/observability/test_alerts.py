@@ -269,7 +269,7 @@ def test_make_runs_prometheus_scrapes_every_node_endpoint_and_loads_the_rules(tm
         wait_for(lambda: [t for t in get("/targets")["activeTargets"] if t["health"] == "up"] and
                  len([t for t in get("/targets")["activeTargets"] if t["health"] == "up"]) == 2,
                  60, interval_s=1, what="both node endpoints scraped")
-        scraped = wait_for(lambda: get("/query?query=imposition_jobs_total")["result"], 60, interval_s=1, what="imposition_jobs_total")
+        scraped = wait_for(lambda: get("/query?query=jobs_total")["result"], 60, interval_s=1, what="jobs_total")
         up = wait_for(lambda: get('/query?query=up{job="imposition"}')["result"], 60, interval_s=1, what="up")
         assert {(u["metric"]["node"], u["metric"]["role"]) for u in up} == {("imposer", "imposer"),
                                                                             ("maintenance", "maintenance")}

@@ -33,7 +33,7 @@ def test_the_run_summary_explains_each_outcome_and_marks_an_unknown_one():
 
     def exposition(counts: dict[tuple[str, str], int]) -> str:
         registry = CollectorRegistry()
-        jobs = Counter("jobs", "Jobs by final outcome.", ("tenant", "outcome"), registry=registry)
+        jobs = Counter("imposition_jobs", "Jobs by final outcome.", ("tenant", "outcome"), registry=registry)
         for labels, n in counts.items():
             jobs.labels(*labels).inc(n)
         return generate_latest(registry).decode()
