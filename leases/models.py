@@ -417,6 +417,9 @@ class TokenClaimItem(Model):
 TOKEN_CLAIM_TTL_ATTRIBUTE = "expires_at"
 
 ALL_MODELS: tuple[type[Model], ...] = (TenantItem, LeaseItem, JobItem, ClusterItem, TokenClaimItem)
+#: The DynamoDB TTL attribute of each table that has one (epoch seconds; the template and
+#: ``imposition provision`` enable it): model → attribute name.
+TTL_ATTRIBUTES: dict[type[Model], str] = {TokenClaimItem: TOKEN_CLAIM_TTL_ATTRIBUTE}
 # PynamoDB types ``Model.Meta`` as an instance protocol (``region: str``); it is a class, and a
 # descriptor set on it is read per use.
 for _model in ALL_MODELS:

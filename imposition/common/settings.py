@@ -69,6 +69,16 @@ class Settings(BaseSettings):
                     "DynamoDB TTL on expires_at).",
     )
     bucket: str = "imposition-plates"
+    stack_name: str = Field(
+        default="imposition", pattern=r"^[A-Za-z][A-Za-z0-9-]{0,50}$",
+        description="CloudFormation stack of the service's AWS resources (imposition render-template | deploy); "
+                    "also the prefix of its IAM role names (<stack_name>-imposer, ...) and its tag 'service'.",
+    )
+    object_retention_days: int = Field(
+        default=0, ge=0, le=36_500,
+        description="Inputs, plates and previews (S3 objects under tenants/) expire this many days after they were "
+                    "written (the bucket's lifecycle rule in the template); 0 = kept until deleted.",
+    )
     sqs_wait_time_s: int = Field(default=10, ge=0, le=20, description="SQS long-poll wait (max 20 s).")
     sqs_polling_interval_s: float = Field(
         default=0.0, ge=0,

@@ -1,0 +1,256 @@
+"""The CloudFormation template deployed into moto's CloudFormation, and the service run on what it
+created under IAM enforcement: every process kind under its own role's credentials does its work,
+and an action outside its role is refused.
+
+One moto server of its own (all services, ``devstack.localaws --iam``), so the rest of the suite
+runs without enforcement. The stack is deployed with the commands of docs/deploy.md
+(``imposition render-template``, ``imposition deploy``); then each role is assumed (sts:AssumeRole)
+and enforcement is switched on with moto's ``POST /moto-api/reset-auth 0`` (its
+``INITIAL_NO_AUTH_ACTION_COUNT``). A platform-admin IAM user made before that stands for the
+platform team's own access; the test reads job items with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+import uuid
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from devstack.localaws import MotoProcess
+from devstack.stack import ManagedProcess, ReceiverProcess, flower_command
+from imposition.cli.template import roles
+from imposition.common.clocks import Clocks
+from imposition.common.settings import Settings
+from leases.models import ALL_MODELS
+from tests.admission.helpers import LAYOUT, SAMPLE_PDF, free_port
+from tests.support.processes import start_beat, start_worker, wait_for
+
+pytestmark = pytest.mark.file_duration_s(60)
+
+IMPOSITION = str(Path(sys.executable).parent / "imposition")
+STACK = f"iam-{uuid.uuid4().hex[:6]}"
+#: Settings of every process of this test (the stack is rendered with the same): short maintenance
+#: periods, so the sweeper, the outbox drain and the queue sampler run within the test.
+ENV = {
+    "IMPOSITION_STACK_NAME": STACK,
+    "IMPOSITION_SWEEP_INTERVAL_S": "2",
+    "IMPOSITION_SAMPLE_INTERVAL_S": "2",
+    "IMPOSITION_WEBHOOK_OUTBOX_DRAIN_INTERVAL_S": "2",
+    "IMPOSITION_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+SECRET = "s" * 40
+#: The process kinds, one role each (imposition.cli.template.roles).
+ROLE_NAMES = ("imposer", "maintenance", "notifier", "beat", "flower", "operator", "caller")
+
+
+def endpoint_env(url: str, credentials: dict[str, str]) -> dict[str, str]:
+    """Environment of a process on the IAM endpoint ``url`` under ``credentials``."""
+    env = {**ENV, "AWS_ENDPOINT_URL": url, "AWS_ENDPOINT_URL_DYNAMODB": url,
+           "AWS_ACCESS_KEY_ID": credentials["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": credentials["SecretAccessKey"]}
+    env["AWS_SESSION_TOKEN"] = credentials.get("SessionToken", "")
+    return env
+
+
+def cli(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """``imposition <args>`` in a child process with ``env`` on top of this one's."""
+    result = subprocess.run([IMPOSITION, *args], env={**os.environ, **env}, capture_output=True, text=True,
+                            timeout=120)
+    if check:
+        assert result.returncode == 0, f"imposition {' '.join(args)}: {result.stderr}"
+    return result
+
+
+class Deployed:
+    """The IAM endpoint, its stack, and credentials: ``admin`` and one per role."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.server = MotoProcess(single_threaded=False, iam=True, log=open(tmp / "moto.log", "ab"))
+        self.url = self.server.url
+        self.admin = {"AccessKeyId": "testing", "SecretAccessKey": "testing"}
+        template = tmp / "stack.json"
+        env = endpoint_env(self.url, self.admin)
+        template.write_text(cli(env, "render-template").stdout)
+        self.deploy_output = cli(env, "deploy", "--template-file", str(template)).stdout
+        iam = self.client("iam", self.admin)
+        iam.create_user(UserName="platform-admin")
+        iam.put_user_policy(UserName="platform-admin", PolicyName="all", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+        key = iam.create_access_key(UserName="platform-admin")["AccessKey"]
+        self.admin = {"AccessKeyId": key["AccessKeyId"], "SecretAccessKey": key["SecretAccessKey"]}
+        outputs = {o["OutputKey"]: o["OutputValue"] for o in
+                   self.client("cloudformation", self.admin).describe_stacks(StackName=STACK)["Stacks"][0]["Outputs"]}
+        sts = self.client("sts", self.admin)
+        self.roles = {name: sts.assume_role(RoleArn=outputs[f"{name.capitalize()}RoleArn"],
+                                            RoleSessionName=name)["Credentials"] for name in ROLE_NAMES}
+        self.outputs = outputs
+        request = urllib.request.Request(f"{self.url}/moto-api/reset-auth", data=b"0", method="POST",
+                                         headers={"Content-Type": "application/octet-stream"})  # not a form
+        urllib.request.urlopen(request, timeout=10).read()  # enforcement on from the next request
+
+    def client(self, service: str, credentials: dict[str, str]):
+        return boto3.client(service, endpoint_url=self.url, region_name="us-east-1",
+                            aws_access_key_id=credentials["AccessKeyId"],
+                            aws_secret_access_key=credentials["SecretAccessKey"],
+                            aws_session_token=credentials.get("SessionToken"))
+
+    def env(self, role: str) -> dict[str, str]:
+        return endpoint_env(self.url, self.roles[role])
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory):
+    stack = Deployed(tmp_path_factory.mktemp("iam"))
+    yield stack
+    stack.server.stop()
+
+
+def settings() -> Settings:
+    """This test's settings (as the processes read them from ENV)."""
+    return Settings(**{key.removeprefix("IMPOSITION_").lower(): value for key, value in ENV.items()
+                       if key.startswith("IMPOSITION_")})
+
+
+def test_the_deployed_stack_has_what_the_settings_say(deployed):
+    s = settings()
+    assert f"stack {STACK} created" in deployed.deploy_output
+    sqs = deployed.client("sqs", deployed.admin)
+    for queue in s.work_queues:
+        attributes = sqs.get_queue_attributes(QueueUrl=sqs.get_queue_url(QueueName=queue)["QueueUrl"],
+                                              AttributeNames=["All"])["Attributes"]
+        assert int(attributes["VisibilityTimeout"]) == Clocks.from_settings(s).visibility_timeout_s
+        redrive = json.loads(attributes["RedrivePolicy"])
+        assert redrive["deadLetterTargetArn"].endswith(f":{s.dead_letter_queue(queue)}")
+        assert int(redrive["maxReceiveCount"]) == s.max_receive_count
+    dynamodb = deployed.client("dynamodb", deployed.admin)
+    for model in ALL_MODELS:
+        table = dynamodb.describe_table(TableName=model.Meta.table_name)["Table"]
+        assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+        assert table["DeletionProtectionEnabled"] is True
+        assert sorted(i["IndexName"] for i in table.get("GlobalSecondaryIndexes", [])) == sorted(
+            index.Meta.index_name for index in vars(model).values() if hasattr(index, "Meta")
+            and hasattr(index.Meta, "index_name"))
+    with pytest.raises(ClientError, match="DeletionProtectionEnabled"):
+        dynamodb.delete_table(TableName=s.jobs_table)
+    encryption = deployed.client("s3", deployed.admin).get_bucket_encryption(Bucket=s.bucket)
+    assert encryption["ServerSideEncryptionConfiguration"]["Rules"][0]["ApplyServerSideEncryptionByDefault"][
+        "SSEAlgorithm"] == "AES256"
+    iam = deployed.client("iam", deployed.admin)
+    for role in roles(s):
+        assert iam.get_role(RoleName=f"{STACK}-{role.name.lower()}")["Role"]["Arn"].endswith(role.name.lower())
+
+
+def test_each_process_kind_does_its_work_under_its_own_role(deployed, tmp_path):
+    s = settings()
+    tenant = f"t-{uuid.uuid4().hex[:10]}"
+    # the tenant's side (reads the tenant's secret to verify): the platform admin's rights, not a role's
+    receiver = ReceiverProcess(tmp_path / "receiver.log", env=endpoint_env(deployed.url, deployed.admin))
+    processes: list = []
+    try:
+        operator = {**deployed.env("operator"), "HOOK_SECRET": SECRET}
+        cli(operator, "tenant", "create", tenant)
+        cli(operator, "tenant", "set-webhook", tenant, receiver.url(tenant), "--secret-env", "HOOK_SECRET")
+        processes = [
+            start_worker(tmp_path, queue=s.imposition_queue, concurrency=2, name="imposer", env=deployed.env("imposer"),
+                         wait=False),
+            start_worker(tmp_path, queue=s.maintenance_queue, concurrency=1, name="maintenance",
+                         env=deployed.env("maintenance"), wait=False),
+            start_worker(tmp_path, queue=s.notifications_queue, concurrency=1, name="notifier",
+                         env=deployed.env("notifier"), wait=False),
+            start_beat(tmp_path, env=deployed.env("beat"), wait=False),
+        ]
+        for process in processes:
+            process.await_ready()
+        port = free_port()
+        flower = ManagedProcess(flower_command(port), tmp_path / "flower.log", env=deployed.env("flower"),
+                                ready_marker="Visit me at")
+        processes.append(flower)
+
+        job_id = cli(deployed.env("caller"), "submit", "--tenant", tenant, "--token", "iam-1",
+                     "--layout", json.dumps(LAYOUT), str(SAMPLE_PDF)).stdout.strip()
+        jobs = deployed.client("dynamodb", deployed.admin)
+
+        def job() -> dict:
+            return jobs.get_item(TableName=s.jobs_table, Key={"job_id": {"S": job_id}}, ConsistentRead=True)["Item"]
+
+        wait_for(lambda: job().get("webhook_status", {}).get("S") == "delivered", 90,
+                 what="the job imposed and its webhook delivered")
+        assert job()["status"]["S"] == "succeeded"
+        assert receiver.tenant_counts(tenant)["confirmed"] == 1
+        shown = cli(deployed.env("operator"), "job", "show", job_id).stdout
+        assert "succeeded" in shown
+        maintenance = processes[1]
+        for task in ("imposition.sweep", "imposition.sample_queues", "imposition.drain_webhook_outbox"):
+            ran = re.compile(rf"Task {re.escape(task)}\[[^\]]+\] succeeded")
+            wait_for(lambda ran=ran: ran.search(maintenance.log()), 30, what=f"{task} run by the maintenance worker")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthcheck", timeout=10) as answer:
+            assert answer.read() == b"OK"
+        for process in processes:  # a refusal a process caught and logged would show here
+            assert "AccessDenied" not in process.log() and "not authorized" not in process.log(), process.log()[-3000:]
+    finally:
+        for process in processes:
+            process.stop()
+        receiver.stop()
+
+
+def _plate_key(deployed) -> str:
+    """A key under tenants/ written with the operator's rights (what a plate is)."""
+    key = f"tenants/t-plate/jobs/{uuid.uuid4().hex}/plate.pdf"
+    deployed.client("s3", deployed.admin).put_object(Bucket=settings().bucket, Key=key, Body=b"%PDF-1.7")
+    return key
+
+
+def _queue_url(deployed, queue: str) -> str:
+    return deployed.client("sqs", deployed.admin).get_queue_url(QueueName=queue)["QueueUrl"]
+
+
+# role → (an allowed call, a refused call), each (service, operation, parameters)
+def _cases(deployed) -> dict[str, tuple[tuple, tuple]]:
+    s = settings()
+    plate = {"Bucket": s.bucket, "Key": _plate_key(deployed)}
+    job_key = {"TableName": s.jobs_table, "Key": {"job_id": {"S": "j-none"}}}
+    imposition, maintenance = _queue_url(deployed, s.imposition_queue), _queue_url(deployed, s.maintenance_queue)
+    dlq = _queue_url(deployed, s.dead_letter_queue(s.imposition_queue))
+    return {
+        "imposer": (("s3", "get_object", plate), ("sqs", "purge_queue", {"QueueUrl": imposition})),
+        "maintenance": (("dynamodb", "get_item", job_key), ("s3", "get_object", plate)),
+        "notifier": (("dynamodb", "get_item", job_key), ("s3", "get_object", plate)),
+        "beat": (("sqs", "get_queue_attributes", {"QueueUrl": maintenance}),
+                 ("sqs", "send_message", {"QueueUrl": imposition, "MessageBody": "{}"})),
+        "flower": (("sqs", "get_queue_attributes", {"QueueUrl": imposition}), ("dynamodb", "get_item", job_key)),
+        "operator": (("sqs", "receive_message", {"QueueUrl": dlq}),
+                     ("dynamodb", "delete_table", {"TableName": s.jobs_table})),
+        "caller": (("sqs", "send_message", {"QueueUrl": imposition, "MessageBody": "{}"}),
+                   ("sqs", "purge_queue", {"QueueUrl": imposition})),
+    }
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_an_action_outside_the_role_is_refused(deployed, role):
+    allowed, refused = _cases(deployed)[role]
+    service, operation, parameters = allowed
+    try:
+        getattr(deployed.client(service, deployed.roles[role]), operation)(**parameters)
+    except ClientError as exc:  # allowed: a missing item or object may still answer, but not 403
+        assert exc.response["ResponseMetadata"]["HTTPStatusCode"] != 403, exc
+    service, operation, parameters = refused
+    client = deployed.client(service, deployed.roles[role])
+    with pytest.raises(ClientError) as denied:
+        getattr(client, operation)(**parameters)
+    # moto answers a JSON-protocol client's refusal in XML, so botocore reads no error code: the status
+    # and moto's message, which names the refused IAM action, tell (S3's own says AccessDenied)
+    action = f"{service}:{client.meta.method_to_api_mapping[operation]}"
+    assert denied.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403, denied.value
+    if service == "s3":
+        assert denied.value.response["Error"]["Code"] == "AccessDenied", denied.value
+    else:
+        assert f"not authorized to perform: {action}" in str(denied.value), denied.value
