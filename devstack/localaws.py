@@ -12,8 +12,12 @@ Two moto server processes, each on a free port:
   (SIGSTOP) held a single-threaded server for every other client. It counts the seconds it was
   busy (``GET /_local/busy``, :func:`endpoint_busy`).
 
-Run one server by hand with ``python -m devstack.localaws [--single-threaded] [--port N]``: it prints
-``listening on <port>`` once it accepts connections.
+Run one server by hand with ``python -m devstack.localaws [--single-threaded] [--iam] [--port N]``: it
+prints ``listening on <port>`` once it accepts connections. ``--iam`` makes a server whose IAM
+enforcement (off until ``POST /moto-api/reset-auth 0``, moto's ``INITIAL_NO_AUTH_ACTION_COUNT``)
+checks DynamoDB, KMS and CloudWatch requests per resource as AWS does
+(:func:`resource_level_authorization`): tests/integration/test_stack_iam.py runs the roles of the
+CloudFormation template on one.
 
 Both forget moto's record of DynamoDB model instances after every request (:func:`forgetting_copies`),
 and the DynamoDB server's transactions roll back item by item instead of copying whole tables

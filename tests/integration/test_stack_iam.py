@@ -3,11 +3,13 @@ created under IAM enforcement: every process kind under its own role's credentia
 and an action outside its role is refused.
 
 One moto server of its own (all services, ``devstack.localaws --iam``), so the rest of the suite
-runs without enforcement. The stack is deployed with the commands of docs/deploy.md
-(``imposition render-template``, ``imposition deploy``); then each role is assumed (sts:AssumeRole)
-and enforcement is switched on with moto's ``POST /moto-api/reset-auth 0`` (its
-``INITIAL_NO_AUTH_ACTION_COUNT``). A platform-admin IAM user made before that stands for the
-platform team's own access; the test reads job items with it.
+runs without enforcement. Every command block of docs/deploy.md runs as written
+(:func:`doc_blocks`): the stack is deployed with its ``run: admin`` block; then each role is
+assumed (sts:AssumeRole) and enforcement is switched on with moto's ``POST /moto-api/reset-auth 0``
+(its ``INITIAL_NO_AUTH_ACTION_COUNT``); the processes start from its ``process:`` blocks and the
+operator's and caller's commands run from its ``run:`` blocks, each under its role's credentials.
+A platform-admin IAM user made before enforcement stands for the platform team's own access; the
+test reads job items with it.
 """
 
 from __future__ import annotations
@@ -26,17 +28,18 @@ import pytest
 from botocore.exceptions import ClientError
 
 from devstack.localaws import MotoProcess
-from devstack.stack import ManagedProcess, ReceiverProcess, flower_command
+from devstack.stack import BEAT_READY, WORKER_READY, ReceiverProcess, stop_all
 from imposition.cli.template import roles
 from imposition.common.clocks import Clocks
 from imposition.common.settings import Settings
 from leases.models import ALL_MODELS
-from tests.admission.helpers import LAYOUT, SAMPLE_PDF, free_port
-from tests.support.processes import start_beat, start_worker, wait_for
+from tests.admission.helpers import SAMPLE_PDF, free_port
+from tests.support.processes import CeleryProcess, wait_for
 
 pytestmark = pytest.mark.file_duration_s(60)
 
-IMPOSITION = str(Path(sys.executable).parent / "imposition")
+BIN = Path(sys.executable).parent
+DEPLOY_DOC = Path(__file__).resolve().parents[2] / "docs" / "deploy.md"
 STACK = f"iam-{uuid.uuid4().hex[:6]}"
 #: Settings of every process of this test (the stack is rendered with the same): short maintenance
 #: periods, so the sweeper, the outbox drain and the queue sampler run within the test.
@@ -46,11 +49,31 @@ ENV = {
     "IMPOSITION_SAMPLE_INTERVAL_S": "2",
     "IMPOSITION_WEBHOOK_OUTBOX_DRAIN_INTERVAL_S": "2",
     "IMPOSITION_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",
+    "IMPOSITION_SLOTS_PER_NODE": "2",
     "AWS_DEFAULT_REGION": "us-east-1",
+    "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
 }
 SECRET = "s" * 40
 #: The process kinds, one role each (imposition.cli.template.roles).
 ROLE_NAMES = ("imposer", "maintenance", "notifier", "beat", "flower", "operator", "caller")
+
+
+def doc_blocks(kind: str) -> list[tuple[str, list[str]]]:
+    """The command blocks of docs/deploy.md marked ``<!-- kind: role -->``, in order: (role, lines)."""
+    pattern = re.compile(r"<!-- (run|process): (\w+) -->\s*```sh\n(.*?)```", re.DOTALL)
+    return [(role, [line for line in body.splitlines() if line.strip()])
+            for found, role, body in pattern.findall(DEPLOY_DOC.read_text()) if found == kind]
+
+
+def run_block(role: str, env: dict[str, str], cwd: Path, nth: int = 0) -> str:
+    """Run the ``nth`` ``run: role`` block of docs/deploy.md with bash in ``cwd``; returns its stdout."""
+    blocks = [lines for block_role, lines in doc_blocks("run") if block_role == role]
+    for lines in blocks[nth:nth + 1]:
+        result = subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(lines)], cwd=cwd, capture_output=True,
+                                text=True, env={**os.environ, **env}, timeout=120)
+        assert result.returncode == 0, f"docs/deploy.md, {role}: {lines}: {result.stderr}"
+        return result.stdout
+    raise AssertionError(f"docs/deploy.md has {len(blocks)} blocks marked run: {role}, not {nth + 1}")
 
 
 def endpoint_env(url: str, credentials: dict[str, str]) -> dict[str, str]:
@@ -61,15 +84,6 @@ def endpoint_env(url: str, credentials: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def cli(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """``imposition <args>`` in a child process with ``env`` on top of this one's."""
-    result = subprocess.run([IMPOSITION, *args], env={**os.environ, **env}, capture_output=True, text=True,
-                            timeout=120)
-    if check:
-        assert result.returncode == 0, f"imposition {' '.join(args)}: {result.stderr}"
-    return result
-
-
 class Deployed:
     """The IAM endpoint, its stack, and credentials: ``admin`` and one per role."""
 
@@ -77,10 +91,8 @@ class Deployed:
         self.server = MotoProcess(single_threaded=False, iam=True, log=open(tmp / "moto.log", "ab"))
         self.url = self.server.url
         self.admin = {"AccessKeyId": "testing", "SecretAccessKey": "testing"}
-        template = tmp / "stack.json"
-        env = endpoint_env(self.url, self.admin)
-        template.write_text(cli(env, "render-template").stdout)
-        self.deploy_output = cli(env, "deploy", "--template-file", str(template)).stdout
+        self.deploy_output = run_block("admin", endpoint_env(self.url, self.admin), tmp)
+        self.template = json.loads((tmp / "stack.json").read_text())
         iam = self.client("iam", self.admin)
         iam.create_user(UserName="platform-admin")
         iam.put_user_policy(UserName="platform-admin", PolicyName="all", PolicyDocument=json.dumps(
@@ -154,29 +166,24 @@ def test_each_process_kind_does_its_work_under_its_own_role(deployed, tmp_path):
     tenant = f"t-{uuid.uuid4().hex[:10]}"
     # the tenant's side (reads the tenant's secret to verify): the platform admin's rights, not a role's
     receiver = ReceiverProcess(tmp_path / "receiver.log", env=endpoint_env(deployed.url, deployed.admin))
-    processes: list = []
+    port = free_port()
+    variables = {"TENANT": tenant, "HOOK_URL": receiver.url(tenant), "HOOK_SECRET": SECRET,
+                 "INPUT_PDF": str(SAMPLE_PDF), "FLOWER_PORT": str(port), "STATE_DIRECTORY": str(tmp_path)}
+    processes: dict[str, CeleryProcess] = {}
     try:
-        operator = {**deployed.env("operator"), "HOOK_SECRET": SECRET}
-        cli(operator, "tenant", "create", tenant)
-        cli(operator, "tenant", "set-webhook", tenant, receiver.url(tenant), "--secret-env", "HOOK_SECRET")
-        processes = [
-            start_worker(tmp_path, queue=s.imposition_queue, concurrency=2, name="imposer", env=deployed.env("imposer"),
-                         wait=False),
-            start_worker(tmp_path, queue=s.maintenance_queue, concurrency=1, name="maintenance",
-                         env=deployed.env("maintenance"), wait=False),
-            start_worker(tmp_path, queue=s.notifications_queue, concurrency=1, name="notifier",
-                         env=deployed.env("notifier"), wait=False),
-            start_beat(tmp_path, env=deployed.env("beat"), wait=False),
-        ]
-        for process in processes:
+        run_block("operator", {**deployed.env("operator"), **variables}, tmp_path)
+        for role, lines in doc_blocks("process"):
+            assert len(lines) == 1, f"docs/deploy.md, process {role}: one command a block"
+            process = CeleryProcess(["bash", "-c", f"exec {lines[0]}"], tmp_path / f"{role}.log",
+                                    env={**deployed.env(role), **variables})
+            process.ready = {"beat": BEAT_READY, "flower": "Visit me at"}.get(role, WORKER_READY)
+            processes[role] = process
+        assert set(processes) == set(ROLE_NAMES) - {"operator", "caller"}
+        for process in processes.values():
             process.await_ready()
-        port = free_port()
-        flower = ManagedProcess(flower_command(port), tmp_path / "flower.log", env=deployed.env("flower"),
-                                ready_marker="Visit me at")
-        processes.append(flower)
 
-        job_id = cli(deployed.env("caller"), "submit", "--tenant", tenant, "--token", "iam-1",
-                     "--layout", json.dumps(LAYOUT), str(SAMPLE_PDF)).stdout.strip()
+        job_id = run_block("caller", {**deployed.env("caller"), **variables}, tmp_path).strip()
+        (tmp_path / "job-id").write_text(job_id)
         jobs = deployed.client("dynamodb", deployed.admin)
 
         def job() -> dict:
@@ -186,19 +193,19 @@ def test_each_process_kind_does_its_work_under_its_own_role(deployed, tmp_path):
                  what="the job imposed and its webhook delivered")
         assert job()["status"]["S"] == "succeeded"
         assert receiver.tenant_counts(tenant)["confirmed"] == 1
-        shown = cli(deployed.env("operator"), "job", "show", job_id).stdout
-        assert "succeeded" in shown
-        maintenance = processes[1]
+        assert "imposer@" in job()["worker"]["S"]  # the doc's node name, under the imposer role
+        shown = run_block("operator", {**deployed.env("operator"), **variables}, tmp_path, nth=1)
+        assert job_id in shown and "succeeded" in shown
+        maintenance = processes["maintenance"]
         for task in ("imposition.sweep", "imposition.sample_queues", "imposition.drain_webhook_outbox"):
             ran = re.compile(rf"Task {re.escape(task)}\[[^\]]+\] succeeded")
             wait_for(lambda ran=ran: ran.search(maintenance.log()), 30, what=f"{task} run by the maintenance worker")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthcheck", timeout=10) as answer:
             assert answer.read() == b"OK"
-        for process in processes:  # a refusal a process caught and logged would show here
+        for process in processes.values():  # a refusal a process caught and logged would show here
             assert "AccessDenied" not in process.log() and "not authorized" not in process.log(), process.log()[-3000:]
     finally:
-        for process in processes:
-            process.stop()
+        stop_all(list(processes.values()))
         receiver.stop()
 
 
@@ -254,3 +261,15 @@ def test_an_action_outside_the_role_is_refused(deployed, role):
         assert denied.value.response["Error"]["Code"] == "AccessDenied", denied.value
     else:
         assert f"not authorized to perform: {action}" in str(denied.value), denied.value
+
+
+def test_every_command_block_of_the_deploy_doc_is_run_here():
+    """Each ``sh`` block of docs/deploy.md is one this module runs, but the settings block, which only
+    exports variables (the test sets its own)."""
+    text = DEPLOY_DOC.read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", text, re.DOTALL)
+    marked = doc_blocks("run") + doc_blocks("process")
+    unmarked = [body for body in blocks if all(body.splitlines() != lines for _, lines in marked)]
+    assert len(marked) == len(blocks) - 1
+    assert len(unmarked) == 1 and all(line.startswith("export ") for line in unmarked[0].splitlines())
+    assert {role for role, _ in marked} == {"admin", *ROLE_NAMES}
