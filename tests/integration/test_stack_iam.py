@@ -92,7 +92,7 @@ class Deployed:
         self.url = self.server.url
         self.admin = {"AccessKeyId": "testing", "SecretAccessKey": "testing"}
         self.deploy_output = run_block("admin", endpoint_env(self.url, self.admin), tmp)
-        self.template = json.loads((tmp / "stack.json").read_text())
+        self.template_path = tmp / "stack.json"
         iam = self.client("iam", self.admin)
         iam.create_user(UserName="platform-admin")
         iam.put_user_policy(UserName="platform-admin", PolicyName="all", PolicyDocument=json.dumps(
@@ -159,6 +159,11 @@ def test_the_deployed_stack_has_what_the_settings_say(deployed):
     iam = deployed.client("iam", deployed.admin)
     for role in roles(s):
         assert iam.get_role(RoleName=f"{STACK}-{role.name.lower()}")["Role"]["Arn"].endswith(role.name.lower())
+    # deployed again (the platform admin's rights): the existing stack is updated, not made twice
+    again = subprocess.run([str(BIN / "imposition"), "deploy", "--template-file", str(deployed.template_path)],
+                           env={**os.environ, **endpoint_env(deployed.url, deployed.admin)}, capture_output=True,
+                           text=True, timeout=120)
+    assert again.returncode == 0 and re.fullmatch(rf"stack {STACK} (updated|unchanged)\n", again.stdout), again
 
 
 def test_each_process_kind_does_its_work_under_its_own_role(deployed, tmp_path):
@@ -273,3 +278,20 @@ def test_every_command_block_of_the_deploy_doc_is_run_here():
     assert len(marked) == len(blocks) - 1
     assert len(unmarked) == 1 and all(line.startswith("export ") for line in unmarked[0].splitlines())
     assert {role for role, _ in marked} == {"admin", *ROLE_NAMES}
+
+
+def test_the_webhook_key_encrypts_for_the_operator_and_decrypts_for_the_notifier_only(deployed):
+    """The stack's KMS key for webhook secrets: the operator (``tenant set-webhook``) may encrypt, the
+    notifier (signing a delivery) may decrypt; neither may do the other, nor may a caller."""
+    key = f"alias/{STACK}-webhooks"
+    kms = {role: deployed.client("kms", deployed.roles[role]) for role in ("operator", "notifier", "caller")}
+    blob = kms["operator"].encrypt(KeyId=key, Plaintext=SECRET.encode())["CiphertextBlob"]
+    key_arn = deployed.outputs["WebhookSecretsKeyArn"]
+    assert kms["notifier"].decrypt(CiphertextBlob=blob, KeyId=key_arn)["Plaintext"] == SECRET.encode()
+    for role, call in (("operator", lambda c: c.decrypt(CiphertextBlob=blob, KeyId=key_arn)),
+                       ("caller", lambda c: c.decrypt(CiphertextBlob=blob, KeyId=key_arn)),
+                       ("notifier", lambda c: c.encrypt(KeyId=key, Plaintext=b"forged"))):
+        with pytest.raises(ClientError) as denied:
+            call(kms[role])
+        assert denied.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403, (role, denied.value)
+        assert "not authorized to perform: kms:" in str(denied.value), (role, denied.value)
