@@ -1,8 +1,7 @@
 """``make run``: the main job on the embedded stack, end to end, in one command.
 
 1. starts the local AWS endpoint (moto servers for SQS, S3 and DynamoDB) and checks Redis;
-2. provisions queues (with dead-letter queues), tables and bucket from the CloudFormation template
-   (``imposition provision``: the template's resources by API calls; docs/deploy.md);
+2. provisions queues (with dead-letter queues), tables and bucket from the CloudFormation template;
 3. starts the processes of docs/design.md §7: an imposition worker (``-c 8``), a maintenance worker, a
    notifications worker (webhooks), beat, Flower (reading monitoring events from the Redis side
    channel), a local webhook receiver that verifies each tenant's signed webhooks and confirms

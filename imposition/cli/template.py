@@ -5,11 +5,8 @@ from it; ``imposition provision`` (the local stack's path) applies the same temp
 tables and bucket with plain API calls. Nothing here types a number of the design again: queue
 visibility comes from :class:`imposition.common.clocks.Clocks`, the redrive count, names and
 retention from :class:`imposition.common.settings.Settings`, keys and indexes from the PynamoDB
-models of :mod:`leases.models`.
-
-Why CloudFormation rendered in Python rather than a CDK app: the template must follow the
-settings, which are Python; a CDK app would need a Node.js toolchain on every machine that renders
-it (CDK's synthesiser runs on Node even from Python), for no resource CloudFormation cannot say.
+models of :mod:`leases.models`. Why CloudFormation rendered here rather than a CDK app:
+docs/deploy.md, section 1.
 
 The template declares, in this order (logical ids in brackets)::
 
@@ -22,12 +19,10 @@ The template declares, in this order (logical ids in brackets)::
                   (incomplete uploads aborted; objects expired after Settings.object_retention_days)
     webhook key   [WebhookSecretsKey, alias alias/<stack>-webhooks]: KMS key for tenants' webhook
                   signing secrets (encrypt: the operator; decrypt: the notifier)
-    roles         one per process kind (ROLES): imposer, maintenance, notifier, beat, flower,
+    roles         one per process kind (:func:`roles`): imposer, maintenance, notifier, beat, flower,
                   operator, caller; each with only the actions its process performs
 
-Each role trusts EC2 and ECS tasks (a node's instance or task role) and this account (a principal
-of the account that IAM lets call ``sts:AssumeRole`` on it: operators, the submitting
-application, a node's processes taking their own role).
+Each role trusts EC2, ECS tasks and this account (docs/deploy.md, section 4).
 """
 
 from __future__ import annotations
