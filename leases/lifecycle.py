@@ -98,7 +98,7 @@ def cancel(job_id: str) -> Outcome:
 
     One transaction: the job (condition: its status is still the one read), the tenant's ``queued``
     (and ``occupied``) or ``waiting`` counter − 1. The caller then wakes the tenant (a queued job's room is free),
-    confirms its admission in-flight entry and sends ``job_finished`` (:func:`imposition.cli.jobs.cancel_job`).
+    confirms its admission in-flight entry and sends ``job_finished`` (:func:`tasks.jobs.cancel`).
 
     Raises:
         pynamodb.exceptions.DoesNotExist: no such job.

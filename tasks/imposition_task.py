@@ -2,8 +2,8 @@
 
 ``impose.delay(tenant_id=..., token=..., input_key=..., layout={...})`` is how internal callers
 submit a job: it runs admission, creates the job item and publishes (see :mod:`tasks.submission`)
-and returns the job id. Workers receive ``{"tenant_id", "job_id"}`` and :class:`FairTask` wraps the
-run in a lease.
+and returns an :class:`~tasks.results.ImpositionResult`. Workers receive
+``{"tenant_id", "job_id"}``, and :class:`FairTask` wraps the run in a lease.
 
 Each process of a worker consuming the imposition queue keeps a warm engine child
 (:func:`imposition.engine.isolation.keep_warm`, ``Settings.engine_warm_child``), started when the process
@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from celery.result import AsyncResult
+from celery.result import AsyncResult as CeleryResult
 from celery.signals import worker_process_init, worker_process_shutdown
 
 from imposition.engine import SlugInfo, get_engine, isolation, parse_layout
@@ -39,6 +39,7 @@ from imposition.common.tenancy import plate_key, preview_key, shown_value
 from tasks import storage
 from tasks.base import FairTask, JobResult
 from tasks.celery_app import app
+from tasks.results import ImpositionResult
 from tasks.submission import submit_job
 
 log = logging.getLogger(__name__)
@@ -66,11 +67,12 @@ class ImposeTask(FairTask):
 
     name = "imposition.impose"
 
-    def delay(self, *args: Any, **kwargs: Any) -> str:
+    def delay(self, *args: Any, **kwargs: Any) -> ImpositionResult:
         """Submit a job: ``delay(tenant_id=..., token=..., input_key=..., layout={...})``.
 
         Runs admission, creates the job item (``queued``) and publishes with the tenant's
-        ``MessageGroupId``. Returns the job id (also the Celery task id).
+        ``MessageGroupId``. Returns the job's :class:`~tasks.results.ImpositionResult` (its ``id`` is
+        the job id): ``.get(timeout=...)`` waits for the plate or raises the job's typed error.
 
         Raises:
             SubmissionRequired: positional arguments, or no ``token``.
@@ -78,7 +80,7 @@ class ImposeTask(FairTask):
         """
         if args or "token" not in kwargs:
             raise SubmissionRequired(self._refusal(args, kwargs, []))
-        return submit_job(**kwargs)
+        return self.AsyncResult(submit_job(**kwargs))
 
     def _refusal(self, args: Any, kwargs: dict, callbacks: list[str]) -> str:
         """The :class:`SubmissionRequired` message: what to pass instead, and what was given."""
@@ -89,12 +91,12 @@ class ImposeTask(FairTask):
 
     def apply_async(self, args: Any = None, kwargs: dict | None = None, task_id: str | None = None,
                     producer: Any = None, link: Any = None, link_error: Any = None, shadow: Any = None,
-                    **options: Any) -> AsyncResult:
+                    **options: Any) -> CeleryResult:
         """Submit a job the Celery way, or publish one of our own job messages.
 
         ``kwargs`` with a ``token`` (``tenant_id``, ``token``, ``input_key``, ``layout``, optional
         ``max_attempts``, ``job_id``): :func:`tasks.submission.submit_job`; returns the
-        :class:`celery.result.AsyncResult` of the job id (results are not stored: read the job item).
+        :class:`~tasks.results.ImpositionResult` of the job id, read from the job item.
         A message of ours (``MessageGroupId`` given, kwargs ``tenant_id``/``job_id``): published as is.
 
         Raises:
@@ -110,7 +112,7 @@ class ImposeTask(FairTask):
                                               *((n, options.get(n)) for n in _CANVAS_OPTIONS[2:])) if value]
         if args or "token" not in kwargs or callbacks:
             raise SubmissionRequired(self._refusal(args, kwargs, callbacks))
-        return AsyncResult(submit_job(**kwargs), app=self.app)
+        return self.AsyncResult(submit_job(**kwargs))
 
     def run(self, *, job: JobItem, lease: Lease, cancel: threading.Event) -> JobResult:
         """Download, impose, check the lease, upload. Raises the engine's typed errors."""

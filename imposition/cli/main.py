@@ -32,6 +32,10 @@ if TYPE_CHECKING:  # the click.Choice of --on-duplicate; tasks.submission itself
     from tasks.submission import OnDuplicate
 
 
+#: Modules of an optional extra (pyproject.toml) → the extra: a worker node installs neither.
+OPTIONAL_MODULES = {"simpy": "capacity", "matplotlib": "capacity"}
+
+
 class LazyGroup(click.Group):
     """A click group whose extra subcommands are ``"module:attribute"`` paths, imported when used."""
 
@@ -45,8 +49,25 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy_subcommands:
             module, attribute = self.lazy_subcommands[cmd_name].split(":")
-            return getattr(importlib.import_module(module), attribute)
+            try:
+                return getattr(importlib.import_module(module), attribute)
+            except ModuleNotFoundError as exc:
+                if exc.name not in OPTIONAL_MODULES:
+                    raise
+                return _needs_extra(cmd_name, exc.name)
         return super().get_command(ctx, cmd_name)
+
+
+def _needs_extra(cmd_name: str, module: str) -> click.Command:
+    """A stand-in for a command whose optional dependency is not installed: it says which extra to install."""
+    hint = f"this command needs {module}: pip install 'fair-imposition[{OPTIONAL_MODULES[module]}]'"
+
+    @click.command(cmd_name, help=f"(not installed) {hint}", context_settings={"ignore_unknown_options": True})
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def command(args: tuple[str, ...]) -> None:
+        raise click.ClickException(hint)
+
+    return command
 
 
 class IdentifierParam(click.ParamType):
@@ -156,6 +177,11 @@ class ServiceGroup(LazyGroup):
             raise click.UsageError(str(exc)) from exc
         except click.ClickException:
             raise
+        except ModuleNotFoundError as exc:  # matplotlib, imported when the report is drawn
+            if exc.name not in OPTIONAL_MODULES:
+                raise
+            raise click.ClickException(f"this command needs {exc.name}: pip install "
+                                       f"'fair-imposition[{OPTIONAL_MODULES[exc.name]}]'") from exc
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
             problem = settings_problem(exc)
             if problem is None:

@@ -160,7 +160,7 @@ def _allow(actions: tuple[str, ...], resources: list[Any] | str) -> dict[str, An
 
 
 def roles(settings: Settings) -> tuple[Role, ...]:
-    """The least-privilege role of each process kind (docs/deploy.md, "Roles")."""
+    """The least-privilege role of each process kind (docs/deploy.md, section 4)."""
     queue = {name: _arn(queue_id(name)) for name in settings.work_queues}
     imposition, maintenance, notifications = (settings.imposition_queue, settings.maintenance_queue,
                                               settings.notifications_queue)
