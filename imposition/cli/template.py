@@ -169,14 +169,17 @@ def roles(settings: Settings) -> tuple[Role, ...]:
     dead_letter_queues = [_arn(dead_letter_queue_id(name)) for name in settings.work_queues]
     # every process of the Celery app looks up each work queue's URL at start (tasks.config.bind_queue_urls)
     urls = _allow(("sqs:GetQueueUrl",), all_queues)
+    # S3 answers a missing object with 404 only to a principal that may list the bucket, else 403 (S3
+    # API reference, GetObject/HeadObject "Permissions"): storage tells a missing input by its 404
+    listing = _allow(("s3:ListBucket",), [_arn("PlatesBucket")])
     return (
         Role("Imposer", "imposition workers: run jobs under leases, read inputs, write plates and previews", (
             urls,
             _allow(DYNAMODB_READ + DYNAMODB_WRITE, _table_arns(*lease_tables)),
             _allow(SQS_CONSUME + SQS_SEND, [queue[imposition]]),
             _allow(SQS_SEND, [queue[notifications]]),
-            _allow(("s3:GetObject",), _objects(OBJECT_PREFIX)),
-            _allow(("s3:PutObject", "s3:DeleteObject"), _objects(OBJECT_PREFIX)),
+            _allow(("s3:GetObject", "s3:PutObject", "s3:DeleteObject"), _objects(OBJECT_PREFIX)),
+            listing,
         )),
         Role("Maintenance", "the maintenance worker: sweeper, webhook outbox drain, queue sampler", (
             urls,
@@ -212,16 +215,21 @@ def roles(settings: Settings) -> tuple[Role, ...]:
             _allow(SQS_CONSUME + ("sqs:PurgeQueue",), dead_letter_queues),
             _allow(("sqs:GetQueueAttributes", "sqs:GetQueueUrl"), all_queues),
             _allow(("s3:GetObject", "s3:PutObject", "s3:DeleteObject"), _objects(OBJECT_PREFIX)),
+            listing,
             _allow(("kms:Encrypt",), [_arn("WebhookSecretsKey")]),
             _allow(("cloudwatch:GetMetricData",), "*"),
         )),
         Role("Caller", "the submitting application: submits jobs, reads their state and plates", (
             urls,
             _allow(DYNAMODB_READ + ("dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"), _table_arns(TenantItem)),
-            _allow(DYNAMODB_READ + ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"),
-                   _table_arns(JobItem, TokenClaimItem)),
+            # a claim written with its job; both deleted again if the publish fails (admission.claims)
+            _allow(DYNAMODB_READ + ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
+                                    "dynamodb:ConditionCheckItem"), _table_arns(JobItem, TokenClaimItem)),
+            # a job parked at the door is woken at once if a borrowing tenant has room (waiting.wake)
+            _allow(DYNAMODB_READ, _table_arns(ClusterItem)),
             _allow(SQS_SEND, [queue[imposition]]),
             _allow(("s3:PutObject", "s3:GetObject", "s3:DeleteObject"), _objects(OBJECT_PREFIX)),
+            listing,
         )),
     )
 
