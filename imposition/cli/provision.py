@@ -93,8 +93,6 @@ def _create_table(properties: dict[str, Any]) -> None:
     kwargs: dict[str, Any] = {key: properties[key] for key in ("TableName", "BillingMode", "AttributeDefinitions", "KeySchema",
                                                 "GlobalSecondaryIndexes", "DeletionProtectionEnabled", "Tags")
               if key in properties}
-    if "SSESpecification" in properties:
-        kwargs["SSESpecification"] = {"Enabled": properties["SSESpecification"]["SSEEnabled"]}
     dynamodb.create_table(**kwargs)
     dynamodb.get_waiter("table_exists").wait(TableName=properties["TableName"], WaiterConfig={"Delay": 1})
 

@@ -103,7 +103,8 @@ def table_properties(model: type[Model], settings: Settings) -> dict[str, Any]:
         "KeySchema": _key_schema(attributes),
         "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
         "DeletionProtectionEnabled": True,
-        "SSESpecification": {"SSEEnabled": True},
+        # no SSESpecification: DynamoDB encrypts every table at rest with its own key; SSEEnabled would
+        # switch to the AWS-managed KMS key, with KMS requests behind the table's
         "Tags": _tags(settings),
     }
     if indexes:
