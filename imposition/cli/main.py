@@ -204,6 +204,7 @@ LAZY_COMMANDS = {
         "status": "imposition.observability.status:status_command",
         "capacity-report": "imposition.capacity.cli:capacity_report_command",
         "simulate": "imposition.capacity.cli:simulate_command",
+        "capacity-envelope": "imposition.capacity.envelope:capacity_envelope_command",
         "render-template": "imposition.cli.stack:render_template_command",
         "deploy": "imposition.cli.stack:deploy_command",
     },
