@@ -303,3 +303,23 @@ def test_the_capacity_envelope_of_the_deploy_doc(deployed, tmp_path):
                   "IMPOSITION_LEASE_TTL_S": "600", "IMPOSITION_NODE_TTL_S": "180"}  # the session's are short
     lines = run_block("operator", {**deployed.env("operator"), **production}, tmp_path, nth=2).splitlines()
     assert lines[1].startswith("cluster item 'slots' (transaction conflicts)") and lines[1].split()[-1] == "94", lines
+
+
+@pytest.mark.parametrize("args", [
+    ("tenant", "create", "t-operator"),
+    ("tenant", "set-cap", "t-operator", "3"),
+    ("tenant", "show", "t-operator"),
+    ("tenant", "list"),
+    ("jobs", "list", "--limit", "5"),
+    ("audit",),
+    ("status",),
+    ("dlq", "list"),
+    ("dlq", "redrive", "--all"),
+    ("dlq", "purge", "--yes"),
+], ids=" ".join)
+def test_the_operators_commands_run_under_the_operator_role(deployed, tmp_path, args):
+    """The operator role covers the operator's command line (docs/operations.md), not only section 5's."""
+    result = subprocess.run([str(BIN / "imposition"), *args], env={**os.environ, **deployed.env("operator")},
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, (args, result.stdout[-2000:], result.stderr[-2000:])
+    assert "not authorized" not in result.stdout + result.stderr, (args, result.stderr)
