@@ -201,6 +201,12 @@ def test_each_process_kind_does_its_work_under_its_own_role(deployed, tmp_path):
         assert "imposer@" in job()["worker"]["S"]  # the doc's node name, under the imposer role
         shown = run_block("operator", {**deployed.env("operator"), **variables}, tmp_path, nth=1)
         assert job_id in shown and "succeeded" in shown
+        # the caller reads its job and downloads its plate with its own role
+        for args in (("job", "show", job_id), ("job", "download", job_id, "-o", str(tmp_path / "plate.pdf"))):
+            result = subprocess.run([str(BIN / "imposition"), *args], env={**os.environ, **deployed.env("caller")},
+                                    capture_output=True, text=True, timeout=120)
+            assert result.returncode == 0, (args, result.stderr[-2000:])
+        assert (tmp_path / "plate.pdf").read_bytes().startswith(b"%PDF")
         maintenance = processes["maintenance"]
         for task in ("imposition.sweep", "imposition.sample_queues", "imposition.drain_webhook_outbox"):
             ran = re.compile(rf"Task {re.escape(task)}\[[^\]]+\] succeeded")
