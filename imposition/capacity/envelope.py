@@ -5,8 +5,8 @@ At full use N nodes of ``slots_per_node`` slots with jobs of ``job_s`` seconds r
 J = N × slots / job_s jobs a second. Each :class:`Limit` says what one job (or one node) costs a
 shared resource, the most that resource serves, and so the job rate and node count at which it
 binds. Writes per job are counted from the lease transactions (``leases/transactions.py``), the
-outbox (``leases/outbox.py``) and the submission; item sizes and the transaction time are inputs,
-since AWS publishes neither for this service.
+outbox (``leases/outbox.py``) and the submission; the transaction time is an input, since AWS
+publishes none for this service.
 """
 
 from __future__ import annotations
@@ -40,8 +40,7 @@ class Limit:
     nodes: float
 
 
-def envelope(*, slots_per_node: int, job_s: float, heartbeat_interval_s: float, transaction_s: float,
-             job_item_kb: float) -> list[Limit]:
+def envelope(*, slots_per_node: int, job_s: float, heartbeat_interval_s: float, transaction_s: float) -> list[Limit]:
     """Every limit, the one that binds first (fewest nodes) first.
 
     Args:
@@ -49,14 +48,12 @@ def envelope(*, slots_per_node: int, job_s: float, heartbeat_interval_s: float, 
         job_s: a job's lease time, seconds.
         heartbeat_interval_s: lease renewal and node heartbeat period, seconds.
         transaction_s: how long a ``TransactWriteItems`` holds its items (measure it in your region).
-        job_item_kb: size of a final job item, KB (layout, preview keys, history).
 
     Raises:
         ValueError: a value is not positive (its name and value in the message).
     """
     for name, value in (("slots_per_node", slots_per_node), ("job_s", job_s),
-                        ("heartbeat_interval_s", heartbeat_interval_s), ("transaction_s", transaction_s),
-                        ("job_item_kb", job_item_kb)):
+                        ("heartbeat_interval_s", heartbeat_interval_s), ("transaction_s", transaction_s)):
         if not value > 0:
             raise ValueError(f"{name}={value!r}: must be > 0")
 
@@ -64,14 +61,14 @@ def envelope(*, slots_per_node: int, job_s: float, heartbeat_interval_s: float, 
         return jobs_per_s * job_s / slots_per_node
 
     renewals = job_s / heartbeat_interval_s
-    item_wcu = math.ceil(job_item_kb)
     per_job = {
         # put at acquire, delete at release, a key change (2 index writes) per renewal
         "by-expiry GSI 'lease'": (2 + 2 * renewals) * SMALL_ITEM_KB,
         # the tenant item, written at submission, acquire and release while it has pending jobs
         "by-pending GSI 'pending'": 3 * SMALL_ITEM_KB,
-        # the whole job item (ALL projection): put at the final status, a delivery round, delete when settled
-        "by-webhook-due GSI 'outbox'": 3 * item_wcu,
+        # keys only: put at the final status, a key change per delivery round it outlives (one, usually),
+        # delete when settled; the job item's size does not count (leases.models.WebhookOutboxIndex)
+        "by-webhook-due GSI 'outbox'": 4 * SMALL_ITEM_KB,
         # acquire and release, each a transactional write of the counter
         "cluster item 'slots' (write units)": 2 * TRANSACTIONAL_WCU_PER_KB * SMALL_ITEM_KB,
     }
@@ -99,14 +96,12 @@ def _shown(value: float, digits: int) -> str:
               help="A job's lease time, seconds.")
 @click.option("--transaction-ms", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
               help="How long a TransactWriteItems holds its items, ms (measure it in your region).")
-@click.option("--job-item-kb", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True,
-              help="Size of a final job item, KB.")
-def capacity_envelope_command(job_s: float, transaction_ms: float, job_item_kb: float) -> None:
+def capacity_envelope_command(job_s: float, transaction_ms: float) -> None:
     """Print each shared limit of one deployment and the nodes (IMPOSITION_SLOTS_PER_NODE slots each)
     at which it binds; the first line binds first."""
     s = get_settings()
     limits = envelope(slots_per_node=s.slots_per_node, job_s=job_s, heartbeat_interval_s=s.heartbeat_interval_s,
-                      transaction_s=transaction_ms / 1000, job_item_kb=job_item_kb)
+                      transaction_s=transaction_ms / 1000)
     click.echo(f"{'limit':46} {'cost':22} {'jobs/s':>10} {'nodes':>10}")
     for limit in limits:
         click.echo(f"{limit.name:46} {limit.cost:22} {_shown(limit.jobs_per_s, 1):>10} {_shown(limit.nodes, 0):>10}")

@@ -7,7 +7,7 @@ import pytest
 
 from imposition.capacity.envelope import envelope
 
-TARGET = {"slots_per_node": 8, "job_s": 30, "heartbeat_interval_s": 60, "job_item_kb": 2}
+TARGET = {"slots_per_node": 8, "job_s": 30, "heartbeat_interval_s": 60}
 
 
 def nodes(limits) -> dict[str, float]:
@@ -20,7 +20,7 @@ def test_the_numbers_of_the_deploy_doc():
     assert (limits[0].jobs_per_s, round(limits[0].nodes, 1)) == (25.0, 93.8)
     assert nodes(limits) == {
         "cluster item 'slots' (transaction conflicts)": 93.8,
-        "by-webhook-due GSI 'outbox'": 625.0,
+        "by-webhook-due GSI 'outbox'": 937.5,
         "cluster item 'slots' (write units)": 937.5,
         "by-expiry GSI 'lease'": 1250.0,
         "by-pending GSI 'pending'": 1250.0,
@@ -32,16 +32,11 @@ def test_the_numbers_of_the_deploy_doc():
     assert 8 * 100 / 30 > slow[0].jobs_per_s and 8 * 100 / 30 > limits[0].jobs_per_s  # binds below 100 nodes
 
 
-def test_large_job_items_make_the_outbox_bind_early():
-    limits = nodes(envelope(**{**TARGET, "job_item_kb": 40}, transaction_s=0.010))
-    assert limits["by-webhook-due GSI 'outbox'"] == 31.3
-
-
 def test_longer_jobs_carry_more_nodes():
     assert envelope(**{**TARGET, "job_s": 60}, transaction_s=0.010)[0].nodes == pytest.approx(187.5)
 
 
-@pytest.mark.parametrize("field", ["slots_per_node", "job_s", "heartbeat_interval_s", "job_item_kb"])
+@pytest.mark.parametrize("field", ["slots_per_node", "job_s", "heartbeat_interval_s"])
 def test_a_value_not_positive_is_named(field):
     with pytest.raises(ValueError, match=rf"{field}=0: must be > 0"):
         envelope(**{**TARGET, field: 0}, transaction_s=0.010)
