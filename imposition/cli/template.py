@@ -185,7 +185,7 @@ def roles(settings: Settings) -> tuple[Role, ...]:
         Role("Maintenance", "the maintenance worker: sweeper, webhook outbox drain, queue sampler", (
             urls,
             _allow(DYNAMODB_READ + DYNAMODB_WRITE, _table_arns(*lease_tables)),
-            _allow(DYNAMODB_READ + ("dynamodb:Scan",), _table_arns(LeaseItem, JobItem, TenantItem)),
+            _allow(("dynamodb:Scan",), _table_arns(TenantItem)),  # the queue sampler's per-tenant gauges
             _allow(SQS_CONSUME + SQS_SEND, [queue[maintenance]]),
             _allow(SQS_SEND, [queue[imposition], queue[notifications]]),
             _allow(("sqs:GetQueueAttributes", "sqs:GetQueueUrl"), all_queues + dead_letter_queues),
