@@ -155,13 +155,15 @@ def resource_level_authorization() -> None:
     statement naming a table, key or queue matches (moto.iam.access_control): a least-privilege
     policy would refuse them all; and it names CloudWatch's actions ``monitoring:*``. Here a
     DynamoDB request is authorised as :func:`dynamodb_authorizations` says, and a KMS request against
-    the ARN of the key its ``KeyId`` names (key id, ARN or alias); and a role's inline policy made by
+    the ARN of the key its ``KeyId`` names (key id, ARN or alias) or, for a Decrypt without one, its
+    ciphertext names; and a role's inline policy made by
     CloudFormation is read at all (moto keeps it as a dict). For the IAM-enforcing server only
     (``--iam``); enforcement itself is moto's (``POST /moto-api/reset-auth``).
     """
     from moto.dynamodb.responses import DynamoHandler
     from moto.iam.access_control import IAMPolicy, IAMRequest
     from moto.kms.models import kms_backends
+    from moto.kms.utils import KEY_ID_LEN as KMS_KEY_ID_LEN
     from moto.kms.responses import KmsResponse
     from moto.sqs.responses import SQSResponse
 
@@ -180,6 +182,9 @@ def resource_level_authorization() -> None:
 
     def kms_resource(self) -> str:
         key_id = json.loads(self.body or "{}").get("KeyId")
+        if not key_id and self._get_action() == "Decrypt":
+            # AWS authorises a Decrypt against the key its ciphertext names: moto's blob starts with it
+            key_id = self._get_param("CiphertextBlob", b"")[:KMS_KEY_ID_LEN].decode("utf-8", "replace")
         if not key_id:
             return "*"
         backend = kms_backends[self.current_account][self.region]

@@ -163,7 +163,7 @@ def retry(job_id: str, *, max_attempts: int | None = None) -> Outcome:
                    actions=[*placed, JobItem.max_attempts.set(job.charged_attempts + budget),
                             JobItem.retries.set((JobItem.retries | 0) + 1), JobItem.history.set(history),
                             JobItem.error.remove(), JobItem.error_code.remove(), JobItem.finished_at.remove(),
-                            JobItem.output_key.remove(), JobItem.sheets.remove(), JobItem.sides.remove(),
+                            JobItem.expires_at.remove(), JobItem.output_key.remove(), JobItem.sheets.remove(), JobItem.sides.remove(),
                             JobItem.warnings.remove(), JobItem.lease_token.remove(),
                             JobItem.webhook_status.remove(), JobItem.webhook_error.remove(),
                             JobItem.webhook_delivered_at.remove(), *outbox.settle_actions()],

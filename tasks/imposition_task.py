@@ -22,8 +22,9 @@ from __future__ import annotations
 import logging
 import tempfile
 import threading
+import unicodedata
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from celery.result import AsyncResult as CeleryResult
@@ -120,7 +121,11 @@ class ImposeTask(FairTask):
         spec = parse_layout(job.layout)
         key = plate_key(job.tenant_id, job.job_id)
         with tempfile.TemporaryDirectory(prefix="imposition-job-") as tmp:  # no path is built from an id
-            source, plate, preview_dir = Path(tmp, "input.pdf"), Path(tmp, "plate.pdf"), Path(tmp, "previews")
+            # The input keeps the name the tenant sent (in a folder of its own), so the engine's errors
+            # and warnings name that file, not a name of ours.
+            source = Path(tmp, "input", local_file_name(job.file_name or PurePosixPath(job.input_key).name))
+            plate, preview_dir = Path(tmp, "plate.pdf"), Path(tmp, "previews")
+            source.parent.mkdir()
             storage.download(job.input_key, source)
             submitted = datetime.fromtimestamp(float(job.submitted_at), tz=timezone.utc).date().isoformat()
             if settings.job_previews:
@@ -141,6 +146,22 @@ class ImposeTask(FairTask):
                         "; ".join(f"{w.code}: {w.message}" for w in warnings))
         return JobResult(output_key=key, sheets=report.sheets, sides=report.sides,
                          warnings=tuple(w.to_json() for w in warnings), preview_keys=preview_keys)
+
+
+#: The name of a job's input on the worker when the tenant's file name cannot be one.
+INPUT_FALLBACK_NAME = "input.pdf"
+#: Longest local file name (bytes, UTF-8): Linux's NAME_MAX.
+LOCAL_NAME_MAX_BYTES = 255
+
+
+def local_file_name(name: str) -> str:
+    """``name`` (the file the tenant sent) as a file name in a folder of the worker's: its last
+    segment, control characters dropped, at most :data:`LOCAL_NAME_MAX_BYTES` bytes;
+    :data:`INPUT_FALLBACK_NAME` when nothing of it is left, or it is ``.`` or ``..``."""
+    last = name.replace("\\", "/").rsplit("/", 1)[-1]
+    kept = "".join(ch for ch in last if unicodedata.category(ch) != "Cc")
+    kept = kept.encode("utf-8", "replace")[:LOCAL_NAME_MAX_BYTES].decode("utf-8", "ignore")
+    return INPUT_FALLBACK_NAME if kept in ("", ".", "..") else kept
 
 
 def _upload_previews(job: JobItem, previews: tuple[Path, ...], warnings: list[PlateWarning]) -> tuple[str, ...]:

@@ -19,12 +19,14 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+import operator
 import logging
 import re
 import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -88,24 +90,34 @@ class DurationParam(click.ParamType):
         return float(match.group(1)) * _UNITS_S[match.group(2) or "s"]
 
 
-def tenant_jobs(tenant_id: str, *, status: str | None = None, since_at: float | None = None) -> Iterator:
+def tenant_jobs(tenant_id: str, *, status: str | None = None, since_at: float | None = None,
+                token: str | None = None, file_name: str | None = None) -> Iterator:
     """``tenant_id``'s job items, newest submission first, through the ``by-tenant`` index
     (paginated, ``Settings.jobs_list_page_size`` items per page); ``since_at`` (epoch s) bounds
-    the submission time from below, ``status`` filters."""
+    the submission time from below; ``status``, ``token`` (the idempotency token) and ``file_name``
+    (as submitted) filter: DynamoDB applies a filter after reading, so a filtered listing reads the
+    tenant's partition back to ``since_at`` (give ``--since`` on a long history)."""
     from leases.models import JobItem
     from imposition.common.settings import get_settings
 
+    filters = []
+    if status is not None:
+        filters.append(JobItem.status == status)
+    if token is not None:
+        filters.append(JobItem.token == token)
+    if file_name is not None:
+        filters.append(JobItem.file_name == file_name)
     return JobItem.by_tenant.query(
         tenant_id,
         range_key_condition=None if since_at is None else JobItem.submitted_at >= since_at,
-        filter_condition=None if status is None else JobItem.status == status,
+        filter_condition=reduce(operator.and_, filters) if filters else None,
         scan_index_forward=False,
         page_size=get_settings().jobs_list_page_size,
     )
 
 
 def list_jobs(*, tenant_id: str | None = None, status: str | None = None, since_at: float | None = None,
-              limit: int | None = None) -> list:
+              limit: int | None = None, token: str | None = None, file_name: str | None = None) -> list:
     """Job items, newest submission first, at most ``limit`` (default ``Settings.jobs_list_limit``).
 
     With ``tenant_id``: that tenant's index partition only. Without: every tenant of the tenants
@@ -115,7 +127,7 @@ def list_jobs(*, tenant_id: str | None = None, status: str | None = None, since_
 
     limit = get_settings().jobs_list_limit if limit is None else limit
     tenants = [tenant_id] if tenant_id is not None else sorted(t.tenant_id for t in TenantItem.scan())
-    streams = [tenant_jobs(t, status=status, since_at=since_at) for t in tenants]
+    streams = [tenant_jobs(t, status=status, since_at=since_at, token=token, file_name=file_name) for t in tenants]
     merged = heapq.merge(*streams, key=lambda job: -float(job.submitted_at))
     return list(itertools.islice(merged, limit))
 
@@ -127,7 +139,8 @@ def _row(job) -> list[str]:
         return "-" if value is None else f"{value:.1f}"
 
     return [job.job_id, job.tenant_id, job.status, utc(job.submitted_at) or "-", seconds(view["waited_s"]),
-            seconds(view["ran_s"]), "-" if job.sheets is None else str(int(job.sheets)), job.error_code or "-"]
+            seconds(view["ran_s"]), "-" if job.sheets is None else str(int(job.sheets)), job.error_code or "-",
+            job.file_name or "-"]
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -147,18 +160,28 @@ def jobs_group() -> None:
 @click.option("--status", type=click.Choice(STATUSES), default=None, help="Only jobs in this status.")
 @click.option("--since", "since_s", type=DurationParam(), default=None,
               help="Only jobs submitted in this last duration (90s, 30m, 2h, 7d).")
+@click.option("--token", default=None, help="Only the job(s) submitted with this idempotency token (e.g. an order number).")
+@click.option("--file", "file_name", default=None, help="Only jobs whose input file had this name when submitted.")
 @click.option("--limit", type=click.IntRange(min=1), default=None,
               help="Most rows (default: Settings.jobs_list_limit, 50).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON array of job views (raw and UTC times).")
-def jobs_list(tenant_id: str | None, status: str | None, since_s: float | None, limit: int | None,
-              as_json: bool) -> None:
-    """Jobs, newest first: job, tenant, status, submitted (UTC), waited and ran (s), sheets, error code."""
+def jobs_list(tenant_id: str | None, status: str | None, since_s: float | None, token: str | None,
+              file_name: str | None, limit: int | None, as_json: bool) -> None:
+    """Jobs, newest first: job, tenant, status, submitted (UTC), waited and ran (s), sheets, error
+    code, file name. ``--token`` and ``--file`` find a job by what a shop knows of it.
+
+    Exit status 2: an unknown tenant (``refused: unknown_tenant: ...``), a malformed option."""
+    from imposition.cli.main import require_known_tenant
+
+    if tenant_id is not None:
+        require_known_tenant(tenant_id)
     since_at = None if since_s is None else time.time() - since_s
-    jobs = list_jobs(tenant_id=tenant_id, status=status, since_at=since_at, limit=limit)
+    jobs = list_jobs(tenant_id=tenant_id, status=status, since_at=since_at, limit=limit, token=token,
+                     file_name=file_name)
     if as_json:
         click.echo(json.dumps([job_view(job) for job in jobs], indent=2, sort_keys=True, default=str))
         return
-    header = ["job", "tenant", "status", "submitted", "waited_s", "ran_s", "sheets", "error"]
+    header = ["job", "tenant", "status", "submitted", "waited_s", "ran_s", "sheets", "error", "file"]
     click.echo(table(header, [_row(job) for job in jobs]) if jobs else "no jobs")
 
 
@@ -174,15 +197,53 @@ def _job_or_exit(job_id: str):
         sys.exit(1)
 
 
-@click.command("show")
-@click.argument("job_id", type=JOB_ID)
-@click.option("--json", "as_json", is_flag=True, help="Accepted for symmetry: the output is JSON anyway.")
-def job_show(job_id: str, as_json: bool) -> None:
-    """Print a job as JSON: every attribute (``layout``, ``warnings`` ``[{"code", "message"}]`` and
-    ``history`` as JSON values), each time also as ``<name>_utc`` (ISO 8601), ``waited_s``, ``ran_s``.
+def find_job(job_id_or_token: str, *, tenant_id: str | None = None):
+    """The job whose id, else whose idempotency token, is ``job_id_or_token`` (a token within
+    ``tenant_id`` if given, else within every tenant); None if none.
 
-    Exit status 1: no such job."""
-    click.echo(json.dumps(job_view(_job_or_exit(job_id)), indent=2, sort_keys=True, default=str))
+    Raises:
+        click.UsageError: the token names more than one job (two tenants, or one reused after its
+            idempotency TTL): their ids and tenants named, to pick one.
+    """
+    from pynamodb.exceptions import DoesNotExist
+
+    from leases.models import JobItem
+    from imposition.common.tenancy import TenancyError, validate_job_id
+
+    try:
+        return JobItem.get(validate_job_id(job_id_or_token), consistent_read=True)
+    except (TenancyError, DoesNotExist):
+        pass
+    found = list_jobs(tenant_id=tenant_id, token=job_id_or_token, limit=10)
+    if len(found) > 1:
+        raise click.UsageError(f"token {job_id_or_token!r} names {len(found)} jobs ("
+                               + ", ".join(f"{j.job_id} of {j.tenant_id}" for j in found)
+                               + "): give the job id, or --tenant")
+    return found[0] if found else None
+
+
+@click.command("show")
+@click.argument("job_ref", metavar="JOB_ID_OR_TOKEN")
+@click.option("--tenant", "tenant_id", type=TENANT_ID, default=None,
+              help="Look a token up in this tenant only.")
+@click.option("--json", "as_json", is_flag=True, help="Accepted for symmetry: the output is JSON anyway.")
+def job_show(job_ref: str, tenant_id: str | None, as_json: bool) -> None:
+    """Print a job, named by its id or by the idempotency token it was submitted with, as JSON:
+    every attribute (``layout``, ``warnings`` ``[{"code", "message"}]`` and ``history`` as JSON
+    values), each time also as ``<name>_utc`` (ISO 8601), ``waited_s``, ``ran_s``.
+
+    Exit status 1: no such job; 2: an unknown tenant, a token that names several jobs."""
+    from imposition.cli.main import require_known_tenant
+
+    if not job_ref.strip():
+        raise click.BadParameter("must be a job id or an idempotency token, not empty", param_hint="JOB_ID_OR_TOKEN")
+    if tenant_id is not None:
+        require_known_tenant(tenant_id)
+    job = find_job(job_ref, tenant_id=tenant_id)
+    if job is None:
+        click.echo(f"no job with id or token {job_ref!r}", err=True)
+        sys.exit(1)
+    click.echo(json.dumps(job_view(job), indent=2, sort_keys=True, default=str))
 
 
 @click.command("download")

@@ -12,9 +12,12 @@ needs create rights, and it converges what it finds to the template:
 * DynamoDB tables: created with the template's keys, indexes, billing, encryption and deletion
   protection; an index the template has and the table lacks is added (one at a time: DynamoDB
   builds one per ``UpdateTable``); TTL and point-in-time recovery switched on as the template says;
-* the S3 bucket: created, then its encryption, public-access block and lifecycle rules set.
+* the S3 bucket: created, then its encryption, public-access block and lifecycle rules set
+  (:func:`imposition.common.retention.bucket_lifecycle_rules`, the template's rules in the S3 API's shape);
+* the KMS key of the tenants' webhook secrets, when ``webhook_secret_kms_key_id`` is an alias that
+  names none yet (:func:`imposition.webhooks.secrets.ensure_key`).
 
-Roles and the KMS key are the stack's alone (``imposition deploy``): the local stack enforces no IAM.
+The roles are the stack's alone (``imposition deploy``): the local stack enforces no IAM.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from botocore.exceptions import ClientError
 
 from imposition.cli.template import render
 from imposition.common import aws
+from imposition.common.retention import bucket_lifecycle_rules
 from imposition.common.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -46,6 +50,7 @@ class ProvisionReport:
     queues: dict[str, str] = field(default_factory=dict)
     tables: dict[str, str] = field(default_factory=dict)
     bucket: dict[str, str] = field(default_factory=dict)
+    keys: dict[str, str] = field(default_factory=dict)
 
 
 def _of_type(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
@@ -193,20 +198,13 @@ def provision_bucket(template: dict[str, Any], settings: Settings) -> dict[str, 
                       for rule in properties["BucketEncryption"]["ServerSideEncryptionConfiguration"]]})
         s3.put_public_access_block(Bucket=name,
                                    PublicAccessBlockConfiguration=properties["PublicAccessBlockConfiguration"])
-        rules = []
-        for rule in properties["LifecycleConfiguration"]["Rules"]:
-            api_rule: dict[str, Any] = {"ID": rule["Id"], "Status": rule["Status"], "Filter": {"Prefix": rule["Prefix"]}}
-            if "ExpirationInDays" in rule:
-                api_rule["Expiration"] = {"Days": rule["ExpirationInDays"]}
-            if "AbortIncompleteMultipartUpload" in rule:
-                api_rule["AbortIncompleteMultipartUpload"] = rule["AbortIncompleteMultipartUpload"]
-            rules.append(api_rule)
-        s3.put_bucket_lifecycle_configuration(Bucket=name, LifecycleConfiguration={"Rules": rules})
+        s3.put_bucket_lifecycle_configuration(Bucket=name, LifecycleConfiguration={"Rules": bucket_lifecycle_rules(settings)})
     return out
 
 
 def provision(settings: Settings | None = None) -> ProvisionReport:
-    """Apply the template's queues, tables and bucket. Safe to run any number of times.
+    """Apply the template's queues, tables and bucket, and make the webhook key. Safe to run any number
+    of times.
 
     Raises:
         botocore.exceptions.ClientError: AWS refused a call (permissions, limits).
@@ -215,5 +213,7 @@ def provision(settings: Settings | None = None) -> ProvisionReport:
     """
     s = settings or get_settings()
     template = render(s)
+    from imposition.webhooks.secrets import ensure_key  # noqa: PLC0415 (KMS only when provisioning)
+
     return ProvisionReport(queues=provision_queues(template), tables=provision_tables(template),
-                           bucket=provision_bucket(template, s))
+                           bucket=provision_bucket(template, s), keys={s.webhook_secret_kms_key_id: ensure_key(s)})

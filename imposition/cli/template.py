@@ -16,9 +16,9 @@ The template declares, in this order (logical ids in brackets)::
                   of the models, on-demand, point-in-time recovery, deletion protection, TTL where
                   the model names one (TTL_ATTRIBUTES), DeletionPolicy Retain
     bucket        [PlatesBucket]: SSE-S3 encryption, public access blocked, TLS only, lifecycle
-                  (incomplete uploads aborted; objects expired after Settings.object_retention_days)
-    webhook key   [WebhookSecretsKey, alias alias/<stack>-webhooks]: KMS key for tenants' webhook
-                  signing secrets (encrypt: the operator; decrypt: the notifier)
+                  rules of imposition.common.retention (job objects, incomplete uploads)
+    webhook key   [WebhookSecretsKey, alias Settings.webhook_secret_kms_key_id]: KMS key for
+                  tenants' webhook signing secrets (encrypt: the operator; decrypt: the notifier)
     roles         one per process kind (:func:`roles`): imposer, maintenance, notifier, beat, flower,
                   operator, caller; each with only the actions its process performs
 
@@ -37,15 +37,14 @@ from pynamodb.indexes import GlobalSecondaryIndex
 from pynamodb.models import Model
 
 from imposition.common.clocks import Clocks
+from imposition.common.retention import JOB_OBJECTS_PREFIX, cloudformation_lifecycle_rules
 from imposition.common.settings import Settings
 from leases.models import ALL_MODELS, TTL_ATTRIBUTES, ClusterItem, JobItem, LeaseItem, TenantItem, TokenClaimItem
 
 #: Dead-letter queues keep messages for the SQS maximum, 14 days (AWS SQS quotas), for inspection.
 DLQ_RETENTION_S = 14 * 24 * 3600
-#: An unfinished multipart upload (a submission cut off mid-upload) is removed after this many days.
-ABORT_INCOMPLETE_UPLOAD_DAYS = 1
 #: The S3 prefix every object of the service lives under (imposition.common.tenancy.tenant_prefix).
-OBJECT_PREFIX = "tenants/"
+OBJECT_PREFIX = JOB_OBJECTS_PREFIX
 
 #: Each model's table: its logical id, and the setting that names it.
 _TABLES: dict[type[Model], tuple[str, str]] = {
@@ -253,13 +252,6 @@ def role_name(settings: Settings, role: str) -> str:
 
 
 def _bucket(settings: Settings) -> dict[str, Any]:
-    rules: list[dict[str, Any]] = [{
-        "Id": "abort-incomplete-uploads", "Status": "Enabled", "Prefix": "",
-        "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": ABORT_INCOMPLETE_UPLOAD_DAYS},
-    }]
-    if settings.object_retention_days:
-        rules.append({"Id": "expire-job-objects", "Status": "Enabled", "Prefix": OBJECT_PREFIX,
-                      "ExpirationInDays": settings.object_retention_days})
     return {
         "Type": "AWS::S3::Bucket",
         "DeletionPolicy": "Retain",
@@ -271,7 +263,7 @@ def _bucket(settings: Settings) -> dict[str, Any]:
             "PublicAccessBlockConfiguration": {"BlockPublicAcls": True, "BlockPublicPolicy": True,
                                                "IgnorePublicAcls": True, "RestrictPublicBuckets": True},
             "OwnershipControls": {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]},
-            "LifecycleConfiguration": {"Rules": rules},
+            "LifecycleConfiguration": {"Rules": cloudformation_lifecycle_rules(settings)},
             "Tags": _tags(settings),
         },
     }
@@ -311,11 +303,27 @@ def _webhook_key(settings: Settings) -> dict[str, Any]:
     }
 
 
+def webhook_key_alias(settings: Settings) -> str:
+    """The alias the stack gives its webhook key: ``Settings.webhook_secret_kms_key_id``, which the
+    processes encrypt and decrypt with (imposition.webhooks.secrets).
+
+    Raises:
+        ValueError: the setting names a key id or ARN, not an alias: the stack would make a key no
+            process uses (the message names the field and the value).
+    """
+    key = settings.webhook_secret_kms_key_id
+    if not key.startswith("alias/"):
+        raise ValueError(f"webhook_secret_kms_key_id={key!r}: the template makes the key under an alias "
+                         "(alias/...); name one, or leave the default")
+    return key
+
+
 def render(settings: Settings) -> dict[str, Any]:
     """The CloudFormation template (a JSON-ready dict) of every AWS resource of the service.
 
     Raises:
         imposition.common.clocks.ClockError: the settings' clocks break a rule of docs/design.md §4.
+        ValueError: ``webhook_secret_kms_key_id`` is not an alias (:func:`webhook_key_alias`).
     """
     clocks = Clocks.from_settings(settings)
     resources: dict[str, Any] = {}
@@ -339,7 +347,7 @@ def render(settings: Settings) -> dict[str, Any]:
     resources["PlatesBucketPolicy"] = _bucket_policy()
     resources["WebhookSecretsKey"] = _webhook_key(settings)
     resources["WebhookSecretsKeyAlias"] = {"Type": "AWS::KMS::Alias", "Properties": {
-        "AliasName": f"alias/{settings.stack_name}-webhooks", "TargetKeyId": {"Ref": "WebhookSecretsKey"}}}
+        "AliasName": webhook_key_alias(settings), "TargetKeyId": {"Ref": "WebhookSecretsKey"}}}
     outputs["WebhookSecretsKeyArn"] = {"Value": _arn("WebhookSecretsKey")}
     for role in roles(settings):
         logical = f"{role.name}Role"

@@ -69,5 +69,5 @@ def test_the_bucket_gets_the_templates_protections(fresh_aws):
         ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets"), True)
     rules = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
     assert [r["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"] for r in rules if r["ID"] ==
-            "abort-incomplete-uploads"] == [1]
+            "imposition-incomplete-uploads"] == [get_settings().s3_abort_incomplete_upload_days]
     assert s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"]

@@ -289,7 +289,7 @@ def test_every_command_block_of_the_deploy_doc_is_run_here():
 def test_the_webhook_key_encrypts_for_the_operator_and_decrypts_for_the_notifier_only(deployed):
     """The stack's KMS key for webhook secrets: the operator (``tenant set-webhook``) may encrypt, the
     notifier (signing a delivery) may decrypt; neither may do the other, nor may a caller."""
-    key = f"alias/{STACK}-webhooks"
+    key = settings().webhook_secret_kms_key_id
     kms = {role: deployed.client("kms", deployed.roles[role]) for role in ("operator", "notifier", "caller")}
     blob = kms["operator"].encrypt(KeyId=key, Plaintext=SECRET.encode())["CiphertextBlob"]
     key_arn = deployed.outputs["WebhookSecretsKeyArn"]

@@ -24,7 +24,7 @@ def findings(template_text: str) -> list[str]:
             for m in lint(template_text, config=ManualArgs(regions=["us-east-1"]))]
 
 
-@pytest.mark.parametrize("overrides", [PRODUCTION_CLOCKS, SHORT_CLOCKS, {"object_retention_days": 30, "stack_name": "press-eu",
+@pytest.mark.parametrize("overrides", [PRODUCTION_CLOCKS, SHORT_CLOCKS, {"job_retention_days": 60, "stack_name": "press-eu",
                                                           "bucket": "press-eu-plates", "max_receive_count": 9}])
 def test_cfn_lint_finds_nothing(overrides):
     assert findings(render_json(Settings(**overrides))) == []
@@ -69,14 +69,22 @@ def test_tables_have_the_models_keys_indexes_and_ttl():
 
 
 def test_bucket_is_private_encrypted_and_expires_from_the_settings():
-    kept = render(Settings())["Resources"]["PlatesBucket"]["Properties"]
-    expiring = render(Settings(object_retention_days=45))["Resources"]["PlatesBucket"]["Properties"]
-    assert kept["PublicAccessBlockConfiguration"] == dict.fromkeys(
+    bucket = render(Settings(job_retention_days=45, s3_abort_incomplete_upload_days=2))["Resources"]["PlatesBucket"]
+    properties = bucket["Properties"]
+    assert properties["PublicAccessBlockConfiguration"] == dict.fromkeys(
         ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"), True)
-    assert kept["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
-    assert [r["Id"] for r in kept["LifecycleConfiguration"]["Rules"]] == ["abort-incomplete-uploads"]
-    rule = expiring["LifecycleConfiguration"]["Rules"][-1]
-    assert (rule["Prefix"], rule["ExpirationInDays"]) == ("tenants/", 45)
+    assert properties["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
+    rules = {rule["Id"]: rule for rule in properties["LifecycleConfiguration"]["Rules"]}
+    assert (rules["imposition-job-objects"]["Prefix"], rules["imposition-job-objects"]["ExpirationInDays"]) == (
+        "tenants/", 45)
+    assert rules["imposition-incomplete-uploads"]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 2}
+
+
+def test_the_webhook_key_is_made_under_the_alias_the_processes_use():
+    resources = render(Settings(webhook_secret_kms_key_id="alias/press-hooks"))["Resources"]
+    assert resources["WebhookSecretsKeyAlias"]["Properties"]["AliasName"] == "alias/press-hooks"
+    with pytest.raises(ValueError, match=r"webhook_secret_kms_key_id='arn:aws:kms:.*alias"):
+        render(Settings(webhook_secret_kms_key_id="arn:aws:kms:eu-central-1:111122223333:key/1234"))
 
 
 def test_one_role_per_process_kind_none_with_a_wildcard_action():
