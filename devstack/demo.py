@@ -1,7 +1,7 @@
 """``make run``: the main job on the embedded stack, end to end, in one command.
 
 1. starts the local AWS endpoint (moto servers for SQS, S3 and DynamoDB) and checks Redis;
-2. provisions queues (with dead-letter queues), tables and bucket;
+2. provisions queues (with dead-letter queues), tables and bucket from the CloudFormation template;
 3. starts the processes of docs/design.md §7: an imposition worker (``-c 8``), a maintenance worker, a
    notifications worker (webhooks), beat, Flower (reading monitoring events from the Redis side
    channel), a local webhook receiver that verifies each tenant's signed webhooks and confirms
@@ -214,8 +214,8 @@ class Demo:
         from imposition.cli.provision import provision
 
         report = provision()
-        self.say(f"• provisioned queues {', '.join(report.queues)}; tables {', '.join(report.tables)}; "
-                 f"bucket {', '.join(report.bucket)}")
+        self.say(f"• provisioned from the template (imposition render-template): queues {', '.join(report.queues)}; "
+                 f"tables {', '.join(report.tables)}; bucket {', '.join(report.bucket)}")
         return env
 
     def _check_redis(self, name: str, url: str) -> None:

@@ -31,7 +31,7 @@ from pynamodb.attributes import (
     UnicodeAttribute,
 )
 from pynamodb.expressions.update import Action
-from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex, KeysOnlyProjection
 from pynamodb.models import Model
 
 from imposition.common.settings import get_settings
@@ -225,11 +225,16 @@ class QueuedJobsIndex(GlobalSecondaryIndex["JobItem"]):
 
 class WebhookOutboxIndex(GlobalSecondaryIndex["JobItem"]):
     """Final jobs whose webhook is not settled yet, by when the outbox drain may send a round
-    (sparse: only they have ``outbox_partition``; :mod:`leases.outbox`)."""
+    (sparse: only they have ``outbox_partition``; :mod:`leases.outbox`).
+
+    Keys only (``job_id``, ``outbox_partition``, ``webhook_due_at``): the drain reads each job it
+    acts on anyway, and every item of this index shares one partition, whose 1,000 write units a
+    second an ``ALL`` projection spent on copies of whole job items (docs/deploy.md, section 9).
+    """
 
     class Meta:
         index_name = "by-webhook-due"
-        projection = AllProjection()
+        projection = KeysOnlyProjection()
 
     outbox_partition = UnicodeAttribute(hash_key=True)
     webhook_due_at = NumberAttribute(range_key=True)
@@ -437,6 +442,9 @@ TOKEN_CLAIM_TTL_ATTRIBUTE = "expires_at"
 JOB_TTL_ATTRIBUTE = "expires_at"
 
 ALL_MODELS: tuple[type[Model], ...] = (TenantItem, LeaseItem, JobItem, ClusterItem, TokenClaimItem)
+#: The DynamoDB TTL attribute of each table that has one (epoch seconds; the template and
+#: ``imposition provision`` enable it): model → attribute name.
+TTL_ATTRIBUTES: dict[type[Model], str] = {TokenClaimItem: TOKEN_CLAIM_TTL_ATTRIBUTE, JobItem: JOB_TTL_ATTRIBUTE}
 # PynamoDB types ``Model.Meta`` as an instance protocol (``region: str``); it is a class, and a
 # descriptor set on it is read per use.
 for _model in ALL_MODELS:

@@ -56,7 +56,8 @@ def postpone_actions(due_at: float) -> list:
 def due(now: float, *, limit: int | None = None) -> Iterator[JobItem]:
     """Outbox entries with ``webhook_due_at < now``, oldest first, through the sparse index (no scan).
 
-    The index is eventually consistent: read the job again before acting on an entry.
+    An entry holds the index's keys only (``job_id``, ``webhook_due_at``), and the index is
+    eventually consistent: read the job before acting on an entry.
     """
     return JobItem.by_webhook_due.query(OUTBOX_PARTITION, JobItem.webhook_due_at < now, limit=limit)
 

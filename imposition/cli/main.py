@@ -1,7 +1,7 @@
 """``imposition``: the operator's and integrator's command line.
 
-Commands: ``provision``, ``submit``, ``impose`` (the engine alone), ``jobs list``, ``job show``,
-``job download``, ``job cancel``, ``job retry`` (:mod:`imposition.cli.jobs`), ``dlq list|redrive|purge``
+Commands: ``provision``, ``render-template``, ``deploy`` (:mod:`imposition.cli.stack`), ``submit``,
+``impose`` (the engine alone), ``jobs list``, ``job show``, ``job download``, ``job cancel``, ``job retry`` (:mod:`imposition.cli.jobs`), ``dlq list|redrive|purge``
 (:mod:`imposition.cli.dlq`), ``tenant create``, ``tenant list``, ``tenant show`` (:mod:`imposition.cli.tenants`), ``tenant set-cap``,
 ``tenant set-limits`` (admission), ``tenant set-webhook`` (webhooks), ``audit`` (leases), ``status``
 and ``capacity-report`` (observability; its ``--what-if`` and ``simulate``: capacity). Commands owned by other packages are
@@ -261,6 +261,9 @@ LAZY_COMMANDS = {
         "status": "imposition.observability.status:status_command",
         "capacity-report": "imposition.capacity.cli:capacity_report_command",
         "simulate": "imposition.capacity.cli:simulate_command",
+        "capacity-envelope": "imposition.capacity.envelope:capacity_envelope_command",
+        "render-template": "imposition.cli.stack:render_template_command",
+        "deploy": "imposition.cli.stack:deploy_command",
         "process": "imposition.cli.process:process_group",
     },
     "job": {
@@ -287,7 +290,8 @@ def main() -> None:
 
 @main.command()
 def provision() -> None:
-    """Create (or converge) queues with dead-letter queues, tables and bucket. Idempotent."""
+    """Apply the template's queues with dead-letter queues, tables and bucket (the local stack's path;
+    on AWS: imposition deploy). Idempotent."""
     from imposition.cli.provision import provision as do_provision
 
     report = do_provision()

@@ -76,6 +76,11 @@ class Settings(BaseSettings):
                     "DynamoDB TTL on expires_at).",
     )
     bucket: str = "imposition-plates"
+    stack_name: str = Field(
+        default="imposition", pattern=r"^[A-Za-z][A-Za-z0-9-]{0,50}$",
+        description="CloudFormation stack of the service's AWS resources (imposition render-template | deploy); "
+                    "also the prefix of its IAM role names (<stack_name>-imposer, ...) and its tag 'service'.",
+    )
     sqs_wait_time_s: int = Field(default=10, ge=0, le=20, description="SQS long-poll wait (max 20 s).")
     sqs_polling_interval_s: float = Field(
         default=0.0, ge=0,
