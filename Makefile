@@ -16,10 +16,10 @@ prometheus:
 	    { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1; }; }; } || true
 	@command -v promtool >/dev/null 2>&1 || echo "WARNING: promtool not installed (Debian package 'prometheus'): the alert-rule tests will be SKIPPED and make run starts no Prometheus"
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -29,7 +29,7 @@ venv: $(STAMP)
 run: $(STAMP) prometheus
 	$(BIN)/python -m devstack.demo $(if $(KEEP),--keep)
 
-## The gates: ruff (lint), mypy (types), import-linter (the layers of README.md "Layers").
+## The gates: ruff (lint), mypy (types), import-linter (the layers contract in pyproject.toml).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
@@ -53,7 +53,7 @@ test-unit: $(STAMP)
 ## on 2 cores). BENCH_QUICK=1 runs only the small inputs; BENCH_UPDATE_DOC=1 also refreshes the
 ## tables in bench/RESULTS.md.
 bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,bench]'
 	$(BIN)/python -m bench
 
 ## The scheduling benchmark (not in `make test`): timer against hand-off on the real local stack, real

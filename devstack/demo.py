@@ -1,7 +1,7 @@
 """``make run``: the main job on the embedded stack, end to end, in one command.
 
 1. starts the local AWS endpoint (moto servers for SQS, S3 and DynamoDB) and checks Redis;
-2. provisions queues (with dead-letter queues), tables and bucket;
+2. provisions queues (with dead-letter queues), tables and bucket from the CloudFormation template;
 3. starts the processes of docs/design.md §7: an imposition worker (``-c 8``), a maintenance worker, a
    notifications worker (webhooks), beat, Flower (reading monitoring events from the Redis side
    channel), a local webhook receiver that verifies each tenant's signed webhooks and confirms
@@ -56,6 +56,7 @@ from devstack.stack import (
     flower_command,
     poll_stale_after_s,
     prometheus_command,
+    relay_make_signals,
     stop_all,
     wait_for,
     worker_command,
@@ -171,6 +172,7 @@ class Demo:
         self.flower: ManagedProcess | None = None
         self.prometheus_url: str | None = None
         self.supervisor: Supervisor | None = None
+        self.metrics_urls: dict[str, str] = {}  # node → its metrics endpoint, once started
 
     # -- set-up --------------------------------------------------------------------------------
 
@@ -212,8 +214,8 @@ class Demo:
         from imposition.cli.provision import provision
 
         report = provision()
-        self.say(f"• provisioned queues {', '.join(report.queues)}; tables {', '.join(report.tables)}; "
-                 f"bucket {', '.join(report.bucket)}")
+        self.say(f"• provisioned from the template (imposition render-template): queues {', '.join(report.queues)}; "
+                 f"tables {', '.join(report.tables)}; bucket {', '.join(report.bucket)}")
         return env
 
     def _check_redis(self, name: str, url: str) -> None:
@@ -500,6 +502,7 @@ class Demo:
         self.say(f"\n• {n_plates} plate files in {OUT_DIR.relative_to(REPO)}/ (each opened with pikepdf, sides checked)")
         for p in problems:
             self.say(f"  PROBLEM: {p}")
+        self.outcomes()
         self.capacity_report()
         self.say(f"• Flower {'is' if self.keep else 'was'} at {flower_url}; process logs are in {RUN_DIR.relative_to(REPO)}/")
         if self.prometheus_url:
@@ -507,6 +510,23 @@ class Demo:
                      f"(alerts: {self.alerts_url()})")
         self.say(f"• finished in {time.monotonic() - t0:.0f} s")
         return 1 if problems or len(items) != len(jobs) else 0
+
+    def outcomes(self) -> None:
+        """observability: the run's ``imposition_jobs_total`` by outcome, summed over the worker nodes' metrics
+        endpoints, each label with what it means (docs/operations.md, "Outcomes")."""
+        import urllib.request
+
+        texts = []
+        for node, url in self.metrics_urls.items():
+            try:
+                texts.append(urllib.request.urlopen(url, timeout=5).read().decode())
+            except OSError as exc:
+                self.say(f"  ({node}'s metrics not read: {exc})")
+        lines = outcome_lines(texts)
+        if lines:
+            self.say("\n• imposition_jobs_total by outcome (Prometheus; docs/operations.md, \"Outcomes\", says when to worry):")
+            for line in lines:
+                self.say(f"  {line}")
 
     def capacity_report(self) -> None:
         """observability: the second-licence verdict over the configured window, and its chart."""
@@ -555,6 +575,27 @@ class Demo:
         self.say("• stopped every process this run started")
 
 
+def outcome_lines(metrics_texts: list[str]) -> list[str]:
+    """``imposition_jobs_total`` summed by outcome over the given Prometheus text expositions, one line per
+    outcome seen (``succeeded  49  jobs that ended …``), its meaning from
+    :data:`imposition.observability.metrics.OUTCOME_MEANINGS`; an outcome without one is marked
+    ``UNEXPLAINED`` (a label added without its documentation)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from imposition.observability.metrics import OUTCOME_MEANINGS
+
+    counts: dict[str, float] = defaultdict(float)
+    for text in metrics_texts:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "imposition_jobs_total":
+                    counts[sample.labels.get("outcome", "")] += sample.value
+    meanings = {str(outcome): meaning for outcome, meaning in OUTCOME_MEANINGS.items()}
+    width = max((len(outcome) for outcome in counts), default=0)
+    return [f"{outcome:{width}}  {count:>4.0f}  {meanings.get(outcome, 'UNEXPLAINED: not in docs/operations.md')}"
+            for outcome, count in sorted(counts.items()) if count]
+
+
 def _free_port() -> int:
     import socket
 
@@ -575,6 +616,7 @@ def main(timeout_s: float, keep: bool) -> None:
     # Ctrl-C and SIGTERM: the same clean stop (set explicitly: a shell may start us with SIGINT ignored).
     signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    relay_make_signals()  # a SIGINT sent to `make run` itself stops us too (GNU make does not pass it on)
     demo = Demo(keep=keep)
     status = 1
     try:

@@ -12,8 +12,12 @@ Two moto server processes, each on a free port:
   (SIGSTOP) held a single-threaded server for every other client. It counts the seconds it was
   busy (``GET /_local/busy``, :func:`endpoint_busy`).
 
-Run one server by hand with ``python -m devstack.localaws [--single-threaded] [--port N]``: it prints
-``listening on <port>`` once it accepts connections.
+Run one server by hand with ``python -m devstack.localaws [--single-threaded] [--iam] [--port N]``: it
+prints ``listening on <port>`` once it accepts connections. ``--iam`` makes a server whose IAM
+enforcement (off until ``POST /moto-api/reset-auth 0``, moto's ``INITIAL_NO_AUTH_ACTION_COUNT``)
+checks DynamoDB, KMS and CloudWatch requests per resource as AWS does
+(:func:`resource_level_authorization`): tests/integration/test_stack_iam.py runs the roles of the
+CloudFormation template on one.
 
 The DynamoDB endpoint's global indexes can be made to lag behind its tables, as real DynamoDB's
 may (``--gsi-lag-s``, ``LocalAws(gsi_lag_s=...)``, or at run time :func:`set_gsi_lag`; :class:`IndexLag`).
@@ -217,6 +221,114 @@ def set_gsi_lag(url: str, lag_s: float, timeout_s: float = 5.0) -> None:
         reply.read()
 
 
+#: DynamoDB's transaction entries and the IAM action each is authorised as (AWS: "Using IAM with
+#: DynamoDB transactions": no TransactWriteItems action exists, each item needs its own).
+TRANSACTION_ACTIONS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",
+                       "ConditionCheck": "ConditionCheckItem", "Get": "GetItem"}
+
+
+def dynamodb_authorizations(action: str, body: dict, table_arn: Callable[[str], str]) -> list[tuple[str, str]]:
+    """The (IAM action, resource ARN) pairs AWS authorises for DynamoDB request ``action`` with the
+    parsed request ``body``: each transaction item as its own action on its table; each table of a
+    batch; the index ARN (``<table>/index/<name>``) of a query or scan of an index; else the table."""
+    if action in ("TransactWriteItems", "TransactGetItems"):
+        pairs = []
+        for entry in body.get("TransactItems", []):
+            for kind, operation in entry.items():
+                pairs.append((TRANSACTION_ACTIONS[kind], table_arn(operation["TableName"])))
+        return pairs
+    if action in ("BatchGetItem", "BatchWriteItem"):
+        return [(action, table_arn(table)) for table in body.get("RequestItems", {})]
+    if "TableName" not in body:
+        return [(action, "*")]
+    arn = table_arn(body["TableName"])
+    return [(action, f"{arn}/index/{body['IndexName']}" if body.get("IndexName") else arn)]
+
+
+def resource_level_authorization() -> None:
+    """Make moto's IAM enforcement check DynamoDB and KMS requests against their resource, as AWS does.
+
+    moto 5.2 authorises SQS, S3 and IAM requests against the queue, object or role they name, but
+    every DynamoDB and KMS request (and SQS GetQueueUrl) against the resource ``"*"``, which no
+    statement naming a table, key or queue matches (moto.iam.access_control): a least-privilege
+    policy would refuse them all; and it names CloudWatch's actions ``monitoring:*``. Here a
+    DynamoDB request is authorised as :func:`dynamodb_authorizations` says, and a KMS request against
+    the ARN of the key its ``KeyId`` names (key id, ARN or alias) or, for a Decrypt without one, its
+    ciphertext names; and a role's inline policy made by
+    CloudFormation is read at all (moto keeps it as a dict). For the IAM-enforcing server only
+    (``--iam``); enforcement itself is moto's (``POST /moto-api/reset-auth``).
+    """
+    from moto.dynamodb.responses import DynamoHandler
+    from moto.iam.access_control import IAMPolicy, IAMRequest
+    from moto.kms.models import kms_backends
+    from moto.kms.utils import KEY_ID_LEN as KMS_KEY_ID_LEN
+    from moto.kms.responses import KmsResponse
+    from moto.sqs.responses import SQSResponse
+
+    authorize = DynamoHandler._authenticate_and_authorize_normal_action
+
+    def authorize_dynamodb(self, resource: str = "*") -> None:
+        body = self.body if isinstance(self.body, dict) else json.loads(self.body or "{}")
+        prefix = f"arn:aws:dynamodb:{self.region}:{self.current_account}:table/"
+        get_action = self._get_action
+        try:
+            for action, arn in dynamodb_authorizations(get_action(), body, lambda table: prefix + table):
+                self._get_action = lambda action=action: action  # the action moto's IAMRequest checks
+                authorize(self, arn)
+        finally:
+            del self._get_action
+
+    def kms_resource(self) -> str:
+        key_id = json.loads(self.body or "{}").get("KeyId")
+        if not key_id and self._get_action() == "Decrypt":
+            # AWS authorises a Decrypt against the key its ciphertext names: moto's blob starts with it
+            key_id = self._get_param("CiphertextBlob", b"")[:KMS_KEY_ID_LEN].decode("utf-8", "replace")
+        if not key_id:
+            return "*"
+        backend = kms_backends[self.current_account][self.region]
+        try:
+            return backend.describe_key(backend.any_id_to_key_id(key_id)).arn
+        except Exception:  # noqa: BLE001 - an unknown key: moto's own call answers NotFound after the check
+            return "*"
+
+    # moto's AWS::IAM::Role keeps an inline policy of a template as the parsed document (a dict),
+    # which its own IAMPolicy reads only as JSON text or as a {"policy_document": ...} record
+    policy_init = IAMPolicy.__init__
+
+    def iam_policy_init(self, policy) -> None:
+        if isinstance(policy, dict) and "Statement" in policy:
+            policy = json.dumps(policy)
+        policy_init(self, policy)
+
+    # moto reads the queue of an SQS request from its QueueUrl only: GetQueueUrl (QueueName) would be
+    # checked against "*"
+    queue_resource = SQSResponse._determine_resource
+
+    def sqs_resource(self) -> str:
+        name = self._get_param("QueueName")
+        if name and self._get_action() == "GetQueueUrl":
+            try:
+                return self.sqs_backend.get_queue(name).queue_arn
+            except Exception:  # noqa: BLE001 - no such queue: moto's own call answers after the check
+                return "*"
+        return queue_resource(self)
+
+    # moto names an action by the request's signing name, which for CloudWatch is "monitoring";
+    # IAM's service prefix is "cloudwatch" (AWS service authorization reference)
+    request_init = IAMRequest.__init__
+
+    def iam_request_init(self, *args, **kwargs) -> None:
+        request_init(self, *args, **kwargs)
+        if self._action.startswith("monitoring:"):
+            self._action = "cloudwatch:" + self._action.removeprefix("monitoring:")
+
+    IAMRequest.__init__ = iam_request_init  # type: ignore[method-assign]  # moto's, in the --iam server process only
+    SQSResponse._determine_resource = sqs_resource  # type: ignore[method-assign]  # moto's hook, --iam server only
+    IAMPolicy.__init__ = iam_policy_init  # type: ignore[method-assign]  # moto's, in the --iam server process only
+    DynamoHandler._authenticate_and_authorize_normal_action = authorize_dynamodb  # type: ignore[method-assign]  # moto's method, replaced in the --iam server process only
+    KmsResponse._determine_resource = kms_resource  # type: ignore[attr-defined]  # moto's hook (BaseResponse.call_action)
+
+
 #: Path of the serialised endpoint's own account of its work (:func:`serialized`, :func:`endpoint_busy`).
 BUSY_PATH = "/_local/busy"
 
@@ -283,9 +395,12 @@ def endpoint_busy(url: str, timeout_s: float = 5.0) -> tuple[float, int]:
     return float(account["busy_s"]), int(account["requests"])
 
 
-def serve(host: str, port: int, single_threaded: bool, parent_pid: int | None = None, gsi_lag_s: float = 0.0) -> None:
+def serve(host: str, port: int, single_threaded: bool, parent_pid: int | None = None, iam: bool = False,
+          gsi_lag_s: float = 0.0) -> None:
     """Serve moto's backends on ``host:port`` (port 0 picks a free one) until killed, or until
-    ``parent_pid`` exits. ``gsi_lag_s``: the single-threaded server's first index lag (:class:`IndexLag`)."""
+    ``parent_pid`` exits; with ``iam``, DynamoDB and KMS requests are authorised per resource once
+    enforcement is on (:func:`resource_level_authorization`). ``gsi_lag_s``: the single-threaded
+    server's first index lag (:class:`IndexLag`)."""
     from moto.moto_server.werkzeug_app import (
         DomainDispatcherApplication,
         MotoRequestHandler,
@@ -293,6 +408,8 @@ def serve(host: str, port: int, single_threaded: bool, parent_pid: int | None = 
     )
     from werkzeug.serving import make_server
 
+    if iam:
+        resource_level_authorization()
     app = forgetting_copies(DomainDispatcherApplication(create_backend_app))
     if single_threaded:
         item_level_transaction_rollback()
@@ -309,10 +426,13 @@ def serve(host: str, port: int, single_threaded: bool, parent_pid: int | None = 
 class MotoProcess:
     """One moto server in a child process; ``url`` is set once it answers."""
 
-    def __init__(self, *, single_threaded: bool, log: IO[bytes] | None = None, gsi_lag_s: float = 0.0) -> None:
+    def __init__(self, *, single_threaded: bool, log: IO[bytes] | None = None, iam: bool = False,
+                 gsi_lag_s: float = 0.0) -> None:
         cmd = [sys.executable, "-m", "devstack.localaws", "--port", "0", "--parent-pid", str(os.getpid())]
         if single_threaded:
             cmd += ["--single-threaded", "--gsi-lag-s", str(gsi_lag_s)]
+        if iam:
+            cmd.append("--iam")
         self.proc = subprocess.Popen(
             cmd,
             stdout=subprocess.PIPE,
@@ -416,10 +536,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--single-threaded", action="store_true")
     parser.add_argument("--parent-pid", type=int, default=None, help="Exit when this process is gone.")
+    parser.add_argument("--iam", action="store_true",
+                        help="Authorise DynamoDB and KMS requests per resource once IAM enforcement is on.")
     parser.add_argument("--gsi-lag-s", type=float, default=0.0,
                         help="With --single-threaded: global indexes show the tables this many seconds late.")
     args = parser.parse_args(argv)
-    serve(args.host, args.port, args.single_threaded, args.parent_pid, args.gsi_lag_s)
+    serve(args.host, args.port, args.single_threaded, args.parent_pid, iam=args.iam, gsi_lag_s=args.gsi_lag_s)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,61 @@ REPO = Path(__file__).resolve().parent.parent
 _PR_SET_PDEATHSIG = 1
 
 
+#: The fatal signals GNU make does not pass on to its children (SIGTERM it does): on one of them it
+#: stops catching that signal and waits for its children.
+MAKE_UNRELAYED_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+
+
+def caught_signals(pid: int) -> frozenset[int] | None:
+    """The signals process ``pid`` catches (has a handler for), from ``/proc/<pid>/status``
+    (``SigCgt``: signal n is bit n − 1); None where that cannot be read (not Linux, gone)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("SigCgt:"):
+                    mask = int(line.split()[1], 16)
+                    return frozenset(n for n in range(1, 65) if mask & (1 << (n - 1)))
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def relay_make_signals(*, interval_s: float = 0.2) -> threading.Thread | None:
+    """When this process's parent is GNU make (``make run``): a daemon thread that sends this
+    process SIGINT once make has received SIGINT, SIGHUP or SIGQUIT; None otherwise.
+
+    Why: GNU make passes SIGTERM on to its children, but not SIGINT: it expects a terminal's Ctrl-C
+    to reach the whole foreground process group. On a fatal signal it sets the signal back to its
+    default action, waits for its children, then dies of it, so a SIGINT sent to make alone (a
+    supervisor, a CI job, ``kill -INT``) left the demo running and make waiting for ever. That reset
+    shows in ``/proc/<make>/status`` (``SigCgt``): the thread polls it every ``interval_s`` seconds and,
+    once a signal make caught is caught no longer, interrupts this process (the demo's clean stop).
+    A make started with SIGINT ignored (a background job of a non-interactive shell) never sees a
+    SIGINT at all: there is nothing to relay; SIGTERM still reaches the demo through make.
+    """
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/comm", encoding="utf-8") as comm:
+            name = comm.read().strip()
+    except OSError:
+        return None
+    watched = (caught_signals(parent) or frozenset()) & set(MAKE_UNRELAYED_SIGNALS)
+    if name not in ("make", "gmake") or not watched:
+        return None
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            caught = caught_signals(parent)
+            if caught is None or not watched <= caught:
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(interval_s)
+
+    thread = threading.Thread(target=watch, name="make-signal-relay", daemon=True)
+    thread.start()
+    return thread
+
+
 def _parent_death_signal() -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child receive SIGTERM when this process dies, or None where
     that cannot be promised: not Linux, or not the main thread (the kernel signals when the *thread*
@@ -198,10 +253,11 @@ class Supervised:
 
 
 def poll_stale_after_s(settings) -> float:
-    """Seconds without a poll after which a consumer is said to have stopped consuming: twice the
-    longest healthy gap between two runs of its poll loop (a long poll, ``sqs_wait_time_s``, or the
-    longest receive backoff, ``sqs_receive_backoff_max_s``, while SQS fails)."""
-    return 2 * (settings.sqs_wait_time_s + settings.sqs_receive_backoff_max_s)
+    """Seconds without a poll after which a consumer is said to have stopped consuming
+    (:attr:`imposition.common.clocks.Clocks.poll_stale_after_s`, which the workers' /healthz reads too)."""
+    from imposition.common.clocks import Clocks  # noqa: PLC0415
+
+    return Clocks.from_settings(settings).poll_stale_after_s
 
 
 class Supervisor:

@@ -98,7 +98,7 @@ def cancel(job_id: str) -> Outcome:
 
     One transaction: the job (condition: its status is still the one read), the tenant's ``queued``
     (and ``occupied``) or ``waiting`` counter − 1. The caller then wakes the tenant (a queued job's room is free),
-    confirms its admission in-flight entry and sends ``job_finished`` (:func:`imposition.cli.jobs.cancel_job`).
+    confirms its admission in-flight entry and sends ``job_finished`` (:func:`tasks.jobs.cancel`).
 
     Raises:
         pynamodb.exceptions.DoesNotExist: no such job.
@@ -163,7 +163,7 @@ def retry(job_id: str, *, max_attempts: int | None = None) -> Outcome:
                    actions=[*placed, JobItem.max_attempts.set(job.charged_attempts + budget),
                             JobItem.retries.set((JobItem.retries | 0) + 1), JobItem.history.set(history),
                             JobItem.error.remove(), JobItem.error_code.remove(), JobItem.finished_at.remove(),
-                            JobItem.output_key.remove(), JobItem.sheets.remove(), JobItem.sides.remove(),
+                            JobItem.expires_at.remove(), JobItem.output_key.remove(), JobItem.sheets.remove(), JobItem.sides.remove(),
                             JobItem.warnings.remove(), JobItem.lease_token.remove(),
                             JobItem.webhook_status.remove(), JobItem.webhook_error.remove(),
                             JobItem.webhook_delivered_at.remove(), *outbox.settle_actions()],

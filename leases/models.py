@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from pynamodb.attributes import (
+    BinaryAttribute,
     BooleanAttribute,
     JSONAttribute,
     ListAttribute,
@@ -30,7 +31,7 @@ from pynamodb.attributes import (
     UnicodeAttribute,
 )
 from pynamodb.expressions.update import Action
-from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex, KeysOnlyProjection
 from pynamodb.models import Model
 
 from imposition.common.settings import get_settings
@@ -124,6 +125,11 @@ class TenantItem(Model):
     #: Override of ``Settings.idempotency_ttl_s`` (admission); absent means the default.
     idempotency_ttl_s = NumberAttribute(null=True)
     webhook_url = UnicodeAttribute(null=True)
+    #: The webhook signing secret encrypted with KMS under the tenant id as encryption context
+    #: (:mod:`imposition.webhooks.secrets`); readable only with ``kms:Decrypt`` on the key.
+    webhook_secret_ciphertext = BinaryAttribute(null=True, legacy_encoding=False)
+    #: Legacy: a secret stored in the clear before encryption; read with a warning until
+    #: ``imposition tenant encrypt-webhook-secrets`` replaces it by ``webhook_secret_ciphertext``.
     webhook_secret = UnicodeAttribute(null=True)
     updated_at = NumberAttribute(null=True)
     #: When the cap override last changed (epoch s): leases acquired before it may exceed a lowered
@@ -219,11 +225,16 @@ class QueuedJobsIndex(GlobalSecondaryIndex["JobItem"]):
 
 class WebhookOutboxIndex(GlobalSecondaryIndex["JobItem"]):
     """Final jobs whose webhook is not settled yet, by when the outbox drain may send a round
-    (sparse: only they have ``outbox_partition``; :mod:`leases.outbox`)."""
+    (sparse: only they have ``outbox_partition``; :mod:`leases.outbox`).
+
+    Keys only (``job_id``, ``outbox_partition``, ``webhook_due_at``): the drain reads each job it
+    acts on anyway, and every item of this index shares one partition, whose 1,000 write units a
+    second an ``ALL`` projection spent on copies of whole job items (docs/deploy.md, section 9).
+    """
 
     class Meta:
         index_name = "by-webhook-due"
-        projection = AllProjection()
+        projection = KeysOnlyProjection()
 
     outbox_partition = UnicodeAttribute(hash_key=True)
     webhook_due_at = NumberAttribute(range_key=True)
@@ -264,6 +275,10 @@ class JobItem(Model):
     lost_attempts: ListAttribute[dict[str, Any]] = ListAttribute(null=True)
     layout = JSONAttribute()
     input_key = UnicodeAttribute()
+    #: The name of the file the tenant sent (``submit()``: the local file's name; ``submit_job``: its
+    #: ``file_name``, else the input key's last segment), for ``imposition jobs list --file``; the
+    #: engine's errors and warnings name it. Absent on jobs submitted before it existed.
+    file_name = UnicodeAttribute(null=True)
     output_key = UnicodeAttribute(null=True)
     submitted_at = NumberAttribute()
     first_received_at = NumberAttribute(null=True)
@@ -320,6 +335,10 @@ class JobItem(Model):
     #: "error_code", "error", "finished_at"}, …]`` (times epoch s), at most
     #: ``Settings.job_history_limit`` entries (the oldest are dropped).
     history = JSONAttribute(null=True)
+    #: Epoch seconds (integer) at which DynamoDB's TTL deletes the item (:data:`JOB_TTL_ATTRIBUTE`):
+    #: set by every final write (with the outbox intent, :func:`leases.outbox.intent_actions`) to its
+    #: time + ``Settings.job_retention_days``; absent while the job is not final.
+    expires_at = NumberAttribute(null=True)
     by_tenant = JobsByTenantIndex()
     by_waiting = WaitingJobsIndex()
     by_queued = QueuedJobsIndex()
@@ -387,6 +406,10 @@ class ClusterItem(Model):
     slots = NumberAttribute(null=True)
     heartbeat_at = NumberAttribute(null=True)
     expires_at = NumberAttribute(null=True)
+    #: A node's clock against the DynamoDB endpoint's at its last beat (local − endpoint, s) and the
+    #: reading's error bound (s): :mod:`leases.skew`.
+    clock_offset_s = NumberAttribute(null=True)
+    clock_error_s = NumberAttribute(null=True)
     node_partition = UnicodeAttribute(null=True)
     nodes_by_expiry = NodeExpiryIndex()
 
@@ -415,8 +438,13 @@ class TokenClaimItem(Model):
 
 #: The attribute DynamoDB's TTL deletes ``TokenClaimItem`` items by (enabled by ``imposition provision``).
 TOKEN_CLAIM_TTL_ATTRIBUTE = "expires_at"
+#: The attribute DynamoDB's TTL deletes final ``JobItem`` items by (enabled by ``imposition provision``).
+JOB_TTL_ATTRIBUTE = "expires_at"
 
 ALL_MODELS: tuple[type[Model], ...] = (TenantItem, LeaseItem, JobItem, ClusterItem, TokenClaimItem)
+#: The DynamoDB TTL attribute of each table that has one (epoch seconds; the template and
+#: ``imposition provision`` enable it): model → attribute name.
+TTL_ATTRIBUTES: dict[type[Model], str] = {TokenClaimItem: TOKEN_CLAIM_TTL_ATTRIBUTE, JobItem: JOB_TTL_ATTRIBUTE}
 # PynamoDB types ``Model.Meta`` as an instance protocol (``region: str``); it is a class, and a
 # descriptor set on it is read per use.
 for _model in ALL_MODELS:

@@ -19,6 +19,7 @@ import time
 
 from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 
+from leases import skew
 from leases.models import CLUSTER_SLOTS_KEY, NODE_KEY_PREFIX, NODE_PARTITION, ClusterItem
 from leases.transactions import CANCELLED, NamedTransaction, classify, new_token
 from imposition.common.settings import get_settings
@@ -32,12 +33,14 @@ def _slot_actions(delta: int) -> list:
             ClusterItem.borrowable.set((ClusterItem.borrowable | -reserve) + delta)]
 
 
-def register(name: str, slots: int, *, now: float | None = None) -> bool:
+def register(name: str, slots: int, *, now: float | None = None, clock: skew.ClockReading | None = None) -> bool:
     """Add node ``name`` with ``slots`` slots; True if it was new (False: it was live already, and
-    is only renewed). One transaction: the node item and the slot counter."""
+    is only renewed). One transaction: the node item and the slot counter. ``clock``: the node's
+    clock reading, reported on its item (:mod:`leases.skew`)."""
     t = time.time() if now is None else now
     node = ClusterItem(f"{NODE_KEY_PREFIX}{name}", slots=slots, heartbeat_at=t,
-                       expires_at=t + get_settings().node_ttl_s, node_partition=NODE_PARTITION)
+                       expires_at=t + get_settings().node_ttl_s, node_partition=NODE_PARTITION,
+                       **skew.report_attributes(clock))  # clock skew: the node's clock reading
     try:
         with NamedTransaction(new_token()) as tx:
             tx.add("save", "node", node, condition=ClusterItem.key.does_not_exist())
@@ -45,18 +48,20 @@ def register(name: str, slots: int, *, now: float | None = None) -> bool:
     except TransactWriteError as exc:
         if classify(exc)[0] != CANCELLED:
             raise
-        beat(name, now=t)
+        beat(name, now=t, clock=clock)
         return False
     log.info("node %s registered with %s slots", name, slots)
     return True
 
 
-def beat(name: str, *, now: float | None = None) -> bool:
-    """Renew node ``name``; False if it is not registered (dropped as dead: register again)."""
+def beat(name: str, *, now: float | None = None, clock: skew.ClockReading | None = None) -> bool:
+    """Renew node ``name``; False if it is not registered (dropped as dead: register again).
+    ``clock``: the node's clock reading, reported on its item (:mod:`leases.skew`)."""
     t = time.time() if now is None else now
     try:
         ClusterItem(f"{NODE_KEY_PREFIX}{name}").update(
-            actions=[ClusterItem.heartbeat_at.set(t), ClusterItem.expires_at.set(t + get_settings().node_ttl_s)],
+            actions=[ClusterItem.heartbeat_at.set(t), ClusterItem.expires_at.set(t + get_settings().node_ttl_s),
+                     *skew.report_actions(clock)],  # clock skew: the node's clock reading
             condition=ClusterItem.key.exists())
     except UpdateError as exc:
         if classify(exc)[0] == CANCELLED:
@@ -100,10 +105,13 @@ def live_nodes(*, now: float | None = None) -> dict[str, int]:
 
 def drop_dead(now: float) -> list[str]:
     """Remove every node whose registration expired before ``now`` (through the expiry index, no
-    scan); returns their names."""
+    scan), but one whose expiry has not passed by its own clock (:func:`leases.skew.registration_held`);
+    returns their names."""
     dropped = []
     for node in _nodes(expired_before=now):
         name = node.key[len(NODE_KEY_PREFIX):]
+        if skew.registration_held(float(node.expires_at or 0), name, now):  # clock skew: alive by its own clock
+            continue
         if _remove(name, ClusterItem.expires_at < now):
             log.warning("node %s stopped beating (expired at %.0f): its %s slots left the registry",
                         name, float(node.expires_at or 0), node.slots)

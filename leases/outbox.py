@@ -6,6 +6,7 @@ outbox")::
 
     final write (commit, fail, the sweeper's give-up, cancel, a stranded repair)
         + webhook_status = pending, outbox_partition = "outbox", webhook_due_at = now + grace
+        + expires_at = now + job_retention_days (the item's DynamoDB TTL: imposition.common.retention)
     round fails, next one in d s   webhook_due_at = now + d + round hard limit + grace
     round put back (tenant busy)    the same, with d the longest put-back delay, when the entry
                                     would otherwise fall due before that round can end
@@ -25,6 +26,7 @@ from collections.abc import Iterator
 from pynamodb.exceptions import UpdateError
 
 from leases.models import JobItem
+from imposition.common.retention import job_expires_at
 from imposition.common.settings import get_settings
 
 #: The one partition value of the outbox index (at most the unsettled events of the cluster).
@@ -34,9 +36,11 @@ PENDING = "pending"
 
 
 def intent_actions(now: float) -> list:
-    """Job update actions that put the job's event in the outbox; add them to the final write."""
+    """Job update actions of every final write: they put the job's event in the outbox and start
+    the item's retention (``expires_at``, its DynamoDB TTL)."""
     return [JobItem.webhook_status.set(PENDING), JobItem.outbox_partition.set(OUTBOX_PARTITION),
-            JobItem.webhook_due_at.set(now + get_settings().webhook_outbox_grace_s)]
+            JobItem.webhook_due_at.set(now + get_settings().webhook_outbox_grace_s),
+            JobItem.expires_at.set(job_expires_at(now))]
 
 
 def settle_actions() -> list:
@@ -52,7 +56,8 @@ def postpone_actions(due_at: float) -> list:
 def due(now: float, *, limit: int | None = None) -> Iterator[JobItem]:
     """Outbox entries with ``webhook_due_at < now``, oldest first, through the sparse index (no scan).
 
-    The index is eventually consistent: read the job again before acting on an entry.
+    An entry holds the index's keys only (``job_id``, ``webhook_due_at``), and the index is
+    eventually consistent: read the job before acting on an entry.
     """
     return JobItem.by_webhook_due.query(OUTBOX_PARTITION, JobItem.webhook_due_at < now, limit=limit)
 

@@ -8,6 +8,7 @@ arguments are listed where it is defined, with what they mean::
     a job's delivery   lease_acquired, job_deferred, job_dropped, job_finished, poison_message
     its lease          lease_releasing, lease_released, lease_lost, attempt_infra_lost,
                        lease_recovered (the sweeper)
+    the registry       node_clock_skew (the sweeper)
     waking, the net    job_woken, job_republished (the sweeper)
     webhooks           webhook_drained, webhook_put_back
 """
@@ -21,7 +22,7 @@ from celery.utils.dispatch import Signal
 
 class JobOutcome(StrEnum):
     """How one delivery of a job ended: the ``outcome`` of ``job_finished``, ``lease_releasing`` and
-    ``lease_released``, of :class:`tasks.base.FairTask`'s return value, of ``jobs_total{outcome}``
+    ``lease_released``, of :class:`tasks.base.FairTask`'s return value, of ``imposition_jobs_total{outcome}``
     and of the lease-event log's ``releasing`` events (a ``str``: compares and serialises as its value)."""
 
     SUCCEEDED = "succeeded"
@@ -76,6 +77,9 @@ lease_lost = Signal(name="lease_lost", providing_args={"lease", "detail"})
 #: ``lease`` (the reclaimed :class:`leases.models.LeaseItem`), ``requeued`` (bool), ``swept_at`` (the
 #: sweep's ``now``, epoch s: the lease existed at least until then).
 lease_recovered = Signal(name="lease_recovered", providing_args={"lease", "requeued", "swept_at"})
+#: ``skews`` (node name → its clock minus the sweeper's, s; every node that reported its clock),
+#: ``now`` (the sweep's, epoch s): sent by :func:`leases.skew.refresh` once a sweep.
+node_clock_skew = Signal(name="node_clock_skew", providing_args={"skews", "now"})
 #: ``queue`` (name), ``reason`` (``"undecodable"``/``"unknown_format"``/``"unknown_task"``/
 #: ``"invalid_task"``/``"invalid_fields"``/``"no_such_job"``), ``message_id``.
 poison_message = Signal(name="poison_message", providing_args={"queue", "reason", "message_id"})

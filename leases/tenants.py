@@ -102,14 +102,15 @@ class TenantExists(ValueError):
 
 def create_tenant(tenant_id: str, *, cap: int | None = None, burst_cap: int | None = None,
                   rate_limit_per_min: int | None = None, admission_in_flight_cap: int | None = None,
-                  webhook_url: str | None = None, webhook_secret: str | None = None) -> None:
+                  webhook_url: str | None = None, webhook_secret_ciphertext: bytes | None = None) -> None:
     """Register ``tenant_id`` with its whole configuration in one transaction: the tenant item, put
     on condition that none exists (counters 0), and for a borrowing tier the cluster's count of
     borrowing tiers. Absent values are the defaults (``Settings.default_cap``, no borrowing, the
     admission defaults, no webhook).
 
     The webhook URL and secret are the caller's to check (:func:`imposition.webhooks.endpoints.checked_webhook`:
-    this package does not resolve hosts).
+    this package does not resolve hosts) and the secret the caller's to encrypt
+    (:func:`imposition.webhooks.secrets.encrypt`).
 
     Raises:
         imposition.common.tenancy.InvalidTenantId: not a canonical tenant id (``NonCanonicalTenantId`` names the
@@ -125,7 +126,7 @@ def create_tenant(tenant_id: str, *, cap: int | None = None, burst_cap: int | No
     item = TenantItem(tenant_id, in_flight=0, queued=0, waiting=0, occupied=0, updated_at=time.time(), cap=cap,
                       burst_cap=burst_cap if borrows else None, rate_limit_per_min=rate_limit_per_min,
                       admission_in_flight_cap=admission_in_flight_cap, webhook_url=webhook_url,
-                      webhook_secret=webhook_secret)
+                      webhook_secret_ciphertext=webhook_secret_ciphertext)
     try:
         with NamedTransaction(new_token()) as tx:
             tx.add("save", "tenant", item, condition=TenantItem.tenant_id.does_not_exist())

@@ -1,4 +1,5 @@
-"""The Celery application (``celery -A tasks ...``), configured from :mod:`tasks.config`.
+"""The Celery application (``celery -A tasks ...``): ``celeryconfig``, over the defaults that
+:func:`tasks.config.derived` computes from the service's settings.
 
 Nothing here calls AWS at import: the queue URLs are looked up when a broker channel opens (a
 worker's start, a command's first publish; :class:`tasks.sqs_transport.Channel`).
@@ -15,17 +16,31 @@ from leases.models import ALL_MODELS, reset_connections
 from leases.dynamo import tx_connection
 from imposition.common import aws
 from imposition.common.settings import get_settings
+from tasks.config import bind_queue_urls, derived
+from tasks.results import ImpositionResult
 
 log = logging.getLogger(__name__)
 
-app = service_app  # created in imposition.common.celery_app, so lower packages define tasks on it without importing tasks
+app = service_app  # created in imposition.common.celery_app, so lower packages define tasks on it
+
+
+def _derived_unless_configured() -> dict[str, object]:
+    """:func:`tasks.config.derived`, less what the configuration module sets: the module wins.
+
+    Celery's ``add_defaults`` layer sits above the configuration module, so the keys it sets are
+    left out here."""
+    configured = app.loader.conf
+    return {key: value for key, value in derived().items() if key not in configured}
+
+
+app.add_defaults(_derived_unless_configured)  # a promise: evaluated when the configuration is first read
+# Every AsyncResult of this app (impose.delay's, app.AsyncResult(job_id)'s) cancels on revoke().
+app.AsyncResult = app.subclass_with_self(ImpositionResult)
 
 
 @worker_init.connect
 def _bind_queue_urls(sender: object = None, **_: object) -> None:
     """The worker's main process, before the pool forks: the queue URLs, looked up once for all children."""
-    from tasks.config import bind_queue_urls  # noqa: PLC0415 - Celery reads the config module lazily; so do we
-
     bind_queue_urls(app.conf)
     aws.preload_service_models()  # the children inherit the parsed botocore models
 

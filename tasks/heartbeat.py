@@ -16,6 +16,9 @@ shows the token gone (the sweeper reclaimed the lease), or when the watchdog's d
 hung: DynamoDB could not be reached; not charged as an attempt) or ``stalled`` (no renewal tried:
 the process itself did not run, e.g. SIGSTOP; charged). The job watches :attr:`lost` (the engine's
 cancel event) and commits nothing once it is set; every commit is fenced by the token anyway.
+
+Each confirmed renewal (and the acquire) is also recorded for the node's ``/healthz``
+(:func:`imposition.observability.health.renewed`), and cleared when the heartbeat stops.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from leases.errors import LeaseError, LeaseLost
 from leases.transactions import Lease, renew
 from imposition.common import aws
 from imposition.common.clocks import Clocks
+from imposition.observability import health
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +93,7 @@ class Heartbeat:
 
     def start(self) -> "Heartbeat":
         """Start the beat, the watchdog and the visibility thread; returns self."""
+        health.renewed(self.lease.job_id, self.lease.expires_at - self.clocks.lease_ttl_s)
         for thread in self._threads:
             thread.start()
         if self.queue_url and self.receipt_handle:
@@ -107,6 +112,7 @@ class Heartbeat:
         for thread in self._threads:
             if thread.is_alive() and threading.current_thread() is not thread:
                 thread.join(timeout=self.clocks.heartbeat_interval_s + 30)
+        health.ended(self.lease.job_id)
 
     def __enter__(self) -> "Heartbeat":
         return self.start()
@@ -169,6 +175,7 @@ class Heartbeat:
         if self._stop.is_set() or self.lease.expires_at <= known_expiry_at:
             return  # stopped meanwhile, or an ambiguous renewal that (read back) did not apply
         self.beats += 1
+        health.renewed(self.lease.job_id, self.lease.expires_at - self.clocks.lease_ttl_s)
         self._extension_due.set()  # extensions due while one hangs coalesce into one
 
     def _visibility_loop(self) -> None:

@@ -2,8 +2,8 @@
 
 ``impose.delay(tenant_id=..., token=..., input_key=..., layout={...})`` is how internal callers
 submit a job: it runs admission, creates the job item and publishes (see :mod:`tasks.submission`)
-and returns the job id. Workers receive ``{"tenant_id", "job_id"}`` and :class:`FairTask` wraps the
-run in a lease.
+and returns an :class:`~tasks.results.ImpositionResult`. Workers receive
+``{"tenant_id", "job_id"}``, and :class:`FairTask` wraps the run in a lease.
 
 Each process of a worker consuming the imposition queue keeps a warm engine child
 (:func:`imposition.engine.isolation.keep_warm`, ``Settings.engine_warm_child``), started when the process
@@ -22,11 +22,12 @@ from __future__ import annotations
 import logging
 import tempfile
 import threading
+import unicodedata
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from celery.result import AsyncResult
+from celery.result import AsyncResult as CeleryResult
 from celery.signals import worker_process_init, worker_process_shutdown
 
 from imposition.engine import SlugInfo, get_engine, isolation, parse_layout
@@ -39,6 +40,7 @@ from imposition.common.tenancy import plate_key, preview_key, shown_value
 from tasks import storage
 from tasks.base import FairTask, JobResult
 from tasks.celery_app import app
+from tasks.results import ImpositionResult
 from tasks.submission import submit_job
 
 log = logging.getLogger(__name__)
@@ -66,11 +68,12 @@ class ImposeTask(FairTask):
 
     name = "imposition.impose"
 
-    def delay(self, *args: Any, **kwargs: Any) -> str:
+    def delay(self, *args: Any, **kwargs: Any) -> ImpositionResult:
         """Submit a job: ``delay(tenant_id=..., token=..., input_key=..., layout={...})``.
 
         Runs admission, creates the job item (``queued``) and publishes with the tenant's
-        ``MessageGroupId``. Returns the job id (also the Celery task id).
+        ``MessageGroupId``. Returns the job's :class:`~tasks.results.ImpositionResult` (its ``id`` is
+        the job id): ``.get(timeout=...)`` waits for the plate or raises the job's typed error.
 
         Raises:
             SubmissionRequired: positional arguments, or no ``token``.
@@ -78,7 +81,7 @@ class ImposeTask(FairTask):
         """
         if args or "token" not in kwargs:
             raise SubmissionRequired(self._refusal(args, kwargs, []))
-        return submit_job(**kwargs)
+        return self.AsyncResult(submit_job(**kwargs))
 
     def _refusal(self, args: Any, kwargs: dict, callbacks: list[str]) -> str:
         """The :class:`SubmissionRequired` message: what to pass instead, and what was given."""
@@ -89,12 +92,12 @@ class ImposeTask(FairTask):
 
     def apply_async(self, args: Any = None, kwargs: dict | None = None, task_id: str | None = None,
                     producer: Any = None, link: Any = None, link_error: Any = None, shadow: Any = None,
-                    **options: Any) -> AsyncResult:
+                    **options: Any) -> CeleryResult:
         """Submit a job the Celery way, or publish one of our own job messages.
 
         ``kwargs`` with a ``token`` (``tenant_id``, ``token``, ``input_key``, ``layout``, optional
         ``max_attempts``, ``job_id``): :func:`tasks.submission.submit_job`; returns the
-        :class:`celery.result.AsyncResult` of the job id (results are not stored: read the job item).
+        :class:`~tasks.results.ImpositionResult` of the job id, read from the job item.
         A message of ours (``MessageGroupId`` given, kwargs ``tenant_id``/``job_id``): published as is.
 
         Raises:
@@ -110,7 +113,7 @@ class ImposeTask(FairTask):
                                               *((n, options.get(n)) for n in _CANVAS_OPTIONS[2:])) if value]
         if args or "token" not in kwargs or callbacks:
             raise SubmissionRequired(self._refusal(args, kwargs, callbacks))
-        return AsyncResult(submit_job(**kwargs), app=self.app)
+        return self.AsyncResult(submit_job(**kwargs))
 
     def run_job(self, *, job: JobItem, lease: Lease, cancel: threading.Event) -> JobResult:
         """Download, impose, check the lease, upload. Raises the engine's typed errors."""
@@ -118,7 +121,11 @@ class ImposeTask(FairTask):
         spec = parse_layout(job.layout)
         key = plate_key(job.tenant_id, job.job_id)
         with tempfile.TemporaryDirectory(prefix="imposition-job-") as tmp:  # no path is built from an id
-            source, plate, preview_dir = Path(tmp, "input.pdf"), Path(tmp, "plate.pdf"), Path(tmp, "previews")
+            # The input keeps the name the tenant sent (in a folder of its own), so the engine's errors
+            # and warnings name that file, not a name of ours.
+            source = Path(tmp, "input", local_file_name(job.file_name or PurePosixPath(job.input_key).name))
+            plate, preview_dir = Path(tmp, "plate.pdf"), Path(tmp, "previews")
+            source.parent.mkdir()
             storage.download(job.input_key, source)
             submitted = datetime.fromtimestamp(float(job.submitted_at), tz=timezone.utc).date().isoformat()
             if settings.job_previews:
@@ -139,6 +146,22 @@ class ImposeTask(FairTask):
                         "; ".join(f"{w.code}: {w.message}" for w in warnings))
         return JobResult(output_key=key, sheets=report.sheets, sides=report.sides,
                          warnings=tuple(w.to_json() for w in warnings), preview_keys=preview_keys)
+
+
+#: The name of a job's input on the worker when the tenant's file name cannot be one.
+INPUT_FALLBACK_NAME = "input.pdf"
+#: Longest local file name (bytes, UTF-8): Linux's NAME_MAX.
+LOCAL_NAME_MAX_BYTES = 255
+
+
+def local_file_name(name: str) -> str:
+    """``name`` (the file the tenant sent) as a file name in a folder of the worker's: its last
+    segment, control characters dropped, at most :data:`LOCAL_NAME_MAX_BYTES` bytes;
+    :data:`INPUT_FALLBACK_NAME` when nothing of it is left, or it is ``.`` or ``..``."""
+    last = name.replace("\\", "/").rsplit("/", 1)[-1]
+    kept = "".join(ch for ch in last if unicodedata.category(ch) != "Cc")
+    kept = kept.encode("utf-8", "replace")[:LOCAL_NAME_MAX_BYTES].decode("utf-8", "ignore")
+    return INPUT_FALLBACK_NAME if kept in ("", ".", "..") else kept
 
 
 def _upload_previews(job: JobItem, previews: tuple[Path, ...], warnings: list[PlateWarning]) -> tuple[str, ...]:

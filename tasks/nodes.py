@@ -1,8 +1,8 @@
 """A worker node consuming the imposition queue registers its slots while it runs (docs/design.md §3).
 
 ``worker_ready`` (main process): :func:`leases.nodes.register` with the pool's concurrency, then a
-daemon thread beats every ``heartbeat_interval_s`` (a beat that finds the node dropped registers it
-again); ``worker_shutdown``: :func:`leases.nodes.deregister`. A node killed outright stops beating
+daemon thread beats every ``heartbeat_interval_s``, each beat reporting the node's clock against the
+DynamoDB endpoint's (:mod:`leases.skew`; a beat that finds the node dropped registers it again); ``worker_shutdown``: :func:`leases.nodes.deregister`. A node killed outright stops beating
 and the sweeper drops it after ``node_ttl_s``. Failures are logged and retried at the next beat:
 the registry only decides borrowing, never whether a job runs.
 """
@@ -14,7 +14,7 @@ import threading
 
 from celery.signals import worker_ready, worker_shutdown
 
-from leases import nodes
+from leases import nodes, skew
 from imposition.common.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -26,14 +26,25 @@ def _beat_forever(name: str, slots: int, stop: threading.Event) -> None:
     registered = False
     while True:
         try:
-            if not (registered and nodes.beat(name)):
-                nodes.register(name, slots)  # first, or after the sweeper dropped the node
+            clock = _clock_reading(name)  # reported with the beat: the sweeper compares it with its own
+            if not (registered and nodes.beat(name, clock=clock)):
+                nodes.register(name, slots, clock=clock)  # first, or after the sweeper dropped the node
             registered = True
         except Exception as exc:  # noqa: BLE001 - the registry is retried at the next beat
             log.warning("node %s: slot registry not reachable (%s); retrying in %s s", name, exc, interval_s)
             registered = False
         if stop.wait(interval_s):
             return
+
+
+def _clock_reading(name: str) -> skew.ClockReading | None:
+    """This node's clock against the DynamoDB endpoint's (:func:`leases.skew.endpoint_offset`), or
+    None if it could not be read (the beat goes on; the sweeper then judges this node by its clock)."""
+    try:
+        return skew.endpoint_offset()
+    except Exception as exc:  # noqa: BLE001 - a beat without a clock reading is still a beat
+        log.info("node %s: clock not read against the endpoint (%s)", name, exc)
+        return None
 
 
 def _on_worker_ready(sender=None, **_: object) -> None:

@@ -18,8 +18,8 @@ would also give the Redis events channel and Flower this transport. What it chan
   delivered but not acked when the channel closes, or rejected with ``requeue``, is made visible
   again (visibility 0) instead of copied; if SQS refuses both, left to its visibility timeout, the
   worker kept alive (docs/design.md, "Nothing lost when an endpoint or a process fails");
-* with ``poll_stamp_path`` set, each run of a queue's poll loop touches that file (at most once a
-  second) for ``devstack.stack.Supervisor``;
+* each run of a queue's poll loop tells ``/healthz`` (:mod:`imposition.observability.health`) and,
+  with ``poll_stamp_path`` set, touches that file (at most once a second, ``make run``'s supervisor);
 * while the prefetch is full, the poll loop looks for room every ``sqs_prefetch_recheck_s`` (20 ms).
 
 Publishing, acks and visibility changes use kombu's blocking boto3 client, unchanged.
@@ -43,6 +43,7 @@ from kombu.asynchronous.http import get_client
 from kombu.transport import SQS, TRANSPORT_ALIASES
 from vine.abstract import Thenable
 
+from imposition.observability import health
 from imposition.common import aws
 from imposition.common.settings import get_settings
 
@@ -233,6 +234,7 @@ class Channel(SQS.Channel):
         messages waiting (``make bench-sched``, a chain's end in ``heavy3``; docs/design.md, "A freed
         slot receives at once"). With the timer the look follows the ack within about
         ``prefetch_recheck_s``."""
+        health.poll_turned()
         if self._poll_stamp is not None:
             self._poll_stamp.touch()
         if self._prefetch_recheck_s > 0 and queue in self._active_queues and not self.qos.can_consume():

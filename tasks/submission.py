@@ -3,7 +3,8 @@
 Order of one submission, each step undone if a later one fails, so a failed submission leaves
 nothing behind::
 
-    validate (tenant id, own input key, token, layout; submit(): open the file in the engine's child)
+    validate (tenant id, own input key, token, layout, file name, each within its bound:
+      docs/operations.md "Submission fields"; submit(): open the file in the engine's child)
       → registered tenant (unknown_tenant unless Settings.auto_register_tenants)
       → admission (Redis, the fast check: idempotency token, job id, rate limit, in-flight cap;
         see :mod:`admission`)
@@ -22,10 +23,11 @@ Why this order: docs/design.md, "Submission: the order and what each step undoes
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from imposition import admission
@@ -49,6 +51,23 @@ from tasks.messages import publish_job
 log = logging.getLogger(__name__)
 
 
+class SubmissionFieldError(ValueError):
+    """A submission field is malformed or over its bound; nothing was admitted, uploaded, written or
+    published. The message names the field, what it was (its size, never the whole value) and the
+    limit.
+
+    Attributes:
+        field: the argument's name (``token``, ``layout``, ``file_name``, ...).
+        limit: the bound it broke, in the unit the message names (bytes, characters), or None for
+            a malformed value.
+    """
+
+    def __init__(self, field: str, message: str, limit: int | None = None) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.limit = limit
+
+
 def new_job_id() -> str:
     """A fresh job id (UUID4, hex): also the Celery task id of every copy of its message."""
     return uuid.uuid4().hex
@@ -66,6 +85,7 @@ def submit_job(
     max_attempts: int | None = None,
     job_id: str | None = None,
     on_duplicate: OnDuplicate = "raise",
+    file_name: str | None = None,
 ) -> str:
     """Submit a job whose input PDF is already in the bucket; return its job id.
 
@@ -73,22 +93,33 @@ def submit_job(
         tenant_id: canonical tenant id (see :mod:`imposition.common.tenancy`).
         token: the caller's idempotency token for this job (1–``Settings.idempotency_token_max_len``
             characters); a token is taken for ``idempotency_ttl_s`` (48 h) after its submission.
-        input_key: S3 key of the input PDF, under ``tenants/<tenant_id>/``.
+        input_key: S3 key of the input PDF, under ``tenants/<tenant_id>/``, at most 1,024 UTF-8
+            bytes (S3's limit), no control characters.
         layout: the layout specification (dict or JSON text), validated here.
         max_attempts: attempt budget, 1–``Settings.max_attempts_limit`` (default ``Settings.max_attempts``).
         job_id: use this id (default: a new UUID4); 1–64 characters from ``[A-Za-z0-9_-]``.
         on_duplicate: ``"raise"`` (default) raises :class:`admission.DuplicateSubmission` for a taken
             token; ``"return"`` returns the job id that holds the token instead.
+        file_name: the name of the file the tenant sent, kept on the job for ``imposition jobs list
+            --file`` and named by the job's errors and warnings: 1–``Settings.file_name_max_bytes``
+            UTF-8 bytes, no ``/`` or control character. Default: the last segment of ``input_key``.
+
+    The input itself is not read here (it may be large, and it is in the bucket already): a
+    damaged file fails its job at once (``damaged``, no retry), naming ``file_name``. :func:`submit`
+    checks a local file at the door.
 
     Raises:
         imposition.common.tenancy.InvalidTenantId, imposition.common.tenancy.InvalidJobId,
-            imposition.common.tenancy.ForeignKeyRefused: bad identity or key (``NonCanonicalTenantId``: an
-            upper-case spelling, the canonical one named).
+            imposition.common.tenancy.ForeignKeyRefused, imposition.common.tenancy.InvalidKey: bad
+            identity or key (``NonCanonicalTenantId``: an upper-case spelling, the canonical one
+            named; ``InvalidKey``: over S3's 1,024 bytes or a control character).
+        SubmissionFieldError: a token, layout or file name over its bound (names field and limit).
         admission.UnknownTenant: no such tenant registered and ``Settings.auto_register_tenants``
             off (code ``unknown_tenant``; nothing written).
         imposition.engine.errors.InvalidLayout: the layout fails validation (names field, value, limit).
-        ValueError: an empty, too long or not UTF-8-encodable token, a max_attempts that is not an
-            integer from 1 to ``Settings.max_attempts_limit``, a bad ``on_duplicate``.
+        ValueError: a max_attempts that is not an integer from 1 to ``Settings.max_attempts_limit``,
+            a bad ``on_duplicate`` (and :class:`SubmissionFieldError`, a ValueError too: an empty,
+            too long or not UTF-8-encodable token, a layout or file name over its bound).
         admission.DuplicateSubmission, admission.DuplicateJobId, admission.RateLimited,
             admission.InFlightLimitReached: refused (all :class:`admission.AdmissionRefused`); nothing
             was written or published, nothing of another job or tenant changed.
@@ -99,7 +130,9 @@ def submit_job(
     check_own_key(tenant_id, input_key)
     job_id = new_job_id() if job_id is None else validate_job_id(job_id)
     spec, budget = _validated(tenant_id, token, layout, max_attempts, on_duplicate)
-    return _admit_and_enqueue(tenant_id, token, job_id, spec, budget, input_key, on_duplicate=on_duplicate)
+    name = checked_file_name(file_name) if file_name is not None else key_file_name(input_key)
+    return _admit_and_enqueue(tenant_id, token, job_id, spec, budget, input_key, on_duplicate=on_duplicate,
+                              file_name=name)
 
 
 def submit(
@@ -115,9 +148,10 @@ def submit(
 
     The file is checked at the door first: a PDF header (:func:`check_pdf_header`), then opened in
     the engine's limited child (:meth:`imposition.Engine.probe`: a hostile file is parsed only
-    there), so an empty, non-PDF, damaged, encrypted or page-less file is refused naming the
-    caller's file, before admission, upload or publish (the pages' content and the layout's fit
-    are checked when the job runs, and fail the job). Admission runs before
+    there, under the content budget), every page's content, resources and boxes read whole, so an
+    empty, non-PDF, damaged (a truncated file included), encrypted or page-less file is refused
+    naming the caller's file, before admission, upload or publish (the layout's fit is checked when
+    the job runs, and fails the job). The job keeps the file's name (``file_name``). Admission runs before
     the upload; the input goes to ``tenants/<tenant>/jobs/<job>/input.pdf`` and is deleted again if
     a later step fails. ``on_duplicate`` as in :func:`submit_job`.
 
@@ -141,7 +175,16 @@ def submit(
     get_engine(get_settings()).probe(source, spec)
     job_id = new_job_id()
     return _admit_and_enqueue(tenant_id, token, job_id, spec, budget, derive_input_key(tenant_id, job_id),
-                              on_duplicate=on_duplicate, upload_from=source)
+                              on_duplicate=on_duplicate, upload_from=source, file_name=key_file_name(source.name))
+
+
+def key_file_name(input_key: str) -> str:
+    """The last segment of ``input_key`` (or of a local path), cut to ``Settings.file_name_max_bytes``,
+    a character UTF-8 cannot hold (a file name's undecodable byte) as ``?``: the file name of a job
+    submitted without one."""
+    name = PurePosixPath(input_key).name or "input.pdf"
+    limit = get_settings().file_name_max_bytes
+    return name.encode("utf-8", "replace")[:limit].decode("utf-8", "ignore")
 
 
 #: The header must start within the first 1024 bytes (PDF 32000-1 §7.5.2; readers accept it there).
@@ -174,25 +217,64 @@ def _validated(tenant_id: str, token: str, layout: dict[str, Any] | str, max_att
                on_duplicate: str):
     """Every check that needs no I/O; returns (layout spec, attempt budget)."""
     validate_tenant_id(tenant_id)
+    settings = get_settings()
     if not isinstance(token, str) or not token.strip():
-        raise ValueError("token: must be a non-empty string (the caller's idempotency token)")
+        raise SubmissionFieldError("token", "must be a non-empty string (the caller's idempotency token)")
+    if len(token) > settings.idempotency_token_max_len:
+        raise SubmissionFieldError("token", f"{len(token)} characters is more than idempotency_token_max_len="
+                                   f"{settings.idempotency_token_max_len}", settings.idempotency_token_max_len)
     try:
         token.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ValueError(f"token: not encodable as UTF-8 at character {exc.start} "
-                         "(a lone surrogate); use a valid Unicode string") from exc
+        raise SubmissionFieldError("token", f"not encodable as UTF-8 at character {exc.start} "
+                                   "(a lone surrogate); use a valid Unicode string") from exc
     if on_duplicate not in ("raise", "return"):
         raise ValueError(f"on_duplicate={shown_value(on_duplicate)}: must be 'raise' or 'return'")
-    settings = get_settings()
     budget = settings.max_attempts if max_attempts is None else max_attempts
     if not isinstance(budget, int) or isinstance(budget, bool) or not 1 <= budget <= settings.max_attempts_limit:
         raise ValueError(f"max_attempts={shown_value(max_attempts)}: must be an integer from 1 to "
                          f"max_attempts_limit={settings.max_attempts_limit}")
-    return parse_layout(layout), budget
+    if isinstance(layout, (str, bytes)) and len(layout) > settings.max_layout_bytes:  # before parsing megabytes
+        unit = "bytes" if isinstance(layout, bytes) else "characters"  # a character is at least a byte
+        raise SubmissionFieldError("layout", f"{len(layout)} {unit} is more than max_layout_bytes="
+                                   f"{settings.max_layout_bytes}", settings.max_layout_bytes)
+    spec = parse_layout(layout)
+    stored_bytes = len(json.dumps(spec.model_dump(mode="json"), separators=(",", ":")).encode("utf-8"))
+    if stored_bytes > settings.max_layout_bytes:
+        raise SubmissionFieldError("layout", f"{stored_bytes} bytes of JSON is more than max_layout_bytes="
+                                   f"{settings.max_layout_bytes}", settings.max_layout_bytes)
+    return spec, budget
+
+
+def checked_file_name(file_name: str | None) -> str | None:
+    """``file_name`` if it is a file name within ``Settings.file_name_max_bytes`` (None stays None).
+
+    Raises:
+        SubmissionFieldError: not a string, empty, over the bound, not UTF-8 encodable, or holding
+            a ``/`` or a control character.
+    """
+    if file_name is None:
+        return None
+    limit = get_settings().file_name_max_bytes
+    if not isinstance(file_name, str) or not file_name.strip():
+        raise SubmissionFieldError("file_name", "must be a non-empty string")
+    if len(file_name) > limit:
+        raise SubmissionFieldError("file_name", f"{len(file_name)} characters is more than file_name_max_bytes={limit}",
+                                   limit)
+    try:
+        size_bytes = len(file_name.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise SubmissionFieldError("file_name", f"not encodable as UTF-8 at character {exc.start}") from None
+    if size_bytes > limit:
+        raise SubmissionFieldError("file_name", f"{size_bytes} bytes (UTF-8) is more than file_name_max_bytes={limit}",
+                                   limit)
+    if "/" in file_name or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in file_name):
+        raise SubmissionFieldError("file_name", "a file name only: no '/' and no control character")
+    return file_name
 
 
 def _admit_and_enqueue(tenant_id: str, token: str, job_id: str, spec, budget: int, input_key: str, *,
-                       on_duplicate: str, upload_from: Path | None = None) -> str:
+                       on_duplicate: str, upload_from: Path | None = None, file_name: str | None = None) -> str:
     """Registration, admission, then (upload →) job item → publish; on any failure after admission,
     undo all."""
     admission.check_registered(tenant_id)
@@ -204,7 +286,7 @@ def _admit_and_enqueue(tenant_id: str, token: str, job_id: str, spec, budget: in
         if upload_from is not None:
             storage.upload(upload_from, input_key)
         try:
-            _create_and_publish(tenant_id, token, job_id, spec, budget, input_key)
+            _create_and_publish(tenant_id, token, job_id, spec, budget, input_key, file_name)
         except BaseException:
             if upload_from is not None:
                 storage.delete(input_key)
@@ -248,7 +330,8 @@ def _restore_fast_check(tenant_id: str, token: str) -> None:
         log.warning("token of tenant %s: could not restore its Redis fast check: %s", tenant_id, exc)
 
 
-def _create_and_publish(tenant_id: str, token: str, job_id: str, spec, budget: int, input_key: str) -> None:
+def _create_and_publish(tenant_id: str, token: str, job_id: str, spec, budget: int, input_key: str,
+                        file_name: str | None = None) -> None:
     """Write the job item through the door (:func:`leases.waiting.through_door`), with its token's
     claim and its tenant's counter, in one transaction: ``queued`` and published, or ``waiting``
     (parked at the door, no message) and then a wake; delete all three again if the publish fails.
@@ -266,6 +349,7 @@ def _create_and_publish(tenant_id: str, token: str, job_id: str, spec, budget: i
         max_attempts=budget,
         layout=spec.model_dump(mode="json"),
         input_key=input_key,
+        file_name=file_name,
         submitted_at=time.time(),
     )
     queued = waiting.through_door(job, door=get_settings().waiting_policy == "handoff")

@@ -63,4 +63,5 @@ def sweep() -> dict:
         "republished": dict(report.republished),
         "nodes_dropped": report.nodes_dropped,
         "held_for_report": report.held_for_report,
+        "held_for_skew": report.held_for_skew,
     }

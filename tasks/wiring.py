@@ -8,6 +8,7 @@ Like dramatiq's middleware added to a broker: the app is created bare (:mod:`tas
     Celery signals ──► imposition.observability.exporter  (the worker's metrics endpoint)
                   ──► imposition.observability.events    (publishers' task-sent on the events side channel)
                   ──► tasks.nodes             (the slot registry of an imposition node)
+                  ──► tasks.engine_gate       (no jobs while the node's engine or licence fails its check)
     app tasks      ◄── imposition.webhooks.tasks.deliver_webhook and drain_outbox, imposition.observability.sampler.sample_queues
                        (defined on imposition.common.celery_app.app, the one app object)
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 from celery import Celery
 
 from imposition.observability import events, exporter, metrics, sampler
-from tasks import nodes
+from tasks import engine_gate, nodes
 from imposition.webhooks import tasks as webhook_tasks
 
 
@@ -37,4 +38,5 @@ def install(app: Celery) -> Celery:
     exporter.install()
     events.install()
     nodes.install()
+    engine_gate.install()
     return app

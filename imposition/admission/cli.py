@@ -26,15 +26,11 @@ def set_limits_command(tenant_id: str, rate_limit_per_min: int | None, in_flight
 
     Other submitting processes apply the change within Settings.admission_limits_cache_s.
     """
-    from imposition.admission.errors import UnknownTenant
     from imposition.admission.limits import require_registered, set_limits
 
     if not reset and rate_limit_per_min is None and in_flight_cap is None and idempotency_ttl_s is None:
         raise click.UsageError("give at least one limit or --default NAME")
-    try:
-        require_registered(tenant_id)
-    except UnknownTenant as exc:
-        raise click.BadParameter(str(exc), param_hint="TENANT_ID") from None
+    require_registered(tenant_id)  # UnknownTenant: one refusal line, exit 2 (ServiceGroup)
     limits = set_limits(tenant_id, rate_limit_per_min=rate_limit_per_min, in_flight_cap=in_flight_cap,
                         idempotency_ttl_s=idempotency_ttl_s, reset=reset)
     click.echo(json.dumps({"tenant_id": tenant_id, **asdict(limits)}, indent=2, sort_keys=True))

@@ -13,7 +13,7 @@ import click
 
 from imposition.capacity.core import Tier
 from imposition.capacity.errors import WorkloadError
-from imposition.capacity.results import Summary, render, summarise, write_png
+from imposition.capacity.results import Summary, render, summarise, tier_words, write_png
 from imposition.capacity.simulator import POLICIES, ModelParams, simulate
 from imposition.capacity.workload import Workload, from_history, load_spec
 from imposition.common.settings import get_settings
@@ -43,28 +43,57 @@ def parse_nodes(text: str, *, field: str = "--nodes") -> list[int]:
     return sorted(set(values))
 
 
-def run_nodes(workload: Workload, nodes: list[int], *, policy: str, cap: int | None = None,
-              order: str | None = None) -> tuple[list[Summary], dict[int, dict[str, list[float]]]]:
-    """Simulate ``workload`` once per node count; the summaries and each run's waits per tenant.
-
-    Under ``borrow``, a tenant whose tier names no burst cap gets ``sim_borrow_burst_cap``.
+def default_tier(policy: str, cap: int | None = None, burst_cap: int | None = None) -> dict:
+    """The tier of tenants without one of their own, and where each number comes from:
+    ``{"cap", "cap_source", "burst_cap", "burst_cap_source"}``. ``cap`` is honoured under every
+    policy; only ``borrow`` lends above it, up to ``burst_cap`` (default ``sim_borrow_burst_cap``,
+    never below the cap); ``burst_cap`` is None under the other policies.
 
     Raises:
-        WorkloadError: as :func:`imposition.capacity.simulator.simulate`.
+        WorkloadError: a negative cap, a burst cap below the cap, or a burst cap without ``borrow``.
     """
     s = get_settings()
     if cap is not None and cap < 0:
         raise WorkloadError(f"--cap={cap}: must be >= 0")
-    params = ModelParams.from_settings(s, default_cap=cap, delivery_order=order)
+    tier = {"cap": s.default_cap if cap is None else cap, "cap_source": "default_cap" if cap is None else "--cap",
+            "burst_cap": None, "burst_cap_source": None}
+    if policy != "borrow":
+        if burst_cap is not None:
+            raise WorkloadError(f"--burst-cap={burst_cap}: only with --policy borrow (policy {policy} never borrows)")
+        return tier
+    if burst_cap is not None:
+        if burst_cap < tier["cap"]:
+            raise WorkloadError(f"--burst-cap={burst_cap}: must be >= the cap ({tier['cap']}, {tier['cap_source']})")
+        return {**tier, "burst_cap": burst_cap, "burst_cap_source": "--burst-cap"}
+    if s.sim_borrow_burst_cap < tier["cap"]:
+        return {**tier, "burst_cap": tier["cap"], "burst_cap_source": "the cap (sim_borrow_burst_cap is below it)"}
+    return {**tier, "burst_cap": s.sim_borrow_burst_cap, "burst_cap_source": "sim_borrow_burst_cap"}
+
+
+def run_nodes(workload: Workload, nodes: list[int], *, policy: str, cap: int | None = None,
+              burst_cap: int | None = None, order: str | None = None,
+              days: list | None = None) -> tuple[list[Summary], dict[int, dict[str, list[float]]]]:
+    """Simulate ``workload`` once per node count; the summaries and each run's waits per tenant.
+
+    Tenants without a tier of their own get :func:`default_tier`'s (``cap``; under ``borrow`` also
+    its burst cap). ``days``: the working days to judge over (the measured report's window), else
+    the run's own span.
+
+    Raises:
+        WorkloadError: as :func:`default_tier` and :func:`imposition.capacity.simulator.simulate`.
+    """
+    s = get_settings()
+    tier = default_tier(policy, cap, burst_cap)
+    params = ModelParams.from_settings(s, default_cap=tier["cap"], delivery_order=order)
     tiers = dict(workload.tiers)
     if policy == "borrow":
-        tiers = {t: Tier(tier.cap, tier.burst_cap if tier.burst_cap is not None else s.sim_borrow_burst_cap)
-                 for t, tier in {**{r[0]: Tier() for r in workload.rows}, **tiers}.items()}
+        tiers = {t: Tier(tier_.cap, tier_.burst_cap if tier_.burst_cap is not None else tier["burst_cap"])
+                 for t, tier_ in {**{r[0]: Tier() for r in workload.rows}, **tiers}.items()}
     summaries, samples = [], {}
     for n in nodes:
         run = simulate(workload.jobs(), nodes=n, policy_name=policy, params=params, tiers=tiers,
                        keep_intervals=False)
-        summaries.append(summarise(run, s))
+        summaries.append(summarise(run, s, days=days, tier=tier))
         waits: dict[str, list[float]] = {}
         for job in run.jobs:
             if job.wait_s is not None:
@@ -73,13 +102,21 @@ def run_nodes(workload: Workload, nodes: list[int], *, policy: str, cap: int | N
     return summaries, samples
 
 
-def _workload(workload_path: Path | None, from_hist: bool, weeks: int | None) -> Workload:
+def _workload(workload_path: Path | None, from_hist: bool, weeks: int | None) -> tuple[Workload, list | None]:
+    """The workload, and the working days to judge it over: the capacity report's window for
+    ``--from-history`` (the days ``capacity-report`` measures), None (the run's own span) for a file."""
     if (workload_path is None) == (not from_hist):
         raise InputError("give exactly one of --workload FILE and --from-history")
     s = get_settings()
     if workload_path is not None:
-        return load_spec(workload_path, job_overhead_s=s.sim_job_overhead_s)
-    return from_history(s.capacity_weeks if weeks is None else weeks)
+        return load_spec(workload_path, job_overhead_s=s.sim_job_overhead_s), None
+    from imposition.observability.capacity import ReportWindowError, report_days  # noqa: PLC0415
+
+    try:
+        days, end = report_days(weeks=weeks)
+    except ReportWindowError as exc:
+        raise WorkloadError(str(exc)) from exc
+    return from_history(s.capacity_weeks if weeks is None else weeks, until=end), days
 
 
 @click.command("simulate")
@@ -88,7 +125,11 @@ def _workload(workload_path: Path | None, from_hist: bool, weeks: int | None) ->
 @click.option("--from-history", "from_hist", is_flag=True, help="Replay the jobs table's arrivals and durations.")
 @click.option("--weeks", type=int, default=None, help="History window in weeks (default: capacity_weeks, 4).")
 @click.option("--nodes", "nodes_text", default=None, help="Node counts to compare, e.g. 1,2,3 (default: capacity_nodes).")
-@click.option("--cap", type=int, default=None, help="Default cap of tenants without a tier (default: default_cap).")
+@click.option("--cap", type=int, default=None,
+              help="Cap of tenants without a tier (default: default_cap); honoured under every policy.")
+@click.option("--burst-cap", type=int, default=None,
+              help="With --policy borrow: leases a tenant without a tier may borrow up to (default: "
+                   "sim_borrow_burst_cap, at least the cap).")
 @click.option("--policy", type=click.Choice(POLICIES), default=None,
               help="Waiting policy (default: waiting_policy); borrow = hand-off with burst caps.")
 @click.option("--order", type=click.Choice(["arrival", "fair"]), default=None,
@@ -96,18 +137,20 @@ def _workload(workload_path: Path | None, from_hist: bool, weeks: int | None) ->
 @click.option("--png", "png_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write p95 wait and utilisation against the node count, and the wait distributions.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of the text.")
-def simulate_command(workload_path, from_hist, weeks, nodes_text, cap, policy, order, png_path, as_json) -> None:
+def simulate_command(workload_path, from_hist, weeks, nodes_text, cap, burst_cap, policy, order, png_path,
+                     as_json) -> None:
     """Predict each tenant's waits, slot utilisation and the licence verdict for each node count."""
     s = get_settings()
     policy = policy or s.waiting_policy
     nodes = parse_nodes(nodes_text) if nodes_text is not None else [s.capacity_nodes]
     try:
-        workload = _workload(workload_path, from_hist, weeks)
-        summaries, samples = run_nodes(workload, nodes, policy=policy, cap=cap, order=order)
+        workload, days = _workload(workload_path, from_hist, weeks)
+        summaries, samples = run_nodes(workload, nodes, policy=policy, cap=cap, burst_cap=burst_cap, order=order,
+                                       days=days)
     except WorkloadError as exc:
         raise InputError(str(exc)) from exc
     if as_json:
-        click.echo(json.dumps({"source": workload.source, "policy": policy,
+        click.echo(json.dumps({"source": workload.source, "policy": policy, **summaries[0].tier,
                                "runs": [sm.as_dict() for sm in summaries]}, indent=2))
     else:
         click.echo(render(summaries, policy=policy, source=workload.source))
@@ -117,7 +160,8 @@ def simulate_command(workload_path, from_hist, weeks, nodes_text, cap, policy, o
 
 
 def parse_what_if(items: tuple[str, ...]) -> dict:
-    """``("nodes=2", "cap=3", "policy=borrow")`` → ``{"nodes": [2], "cap": 3, "policy": "borrow"}``.
+    """``("nodes=2", "cap=3", "burst=6", "policy=borrow")`` → ``{"nodes": [2], "cap": 3, "burst_cap": 6,
+    "policy": "borrow"}``.
 
     Raises:
         InputError: an unknown key or a bad value.
@@ -126,19 +170,23 @@ def parse_what_if(items: tuple[str, ...]) -> dict:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
-            raise InputError(f"--what-if {item!r}: must be KEY=VALUE (nodes=2, cap=3, policy=borrow)")
+            raise InputError(f"--what-if {item!r}: must be KEY=VALUE (nodes=2, cap=3, burst=6, policy=borrow)")
         if key == "nodes":
             out["nodes"] = parse_nodes(value, field="--what-if nodes")
         elif key == "cap":
             if not value.isdigit():
                 raise InputError(f"--what-if cap={value!r}: must be an integer >= 0")
             out["cap"] = int(value)
+        elif key == "burst":
+            if not value.isdigit():
+                raise InputError(f"--what-if burst={value!r}: must be an integer >= 0")
+            out["burst_cap"] = int(value)
         elif key == "policy":
             if value not in POLICIES:
                 raise InputError(f"--what-if policy={value!r}: must be one of {', '.join(POLICIES)}")
             out["policy"] = value
         else:
-            raise InputError(f"--what-if {key!r}: unknown; use nodes, cap or policy")
+            raise InputError(f"--what-if {key!r}: unknown; use nodes, cap, burst or policy")
     return out
 
 
@@ -157,16 +205,18 @@ def _capacity_report_command() -> click.Command:
         from zoneinfo import ZoneInfo  # noqa: PLC0415
 
         until = measured.parse_until(kwargs["until"], ZoneInfo(s.capacity_timezone))
-        try:
-            report = measured.build_report(weeks=kwargs["weeks"], until=until, nodes=kwargs["nodes"])
+        try:  # one window for both parts: the measured report's working days
+            days, end = measured.report_days(weeks=kwargs["weeks"], until=until)
+            report = measured.build_report(weeks=kwargs["weeks"], until=end, nodes=kwargs["nodes"])
         except measured.ReportWindowError as exc:
             raise InputError(str(exc)) from exc
         now_nodes = kwargs["nodes"] or s.capacity_nodes
         policy = changes.get("policy", s.waiting_policy)
         try:
-            workload = from_history(kwargs["weeks"] or s.capacity_weeks, until=until)
+            workload = from_history(kwargs["weeks"] or s.capacity_weeks, until=end)
             summaries, _ = run_nodes(workload, sorted({now_nodes, *changes.get("nodes", [now_nodes])}),
-                                     policy=policy, cap=changes.get("cap"))
+                                     policy=policy, cap=changes.get("cap"), burst_cap=changes.get("burst_cap"),
+                                     days=days)
         except WorkloadError as exc:
             raise InputError(str(exc)) from exc
         if kwargs["as_json"]:
@@ -174,21 +224,21 @@ def _capacity_report_command() -> click.Command:
                 "changes": changes, "policy": policy, "runs": [sm.as_dict() for sm in summaries]}}, indent=2))
         else:
             lines = [measured.render(report), "",
-                     f"what-if, simulated on the same window ({workload.source}, policy {policy}"
-                     + (f", cap {changes['cap']}" if "cap" in changes else "") + "):"]
+                     f"what-if, simulated on the same window ({len(days)} working days; {workload.source}, "
+                     f"policy {policy}, {tier_words(summaries[0].tier)}):"]
             for sm in summaries:
                 label = f"{sm.nodes} node(s)" + (" (as measured: the model's check)" if sm.nodes == now_nodes
-                                                 and "cap" not in changes and "policy" not in changes else "")
+                                                 and not {"cap", "burst_cap", "policy"} & set(changes) else "")
                 worst = max((t.p95_s or 0.0 for t in sm.tenants), default=0.0)
-                lines += [f"  {label}: utilisation {sm.working_day_utilisation:.1%} in working hours, "
-                          f"worst tenant p95 wait {worst:.1f} s",
+                lines += [f"  {label}: {sm.utilisation_line()}, worst tenant p95 wait {worst:.1f} s",
                           *(f"    {line}" for line in sm.report.condition_lines()), f"    {sm.report.verdict}"]
             click.echo("\n".join(lines))
         if kwargs["png_path"] is not None:
             click.echo(f"chart written to {measured.write_png(report, kwargs['png_path'])}", err=kwargs["as_json"])
 
     option = click.Option(["--what-if", "what_if"], multiple=True, metavar="KEY=VALUE",
-                          help="Add the simulated verdict for a change: nodes=2 (or 2,3), cap=3, policy=borrow.")
+                          help="Add the simulated verdict for a change: nodes=2 (or 2,3), cap=3, burst=6 "
+                               "(with policy=borrow), policy=borrow.")
     return click.Command(base.name, callback=callback, params=[*base.params, option], help=base.help)
 
 

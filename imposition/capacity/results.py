@@ -8,12 +8,19 @@ answered by the same rule that gives the measured verdict.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from imposition.capacity.simulator import RunResult
-from imposition.observability.capacity import CapacityReport, Thresholds, compute_report, working_days
+from imposition.observability.capacity import (
+    CapacityReport,
+    Thresholds,
+    WorkingDay,
+    compute_report,
+    working_days,
+    working_hours_label,
+)
 from imposition.observability.history import percentile
 from imposition.common.settings import Settings, get_settings
 
@@ -41,17 +48,31 @@ class Summary:
     makespan_s: float
     unfinished: int
     report: CapacityReport
+    #: The tier the run used for tenants without one of their own: ``{"cap", "cap_source",
+    #: "burst_cap", "burst_cap_source"}`` (a source is the option or setting it came from).
+    tier: dict = field(default_factory=dict)
 
     @property
-    def working_day_utilisation(self) -> float:
-        """Busy ÷ available slot-seconds over the working days (the licence rule's hours)."""
+    def working_day_utilisation(self) -> float | None:
+        """Busy ÷ available slot-seconds over the working days, between the configured hours (the
+        licence rule's hours, :func:`imposition.observability.capacity.working_hours_label`); None if
+        the run's window holds no working hour."""
         capacity = sum(d.capacity_slot_s for d in self.report.days)
-        return sum(d.busy_slot_s for d in self.report.days) / capacity if capacity else 0.0
+        return sum(d.busy_slot_s for d in self.report.days) / capacity if capacity else None
+
+    def utilisation_line(self) -> str:
+        """``utilisation 35.5% in working hours (Mon–Fri 00:00–24:00 UTC; 27.2% over the whole run)``."""
+        hours = working_hours_label()
+        within = self.working_day_utilisation
+        if within is None:
+            return f"utilisation {self.utilisation:.1%} over the whole run (no working hours, {hours}, in its window)"
+        return f"utilisation {within:.1%} in working hours ({hours}; {self.utilisation:.1%} over the whole run)"
 
     def as_dict(self) -> dict:
         """JSON-ready form."""
         return {"nodes": self.nodes, "slots_total": self.slots_total, "utilisation": self.utilisation,
-                "working_day_utilisation": self.working_day_utilisation,
+                "working_day_utilisation": self.working_day_utilisation, "working_hours": working_hours_label(),
+                "working_days": len(self.report.days), **self.tier,
                 "makespan_s": self.makespan_s, "unfinished": self.unfinished,
                 "tenants": [t.__dict__ for t in self.tenants],
                 "utilisation_condition": self.report.utilisation_condition,
@@ -59,8 +80,12 @@ class Summary:
                 "verdict": self.report.verdict}
 
 
-def summarise(run: RunResult, settings: Settings | None = None) -> Summary:
-    """Waits per tenant, utilisation, and the licence conditions of ``run``."""
+def summarise(run: RunResult, settings: Settings | None = None, *, days: list[WorkingDay] | None = None,
+              tier: dict | None = None) -> Summary:
+    """Waits per tenant, utilisation, and the licence conditions of ``run``, over ``days`` (the
+    working days of a window: ``capacity-report --what-if`` passes the measured report's, so both
+    parts speak of the same days), else over the working days the run spans. ``tier`` is kept
+    as :attr:`Summary.tier`."""
     s = settings or get_settings()
     by_tenant: dict[str, list[float]] = {}
     for job in run.jobs:
@@ -74,25 +99,37 @@ def summarise(run: RunResult, settings: Settings | None = None) -> Summary:
     last = max(finished) if finished else first
     span = max(last - first, 1e-9)
     tz = ZoneInfo(s.capacity_timezone)
-    days = working_days(dt.datetime.fromtimestamp(first, tz).date(), dt.datetime.fromtimestamp(last, tz).date(),
-                        tz=tz, start_hour=s.capacity_day_start_hour, end_hour=s.capacity_day_end_hour,
-                        until=last + 1)
+    if days is None:
+        days = working_days(dt.datetime.fromtimestamp(first, tz).date(), dt.datetime.fromtimestamp(last, tz).date(),
+                            tz=tz, start_hour=s.capacity_day_start_hour, end_hour=s.capacity_day_end_hour,
+                            until=last + 1)
     report = compute_report(run.jobs, days=days, tz=tz, slots_total=run.slots_total, now=last,
                             thresholds=Thresholds.from_settings(s))
     return Summary(run.nodes, run.slots_total, tenants, run.busy_slot_s / (run.slots_total * span), last - first,
-                   len(run.jobs) - len(finished), report)
+                   len(run.jobs) - len(finished), report, dict(tier or {}))
 
 
 def _f(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f}"
 
 
+def tier_words(tier: dict) -> str:
+    """``cap 3 (--cap), burst cap 8 (sim_borrow_burst_cap)``, or ``cap 4 (default_cap), no
+    borrowing``: the tier a run gave tenants without one of their own, and where each number came from."""
+    if not tier:
+        return ""
+    words = f"cap {tier['cap']} ({tier['cap_source']})"
+    if tier.get("burst_cap") is None:
+        return words + ", no borrowing"
+    return words + f", burst cap {tier['burst_cap']} ({tier['burst_cap_source']})"
+
+
 def render(summaries: list[Summary], *, policy: str, source: str, max_tenants: int = 30) -> str:
     """The text form: per node count, one line per tenant, utilisation, the two conditions."""
-    lines = [f"simulation of {source}, policy {policy}"]
+    tier = tier_words(summaries[0].tier) if summaries else ""
+    lines = [f"simulation of {source}, policy {policy}" + (f"; tenants without a tier: {tier}" if tier else "")]
     for sm in summaries:
-        lines += ["", f"{sm.nodes} node(s), {sm.slots_total} slots: utilisation {sm.working_day_utilisation:.1%} "
-                      f"in working hours ({sm.utilisation:.1%} over the whole run), "
+        lines += ["", f"{sm.nodes} node(s), {sm.slots_total} slots: {sm.utilisation_line()}, "
                       f"makespan {sm.makespan_s:.1f} s" + (f", {sm.unfinished} jobs never finished" if sm.unfinished else ""),
                   f"  {'tenant':24} {'jobs':>7} {'p50 s':>8} {'p95 s':>8} {'max s':>8} {'leases':>6}"]
         shown = sorted(sm.tenants, key=lambda t: -t.jobs)[:max_tenants]
@@ -129,8 +166,8 @@ def write_png(summaries: list[Summary], path: Path, *, policy: str, wait_samples
     ax_wait.set_title(f"p95 wait per tenant ({policy})")
     ax_wait.legend(fontsize="x-small", ncol=2)
     th = summaries[0].report.thresholds
-    ax_util.plot(nodes, [100 * sm.working_day_utilisation for sm in summaries], marker="o",
-                 label="in working hours")
+    ax_util.plot(nodes, [100 * (sm.working_day_utilisation or 0.0) for sm in summaries], marker="o",
+                 label=f"in working hours ({working_hours_label()})")
     ax_util.plot(nodes, [100 * sm.report.busy_day_share for sm in summaries], marker="^",
                  label=f"share of working days above {th.utilisation:.0%}")
     ax_util.axhline(100 * th.busy_day_share, color="black", linestyle="--", label="busy-day share needed")

@@ -22,16 +22,12 @@ def audit_command(tenant_ids: tuple[str, ...], repair: bool, as_json: bool) -> N
     Exit status 0: no drift (after repairs, with --repair); 1: drift remains; 2: a --tenant that is
     not a registered, canonical tenant id.
     """
-    from imposition.admission.errors import UnknownTenant
-    from imposition.admission.limits import require_registered
+    from imposition.cli.main import require_known_tenant
     from leases import audit
     from tasks.sweeper import visible_messages  # noqa: PLC0415 (the imposition queue's backlog)
 
     for tenant_id in tenant_ids:
-        try:
-            require_registered(tenant_id)
-        except UnknownTenant as exc:
-            raise click.BadParameter(str(exc), param_hint="--tenant") from None
+        require_known_tenant(tenant_id)  # reading registers nothing: refused whatever auto-registration says
 
     if repair:
         from tasks.messages import publish_job  # noqa: PLC0415 (a stranded job is re-published)

@@ -7,11 +7,7 @@ newest first, ``--since`` as its sort-key condition, ``--status`` as a filter), 
 tenant's items and never scans the jobs table. Without ``--tenant`` it reads the tenants table (one
 item per tenant) and queries each tenant the same way, merged newest first.
 
-Writing: ``job cancel`` and ``job retry`` are the transactions of :mod:`leases.lifecycle`, followed
-here by what every other status change is followed by: the hand-off (:func:`leases.waiting.wake`)
-where room was freed, the publish of a queued job, and for a cancel the tenant told (its admission
-in-flight entry confirmed through :func:`admission.confirm`, its webhook sent through
-:data:`leases.signals.job_finished`, the path of every job that ends).
+Writing: ``job cancel`` and ``job retry`` call :mod:`tasks.jobs`.
 
 Times shown: every ``*_at`` value (epoch s) also as ``*_at_utc`` (ISO 8601, UTC), and the
 durations ``waited_s`` (start − submission of its latest attempt) and ``ran_s`` (finish − start), in
@@ -23,12 +19,14 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+import operator
 import logging
 import re
 import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -92,24 +90,34 @@ class DurationParam(click.ParamType):
         return float(match.group(1)) * _UNITS_S[match.group(2) or "s"]
 
 
-def tenant_jobs(tenant_id: str, *, status: str | None = None, since_at: float | None = None) -> Iterator:
+def tenant_jobs(tenant_id: str, *, status: str | None = None, since_at: float | None = None,
+                token: str | None = None, file_name: str | None = None) -> Iterator:
     """``tenant_id``'s job items, newest submission first, through the ``by-tenant`` index
     (paginated, ``Settings.jobs_list_page_size`` items per page); ``since_at`` (epoch s) bounds
-    the submission time from below, ``status`` filters."""
+    the submission time from below; ``status``, ``token`` (the idempotency token) and ``file_name``
+    (as submitted) filter: DynamoDB applies a filter after reading, so a filtered listing reads the
+    tenant's partition back to ``since_at`` (give ``--since`` on a long history)."""
     from leases.models import JobItem
     from imposition.common.settings import get_settings
 
+    filters = []
+    if status is not None:
+        filters.append(JobItem.status == status)
+    if token is not None:
+        filters.append(JobItem.token == token)
+    if file_name is not None:
+        filters.append(JobItem.file_name == file_name)
     return JobItem.by_tenant.query(
         tenant_id,
         range_key_condition=None if since_at is None else JobItem.submitted_at >= since_at,
-        filter_condition=None if status is None else JobItem.status == status,
+        filter_condition=reduce(operator.and_, filters) if filters else None,
         scan_index_forward=False,
         page_size=get_settings().jobs_list_page_size,
     )
 
 
 def list_jobs(*, tenant_id: str | None = None, status: str | None = None, since_at: float | None = None,
-              limit: int | None = None) -> list:
+              limit: int | None = None, token: str | None = None, file_name: str | None = None) -> list:
     """Job items, newest submission first, at most ``limit`` (default ``Settings.jobs_list_limit``).
 
     With ``tenant_id``: that tenant's index partition only. Without: every tenant of the tenants
@@ -119,7 +127,7 @@ def list_jobs(*, tenant_id: str | None = None, status: str | None = None, since_
 
     limit = get_settings().jobs_list_limit if limit is None else limit
     tenants = [tenant_id] if tenant_id is not None else sorted(t.tenant_id for t in TenantItem.scan())
-    streams = [tenant_jobs(t, status=status, since_at=since_at) for t in tenants]
+    streams = [tenant_jobs(t, status=status, since_at=since_at, token=token, file_name=file_name) for t in tenants]
     merged = heapq.merge(*streams, key=lambda job: -float(job.submitted_at))
     return list(itertools.islice(merged, limit))
 
@@ -131,7 +139,8 @@ def _row(job) -> list[str]:
         return "-" if value is None else f"{value:.1f}"
 
     return [job.job_id, job.tenant_id, job.status, utc(job.submitted_at) or "-", seconds(view["waited_s"]),
-            seconds(view["ran_s"]), "-" if job.sheets is None else str(int(job.sheets)), job.error_code or "-"]
+            seconds(view["ran_s"]), "-" if job.sheets is None else str(int(job.sheets)), job.error_code or "-",
+            job.file_name or "-"]
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -151,18 +160,28 @@ def jobs_group() -> None:
 @click.option("--status", type=click.Choice(STATUSES), default=None, help="Only jobs in this status.")
 @click.option("--since", "since_s", type=DurationParam(), default=None,
               help="Only jobs submitted in this last duration (90s, 30m, 2h, 7d).")
+@click.option("--token", default=None, help="Only the job(s) submitted with this idempotency token (e.g. an order number).")
+@click.option("--file", "file_name", default=None, help="Only jobs whose input file had this name when submitted.")
 @click.option("--limit", type=click.IntRange(min=1), default=None,
               help="Most rows (default: Settings.jobs_list_limit, 50).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON array of job views (raw and UTC times).")
-def jobs_list(tenant_id: str | None, status: str | None, since_s: float | None, limit: int | None,
-              as_json: bool) -> None:
-    """Jobs, newest first: job, tenant, status, submitted (UTC), waited and ran (s), sheets, error code."""
+def jobs_list(tenant_id: str | None, status: str | None, since_s: float | None, token: str | None,
+              file_name: str | None, limit: int | None, as_json: bool) -> None:
+    """Jobs, newest first: job, tenant, status, submitted (UTC), waited and ran (s), sheets, error
+    code, file name. ``--token`` and ``--file`` find a job by what a shop knows of it.
+
+    Exit status 2: an unknown tenant (``refused: unknown_tenant: ...``), a malformed option."""
+    from imposition.cli.main import require_known_tenant
+
+    if tenant_id is not None:
+        require_known_tenant(tenant_id)
     since_at = None if since_s is None else time.time() - since_s
-    jobs = list_jobs(tenant_id=tenant_id, status=status, since_at=since_at, limit=limit)
+    jobs = list_jobs(tenant_id=tenant_id, status=status, since_at=since_at, limit=limit, token=token,
+                     file_name=file_name)
     if as_json:
         click.echo(json.dumps([job_view(job) for job in jobs], indent=2, sort_keys=True, default=str))
         return
-    header = ["job", "tenant", "status", "submitted", "waited_s", "ran_s", "sheets", "error"]
+    header = ["job", "tenant", "status", "submitted", "waited_s", "ran_s", "sheets", "error", "file"]
     click.echo(table(header, [_row(job) for job in jobs]) if jobs else "no jobs")
 
 
@@ -178,15 +197,53 @@ def _job_or_exit(job_id: str):
         sys.exit(1)
 
 
-@click.command("show")
-@click.argument("job_id", type=JOB_ID)
-@click.option("--json", "as_json", is_flag=True, help="Accepted for symmetry: the output is JSON anyway.")
-def job_show(job_id: str, as_json: bool) -> None:
-    """Print a job as JSON: every attribute (``layout``, ``warnings`` ``[{"code", "message"}]`` and
-    ``history`` as JSON values), each time also as ``<name>_utc`` (ISO 8601), ``waited_s``, ``ran_s``.
+def find_job(job_id_or_token: str, *, tenant_id: str | None = None):
+    """The job whose id, else whose idempotency token, is ``job_id_or_token`` (a token within
+    ``tenant_id`` if given, else within every tenant); None if none.
 
-    Exit status 1: no such job."""
-    click.echo(json.dumps(job_view(_job_or_exit(job_id)), indent=2, sort_keys=True, default=str))
+    Raises:
+        click.UsageError: the token names more than one job (two tenants, or one reused after its
+            idempotency TTL): their ids and tenants named, to pick one.
+    """
+    from pynamodb.exceptions import DoesNotExist
+
+    from leases.models import JobItem
+    from imposition.common.tenancy import TenancyError, validate_job_id
+
+    try:
+        return JobItem.get(validate_job_id(job_id_or_token), consistent_read=True)
+    except (TenancyError, DoesNotExist):
+        pass
+    found = list_jobs(tenant_id=tenant_id, token=job_id_or_token, limit=10)
+    if len(found) > 1:
+        raise click.UsageError(f"token {job_id_or_token!r} names {len(found)} jobs ("
+                               + ", ".join(f"{j.job_id} of {j.tenant_id}" for j in found)
+                               + "): give the job id, or --tenant")
+    return found[0] if found else None
+
+
+@click.command("show")
+@click.argument("job_ref", metavar="JOB_ID_OR_TOKEN")
+@click.option("--tenant", "tenant_id", type=TENANT_ID, default=None,
+              help="Look a token up in this tenant only.")
+@click.option("--json", "as_json", is_flag=True, help="Accepted for symmetry: the output is JSON anyway.")
+def job_show(job_ref: str, tenant_id: str | None, as_json: bool) -> None:
+    """Print a job, named by its id or by the idempotency token it was submitted with, as JSON:
+    every attribute (``layout``, ``warnings`` ``[{"code", "message"}]`` and ``history`` as JSON
+    values), each time also as ``<name>_utc`` (ISO 8601), ``waited_s``, ``ran_s``.
+
+    Exit status 1: no such job; 2: an unknown tenant, a token that names several jobs."""
+    from imposition.cli.main import require_known_tenant
+
+    if not job_ref.strip():
+        raise click.BadParameter("must be a job id or an idempotency token, not empty", param_hint="JOB_ID_OR_TOKEN")
+    if tenant_id is not None:
+        require_known_tenant(tenant_id)
+    job = find_job(job_ref, tenant_id=tenant_id)
+    if job is None:
+        click.echo(f"no job with id or token {job_ref!r}", err=True)
+        sys.exit(1)
+    click.echo(json.dumps(job_view(job), indent=2, sort_keys=True, default=str))
 
 
 @click.command("download")
@@ -225,89 +282,6 @@ def job_download(job_id: str, output: Path | None, previews_dir: Path | None) ->
         click.echo(f"{path}: {what} of job {job_id} ({path.stat().st_size} bytes)")
 
 
-def cancel_job(job_id: str):
-    """Cancel a queued or waiting job and tell everyone: :func:`leases.lifecycle.cancel`, then the
-    tenant's hand-off (``wake``, reason ``cancel``), its admission in-flight entry confirmed and
-    :data:`leases.signals.job_finished` (``failed``: the webhook). Returns the final job item.
-
-    Raises:
-        everything :func:`leases.lifecycle.cancel` raises (nothing written then).
-    """
-    from imposition import admission
-    from leases import lifecycle
-    from leases.transactions import read_job
-    from leases import signals
-    from leases.signals import JobOutcome
-    from tasks import app
-    from tasks.messages import publish_job
-    from tasks.wiring import install
-
-    install(app)  # this process's job_finished receivers: the webhook (idempotent)
-
-    outcome = lifecycle.cancel(job_id)
-    tenant_id = outcome.job.tenant_id
-    _wake(tenant_id, publish_job, "cancel")
-    try:
-        admission.confirm(job_id, tenant_id=tenant_id)
-    except admission.AdmissionUnavailable as exc:  # the entry expires by itself; say so
-        log.warning("job %s cancelled; its admission entry could not be confirmed (it expires): %s", job_id, exc)
-    job = read_job(job_id)
-    signals.job_finished.send(sender=None, job=job, outcome=JobOutcome.FAILED, error=job.error)
-    return job
-
-
-def retry_job(job_id: str, *, max_attempts: int | None = None):
-    """Retry a failed job through the door: admission first (:meth:`admission.Admission.readmit`:
-    the tenant's rate limit and in-flight cap, as for a submission), then
-    :func:`leases.lifecycle.retry`, then publish it (queued) or wake its tenant (parked). Returns
-    the :class:`leases.lifecycle.Outcome`.
-
-    Raises:
-        pynamodb.exceptions.DoesNotExist: no such job.
-        leases.errors.WrongJobStatus: the job is not failed (nothing admitted or written).
-        admission.RateLimited, admission.InFlightLimitReached: refused by admission (nothing written).
-        admission.AdmissionUnavailable: Redis unreachable (fails closed, nothing written).
-        everything :func:`leases.lifecycle.retry` raises (nothing written then, the readmission
-            undone); a failed publish
-            (the job stays queued with ``due_at`` now: the sweeper re-publishes it).
-    """
-    from imposition import admission
-    from leases import lifecycle
-    from leases.errors import WrongJobStatus
-    from leases.transactions import read_job
-    from tasks.messages import publish_job
-
-    job = read_job(job_id)
-    if job.status not in lifecycle.RETRYABLE:  # refused as such, before any admission is spent
-        raise WrongJobStatus(job_id, "retry", job.status, lifecycle.RETRYABLE)
-    door = admission.get_admission()
-    added = door.readmit(job.tenant_id, job_id)
-    try:
-        outcome = lifecycle.retry(job_id, max_attempts=max_attempts)
-    except BaseException:
-        try:
-            door.unreadmit(job.tenant_id, job_id, added=added)
-        except admission.AdmissionUnavailable as exc:  # keep the retry's error; the entry expires
-            log.warning("retry of job %s failed and its readmission could not be undone: %s", job_id, exc)
-        raise
-    if outcome.status == "queued":
-        publish_job(outcome.job.tenant_id, job_id)
-    else:
-        _wake(outcome.job.tenant_id, publish_job, "door")
-    return outcome
-
-
-def _wake(tenant_id: str, publish, reason: str) -> None:
-    from leases import waiting
-    from leases import signals
-
-    try:
-        waiting.wake(tenant_id, publish=publish, reason=reason,
-                     on_woken=lambda job: signals.job_woken.send(sender=None, job=job, reason=reason))
-    except Exception as exc:  # noqa: BLE001 - the transition is committed; the sweeper wakes the rest
-        log.warning("wake of tenant %s after %s failed (the sweeper will): %s", tenant_id, reason, exc)
-
-
 def _refused(exc: Exception) -> None:
     click.echo(f"refused: {exc}", err=True)
     sys.exit(2)
@@ -323,9 +297,10 @@ def job_cancel(job_id: str) -> None:
     from pynamodb.exceptions import DoesNotExist
 
     from leases.errors import WrongJobStatus
+    from tasks.jobs import cancel
 
     try:
-        job = cancel_job(job_id)
+        job = cancel(job_id)
     except DoesNotExist:
         click.echo(f"no job {job_id!r}", err=True)
         sys.exit(1)
@@ -351,9 +326,10 @@ def job_retry(job_id: str, max_attempts: int | None) -> None:
     from imposition import admission
 
     from leases.errors import WrongJobStatus
+    from tasks.jobs import retry
 
     try:
-        outcome = retry_job(job_id, max_attempts=max_attempts)
+        outcome = retry(job_id, max_attempts=max_attempts)
     except DoesNotExist:
         click.echo(f"no job {job_id!r}", err=True)
         sys.exit(1)

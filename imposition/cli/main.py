@@ -1,18 +1,19 @@
 """``imposition``: the operator's and integrator's command line.
 
-Commands: ``provision``, ``submit``, ``impose`` (the engine alone), ``jobs list``, ``job show``,
-``job download``, ``job cancel``, ``job retry`` (:mod:`imposition.cli.jobs`), ``dlq list|redrive|purge``
+Commands: ``provision``, ``render-template``, ``deploy`` (:mod:`imposition.cli.stack`), ``submit``,
+``impose`` (the engine alone), ``jobs list``, ``job show``, ``job download``, ``job cancel``, ``job retry`` (:mod:`imposition.cli.jobs`), ``dlq list|redrive|purge``
 (:mod:`imposition.cli.dlq`), ``tenant create``, ``tenant list``, ``tenant show`` (:mod:`imposition.cli.tenants`), ``tenant set-cap``,
 ``tenant set-limits`` (admission), ``tenant set-webhook`` (webhooks), ``audit`` (leases), ``status``
 and ``capacity-report`` (observability; its ``--what-if`` and ``simulate``: capacity). Commands owned by other packages are
 named in :data:`LAZY_COMMANDS` and imported only when run (click's "lazily loading subcommands"
 pattern), so ``imposition impose`` does not import the service stack.
 
-Exit status of every command: 0 ok; 1 the command's own failure (no such job, drift left by
-``audit``); 2 a usage error (click's: a bad option, a malformed tenant or job id, a cap out of
-range, a refused submission); 3 a service the command needs is unreachable (AWS endpoint, Redis,
-missing AWS credentials) or lacks a queue, table or bucket that ``imposition provision`` creates,
-reported in one line by :class:`ServiceGroup`, never as a traceback.
+Exit status of every command (docs/operations.md, "Exit codes", the table a test runs): 0 ok; 1
+the command's own failure (no such job, drift left by ``audit``); 2 a refused or malformed request
+(an unknown tenant, ``refused: unknown_tenant: ...`` in every command; click's usage errors,
+``Error: ...`` first; a refused submission); 3 a service the command needs is unreachable (AWS
+endpoint, Redis, missing AWS credentials) or lacks a queue, table or bucket that ``imposition
+provision`` creates, reported in one line by :class:`ServiceGroup`, never as a traceback.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ if TYPE_CHECKING:  # the click.Choice of --on-duplicate; tasks.submission itself
     from tasks.submission import OnDuplicate
 
 
+#: Modules of an optional extra (pyproject.toml) → the extra: a worker node installs neither.
+OPTIONAL_MODULES = {"simpy": "capacity", "matplotlib": "capacity"}
+
+
 class LazyGroup(click.Group):
     """A click group whose extra subcommands are ``"module:attribute"`` paths, imported when used."""
 
@@ -45,8 +50,25 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy_subcommands:
             module, attribute = self.lazy_subcommands[cmd_name].split(":")
-            return getattr(importlib.import_module(module), attribute)
+            try:
+                return getattr(importlib.import_module(module), attribute)
+            except ModuleNotFoundError as exc:
+                if exc.name not in OPTIONAL_MODULES:
+                    raise
+                return _needs_extra(cmd_name, exc.name)
         return super().get_command(ctx, cmd_name)
+
+
+def _needs_extra(cmd_name: str, module: str) -> click.Command:
+    """A stand-in for a command whose optional dependency is not installed: it says which extra to install."""
+    hint = f"this command needs {module}: pip install 'fair-imposition[{OPTIONAL_MODULES[module]}]'"
+
+    @click.command(cmd_name, help=f"(not installed) {hint}", context_settings={"ignore_unknown_options": True})
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def command(args: tuple[str, ...]) -> None:
+        raise click.ClickException(hint)
+
+    return command
 
 
 class IdentifierParam(click.ParamType):
@@ -143,19 +165,80 @@ class ConfigurationError(click.ClickException):
     exit_code = 2
 
 
+class Refused(click.ClickException):
+    """The service refused the request (an unknown tenant, a refused submission): one line
+    ``refused: <message>`` on stderr, exit status 2."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"refused: {self.format_message()}", err=file is None, file=file)
+
+
+class UsageFirst(click.UsageError):
+    """A usage error shown with the line that matters first: ``Error: <message>``, then click's
+    usage line and help hint (click itself puts those two lines first). Exit status 2."""
+
+    def show(self, file=None) -> None:
+        click.echo(f"Error: {self.format_message()}", err=file is None, file=file)
+        if self.ctx is not None:
+            hint = f"Try '{self.ctx.command_path} --help' for help." if self.ctx.command.get_help_option(self.ctx) else ""
+            click.echo(f"{self.ctx.get_usage()}\n{hint}".rstrip(), err=file is None, file=file)
+
+
+def usage_first(exc: click.UsageError) -> UsageFirst:
+    """``exc`` as a :class:`UsageFirst` (same message and context)."""
+    return exc if isinstance(exc, UsageFirst) else UsageFirst(exc.format_message(), exc.ctx)
+
+
+def require_known_tenant(tenant_id: str) -> None:
+    """For a command that reads a tenant (``tenant show``, ``jobs list --tenant``): refuse one that
+    is not registered, whatever ``Settings.auto_register_tenants`` says (reading registers nothing).
+
+    Raises:
+        imposition.admission.UnknownTenant: not registered (shown by :class:`ServiceGroup` as
+            ``refused: unknown_tenant: ...``, exit 2).
+    """
+    from imposition.admission.errors import UnknownTenant  # noqa: PLC0415 (imported when run)
+    from imposition.admission.limits import forget_cached_limits, limits_for  # noqa: PLC0415
+
+    forget_cached_limits(tenant_id)
+    if not limits_for(tenant_id).registered:
+        raise UnknownTenant(tenant_id)
+
+
 class ServiceGroup(LazyGroup):
     """The top-level group: every command under it (lazy ones included) reports an unreachable
-    service as :class:`ServiceUnavailable` (exit 3), and a malformed identifier
-    (:class:`imposition.common.tenancy.TenancyError`) or an invalid setting (:class:`ConfigurationError`) as
-    exit 2, instead of a traceback."""
+    service as :class:`ServiceUnavailable` (exit 3), an unknown tenant
+    (:class:`imposition.admission.UnknownTenant`) as :class:`Refused` (one line, exit 2) and a
+    malformed identifier (:class:`imposition.common.tenancy.TenancyError`) or an invalid setting
+    (:class:`ConfigurationError`) as exit 2, instead of a traceback. Usage errors show their
+    message first (:class:`UsageFirst`)."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            raise usage_first(exc) from exc
 
     def invoke(self, ctx: click.Context):
+        from imposition.admission.errors import UnknownTenant  # noqa: PLC0415 (a module with no imports)
+
         try:
             return super().invoke(ctx)
         except TenancyError as exc:
-            raise click.UsageError(str(exc)) from exc
+            raise UsageFirst(str(exc)) from exc
+        except UnknownTenant as exc:
+            raise Refused(str(exc)) from exc
+        except click.UsageError as exc:
+            raise usage_first(exc) from exc
         except click.ClickException:
             raise
+        except ModuleNotFoundError as exc:  # matplotlib, imported when the report is drawn
+            if exc.name not in OPTIONAL_MODULES:
+                raise
+            raise click.ClickException(f"this command needs {exc.name}: pip install "
+                                       f"'fair-imposition[{OPTIONAL_MODULES[exc.name]}]'") from exc
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
             problem = settings_problem(exc)
             if problem is None:
@@ -178,6 +261,10 @@ LAZY_COMMANDS = {
         "status": "imposition.observability.status:status_command",
         "capacity-report": "imposition.capacity.cli:capacity_report_command",
         "simulate": "imposition.capacity.cli:simulate_command",
+        "capacity-envelope": "imposition.capacity.envelope:capacity_envelope_command",
+        "render-template": "imposition.cli.stack:render_template_command",
+        "deploy": "imposition.cli.stack:deploy_command",
+        "process": "imposition.cli.process:process_group",
     },
     "job": {
         "show": "imposition.cli.jobs:job_show",
@@ -191,6 +278,7 @@ LAZY_COMMANDS = {
         "show": "imposition.cli.tenants:tenant_show",
         "set-limits": "imposition.admission.cli:set_limits_command",
         "set-webhook": "imposition.webhooks.cli:set_webhook_command",
+        "encrypt-webhook-secrets": "imposition.webhooks.cli:encrypt_secrets_command",
     },
 }
 
@@ -202,11 +290,13 @@ def main() -> None:
 
 @main.command()
 def provision() -> None:
-    """Create (or converge) queues with dead-letter queues, tables and bucket. Idempotent."""
+    """Apply the template's queues with dead-letter queues, tables and bucket (the local stack's path;
+    on AWS: imposition deploy). Idempotent."""
     from imposition.cli.provision import provision as do_provision
 
     report = do_provision()
-    for kind, items in (("queue", report.queues), ("table", report.tables), ("bucket", report.bucket)):
+    for kind, items in (("queue", report.queues), ("table", report.tables), ("bucket", report.bucket),
+                        ("key", report.keys)):
         for name, state in items.items():
             click.echo(f"{kind:6} {name:32} {state}")
 
@@ -229,7 +319,7 @@ def submit(tenant_id: str, token: str, layout_option: str, max_attempts: int | N
     an input that is empty, not a PDF, damaged, encrypted, without pages or over max_input_bytes:
     nothing uploaded; admission: duplicate, rate limit, in-flight cap); 3: admission unavailable (Redis unreachable; nothing was published).
     """
-    from imposition.admission import AdmissionRefused, AdmissionUnavailable
+    from imposition.admission import AdmissionRefused, AdmissionUnavailable, UnknownTenant
     from imposition.engine import ImpositionError
     from tasks.submission import submit as do_submit
 
@@ -237,6 +327,8 @@ def submit(tenant_id: str, token: str, layout_option: str, max_attempts: int | N
     try:  # submit() checks the file at the door (before admission and upload), naming it
         job_id = do_submit(input_pdf, tenant_id=tenant_id, token=token, layout=layout, max_attempts=max_attempts,
                            on_duplicate=on_duplicate)
+    except UnknownTenant:  # ServiceGroup's one refusal line, as every command says it
+        raise
     except (ValueError, LookupError, AdmissionRefused, ImpositionError) as exc:  # typed refusals
         click.echo(f"refused: {type(exc).__name__}: {exc}", err=True)
         sys.exit(2)
@@ -276,15 +368,11 @@ def tenant_set_cap(tenant_id: str, cap: int | None, use_default: bool, burst_cap
     from leases import signals
     from tasks.messages import publish_job
 
-    from imposition.admission.errors import UnknownTenant
     from imposition.admission.limits import require_registered
 
     if (cap is None) == (not use_default):
         raise click.UsageError("give either CAP or --default")
-    try:
-        require_registered(tenant_id)
-    except UnknownTenant as exc:
-        raise click.BadParameter(str(exc), param_hint="TENANT_ID") from None
+    require_registered(tenant_id)  # UnknownTenant: one refusal line, exit 2 (ServiceGroup)
     try:
         set_cap(tenant_id, None if use_default else cap, burst_cap=burst_cap)
     except ValueError as exc:  # the tenant id is valid already: the cap or burst is out of range

@@ -34,7 +34,7 @@ def tenant_view(item, default_cap: int) -> dict:
         "admission_in_flight_cap": limits.in_flight_cap,
         "idempotency_ttl_s": limits.idempotency_ttl_s,
         "webhook_url": item.webhook_url,
-        "webhook_secret_set": bool(item.webhook_secret),
+        "webhook_secret_set": bool(item.webhook_secret_ciphertext or item.webhook_secret),
         "in_flight": int(item.in_flight or 0),
         "queued": int(item.queued or 0),
         "waiting": int(item.waiting or 0),
@@ -61,19 +61,21 @@ def tenant_create(tenant_id: str, cap: int | None, burst_cap: int | None, rate_l
     from imposition.webhooks.cli import secret_from_env
     from imposition.webhooks.endpoints import checked_webhook
     from imposition.webhooks.errors import WebhookConfigError
+    from imposition.webhooks.secrets import encrypt
 
-    secret = None
+    ciphertext = None
     if webhook_url is not None:
         secret = secret_from_env(secret_env)
         try:
-            checked_webhook(webhook_url, secret)
+            ciphertext = encrypt(tenant_id, checked_webhook(webhook_url, secret))
         except (WebhookConfigError, ValueError) as exc:
             raise click.BadParameter(str(exc), param_hint="--webhook") from exc
     elif secret_env is not None:
         raise click.UsageError("--secret-env needs --webhook URL")
     try:
         create_tenant(tenant_id, cap=cap, burst_cap=burst_cap, rate_limit_per_min=rate_limit_per_min,
-                      admission_in_flight_cap=in_flight_cap, webhook_url=webhook_url, webhook_secret=secret)
+                      admission_in_flight_cap=in_flight_cap, webhook_url=webhook_url,
+                      webhook_secret_ciphertext=ciphertext)
     except TenantExists as exc:
         raise click.UsageError(str(exc)) from exc
     except ValueError as exc:
@@ -109,7 +111,10 @@ def tenant_show(tenant_id: str) -> None:
     URL (the secret never: ``webhook_secret_set``), in flight, queued, waiting, live leases, and
     ``admission_in_flight`` (admitted, unconfirmed; ``null`` if Redis cannot be reached).
 
-    Exit status 1: no such tenant (never registered; ``tenant create`` registers one)."""
+    Exit status 2: no such tenant (``refused: unknown_tenant: ...``, as every command says it)."""
+    from imposition.cli.main import require_known_tenant
+
+    require_known_tenant(tenant_id)
     _show(tenant_id)
 
 

@@ -30,6 +30,13 @@ SQS_MAX_DELAY_S = 900
 SQS_MAX_VISIBILITY_TIMEOUT_S = 43_200
 #: SQS limit on ``maxReceiveCount`` in a redrive policy (AWS SQS developer guide, "Dead-letter queues").
 SQS_MAX_RECEIVE_COUNT = 1000
+#: DynamoDB's limit on one item's size, bytes (names and values; DynamoDB Developer Guide, "Quotas").
+DYNAMODB_MAX_ITEM_BYTES = 400 * 1024
+#: Room for a job item's attributes other than the free-form fields at submission (names, ids,
+#: numbers, status), bytes: a few hundred bytes; kept generous.
+JOB_ITEM_FIXED_BYTES = 4096
+#: S3's limit on an object key, UTF-8 bytes (Amazon S3 User Guide, "Naming Amazon S3 objects").
+S3_KEY_MAX_BYTES = 1024
 
 
 class Settings(BaseSettings):
@@ -69,6 +76,11 @@ class Settings(BaseSettings):
                     "DynamoDB TTL on expires_at).",
     )
     bucket: str = "imposition-plates"
+    stack_name: str = Field(
+        default="imposition", pattern=r"^[A-Za-z][A-Za-z0-9-]{0,50}$",
+        description="CloudFormation stack of the service's AWS resources (imposition render-template | deploy); "
+                    "also the prefix of its IAM role names (<stack_name>-imposer, ...) and its tag 'service'.",
+    )
     sqs_wait_time_s: int = Field(default=10, ge=0, le=20, description="SQS long-poll wait (max 20 s).")
     sqs_polling_interval_s: float = Field(
         default=0.0, ge=0,
@@ -243,6 +255,18 @@ class Settings(BaseSettings):
     rate_limit_per_min: int = Field(default=100, ge=1)
     admission_in_flight_cap: int = Field(default=500, ge=1)
     idempotency_token_max_len: int = Field(default=255, ge=1, description="Longest idempotency token, characters.")
+    file_name_max_bytes: int = Field(
+        default=255, ge=1, le=1024,
+        description="Longest file name kept with a job (JobItem.file_name), UTF-8 bytes: a file system's NAME_MAX.")
+    max_layout_bytes: int = Field(
+        default=64 * 1024, ge=1024,
+        description="Largest layout specification accepted at submission, UTF-8 bytes of its JSON as stored "
+                    "(the layouts' own limits, e.g. 10,000 step-and-repeat pages, fit in it).")
+    max_job_item_bytes: int = Field(
+        default=128 * 1024, ge=8 * 1024, le=DYNAMODB_MAX_ITEM_BYTES // 2,
+        description="Largest job item a submission may write (its DynamoDB size, bytes); at most half of "
+                    "DynamoDB's 400 KB item limit, the rest kept for the job's history, warnings and lost attempts. "
+                    "Must hold max_layout_bytes and the other fields at their limits.")
     admission_redis_timeout_s: float = Field(
         default=2.0, gt=0, description="Connect and read timeout of admission's Redis calls; past it, fail closed."
     )
@@ -318,9 +342,35 @@ class Settings(BaseSettings):
         "passes no replay store: redis (redis_url, shared by every receiving process, so a replay sent to "
         "another process is refused) or memory (this process only).",
     )
+    webhook_secret_kms_key_id: str = Field(
+        default="alias/imposition-webhooks",
+        description="KMS key (id, ARN or alias) that encrypts tenants' webhook signing secrets; the tenants "
+        "table holds only the ciphertext (imposition.webhooks.secrets). imposition provision creates the alias's "
+        "key on the local stack.",
+    )
     webhook_allow_private_addresses: bool = Field(
         default=False, description="Allow webhook URLs whose host is or resolves to a loopback, private, "
         "link-local or other non-public address (local runs and tests only: otherwise an SSRF hole)."
+    )
+
+    # --- retention (docs/deploy-processes.md "Retention") ----------------------------------------------
+    job_retention_days: int = Field(
+        default=35, ge=1,
+        description="A final job's item expires (DynamoDB TTL, JobItem.expires_at) this many days after it "
+        "became final, and its objects (input, plate, previews: the bucket's lifecycle rule under tenants/) "
+        "this many days after they were written; >= capacity_weeks x 7 (the capacity report reads the jobs).",
+    )
+    s3_abort_incomplete_upload_days: int = Field(
+        default=1, ge=1,
+        description="The bucket's lifecycle rule aborts a multipart upload left unfinished this many days.",
+    )
+    notifier_concurrency: int = Field(
+        default=2, ge=1, description="Pool processes of a notifications worker (imposition process run notifier).",
+    )
+    stop_margin_s: float = Field(
+        default=30.0, gt=0,
+        description="Worker stopping: time beyond a job's engine and preview limits for its upload, commit and "
+        "the pool's exit; part of each process's stop timeout (imposition.common.clocks.Clocks.stop_timeout_s).",
     )
 
     # --- engine (docs/design.md §6) ------------------------------------------------------------------
@@ -390,9 +440,42 @@ class Settings(BaseSettings):
         description="Wall-clock limit of rendering one plate's previews; past it the plate ships with the "
         "warning preview_failed.",
     )
-    pdftoolbox_path: str = "pdfToolbox"
-    pdftoolbox_process_plan: str = ""
-    pdftoolbox_variables: dict[str, str] = Field(default_factory=dict)
+    # --- pdfToolbox (docs/engine.md "pdfToolbox") ---------------------------------------------------
+    pdftoolbox_path: str = Field(default="pdfToolbox", description="The pdfToolbox CLI executable (a name on PATH or a path).")
+    pdftoolbox_process_plan: str = Field(
+        default="", description="The process plan (.kfpx) whose Impose step runs the shipped runlist "
+        "(imposition/engine/backends/pdftoolbox_impose.js); it reads the variables the engine passes.",
+    )
+    pdftoolbox_variables: dict[str, str] = Field(
+        default_factory=dict, description="Site variables passed to every run (--setvariable=key:value); the "
+        "layout's variables win over them.",
+    )
+    pdftoolbox_licence_servers: list[str] = Field(
+        default_factory=list,
+        description="callas License Servers as host or host:port (port 1400 by default), each passed as "
+        "--licenseserver=...; several give pdfToolbox's failover. Empty: the node's local licence.",
+    )
+    pdftoolbox_licence_wait_s: float = Field(
+        default=120.0, gt=0,
+        description="The licence outage one run rides out: how long pdfToolbox keeps asking the licence servers "
+        "for a licence before it gives up with exit code 100 (its --timeout_licenseserver). Must be below "
+        "engine_time_limit_s: the wait is part of the run.",
+    )
+    pdftoolbox_licence_processes: int | None = Field(
+        default=None, ge=1,
+        description="Parallel processes the node's licence (a process cartridge) allows; with the pdftoolbox "
+        "engine, slots_per_node (the worker's concurrency) must not exceed it, and a worker whose pool does "
+        "takes no jobs. None: not checked (a credit cartridge or a local licence without a process limit).",
+    )
+    pdftoolbox_check_interval_s: float = Field(
+        default=30.0, gt=0,
+        description="How often an imposition worker of the pdftoolbox engine checks its engine and licence "
+        "(a canary run); a node that fails the check takes no jobs until one passes.",
+    )
+    pdftoolbox_check_time_limit_s: float = Field(
+        default=30.0, gt=0,
+        description="Wall-clock limit of one engine check; its licence wait is half of it.",
+    )
 
     # --- observability (docs/design.md §8; package observability) -----------------------------------
     metrics_port: int = Field(
@@ -408,7 +491,7 @@ class Settings(BaseSettings):
     )
     queue_wait_buckets_s: tuple[float, ...] = Field(
         default=(1, 5, 15, 30, 60, 120, 180, 300, 600, 1800, 3600),
-        description="Histogram buckets of queue_wait_seconds; keep capacity_long_wait_s among them.",
+        description="Histogram buckets of imposition_queue_wait_seconds; keep capacity_long_wait_s among them.",
     )
     job_duration_buckets_s: tuple[float, ...] = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
     sample_interval_s: float = Field(default=60.0, gt=0, description="Beat period of the queue sampler.")
@@ -451,6 +534,24 @@ class Settings(BaseSettings):
     )
     alert_dlq_for_s: int = Field(
         default=300, ge=0, description="Alert ImpositionDeadLetterQueueNotEmpty: a DLQ non-empty this long (s).")
+    alert_workers_down_for_s: int = Field(
+        default=300, ge=0,
+        description="Alert ImpositionWorkersDown: no imposition worker endpoint scraped up this long (s).")
+    alert_capacity_window_days: int = Field(
+        default=14, ge=1,
+        description="Alert ImpositionSecondLicenceWarranted: the window it reads (days); less than "
+        "prometheus_retention_days, so the data is there. `imposition capacity-report` reads capacity_weeks.",
+    )
+    prometheus_retention_days: int = Field(
+        default=15, ge=1,
+        description="The Prometheus retention the alert rules assume (days; Prometheus' default "
+        "--storage.tsdb.retention.time is 15d).",
+    )
+    alert_runbook_url: str = Field(
+        default="docs/operations.md",
+        description="Where the operator's guide is published; each alert's runbook_url is this plus the "
+        "anchor of its section under 'Alerts' (set it to the guide's address in your repository host).",
+    )
     prometheus_scrape_interval_s: int = Field(
         default=15, ge=1, description="make run: how often the local Prometheus scrapes each worker node (s).")
     capacity_weeks: int = Field(default=4, ge=1, description="Window of the capacity report, in weeks.")
@@ -550,6 +651,25 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _licence_fits(self) -> "Settings":
+        """With the pdftoolbox engine: the licence wait fits in a run's time limit, and the node runs no
+        more jobs at once than its licence allows processes."""
+        if self.engine != "pdftoolbox":
+            return self
+        if self.pdftoolbox_licence_wait_s >= self.engine_time_limit_s:
+            raise ValueError(
+                f"pdftoolbox_licence_wait_s={self.pdftoolbox_licence_wait_s:g} must be < "
+                f"engine_time_limit_s={self.engine_time_limit_s:g} (the wait for a licence is part of a run)"
+            )
+        processes = self.pdftoolbox_licence_processes
+        if processes is not None and self.slots_per_node > processes:
+            raise ValueError(
+                f"slots_per_node={self.slots_per_node} must be <= pdftoolbox_licence_processes={processes} "
+                "(each slot runs one pdfToolbox process; the licence allows no more at once)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _prefetch_recheck_is_a_timer(self) -> "Settings":
         """Reject a look for room more often than every millisecond: kombu's event loop runs at most
         ten timers a turn and then sleeps up to 1 s, so a near-zero timer would do worse than 0."""
@@ -557,6 +677,16 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"sqs_prefetch_recheck_s={self.sqs_prefetch_recheck_s} must be 0 (kombu's own re-check) or >= 0.001"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _job_item_holds_its_fields(self) -> "Settings":
+        """Reject a job-item bound that a submission with every field at its limit would break
+        (the bounds of docs/operations.md, "Submission fields")."""
+        need = submission_fields_max_bytes(self)
+        if need > self.max_job_item_bytes:
+            raise ValueError(f"max_job_item_bytes={self.max_job_item_bytes} must be >= {need}, the largest "
+                             "submission (max_layout_bytes, token, input_key and file name at their limits)")
         return self
 
     @model_validator(mode="after")
@@ -569,6 +699,22 @@ class Settings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _retention_holds_what_is_read(self) -> "Settings":
+        """Reject a retention shorter than the windows that read it: the capacity report reads
+        capacity_weeks of jobs; the second-licence alert reads alert_capacity_window_days of metrics."""
+        if self.job_retention_days < self.capacity_weeks * 7:
+            raise ValueError(
+                f"job_retention_days={self.job_retention_days} must be >= capacity_weeks x 7="
+                f"{self.capacity_weeks * 7} (imposition capacity-report reads that many days of jobs)"
+            )
+        if self.alert_capacity_window_days >= self.prometheus_retention_days:
+            raise ValueError(
+                f"alert_capacity_window_days={self.alert_capacity_window_days} must be < prometheus_retention_days="
+                f"{self.prometheus_retention_days} (the alert would read data Prometheus no longer keeps)"
+            )
+        return self
+
     def dead_letter_queue(self, queue: str) -> str:
         """Name of the dead-letter queue of ``queue`` (one DLQ per work queue, docs/design.md §3)."""
         return f"{queue}{self.dead_letter_suffix}"
@@ -577,6 +723,16 @@ class Settings(BaseSettings):
     def work_queues(self) -> tuple[str, ...]:
         """The SQS standard queues workers consume, each provisioned with its own DLQ."""
         return (self.imposition_queue, self.maintenance_queue, self.notifications_queue)
+
+
+
+
+def submission_fields_max_bytes(settings: "Settings") -> int:
+    """The largest job item a submission can write under ``settings``, bytes: the layout, the token
+    (4 bytes a character at most), the input key and the file name at their limits, plus
+    :data:`JOB_ITEM_FIXED_BYTES`."""
+    return (settings.max_layout_bytes + 4 * settings.idempotency_token_max_len + S3_KEY_MAX_BYTES
+            + settings.file_name_max_bytes + JOB_ITEM_FIXED_BYTES)
 
 
 @functools.lru_cache(maxsize=1)

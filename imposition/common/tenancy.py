@@ -21,12 +21,15 @@ Errors::
     ├── InvalidTenantId     not a canonical tenant id
     │   └── NonCanonicalTenantId   a valid id in another spelling (upper case): .canonical names it
     ├── InvalidJobId        not a canonical job id
-    └── ForeignKeyRefused   an S3 key outside the tenant's own prefix
+    ├── ForeignKeyRefused   an S3 key outside the tenant's own prefix
+    └── InvalidKey          an S3 key longer than S3 allows, or with a control character
 """
 
 from __future__ import annotations
 
 import re
+
+from imposition.common.settings import S3_KEY_MAX_BYTES
 
 #: Prefix of every message group id (SQS fair queues: one group per tenant).
 MESSAGE_GROUP_PREFIX = "tenant-"
@@ -40,6 +43,8 @@ _TENANT_ID = re.compile(rf"[a-z0-9][a-z0-9._-]{{0,{TENANT_ID_MAX_LEN - 1}}}")
 #: Longest job id: room for a UUID in any common spelling, far below every key limit it reaches.
 JOB_ID_MAX_LEN = 64
 _JOB_ID = re.compile(rf"[A-Za-z0-9_-]{{1,{JOB_ID_MAX_LEN}}}")
+#: S3's limit on an object key, UTF-8 bytes.
+S3_MAX_KEY_BYTES = S3_KEY_MAX_BYTES
 #: Longest rendering of a refused value in an error message (a refused id may be megabytes long).
 ECHO_MAX_CHARS = 80
 
@@ -71,6 +76,11 @@ class InvalidJobId(TenancyError):
 
 class ForeignKeyRefused(TenancyError):
     """A submission named an S3 key outside its own tenant's prefix."""
+
+
+class InvalidKey(TenancyError):
+    """An S3 key that S3 would refuse or that no log line should carry: longer than
+    :data:`S3_MAX_KEY_BYTES` UTF-8 bytes, not encodable as UTF-8, or holding a control character."""
 
 
 def shown_value(value: object, limit: int = ECHO_MAX_CHARS) -> str:
@@ -144,11 +154,27 @@ def preview_key(tenant_id: str, job_id: str, side: int) -> str:
 
 
 def check_own_key(tenant_id: str, key: str) -> str:
-    """Return ``key`` if it lies under ``tenant_id``'s prefix.
+    """Return ``key`` if it is a valid S3 key under ``tenant_id``'s prefix. The length is checked
+    first, so a key of megabytes costs nothing more than its length.
 
     Raises:
-        ForeignKeyRefused: it does not, or it tries to climb out with ``..``.
+        InvalidKey: not a string, more than :data:`S3_MAX_KEY_BYTES` UTF-8 bytes, not UTF-8
+            encodable, or holding a control character (U+0000–U+001F, U+007F).
+        ForeignKeyRefused: it is not under the prefix, or it tries to climb out with ``..``.
     """
+    if not isinstance(key, str):
+        raise InvalidKey(f"input_key: must be a string, got {type(key).__name__}")
+    if len(key) > S3_MAX_KEY_BYTES:  # a character is at least one byte: too long whatever its encoding
+        raise InvalidKey(f"input_key: {len(key)} characters is more than S3's limit of {S3_MAX_KEY_BYTES} bytes")
+    try:
+        size_bytes = len(key.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidKey(f"input_key: not encodable as UTF-8 at character {exc.start}") from None
+    if size_bytes > S3_MAX_KEY_BYTES:
+        raise InvalidKey(f"input_key: {size_bytes} bytes (UTF-8) is more than S3's limit of {S3_MAX_KEY_BYTES} bytes")
+    control = next((i for i, ch in enumerate(key) if ord(ch) < 0x20 or ord(ch) == 0x7F), None)
+    if control is not None:
+        raise InvalidKey(f"input_key: a control character at position {control} (none allowed)")
     prefix = tenant_prefix(tenant_id)
     if not isinstance(key, str) or not key.startswith(prefix) or ".." in key.split("/"):
         raise ForeignKeyRefused(f"input_key={shown_value(key)} is outside tenant {tenant_id!r}'s prefix {prefix!r}")

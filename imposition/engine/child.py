@@ -10,11 +10,13 @@
      "max_cells_per_sheet": n, "max_cells_per_job": n, "content_budget": {...}}   (optional)
     preview: {"mode": "preview", "input": plate, "output_dir": dir, "max_px": n, "result": path}
 
-``probe`` only opens the PDF (:func:`imposition.engine.source.open_source`) and answers ``{"ok": true,
-"pages_in": n}``; ``inspect`` also plans the job (every typed input error, no output); ``impose``
+``probe`` opens the PDF (:func:`imposition.engine.source.open_source`), holds it to the content budget,
+reads every page's content and resources whole and its boxes (a damaged or truncated file is refused
+at the door), and answers ``{"ok": true, "pages_in": n}``; ``inspect`` also plans the job (every typed input error, no output); ``impose``
 also draws the plan and saves it to ``output``; ``preview`` renders every page of a plate
 (:func:`render_previews`) and answers ``{"ok": true, "previews": [...]}``. Checked first: the content
-budget (``content_too_large``), then every page's content (``damaged``, or a ``repaired`` warning);
+budget (``content_too_large``), then every page's content (``damaged``, or a ``repaired`` warning),
+then its boxes (a TrimBox outside the page: the ``trim_box_replaced`` warning);
 with ``on_warning: fail`` a warning fails the job before anything is drawn. The result file receives
 ``{"ok": true, "sheets": n, "sides": n, "pages_in": n, "blank_pages": n, "warnings": [{"code",
 "message"}, …]}`` or ``{"ok": false, "code": ..., "message": ...}``; exit status 0 when a result was
@@ -39,7 +41,7 @@ from .budget import check_content_budget
 from .errors import DamagedPdf, ImpositionError, MemoryLimitExceeded, PlateWarning, PreviewFailed, departure_error
 from .job import ContentBudget, Layout, SlugInfo
 from .planning import plan_imposition
-from .source import content_damage, open_source, page_boxes, qpdf_message, read_pages
+from .source import content_damage, open_source, page_boxes, qpdf_message, read_pages, trim_fallback_warning
 
 #: What qpdf raises about a document it cannot make sense of: its PDF errors (PdfError and
 #: DataDecodingError), its runtime errors (QpdfRuntimeError, e.g. "/Count is wrong after flattening
@@ -95,9 +97,6 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     layout = Layout.from_json(request["layout"])
     slug = SlugInfo(**request["slug"]) if request.get("slug") else None
     path = Path(request["input"])
-    if request["mode"] == "probe":
-        with open_source(path, max_pages=int(request["max_pages"])) as pdf:
-            return {"ok": True, "pages_in": len(pdf.pages)}
     open_warnings: list[str] = []
     with open_source(path, max_pages=int(request["max_pages"]), warnings_out=open_warnings) as pdf:
         pages = read_pages(pdf)  # the page tree walked once for the three checks
@@ -106,11 +105,16 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
             read_whole = check_content_budget(pdf, ContentBudget.from_json(request["content_budget"]), path,
                                               pages).read_whole
         repaired = content_damage(pdf, path, open_warnings, pages, read_whole)
-        boxes = page_boxes(pdf, pages)
+        fallbacks: dict[int, str] = {}
+        boxes = page_boxes(pdf, pages, fallbacks_out=fallbacks)
         del pages
+        if request["mode"] == "probe":  # the door's check: the file reads whole; the layout's fit is the job's
+            return {"ok": True, "pages_in": len(boxes)}
         plan = plan_imposition(layout, boxes, slug=slug, max_cells_per_sheet=request.get("max_cells_per_sheet"),
                                max_cells_per_job=request.get("max_cells_per_job"))
-        warnings = ([PlateWarning("repaired", repaired)] if repaired else []) + list(plan.warnings)
+        fallback = trim_fallback_warning(path.name, fallbacks)
+        warnings = (([PlateWarning("repaired", repaired)] if repaired else []) + ([fallback] if fallback else [])
+                    + list(plan.warnings))
         failure = departure_error(warnings) if layout.on_warning == "fail" else None
         if failure is not None:  # (None without warnings)
             raise failure

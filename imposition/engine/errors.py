@@ -1,24 +1,24 @@
-"""Errors of the imposition engines: one root, every leaf typed, retryable or not.
-
-The tree, each leaf with its ``code`` (each class's docstring says when it is raised)::
+"""Errors of the imposition engines: one root, every leaf typed with its ``code``::
 
     ImpositionError
     ├── InputError: bad input, the tenant must fix the file or the layout (never retried)
     │   ├── NotAPdf not_a_pdf · NoPages no_pages · PasswordRequired password_required
     │   ├── DamagedPdf damaged · PageTooLarge page_too_large · InvalidLayout invalid_layout
+    │   │   · TrimSizeMismatch trim_size_mismatch
     │   └── Departure: a warning made a failure by the layout's ``on_warning: fail``
     │       └── Repaired repaired · ScaledToFit scaled_to_fit · NoRoomForMarks no_room_for_marks
     │           · BleedReduced bleed_reduced · NoRoomForSlug no_room_for_slug
+    │           · TrimBoxReplaced trim_box_replaced · PreflightErrors preflight_errors
+    │           · FixupFailed fixup_failed · PaddedWithBlanks padded_with_blanks
     ├── LimitExceeded: the job breaks a limit of the service (never retried)
     │   └── InputTooLarge input_too_large · TooManyPages too_many_pages · TooManyCells too_many_cells
-    │       · TimeLimitExceeded time_limit · MemoryLimitExceeded memory_limit
-    │       · ContentTooLarge content_too_large
+    │       · TimeLimitExceeded time_limit · MemoryLimitExceeded memory_limit · ContentTooLarge content_too_large
     ├── EngineCancelled cancelled: the caller asked the engine to stop (not retried)
     ├── PreviewFailed preview_failed: a warning, never a failed job
     └── EngineFailure: the engine itself failed
-        ├── retryable: EngineCrashed engine_crashed · LicenceUnavailable licence
-        │   · EngineAborted engine_aborted · OutputNotSaved output_not_saved
-        └── not retryable: EngineConfigurationError engine_config
+        ├── retryable: EngineCrashed engine_crashed · EngineAborted engine_aborted · OutputNotSaved output_not_saved
+        └── EngineUnavailable (a ConnectionError: retried, no attempt charged): the node's, not the job's
+            └── LicenceUnavailable licence · EngineConfigurationError engine_config
 
 ``retryable`` and ``code`` are class attributes; :func:`error_from_code` rebuilds a child's error,
 :func:`departure_error` a :class:`PlateWarning`'s. Why: docs/design.md, "Engine errors are typed by class".
@@ -93,6 +93,13 @@ class InvalidLayout(InputError):
     code = "invalid_layout"
 
 
+class TrimSizeMismatch(InputError):
+    """A booklet's pages cannot share one trim size (another size, or another orientation that the
+    layout's ``rotate_to_fit`` does not turn): the message names the pages, their sizes and the trim."""
+
+    code = "trim_size_mismatch"
+
+
 class Departure(InputError):
     """The plate would depart from what the layout asked, and the layout says ``on_warning: fail``."""
 
@@ -128,6 +135,33 @@ class NoRoomForSlug(Departure):
     """The slug line was asked for but no strip outside every trim, bleed and mark could hold it."""
 
     code = "no_room_for_slug"
+
+
+class TrimBoxReplaced(Departure):
+    """Pages whose TrimBox lies outside their MediaBox (or CropBox) were imposed on their CropBox, or
+    their MediaBox when they have no CropBox, as preflight tools fall back; the message names the
+    file and every such page."""
+
+    code = "trim_box_replaced"
+
+
+class PreflightErrors(Departure):
+    """pdfToolbox's process plan found hits of error severity (its exit code 3 or 8); the message
+    gives the exit code and the end of its log."""
+
+    code = "preflight_errors"
+
+
+class FixupFailed(Departure):
+    """A fixup of pdfToolbox's process plan failed (its exit code 8); the plate was still written."""
+
+    code = "fixup_failed"
+
+
+class PaddedWithBlanks(Departure):
+    """A booklet was padded to whole signatures with more blank pages than half a signature."""
+
+    code = "padded_with_blanks"
 
 
 @dataclass(frozen=True)
@@ -235,11 +269,24 @@ class EngineCrashed(EngineFailure):
     retryable = True
 
 
-class LicenceUnavailable(EngineFailure):
-    """pdfToolbox reported its licence missing or expired (exit code 100); transient on a licence server."""
+class EngineUnavailable(EngineFailure, ConnectionError):
+    """This node's engine cannot run any job now: its licence or its installation failed, not the job.
+
+    Retried without charging an attempt (it is a :class:`ConnectionError`, which the task layer counts
+    as the infrastructure's, up to ``Settings.infra_retry_limit`` times); the node's engine check
+    (:func:`imposition.engine.backends.pdftoolbox.check_engine`) keeps the node from taking jobs until
+    it passes again.
+    """
+
+    code = "engine_unavailable"
+    retryable = True
+
+
+class LicenceUnavailable(EngineUnavailable):
+    """pdfToolbox found no licence (exit code 100: "not serialized"), or none within
+    ``Settings.pdftoolbox_licence_wait_s`` from its licence servers: a licence outage, not the job."""
 
     code = "licence"
-    retryable = True
 
 
 class EngineAborted(EngineFailure):
@@ -256,8 +303,11 @@ class OutputNotSaved(EngineFailure):
     retryable = True
 
 
-class EngineConfigurationError(EngineFailure):
-    """The engine is configured wrongly: executable missing, process plan or parameters rejected."""
+class EngineConfigurationError(EngineUnavailable):
+    """The engine is installed or configured wrongly on this node: the executable is missing or cannot
+    run (exit code 127), the process plan is missing, or pdfToolbox refused its command line (101
+    parameter error, 102 syntax error) or could not open a file other than the input the engine had
+    just read (104). Not the job's fault: retried (elsewhere), not charged."""
 
     code = "engine_config"
 

@@ -173,8 +173,9 @@ FOLD_SCHEMES: dict[str, FoldScheme] = {scheme.name: scheme for scheme in (
     _scheme("F4-1", 2, (4, 1), (2, 3), "v-u"),
     # two right-angle folds (French fold): 4 pages a side, the head row turned
     _scheme("F8-7", 2, (5, 4, 8, 1), (3, 6, 2, 7), "h+u v-u"),
-    # three right-angle folds: 8 pages a side
-    _scheme("F16-7", 4, (16, 1, 4, 13, 9, 8, 5, 12), (14, 3, 2, 15, 11, 6, 7, 10), "v-u h-o v-o"),
+    # three right-angle folds: 8 pages a side, the head row turned so that heads meet at the cross
+    # fold (a closed head, as F8-7's), the catalogue's rows 14 3 2 15 / 11 6 7 10 listed foot row first
+    _scheme("F16-7", 4, (9, 8, 5, 12, 16, 1, 4, 13), (11, 6, 7, 10, 14, 3, 2, 15), "v-u h+o v-o"),
     # four right-angle folds: 16 pages a side
     _scheme("F32-5", 4, (5, 28, 29, 4, 12, 21, 20, 13, 9, 24, 17, 16, 8, 25, 32, 1),
             (3, 30, 27, 6, 14, 19, 22, 11, 15, 18, 23, 10, 2, 31, 26, 7), "h-u v-o h+o v-u"),

@@ -116,6 +116,21 @@ class Layout:
         colour_bar_height_pt: height (and width) of one patch of the colour bar.
         gang: step and repeat of several pages on one sheet: ``((page, copies or None), …)`` with
             1-based pages; None for one page a side.
+        press: the press preset named (:mod:`imposition.engine.presses`), or None.
+        press_max_pt, press_min_pt: ``(across, around)`` sheet limits of the press: a plate is
+            ``across`` wide (the gripper edge, its foot) and ``around`` high; None without a press.
+        mark_gripper_pt: a strip at the lead edge (both edges for work and tumble) that marks keep out
+            of although pages may use it: the default gripper when the layout names neither a press
+            nor ``gripper_mm`` (0 otherwise, the gripper then keeping everything out).
+        ink_zones, ink_zone_pt: the press's ink zones across the sheet; the colour bar carries a solid
+            patch of each process ink in every zone (0: a bar of square patches over the block).
+        face_trim_pt, head_trim_pt, foot_trim_pt: paper cut off beyond the trim at each edge of a
+            booklet's page; where two pages meet at that edge on the sheet the gap is twice this.
+        spine_gutter_pt: space between the trims of the two pages either side of a spine fold.
+        grind_off_pt: perfect binding: paper milled off the spine edge of each page (gap twice this).
+        saddle_lip_pt: saddle stitch: the low-folio half of each sheet this much longer (the lip).
+        rotate_to_fit: ``none``, ``ccw``, ``cw``, ``spine`` or ``fore_edge``: how a page whose
+            orientation differs from its cell's (booklets: from the booklet's trim) is turned 90°.
     """
 
     kind: str
@@ -151,6 +166,19 @@ class Layout:
     colour_bar: bool = False
     colour_bar_height_pt: float = 0.0
     gang: tuple[tuple[int, int | None], ...] | None = None
+    press: str | None = None
+    press_max_pt: tuple[float, float] | None = None
+    press_min_pt: tuple[float, float] | None = None
+    mark_gripper_pt: float = 0.0
+    ink_zones: int = 0
+    ink_zone_pt: float = 0.0
+    face_trim_pt: float = 0.0
+    head_trim_pt: float = 0.0
+    foot_trim_pt: float = 0.0
+    spine_gutter_pt: float = 0.0
+    grind_off_pt: float = 0.0
+    saddle_lip_pt: float = 0.0
+    rotate_to_fit: str = "none"
 
     @property
     def booklet(self) -> bool:
@@ -162,7 +190,16 @@ class Layout:
         (``auto``: portrait and landscape)."""
         short, long_ = sorted(self.sheet_size_pt)
         portrait, landscape = (short, long_), (long_, short)
-        return {"portrait": [portrait], "landscape": [landscape]}.get(self.orientation, [portrait, landscape])
+        sizes = {"portrait": [portrait], "landscape": [landscape]}.get(self.orientation, [portrait, landscape])
+        return [size for size in sizes if self.press_feeds(size)] or sizes
+
+    def press_feeds(self, size_pt: tuple[float, float]) -> bool:
+        """True when the press (if any) feeds a plate of ``size_pt`` ``(width, height)`` as drawn: its
+        width across the press (the gripper edge at its foot), its height around the cylinder."""
+        if self.press_max_pt is None or self.press_min_pt is None:
+            return True
+        (width, height), (max_w, max_h), (min_w, min_h) = size_pt, self.press_max_pt, self.press_min_pt
+        return min_w - EPSILON_PT <= width <= max_w + EPSILON_PT and min_h - EPSILON_PT <= height <= max_h + EPSILON_PT
 
     def printable_pt(self, width_pt: float, height_pt: float) -> tuple[float, float, float, float]:
         """The part of a ``width_pt`` × ``height_pt`` sheet that may carry ink, ``(x0, y0, x1, y1)``:
@@ -180,6 +217,15 @@ class Layout:
         if self.duplex == "work_and_tumble":
             top = bottom = max(top, bottom)
         return left, bottom, width_pt - right, height_pt - top
+
+    def mark_area_pt(self, width_pt: float, height_pt: float) -> tuple[float, float, float, float]:
+        """The part of the printable area (:meth:`printable_pt`) that marks may use, ``(x0, y0, x1, y1)``:
+        clear of :attr:`mark_gripper_pt` at the lead edge (and at the head for work and tumble)."""
+        x0, y0, x1, y1 = self.printable_pt(width_pt, height_pt)
+        y0 = max(y0, self.mark_gripper_pt)
+        if self.duplex == "work_and_tumble":
+            y1 = min(y1, height_pt - self.mark_gripper_pt)
+        return x0, y0, x1, max(y0, y1)
 
     def side_regions_pt(self, width_pt: float, height_pt: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """The front's and the back's regions of the printable area, each ``(x0, y0, x1, y1)``.

@@ -212,6 +212,27 @@ def colour_bar(x0: float, x1: float, y0: float, height_pt: float) -> list[Patch]
                   COLOUR_BAR_PATCHES[i % len(COLOUR_BAR_PATCHES)]) for i in range(count)]
 
 
+#: The patches of one ink zone in a press's colour bar: a solid of each process ink.
+INK_ZONE_PATCHES: tuple[tuple[float, float, float, float], ...] = ((1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1))
+
+
+def ink_zone_bar(centre_x: float, zone_pt: float, zones: int, x0: float, x1: float, y0: float,
+                 height_pt: float) -> list[Patch]:
+    """A press's colour bar: the ``zones`` ink zones of ``zone_pt`` centred on ``centre_x``, each whole
+    zone between ``x0`` and ``x1`` filled with :data:`INK_ZONE_PATCHES` side by side, ``height_pt`` high
+    at height ``y0``; so a densitometer reads every ink in every zone the sheet covers."""
+    first = centre_x - zones * zone_pt / 2
+    width = zone_pt / len(INK_ZONE_PATCHES)
+    patches = []
+    for zone in range(zones):
+        left = first + zone * zone_pt
+        if left < x0 - EPSILON_PT or left + zone_pt > x1 + EPSILON_PT:
+            continue
+        patches += [Patch(Rect.from_size(left + i * width, y0, width, height_pt), colour)
+                    for i, colour in enumerate(INK_ZONE_PATCHES)]
+    return patches
+
+
 def _number(value: float) -> str:
     return f"{value:.3f}".rstrip("0").rstrip(".")
 

@@ -10,8 +10,9 @@ Rules, by print convention:
     (row, columns - 1 - column);
   * saddle stitch pads to a multiple of 4 and nests sheets: the outer sheet carries the first two and
     the last two pages;
-  * perfect bound gathers sections of ``signature_pages`` nested sheets; the last section shrinks to
-    the smallest multiple of 4 that holds the remaining pages, so padding never exceeds 3 blanks;
+  * perfect bound gathers sections of ``signature_pages`` pages (nested 2-up sheets), padded to whole
+    sections as a fold scheme's signatures are: every binding pads to whole signatures (the planner
+    warns ``padded_with_blanks`` beyond half of one);
   * cut and stack numbers down each stack: cell ``t`` of sheet ``s`` holds page ``t × sheets + s``;
   * a fold scheme (:mod:`imposition.engine.folds`) makes each sheet one signature: perfect bound gathers
     them in order; saddle stitch nests them, the outer signature carrying the first and the last
@@ -189,8 +190,9 @@ def perfect_bound_order(
     right_to_left: bool = False,
     blank_pages_at: BlankPagesAt = "end",
 ) -> PageOrder:
-    """Perfect bound: sections of ``signature_pages`` (4, 8, 16 or 32) gathered in order."""
-    reading = pad_pages(page_count, 4, blank_pages_at)
+    """Perfect bound: sections of ``signature_pages`` (4, 8, 16 or 32) gathered in order, padded to
+    whole sections."""
+    reading = pad_pages(page_count, signature_pages, blank_pages_at)
     sheets: list[SheetOrder] = []
     for start in range(0, len(reading), signature_pages):
         sheets.extend(nested_section(reading[start : start + signature_pages], right_to_left, start // signature_pages))

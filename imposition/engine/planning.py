@@ -27,15 +27,19 @@ from typing import TYPE_CHECKING
 
 from pikepdf import Matrix
 
-from .errors import ImpositionError, InvalidLayout, PageTooLarge, PlateWarning, TooManyCells, page_ranges, shown
+from .errors import (
+    ImpositionError, InvalidLayout, PaddedWithBlanks, PageTooLarge, PlateWarning, TooManyCells, TrimSizeMismatch,
+    page_ranges, shown,
+)
 from .geometry import EPSILON_PT, PageBoxes, Rect, available_bleed, displayed_size, fit_scale, placement_matrix
 from .folds import FOLD_SCHEMES, SCHEME_FOR_SIGNATURE_PAGES
 from .job import PERFECT_BOUND, STEP_AND_REPEAT, Layout, SlugInfo
 from .marks import (
     COLOUR_BAR_PATCHES, MARK_LINE_WIDTH_PT, SLUG_ASCENT_EM, SLUG_DESCENT_EM, SLUG_FONT_SIZE_PT, Mark, Patch, Target,
-    colour_bar, crop_marks, fold_marks, fold_marks_across, kept_marks, shortfalls, slug_text, slug_width_pt,
+    colour_bar, crop_marks, fold_marks, fold_marks_across, ink_zone_bar, kept_marks, shortfalls, slug_text,
+    slug_width_pt,
 )
-from .ordering import PageOrder, SheetOrder, gang_copies, page_order
+from .ordering import PageOrder, SheetOrder, _scheme_cells, gang_copies, page_order
 from .sheets import mm_to_pt, pt_to_mm
 
 if TYPE_CHECKING:
@@ -60,6 +64,8 @@ class Placement:
         matrix: page default user space → sheet space, ``(a, b, c, d, e, f)``.
         scale: the page's scale factor (1.0 = 100 %).
         upside_down: turned 180° on the sheet (work and tumble's back).
+        spine_edge: a booklet page's spine edge on the sheet, ``left`` or ``right`` (it needs no
+            bleed); None for the grid layouts.
     """
 
     page: int
@@ -68,6 +74,7 @@ class Placement:
     matrix: tuple[float, float, float, float, float, float]
     scale: float
     upside_down: bool = False
+    spine_edge: str | None = None
 
 
 @dataclass(frozen=True)
@@ -107,7 +114,14 @@ class ImpositionPlan:
 
 @dataclass(frozen=True)
 class _Frame:
-    """Cell geometry of one sheet orientation: side regions and the uniform cell."""
+    """Cell geometry of one sheet orientation: side regions and the uniform cell.
+
+    ``column_gaps``/``row_gaps`` are the space between neighbouring columns/rows (pt): the gutters of
+    a grid, a booklet's trims, spine gutter and grind-off (:func:`_booklet_gaps`). ``lip_pt`` is a
+    saddle lip beyond the block's outer column on the front's ``lip_left`` edge (the back's other
+    edge). ``lift_pt`` raises the block above its centred place so that marks clear the default
+    gripper. ``marks_area`` is the printable area less that gripper: where marks may be drawn.
+    """
 
     sheet: Rect
     regions: tuple[Rect, Rect]  # front, back (back is turned 180° for work and tumble)
@@ -116,18 +130,33 @@ class _Frame:
     rows: int
     cell_width_pt: float
     cell_height_pt: float
-    gutters_pt: tuple[float, float]
+    column_gaps: tuple[float, ...]
+    row_gaps: tuple[float, ...]
+    marks_area: Rect
+    lip_pt: float = 0.0
+    lip_left: bool = False
+    lift_pt: float = 0.0
 
-    def cell(self, region: Rect, index: int) -> Rect:
-        """Cell ``index`` (row by row from the top-left) of the block centred in ``region``."""
-        gutter_x, gutter_y = self.gutters_pt
-        block_w = self.columns * self.cell_width_pt + (self.columns - 1) * gutter_x
-        block_h = self.rows * self.cell_height_pt + (self.rows - 1) * gutter_y
-        left = region.x0 + (region.width - block_w) / 2
-        top = region.y1 - (region.height - block_h) / 2
+    @property
+    def block_width_pt(self) -> float:
+        """Width of the block of cells, gaps and lip (pt)."""
+        return self.columns * self.cell_width_pt + sum(self.column_gaps) + self.lip_pt
+
+    @property
+    def block_height_pt(self) -> float:
+        """Height of the block of cells and gaps (pt)."""
+        return self.rows * self.cell_height_pt + sum(self.row_gaps)
+
+    def cell(self, region: Rect, index: int, side: int = 0) -> Rect:
+        """Cell ``index`` (row by row from the top-left as side ``side`` is seen: 0 front, 1 back) of
+        the block centred in ``region`` (raised by ``lift_pt``; the lip on its side's edge)."""
+        left = region.x0 + (region.width - self.block_width_pt) / 2
+        if self.lip_left == (side == 0):
+            left += self.lip_pt
+        top = region.y1 - (region.height - self.block_height_pt) / 2 + self.lift_pt
         row, column = divmod(index, self.columns)
-        x0 = left + column * (self.cell_width_pt + gutter_x)
-        y0 = top - (row + 1) * self.cell_height_pt - row * gutter_y
+        x0 = left + column * self.cell_width_pt + sum(self.column_gaps[:column])
+        y0 = top - (row + 1) * self.cell_height_pt - sum(self.row_gaps[:row])
         return Rect.from_size(x0, y0, self.cell_width_pt, self.cell_height_pt)
 
 
@@ -135,7 +164,7 @@ def _reserve_pt(layout: Layout) -> tuple[float, float, float, float]:
     """What a side's region keeps free around its block of trims, ``(left, bottom, right, top)`` pt:
     the bleed, crop marks (offset + length, all round), fold marks (head and foot) and, at the foot
     of the sheet, the slug strip below them (work and tumble: at the front's head, which the turn
-    makes the sheet's foot)."""
+    makes the sheet's foot), clear of the default gripper (``mark_gripper_pt``)."""
     bleed = layout.bleed_pt
     marks = layout.crop_mark_offset_pt + layout.crop_mark_length_pt
     around = max(bleed, marks if layout.crop_marks else 0.0)
@@ -150,11 +179,14 @@ def _reserve_pt(layout: Layout) -> tuple[float, float, float, float]:
         left, bottom, right, top = left + target, bottom + target, right + target, top + target
     if layout.colour_bar:
         top += MARK_CLEARANCE_PT + layout.colour_bar_height_pt
-    if layout.slug:
+    if layout.slug:  # its strip, above the default gripper that marks keep out of
+        top_margin, _, bottom_margin, _ = layout.margins_pt
+        lead = bottom_margin + layout.gripper_pt
         if layout.duplex == "work_and_tumble":
-            top += SLUG_STRIP_PT
+            lead = max(lead, top_margin)
+            top += SLUG_STRIP_PT + max(0.0, layout.mark_gripper_pt - lead)
         else:
-            bottom += SLUG_STRIP_PT
+            bottom += SLUG_STRIP_PT + max(0.0, layout.mark_gripper_pt - lead)
     return left, bottom, right, top
 
 
@@ -257,23 +289,75 @@ def _sized(
     leaves no room for them."""
     width, height = sheet_size
     front, back, printable = _regions(layout, width, height, reserve)
-    gutters = layout.gutters_pt
     if front.width <= EPSILON_PT or front.height <= EPSILON_PT:
         return None
     max_w = max(size[0] for size in page_sizes)
     max_h = max(size[1] for size in page_sizes)
     columns, rows = _grid(layout, front, (max_w, max_h), sheet_size, max_cells_per_sheet)
-    share_w = (front.width - (columns - 1) * gutters[0]) / columns
-    share_h = (front.height - (rows - 1) * gutters[1]) / rows
+    if layout.booklet:
+        column_gaps, row_gaps, lip_left = _booklet_gaps(layout)
+        lip = layout.saddle_lip_pt
+    else:
+        column_gaps, row_gaps = (layout.gutters_pt[0],) * (columns - 1), (layout.gutters_pt[1],) * (rows - 1)
+        lip, lip_left = 0.0, False
+    share_w = (front.width - sum(column_gaps) - lip) / columns
+    share_h = (front.height - sum(row_gaps)) / rows
     if share_w <= 0 or share_h <= 0:
         if reserve:
             return None
+        fields = ("face_trim_mm, head_trim_mm, foot_trim_mm, spine_gutter_mm, grind_off_mm, saddle_lip_mm"
+                  if layout.booklet else f"gutter_mm={pt_to_mm(max(layout.gutters_pt)):g}")
         raise InvalidLayout(
-            f"gutter_mm={pt_to_mm(max(gutters)):g}: {columns} × {rows} cells do not fit the "
+            f"{fields}: {columns} × {rows} cells do not fit the "
             f"{pt_to_mm(front.width):.1f} × {pt_to_mm(front.height):.1f} mm usable area"
         )
-    return _Frame(Rect(0, 0, width, height), (front, back), printable, columns, rows,
-                  min(share_w, max_w), min(share_h, max_h), gutters)
+    marks_area = Rect(*layout.mark_area_pt(width, height))
+    frame = _Frame(Rect(0, 0, width, height), (front, back), printable, columns, rows,
+                   min(share_w, max_w), min(share_h, max_h), column_gaps, row_gaps, marks_area, lip, lip_left)
+    return replace(frame, lift_pt=_lift(layout, frame, front))
+
+
+def _lift(layout: Layout, frame: _Frame, front: Rect) -> float:
+    """How far to raise the block so that its foot marks clear the default gripper
+    (``layout.mark_gripper_pt``): 0 when they clear it centred, or when raising cannot clear it whole
+    within the region (the marks in the gripper are then left out, with a warning)."""
+    foot_marks = layout.crop_marks or layout.fold_marks or layout.registration_marks or layout.slug
+    if not foot_marks or layout.mark_gripper_pt <= 0 or layout.duplex == "work_and_tumble":
+        return 0.0
+    below = _reserve_pt(layout)[1]
+    room = (front.height - frame.block_height_pt) / 2
+    lowest = front.y0 + room - below  # the lowest mark of the centred block
+    need = frame.marks_area.y0 - lowest
+    return need if 0 < need <= room + EPSILON_PT else 0.0
+
+
+def _booklet_gaps(layout: Layout) -> tuple[tuple[float, ...], tuple[float, ...], bool]:
+    """The gaps between a booklet's columns and rows on its front, and whether the saddle lip is on
+    the front's left: a spine fold gets ``spine_gutter`` + 2 × ``grind_off`` (perfect bound), two
+    fore edges 2 × ``face_trim``, two heads 2 × ``head_trim``, two feet 2 × ``foot_trim``."""
+    scheme = FOLD_SCHEMES.get(layout.fold_scheme or "")
+    right_to_left = layout.binding == "right_to_left"
+    if scheme is None:  # 2-up sections: the spine between the two columns, page 1's half on the right
+        spine_left: Sequence[bool] = (False, True)
+        turned: Sequence[bool] = (False, False)
+        columns, rows, first = 2, 1, 1
+    else:
+        turned_sides, _, spine_sides = _scheme_cells(scheme, right_to_left)
+        turned, spine_left = turned_sides[0], spine_sides[0]
+        columns, rows = scheme.columns, scheme.rows
+        first = scheme.front.index(1) % columns
+        if right_to_left:
+            first = columns - 1 - first
+    if scheme is None and right_to_left:  # the spine stays between the columns; page 1 on the left
+        first = 0
+    grind = 2 * layout.grind_off_pt if layout.kind == PERFECT_BOUND else 0.0
+    column_gaps = tuple(
+        layout.spine_gutter_pt + grind if not spine_left[column] else 2 * layout.face_trim_pt
+        for column in range(columns - 1))
+    row_gaps = tuple(
+        2 * (layout.head_trim_pt if turned[row * columns] else layout.foot_trim_pt) for row in range(rows - 1))
+    # the low-folio half (page 1's) is on the front's right for left-to-right binding
+    return column_gaps, row_gaps, first < columns / 2
 
 
 def _score(layout: Layout, frame: _Frame, page_sizes: Sequence[tuple[float, float]]) -> tuple[float, float]:
@@ -369,15 +453,15 @@ class _Cell:
 _Shorthand = tuple[float, float, float, float, float, float]
 #: Where a page lands in a cell, by (its boxes, cell index, side region, how it sits): trim, matrix,
 #: scale. A plan works each out once: most documents have only a few distinct page geometries.
-_Spots = dict[tuple[PageBoxes, int, Rect, _Cell], tuple[Rect, _Shorthand, float]]
+_Spots = dict[tuple[PageBoxes, int, Rect, _Cell, int], tuple[Rect, _Shorthand, float]]
 
 
 def _spot(
-    layout: Layout, frame: _Frame, region: Rect, index: int, boxes: PageBoxes, how: _Cell
+    layout: Layout, frame: _Frame, region: Rect, index: int, boxes: PageBoxes, how: _Cell, side: int
 ) -> tuple[Rect, _Shorthand, float]:
-    """Where a page with ``boxes`` lands in cell ``index`` of ``region``: its trim on the sheet, the
-    matrix from its user space to the sheet, its scale."""
-    cell = frame.cell(region, index)
+    """Where a page with ``boxes`` lands in cell ``index`` of ``region`` (side ``side``): its trim on
+    the sheet, the matrix from its user space to the sheet, its scale."""
+    cell = frame.cell(region, index, side)
     page_w, page_h = displayed_size(boxes)
     scale = fit_scale((page_w, page_h), (cell.width, cell.height))
     placed_w, placed_h = page_w * scale, page_h * scale
@@ -405,20 +489,21 @@ def _cells_of(layout: Layout, order: PageOrder, sheet: SheetOrder, side: int) ->
 
 def _place_side(
     layout: Layout, frame: _Frame, region: Rect, slots: Sequence[int | None], pages: Sequence[PageBoxes],
-    cells: Sequence[_Cell], spots: _Spots,
+    cells: Sequence[_Cell], spots: _Spots, side: int,
 ) -> list[Placement]:
-    """Placements of one side in ``region`` (clip still equal to trim)."""
+    """Placements of one side (0 front, 1 back) in ``region`` (clip still equal to trim)."""
     placements = []
     for index, page in enumerate(slots):
         if page is None:
             continue
         how = cells[index]
-        key = (pages[page], index, region, how)
+        key = (pages[page], index, region, how, side)
         spot = spots.get(key)
         if spot is None:
-            spot = spots[key] = _spot(layout, frame, region, index, pages[page], how)
+            spot = spots[key] = _spot(layout, frame, region, index, pages[page], how, side)
         trim, matrix, scale = spot
-        placements.append(Placement(page, trim, trim, matrix, scale, how.turned))
+        spine = None if how.spine_left is None else ("left" if how.spine_left else "right")
+        placements.append(Placement(page, trim, trim, matrix, scale, how.turned, spine))
     return placements
 
 
@@ -430,7 +515,8 @@ def _turned(placements: list[Placement], region: Rect) -> list[Placement]:
     for p in placements:
         trim = p.trim.transformed(turn)
         matrix = (Matrix(*p.matrix) @ turn).shorthand
-        result.append(replace(p, trim=trim, clip=trim, matrix=matrix, upside_down=not p.upside_down))
+        spine = {"left": "right", "right": "left"}.get(p.spine_edge or "")
+        result.append(replace(p, trim=trim, clip=trim, matrix=matrix, upside_down=not p.upside_down, spine_edge=spine))
     return result
 
 
@@ -445,7 +531,9 @@ def _with_bleed(
 ) -> list[Placement]:
     """Each placement's clip: its trim grown by the bleed it may keep on each edge. Where it keeps
     less than ``bleed_pt``, ``short[(limit, page)]`` gets the least kept (pt), ``limit`` being
-    ``file`` (the page's BleedBox holds less) or ``sheet`` (gutter, neighbour or printable edge)."""
+    ``file`` (the page's BleedBox holds less) or ``sheet`` (gutter, neighbour or printable edge).
+    A booklet page's spine edge (``spine_edge``) keeps what the spine gap leaves and is never short:
+    the binder folds or mills it, never trims it."""
     if bleed_pt <= 0:
         return placements
     result = []
@@ -472,9 +560,13 @@ def _with_bleed(
                 if q.trim.y1 <= p.trim.y0 + EPSILON_PT:
                     bottom = min(bottom, (p.trim.y0 - q.trim.y1) / 2)
         kept = [max(v, 0.0) for v in (left, bottom, right, top)]
-        if min(in_file) < bleed_pt - EPSILON_PT:
-            short[("file", p.page)] = min(short.get(("file", p.page), bleed_pt), min(in_file))
-        cut = [k for k, f in zip(kept, in_file) if k < f - EPSILON_PT]
+        trimmed = [True, True, True, True]  # a booklet's spine edge is folded (or milled), never trimmed
+        if p.spine_edge is not None:
+            trimmed[0 if p.spine_edge == "left" else 2] = False
+        in_file_trimmed = [f for f, t in zip(in_file, trimmed) if t]
+        if min(in_file_trimmed) < bleed_pt - EPSILON_PT:
+            short[("file", p.page)] = min(short.get(("file", p.page), bleed_pt), min(in_file_trimmed))
+        cut = [k for k, f, t in zip(kept, in_file, trimmed) if t and k < f - EPSILON_PT]
         if cut:
             short[("sheet", p.page)] = min(short.get(("sheet", p.page), bleed_pt), min(cut))
         result.append(replace(p, clip=p.trim.expanded(*kept)))
@@ -485,15 +577,19 @@ def _with_bleed(
 FoldLine = tuple[str, float, Rect]
 
 
-def _folds(layout: Layout, frame: _Frame, region: Rect, turned: bool) -> list[FoldLine]:
-    """The fold lines of a booklet side (when fold marks are asked for): every line between two
-    columns or two rows of cells (each is a fold of the schemes of :mod:`imposition.engine.folds`)."""
+def _folds(layout: Layout, frame: _Frame, region: Rect, turned: bool, side: int) -> list[FoldLine]:
+    """The fold lines of a booklet side (when fold marks are asked for): the middle of the gap
+    between two columns or two rows of cells (each is a fold of the schemes of
+    :mod:`imposition.engine.folds`)."""
     if not layout.fold_marks:
         return []
-    first, last = frame.cell(region, 0), frame.cell(region, frame.columns * frame.rows - 1)
+    first, last = frame.cell(region, 0, side), frame.cell(region, frame.columns * frame.rows - 1, side)
     block = Rect(first.x0, last.y0, last.x1, first.y1)
-    lines: list[FoldLine] = [("v", frame.cell(region, column).x1, block) for column in range(frame.columns - 1)]
-    lines += [("h", frame.cell(region, row * frame.columns).y0, block) for row in range(frame.rows - 1)]
+    lines: list[FoldLine] = [("v", (frame.cell(region, column, side).x1 + frame.cell(region, column + 1, side).x0) / 2,
+                              block) for column in range(frame.columns - 1)]
+    lines += [("h", (frame.cell(region, row * frame.columns, side).y0
+                     + frame.cell(region, (row + 1) * frame.columns, side).y1) / 2, block)
+              for row in range(frame.rows - 1)]
     if turned:
         cx, cy = region.centre
         block = Rect(2 * cx - block.x1, 2 * cy - block.y1, 2 * cx - block.x0, 2 * cy - block.y0)
@@ -518,9 +614,9 @@ def _marks(
                                  length_pt=length_pt, offset_pt=offset_pt)
         candidates += fold_marks_across([(at, block) for axis, at, block in folds if axis == "h"],
                                         length_pt=length_pt, offset_pt=offset_pt)
-    for key, amount in shortfalls(candidates, keep_clear, frame.printable).items():
+    for key, amount in shortfalls(candidates, keep_clear, frame.marks_area).items():
         missing[key] = max(missing.get(key, 0.0), amount)
-    return kept_marks(candidates, keep_clear, frame.printable)
+    return kept_marks(candidates, keep_clear, frame.marks_area)
 
 
 def _extent(placements: Sequence[Placement], marks: Sequence[Mark], extras: Sequence[Rect] = ()) -> Rect | None:
@@ -568,6 +664,13 @@ def _colour_bar(
     height = layout.colour_bar_height_pt
     y0 = max(block.y1, head_pt) + MARK_CLEARANCE_PT
     lacking = y0 + height - printable.y1
+    if layout.ink_zones:  # a press: the bar spans every ink zone the printable width covers
+        bar = ink_zone_bar((printable.x0 + printable.x1) / 2, layout.ink_zone_pt, layout.ink_zones,
+                           printable.x0, printable.x1, y0, height)
+        if lacking > EPSILON_PT or not bar:
+            missing[("colour_bar", "head")] = max(missing.get(("colour_bar", "head"), 0.0), max(lacking, 0.0))
+            return []
+        return bar
     x1 = max(block.x1, min(printable.x1, block.x0 + height * len(COLOUR_BAR_PATCHES)))
     if lacking > EPSILON_PT or x1 - block.x0 < height * len(COLOUR_BAR_PATCHES) - EPSILON_PT:
         missing[("colour_bar", "head")] = max(missing.get(("colour_bar", "head"), 0.0), max(lacking, 0.0))
@@ -587,8 +690,8 @@ def _collation_mark(layout: Layout, frame: _Frame, sheet: SheetOrder) -> list[Pa
     if layout.binding == "right_to_left":
         last, first = scheme.backs_onto(last), scheme.backs_onto(first)
     region = frame.regions[0]
-    a, b = frame.cell(region, last), frame.cell(region, first)
-    spine_x = a.x1 if a.x1 <= b.x0 + EPSILON_PT else a.x0
+    a, b = frame.cell(region, last, 0), frame.cell(region, first, 0)
+    spine_x = (a.x1 + b.x0) / 2 if a.x1 <= b.x0 + EPSILON_PT else (a.x0 + b.x1) / 2
     height, width = layout.collation_mark_height_pt, layout.collation_mark_width_pt
     steps = max(1, int((b.height + EPSILON_PT) // height))
     step = sheet.signature % steps
@@ -621,18 +724,19 @@ def _sides(
 ) -> list[tuple[str, list[Placement], list[FoldLine]]]:
     """The plates of one sheet: (side name, placements, fold lines)."""
     front_region, back_region = frame.regions
-    front = _place_side(layout, frame, front_region, sheet.front, pages, _cells_of(layout, order, sheet, 0), spots)
-    front_folds = _folds(layout, frame, front_region, False)
+    front = _place_side(layout, frame, front_region, sheet.front, pages, _cells_of(layout, order, sheet, 0), spots, 0)
+    front_folds = _folds(layout, frame, front_region, False, 0)
     if sheet.back is None:
         return [("front", front, front_folds)]
-    back = _place_side(layout, frame, back_region, sheet.back, pages, _cells_of(layout, order, sheet, 1), spots)
+    back = _place_side(layout, frame, back_region, sheet.back, pages, _cells_of(layout, order, sheet, 1), spots, 1)
     if layout.duplex == "work_and_turn":
-        return [("front and back, work and turn", front + back, front_folds + _folds(layout, frame, back_region, False))]
+        return [("front and back, work and turn", front + back,
+                 front_folds + _folds(layout, frame, back_region, False, 1))]
     if layout.duplex == "work_and_tumble":
         turned = _turned(back, back_region)
         return [("front and back, work and tumble", front + turned,
-                 front_folds + _folds(layout, frame, back_region, True))]
-    return [("front", front, front_folds), ("back", back, _folds(layout, frame, back_region, False))]
+                 front_folds + _folds(layout, frame, back_region, True, 1))]
+    return [("front", front, front_folds), ("back", back, _folds(layout, frame, back_region, False, 1))]
 
 
 def plan_imposition(
@@ -662,6 +766,13 @@ def plan_imposition(
       * Registration targets 1 mm beyond the middle of each edge of the block, the colour bar across
         its head, collation marks on the spine, their room reserved like crop marks'
         (``no_room_for_marks`` for what the printable area cannot hold).
+      * Booklets: pages at one trim size (:func:`_booklet_trim`), turned first by ``rotate_to_fit``
+        (:func:`_booklet_pages`); between pages the binder's trims, spine gutter, grind-off and
+        lip (:func:`_booklet_gaps`); bleed on trimmed edges only; padding beyond half a signature
+        warned (:func:`_padding_warnings`). Grids under ``rotate_to_fit`` turn a page of the other
+        orientation than its cell (:func:`_turned_to_fit`).
+      * Marks stay in the marks area: the printable area less the default gripper when neither a
+        press nor ``gripper_mm`` is named (:func:`_lift` raises the block when that clears them).
       * Every departure from what was asked is a :class:`~imposition.engine.errors.PlateWarning` in the plan
         (:func:`plan_warnings`).
 
@@ -683,6 +794,7 @@ def plan_imposition(
             page the document lacks, or the fold scheme chosen for ``signature_pages`` does not hold
             the pages at 100 % (:func:`_check_signature_fits`).
         PageTooLarge: with ``scaling: none``, a page does not fit its cell in any allowed orientation.
+        TrimSizeMismatch: a booklet's pages cannot share one trim size (:func:`_booklet_trim`).
         TooManyCells: a side would hold more than ``max_cells_per_sheet`` cells in every allowed
             orientation (step and repeat of a tiny page), or the job more than ``max_cells_per_job``;
             found before the cells are laid out.
@@ -697,9 +809,18 @@ def plan_imposition(
             if number > len(pages):
                 raise InvalidLayout(f"{name}={shown(number)}: the document has only {len(pages)} pages")
         considered = sorted({number - 1 for _, number in listed})
+    booklet_order: PageOrder | None = None
+    if layout.booklet:
+        booklet_order = page_order(layout, len(pages))
+        pages = _booklet_pages(layout, pages, booklet_order)
+        frame_sizes = [_booklet_trim(layout, [displayed_size(page) for page in pages])]
+    else:
+        frame_sizes = [displayed_size(pages[i]) for i in considered]
     if layout.fold_scheme_implied:
-        _check_signature_fits(layout, [displayed_size(page) for page in pages], max_cells_per_sheet)
-    frame = _choose_frame(layout, [displayed_size(pages[i]) for i in considered], max_cells_per_sheet)
+        _check_signature_fits(layout, frame_sizes, max_cells_per_sheet)
+    frame = _choose_frame(layout, frame_sizes, max_cells_per_sheet)
+    if not layout.booklet and layout.rotate_to_fit in ("ccw", "cw"):
+        pages, frame = _turned_to_fit(layout, pages, considered, frame, max_cells_per_sheet)
     if layout.kind == STEP_AND_REPEAT and layout.gang:
         try:
             gang_copies(layout.gang, frame.columns * frame.rows)
@@ -717,7 +838,7 @@ def plan_imposition(
                 f"step_and_repeat: {sides} sides of {frame.columns} × {frame.rows} copies make "
                 f"{sides * frame.columns * frame.rows} cells, more than max_cells_per_job={max_cells_per_job}"
             )
-    order: PageOrder = page_order(layout, len(pages), grid=(frame.columns, frame.rows))
+    order: PageOrder = booklet_order or page_order(layout, len(pages), grid=(frame.columns, frame.rows))
     plates: list[Plate] = []
     spots: _Spots = {}
     found = _Departures()
@@ -729,8 +850,8 @@ def plan_imposition(
                     found.scale[placement.page] = min(found.scale.get(placement.page, 1.0), placement.scale)
             marks = _marks(layout, frame, placements, folds, found.marks)
             block = _extent(placements, marks)
-            targets = _targets(layout, frame.printable, block, found.marks)
-            patches = _colour_bar(layout, frame.printable, block, max((t.bounds.y1 for t in targets), default=0.0),
+            targets = _targets(layout, frame.marks_area, block, found.marks)
+            patches = _colour_bar(layout, frame.marks_area, block, max((t.bounds.y1 for t in targets), default=0.0),
                                   found.marks)
             if side.startswith("front"):
                 patches += _collation_mark(layout, frame, sheet)
@@ -738,18 +859,151 @@ def plan_imposition(
             if layout.slug:
                 text = slug_text(slug or SlugInfo("-", "-"), number, len(order.sheets), side)
                 extras = [t.bounds for t in targets] + [p.rect for p in patches]
-                origin = _slug_origin(text, frame.printable, placements, marks, extras)
+                origin = _slug_origin(text, frame.marks_area, placements, marks, extras)
                 if origin is None:
                     found.slug_dropped.append(len(plates) + 1)
                 else:
                     slug_line = text
             plates.append(Plate(number, side, tuple(placements), tuple(marks), slug_line, origin,
                                 tuple(targets), tuple(patches)))
-    warnings = plan_warnings(layout, frame, found)
+    warnings = plan_warnings(layout, frame, found) + _padding_warnings(layout, order, len(pages))
     return ImpositionPlan(
         frame.sheet.width, frame.sheet.height, tuple(plates), len(order.sheets), order.blank_pages, len(pages),
         warnings,
     )
+
+
+#: Two trim sizes closer than this on each side (pt, about 0.35 mm) are one: page sizes written
+#: in whole points or millimetres differ from the standard's by less.
+TRIM_TOLERANCE_PT = 1.0
+
+
+def _orientation(size: tuple[float, float]) -> str:
+    """``portrait``, ``landscape`` or ``square`` (sides within :data:`TRIM_TOLERANCE_PT`)."""
+    width, height = size
+    return "square" if abs(width - height) <= TRIM_TOLERANCE_PT else "landscape" if width > height else "portrait"
+
+
+def _quarter_turn(boxes: PageBoxes, clockwise: bool) -> PageBoxes:
+    """``boxes`` of the page turned 90° (clockwise or not) on top of its own /Rotate."""
+    return replace(boxes, rotate_degrees_cw=(boxes.rotate_degrees_cw + (90 if clockwise else 270)) % 360)
+
+
+def _turned_to_fit(
+    layout: Layout, pages: Sequence[PageBoxes], considered: Sequence[int], frame: _Frame,
+    max_cells_per_sheet: int | None,
+) -> tuple[list[PageBoxes], _Frame]:
+    """Grid layouts under ``rotate_to_fit`` ``ccw``/``cw``: n-up and cut and stack turn each page whose
+    orientation differs from its cell's 90° that way and size the cells anew; step and repeat turns
+    the listed pages when that holds more copies (or places them larger)."""
+    clockwise = layout.rotate_to_fit == "cw"
+    turned = list(pages)
+    if layout.kind == STEP_AND_REPEAT:
+        for i in considered:
+            turned[i] = _quarter_turn(pages[i], clockwise)
+        sizes = [displayed_size(turned[i]) for i in considered]
+        try:
+            other = _choose_frame(layout, sizes, max_cells_per_sheet)
+        except (InvalidLayout, PageTooLarge, TooManyCells):
+            return list(pages), frame
+        before = _score(layout, frame, [displayed_size(pages[i]) for i in considered])
+        return (turned, other) if _score(layout, other, sizes) > before else (list(pages), frame)
+    cell = _orientation((frame.cell_width_pt, frame.cell_height_pt))
+    for i in considered:
+        own = _orientation(displayed_size(pages[i]))
+        if "square" not in (own, cell) and own != cell:
+            turned[i] = _quarter_turn(pages[i], clockwise)
+    return turned, _choose_frame(layout, [displayed_size(turned[i]) for i in considered], max_cells_per_sheet)
+
+
+def _booklet_pages(layout: Layout, pages: Sequence[PageBoxes], order: PageOrder) -> list[PageBoxes]:
+    """A booklet's pages, those of the other orientation than most turned by ``rotate_to_fit``
+    (``ccw``/``cw`` that way; ``spine``/``fore_edge`` their head toward that edge of their leaf: a
+    recto's spine is its left edge, right to left binding its right)."""
+    if layout.rotate_to_fit == "none":
+        return list(pages)
+    orientations = [_orientation(displayed_size(page)) for page in pages]
+    counts = {o: orientations.count(o) for o in ("portrait", "landscape")}
+    first = next((o for o in orientations if o != "square"), "portrait")
+    trim = max(("portrait", "landscape"), key=lambda o: (counts[o], o == first))
+    position = {page: at for at, page in enumerate(order.reading_order) if page is not None}
+    turned = list(pages)
+    for index, own in enumerate(orientations):
+        if own == "square" or own == trim:
+            continue
+        if layout.rotate_to_fit in ("ccw", "cw"):
+            clockwise = layout.rotate_to_fit == "cw"
+        else:
+            spine_left = (position[index] % 2 == 0) == (layout.binding == "left_to_right")
+            clockwise = spine_left == (layout.rotate_to_fit == "fore_edge")  # cw puts the head on the right
+        turned[index] = _quarter_turn(pages[index], clockwise)
+    return turned
+
+
+def _shares_trim(size: tuple[float, float], trim: tuple[float, float], scaling: str) -> bool:
+    """True when a page of ``size`` is placed at the booklet's ``trim``: the same size, or with
+    ``scaling: fit`` a larger page of the same proportions (shrunk to it)."""
+    if all(abs(a - b) <= TRIM_TOLERANCE_PT for a, b in zip(size, trim)):
+        return True
+    scale = min(trim[0] / size[0], trim[1] / size[1])
+    return scaling == "fit" and scale < 1 and all(abs(a * scale - b) <= TRIM_TOLERANCE_PT for a, b in zip(size, trim))
+
+
+def _booklet_trim(layout: Layout, sizes: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """The trim size of a booklet: the displayed size most pages have (ties: the earliest page's).
+
+    Raises:
+        TrimSizeMismatch: a page cannot be placed at that trim (:func:`_shares_trim`); the message
+            names the pages, their sizes, the trim, and ``rotate_to_fit`` when turning would help.
+    """
+    groups: dict[tuple[int, int], list[int]] = {}
+    for index, (width, height) in enumerate(sizes):
+        key = next((k for k in groups if all(abs(a - b) <= TRIM_TOLERANCE_PT for a, b in zip(k, (width, height)))),
+                   (round(width), round(height)))
+        groups.setdefault(key, []).append(index)
+    members = max(groups.values(), key=lambda indexes: (len(indexes), -indexes[0]))
+    trim = sizes[members[0]]
+    odd = [i for i, size in enumerate(sizes) if not _shares_trim(size, trim, layout.scaling)]
+    if not odd:
+        return trim
+
+    def mm(size: tuple[float, float]) -> str:
+        return f"{pt_to_mm(size[0]):.1f} × {pt_to_mm(size[1]):.1f} mm"
+
+    shown_sizes = "; ".join(f"page {i + 1}: {mm(sizes[i])}" for i in odd[:5]) + ("; …" if len(odd) > 5 else "")
+    turnable = all(_shares_trim((sizes[i][1], sizes[i][0]), trim, layout.scaling) for i in odd)
+    advice = ("give rotate_to_fit ('ccw', 'cw', 'spine' or 'fore_edge') to turn them to the trim"
+              if turnable and layout.rotate_to_fit == "none" else
+              "a booklet is trimmed once: give every page the trim size"
+              + (", or scaling 'fit' to shrink a larger page of its proportions" if layout.scaling == "none" else ""))
+    raise TrimSizeMismatch(
+        f"{layout.kind}: pages {page_ranges(i + 1 for i in odd)} cannot share the booklet's trim of {mm(trim)} "
+        f"(pages {page_ranges(i + 1 for i in members)}): {shown_sizes}; {advice}"
+    )
+
+
+def _padding_warnings(layout: Layout, order: PageOrder, page_count: int) -> tuple[PlateWarning, ...]:
+    """``padded_with_blanks`` when a booklet was padded with more blanks than half a signature (the
+    unit it pads to: the fold scheme's pages, ``signature_pages`` for perfect-bound sections, a
+    4-page sheet for saddle-stitched sections), naming a smaller signature that pads less."""
+    if not layout.booklet:
+        return ()
+    scheme = FOLD_SCHEMES.get(layout.fold_scheme or "")
+    unit = scheme.pages if scheme else layout.signature_pages if layout.kind == PERFECT_BOUND else 4
+    if 2 * order.blank_pages <= unit:
+        return ()
+    smaller = [(-page_count % size, size) for size in sorted(SCHEME_FOR_SIGNATURE_PAGES) if size < unit]
+    advice = ""
+    if smaller:
+        blanks, size = min(smaller)
+        field = (f"fold_scheme {SCHEME_FOR_SIGNATURE_PAGES[size]!r}" if scheme and not layout.fold_scheme_implied
+                 else f"signature_pages {size}")
+        advice = f"; {field} would pad with {blanks}"
+    what = f"fold_scheme={scheme.name}" if scheme else f"signature of {unit} pages"
+    return (PlateWarning(PaddedWithBlanks.code, (
+        f"{what}: {page_count} pages padded to whole signatures of {unit} with {order.blank_pages} blank pages, "
+        f"more than half a signature{advice}"
+    )),)
 
 
 @dataclass
@@ -767,6 +1021,14 @@ class _Departures:
     bleed: dict[tuple[str, int], float] = field(default_factory=dict)
     marks: dict[tuple[str, str], float] = field(default_factory=dict)
     slug_dropped: list[int] = field(default_factory=list)
+
+
+def _default_gripper_note(layout: Layout, edge: str) -> str:
+    """What a ``no_room_for_marks`` warning adds at an edge the default gripper keeps marks off."""
+    if not layout.mark_gripper_pt or edge not in (("foot", "head") if layout.duplex == "work_and_tumble" else ("foot",)):
+        return ""
+    return (f"; with no press named, marks keep out of a default {pt_to_mm(layout.mark_gripper_pt):g} mm gripper at "
+            f"the lead edge: name a press, or give gripper_mm (0 lets marks into the lead edge)")
 
 
 def plan_warnings(layout: Layout, frame: _Frame, found: _Departures) -> tuple[PlateWarning, ...]:
@@ -792,22 +1054,28 @@ def plan_warnings(layout: Layout, frame: _Frame, found: _Departures) -> tuple[Pl
                 f"{what} at the {edge} of {sheet} needs {pt_to_mm(need_pt):.1f} mm beyond the pages and their marks "
                 f"({size_field} + 1 mm); the printable area (margins, gripper) leaves "
                 f"{max(pt_to_mm(need_pt - missing_pt), 0.0):.1f} mm: {pt_to_mm(missing_pt):.1f} mm missing, left out"
+                + _default_gripper_note(layout, edge)
             )))
             continue
         fields = "crop_marks" if kind == "crop" else "fold_marks"
         need_pt = layout.crop_mark_offset_pt + layout.crop_mark_length_pt
+        missing_pt = min(missing_pt, need_pt)
         warnings.append(PlateWarning("no_room_for_marks", (
             f"{fields}: the marks at the {edge} of {sheet} need {pt_to_mm(need_pt):.1f} mm outside the trim "
             f"(crop_mark_offset_mm + crop_mark_length_mm); the printable area (margins, gripper) leaves "
             f"{max(pt_to_mm(need_pt - missing_pt), 0.0):.1f} mm: {pt_to_mm(missing_pt):.1f} mm missing"
+            + _default_gripper_note(layout, edge)
         )))
     for limit in ("file", "sheet"):
         short = {page: kept for (why, page), kept in found.bleed.items() if why == limit}
         if not short:
             continue
-        because = ("the page's BleedBox holds less beyond its trim" if limit == "file" else
-                   "the gutter (gutter_mm), a neighbour or the printable edge leaves less; "
-                   f"{2 * pt_to_mm(layout.bleed_pt):g} mm gutters would keep it whole")
+        bleed_mm = pt_to_mm(layout.bleed_pt)
+        room = (f"face_trim_mm, head_trim_mm and foot_trim_mm of {bleed_mm:g} (the default) would keep it whole "
+                f"between pages" if layout.booklet else f"gutter_mm={2 * bleed_mm:g} would keep it whole between pages")
+        because = ("the page's BleedBox holds less beyond its trim (on its trimmed edges; a booklet's spine needs none)"
+                   if limit == "file" else
+                   f"a neighbour or the printable edge (margin_mm, gripper_mm) leaves less; {room}")
         warnings.append(PlateWarning("bleed_reduced", (
             f"bleed_mm={pt_to_mm(layout.bleed_pt):g}: pages {page_ranges(p + 1 for p in short)} keep as little "
             f"as {pt_to_mm(min(short.values())):.1f} mm: {because}"

@@ -13,7 +13,10 @@ from typing import NamedTuple
 
 import pikepdf
 
-from .errors import DamagedPdf, MemoryLimitExceeded, NoPages, NotAPdf, PasswordRequired, TooManyPages, clipped, page_ranges, without_paths
+from .errors import (
+    DamagedPdf, MemoryLimitExceeded, NoPages, NotAPdf, PasswordRequired, PlateWarning, TooManyPages, TrimBoxReplaced,
+    clipped, page_ranges, without_paths,
+)
 from .geometry import PageBoxes, Rect, normalise_rotate
 
 #: A PDF header may start anywhere in the first 1024 bytes (PDF 32000-1 §7.5.2 and Annex H.3 note 13).
@@ -187,12 +190,27 @@ def _entries(page: SourcePage, from_tree: dict[tuple[int, int], tuple]) -> tuple
     return (*inheritable, *(page.get(key) for key in _OWN_ENTRIES))
 
 
-def _page_boxes(entries: tuple, page_number: int) -> PageBoxes:
+#: The smallest side (points) a TrimBox keeps inside the visible area before it counts as outside it.
+MIN_VISIBLE_TRIM_PT = 1e-3
+
+
+def _page_boxes(entries: tuple, page_number: int) -> tuple[PageBoxes, str | None]:
+    """The page's boxes, and the box its trim fell back to (``CropBox`` or ``MediaBox``) when its
+    TrimBox lies outside the visible area (CropBox ∩ MediaBox), or None."""
     media_box, crop_box, rotate_value, trim_box, bleed_box, user_unit_value = entries
     media = _box(media_box, page_number, "MediaBox") or Rect.from_box(DEFAULT_MEDIA_BOX)
     crop = (_box(crop_box, page_number, "CropBox") or media).intersect(media)
-    trim = (_box(trim_box, page_number, "TrimBox") or crop).intersect(crop)
+    given_trim = _box(trim_box, page_number, "TrimBox")
+    trim = (given_trim or crop).intersect(crop)
+    fallback = None
+    if given_trim is not None and min(trim.width, trim.height) < MIN_VISIBLE_TRIM_PT <= min(crop.width, crop.height):
+        # Outside the page: preflight tools fall back to the CropBox, or the MediaBox without one
+        # (PDF 32000-1 §14.11.2: the TrimBox defaults to the CropBox, which defaults to the MediaBox).
+        trim, fallback = crop, ("CropBox" if crop_box is not None else "MediaBox")
     bleed = (_box(bleed_box, page_number, "BleedBox") or crop).intersect(crop)
+    if fallback is not None and not (bleed.x0 <= trim.x0 and bleed.y0 <= trim.y0
+                                     and trim.x1 <= bleed.x1 and trim.y1 <= bleed.y1):
+        bleed = trim  # a BleedBox around the TrimBox that lay outside: no bleed is known
     if trim.width <= 0 or trim.height <= 0:
         raise DamagedPdf(f"page {page_number}: its visible trim area is empty (TrimBox ∩ CropBox ∩ MediaBox)")
     try:
@@ -207,10 +225,11 @@ def _page_boxes(entries: tuple, page_number: int) -> PageBoxes:
             f"page {page_number}: its trim ({trim.width:g} × {trim.height:g}) times /UserUnit={user_unit:g} "
             f"is not a positive finite size"
         )
-    return PageBoxes(crop=crop, trim=trim, bleed=bleed, rotate_degrees_cw=rotate, user_unit=user_unit)
+    return PageBoxes(crop=crop, trim=trim, bleed=bleed, rotate_degrees_cw=rotate, user_unit=user_unit), fallback
 
 
-def page_boxes(pdf: pikepdf.Pdf, pages: Sequence[SourcePage] | None = None) -> list[PageBoxes]:
+def page_boxes(pdf: pikepdf.Pdf, pages: Sequence[SourcePage] | None = None, *,
+               fallbacks_out: dict[int, str] | None = None) -> list[PageBoxes]:
     """The boxes of every page of ``pdf`` (``pages``: its pages read already, :func:`read_pages`), in
     page order, per PDF 32000-1 §14.11.2.
 
@@ -218,11 +237,15 @@ def page_boxes(pdf: pikepdf.Pdf, pages: Sequence[SourcePage] | None = None) -> l
     worked out once: per page only the entries are read and compared as written (pikepdf hands
     numbers over as Python numbers; anything else is compared by its PDF syntax).
 
+    A TrimBox outside the page's visible area (CropBox ∩ MediaBox) falls back to the CropBox, or the
+    MediaBox when the page has no CropBox, as preflight tools do; ``fallbacks_out``, when given,
+    receives each such page (1-based) with the box used (:func:`trim_fallback_warning` words it).
+
     Raises:
-        DamagedPdf: a box is malformed, or the visible trim has no area (the message names the
+        DamagedPdf: a box is malformed, or the visible area has none (the message names the
             1-based page number).
     """
-    known: dict[tuple, PageBoxes] = {}
+    known: dict[tuple, tuple[PageBoxes, str | None]] = {}
     from_tree: dict[tuple[int, int], tuple] = {}
     boxes = []
     for number, page in enumerate(read_pages(pdf) if pages is None else pages, start=1):
@@ -231,8 +254,26 @@ def page_boxes(pdf: pikepdf.Pdf, pages: Sequence[SourcePage] | None = None) -> l
         found = known.get(key)
         if found is None:
             found = known[key] = _page_boxes(entries, number)
-        boxes.append(found)
+        boxes.append(found[0])
+        if found[1] is not None and fallbacks_out is not None:
+            fallbacks_out[number] = found[1]
     return boxes
+
+
+def trim_fallback_warning(name: str, fallbacks: dict[int, str]) -> PlateWarning | None:
+    """The ``trim_box_replaced`` warning for the pages of file ``name`` whose TrimBox fell back
+    (:func:`page_boxes`), naming every page; None when none did."""
+    if not fallbacks:
+        return None
+    by_box: dict[str, list[int]] = {}
+    for number, box in sorted(fallbacks.items()):
+        by_box.setdefault(box, []).append(number)
+    used = "; ".join(f"the {box} for {'page' if len(numbers) == 1 else 'pages'} {page_ranges(numbers)}"
+                     for box, numbers in by_box.items())
+    return PlateWarning(TrimBoxReplaced.code,
+                        f"{name}: the TrimBox of {len(fallbacks)} {'page' if len(fallbacks) == 1 else 'pages'} "
+                        f"(pages {page_ranges(fallbacks)}) lies outside the page's MediaBox or CropBox; imposed on "
+                        f"{used} instead, as preflight does: check the trim size")
 
 
 #: How qpdf names the object a warning is about: ``(object 15 0, offset 2473)``.

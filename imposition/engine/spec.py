@@ -10,6 +10,8 @@ One model per layout, told apart by the ``layout`` field::
     {"layout": "perfect_bound", "sheet": "SRA3", "signature_pages": 16}
     {"layout": "perfect_bound", "sheet": "SRA2", "fold_scheme": "F32-5", "collation_marks": true}
     {"layout": "step_and_repeat", "sheet": "SRA3", "gang": [{"page": 1, "copies": 6}, {"page": 2}]}
+    {"layout": "saddle_stitch", "sheet": "SRA3", "bleed_mm": 3, "rotate_to_fit": "spine"}
+    {"layout": "perfect_bound", "press": "sm74", "fold_scheme": "F16-7", "grind_off_mm": 3, "bleed_mm": 3}
 
 Units are in the field names (``_mm`` millimetres, ``_pt`` PDF points). Page numbers are 1-based, as
 a print shop counts them. Unknown fields are rejected, so a typo never passes silently. Types are
@@ -33,7 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator,
 from .errors import InvalidLayout, clipped, shown
 from .folds import FOLD_SCHEME_NAMES, FOLD_SCHEMES, SCHEME_FOR_SIGNATURE_PAGES, SECTIONS, FoldScheme
 from .job import BlankPagesAt, Layout
-from .sheets import mm_to_pt, preset_names, preset_size_mm
+from .presses import DEFAULT_MARK_GRIPPER_MM, PRESS_NAMES, PRESSES, Press
+from .sheets import mm_to_pt, preset_names, preset_size_mm, pt_to_mm
 
 #: PDF page size limits in default user space units (PDF 32000-1 Annex C.2): 3 to 14 400.
 MIN_SHEET_PT = 3.0
@@ -54,6 +57,15 @@ Orientation = Literal["auto", "portrait", "landscape"]
 #: (both sides on one plate, the sheet turned side to side), ``work_and_tumble`` (turned head to foot).
 Duplex = Literal["sheetwise", "work_and_turn", "work_and_tumble"]
 Binding = Literal["left_to_right", "right_to_left"]
+#: How a page whose orientation differs from its cell's is turned: ``none`` (as a viewer shows it,
+#: shrunk to fit), 90° ``ccw`` (its head to the left) or ``cw``; booklets also ``spine`` (its head
+#: toward the spine) and ``fore_edge`` (toward the fore edge).
+RotateToFit = Literal["none", "ccw", "cw", "spine", "fore_edge"]
+if TYPE_CHECKING:
+    PressName = str
+else:
+    #: A press preset of :mod:`imposition.engine.presses`.
+    PressName = Literal[PRESS_NAMES]
 
 
 class _Strict(BaseModel):
@@ -99,7 +111,12 @@ class LayoutSpec(_Strict):
 
     Attributes:
         sheet: a preset name (A0–A5, SRA2, SRA3, B1, B2, Letter, Legal, Tabloid, 12x18 in) or a
-            :class:`CustomSheet`.
+            :class:`CustomSheet`; may be left out when ``press`` is named (the press's largest sheet).
+        press: a press preset (``sm52``, ``sm74``, ``sm102``: :mod:`imposition.engine.presses`): it
+            sets the sheet (unless given), keeps only the orientations the press feeds (the plate's
+            foot is the gripper edge, its width across the press), the gripper (``gripper_mm`` may
+            only be larger), the margins (side lays and tail, unless ``margin_mm`` is given) and a
+            colour bar (when asked) over the whole printable width, a solid of each ink per ink zone.
         orientation: ``portrait``/``landscape`` turn the sheet; ``auto`` tries both and keeps the one
             that places the pages largest (step-and-repeat: the one holding most copies).
         margin_mm: one margin for every edge, or :class:`Margins` per edge; cells stay inside.
@@ -113,7 +130,16 @@ class LayoutSpec(_Strict):
         scaling: ``fit`` shrinks a page that is larger than its cell (never enlarges) and centres it;
             ``none`` places at 100 % and fails with ``page_too_large`` if a page does not fit.
         gripper_mm: the press's gripper, a strip at the lead edge (the foot of the front) where nothing
-            prints; added to the foot margin (work and tumble: to both head and foot).
+            prints; added to the foot margin (work and tumble: to both head and foot). Left out with
+            no press named, pages may use the strip but every mark keeps outside a
+            :data:`~imposition.engine.presses.DEFAULT_MARK_GRIPPER_MM` (10 mm) gripper, the block
+            moved toward the head when that makes room (a ``no_room_for_marks`` warning names the
+            default gripper when it cannot).
+        rotate_to_fit: ``none`` (default: a page is placed as a viewer shows it, shrunk if it is
+            larger than its cell), ``ccw`` or ``cw``: a page whose orientation (portrait, landscape)
+            differs from its cell's is turned 90° that way (n-up, cut and stack; step and repeat
+            turns the pages when that holds more copies); booklets also take ``spine`` and
+            ``fore_edge`` (each page's head toward that edge): see :class:`_Booklet`.
         on_warning: ``warn`` records every departure from what was asked (scaled to fit, marks,
             bleed or slug that could not be drawn whole, a repaired file) as a typed warning in the
             report; ``fail`` fails the job with the first one's code instead.
@@ -126,7 +152,8 @@ class LayoutSpec(_Strict):
     """
 
     layout: str
-    sheet: str | CustomSheet
+    sheet: str | CustomSheet | None = None
+    press: PressName | None = None
     orientation: Orientation = "auto"
     margin_mm: Annotated[float, Field(ge=0, le=200)] | Margins = 0.0
     bleed_mm: float = Field(default=0.0, ge=0, le=25)
@@ -141,10 +168,11 @@ class LayoutSpec(_Strict):
     registration_mark_size_mm: float = Field(default=5.0, ge=2, le=20)
     colour_bar: bool = False
     colour_bar_height_mm: float = Field(default=5.0, ge=3, le=15)
+    rotate_to_fit: RotateToFit = "none"
 
     @field_validator("sheet")
     @classmethod
-    def _known_sheet(cls, value: str | CustomSheet) -> str | CustomSheet:
+    def _known_sheet(cls, value: str | CustomSheet | None) -> str | CustomSheet | None:
         if isinstance(value, str) and preset_size_mm(value) is None:
             raise ValueError(f"unknown sheet preset; presets: {', '.join(preset_names())}")
         if isinstance(value, CustomSheet):
@@ -158,7 +186,24 @@ class LayoutSpec(_Strict):
 
     @model_validator(mode="after")
     def _room_on_the_sheet(self) -> "LayoutSpec":
+        if self.sheet is None and self.press is None:
+            raise ValueError("sheet: missing field (give a sheet, or a press whose largest sheet is used)")
+        press = self.press_preset()
+        if press is not None and "gripper_mm" in self.model_fields_set and self.gripper_mm < press.gripper_mm:
+            raise ValueError(f"gripper_mm={self.gripper_mm:g}: less than the {press.gripper_mm:g} mm gripper of press "
+                             f"{press.describe()}; give at least {press.gripper_mm:g} or leave it out")
+        if self.layout not in ("saddle_stitch", "perfect_bound") and self.rotate_to_fit in ("spine", "fore_edge"):
+            raise ValueError(f"rotate_to_fit={self.rotate_to_fit!r}: only booklets have a spine; give 'ccw', 'cw' "
+                             f"or 'none'")
         layout = self.resolved()
+        if press is not None and not any(layout.press_feeds(size) for size in layout.sheet_sizes_pt()):
+            width, height = (pt_to_mm(v) for v in sorted(layout.sheet_size_pt))
+            raise ValueError(
+                f"sheet={shown(self.sheet if isinstance(self.sheet, str) else 'custom')}: {width:.0f} × {height:.0f} mm "
+                f"does not feed on press {press.describe()} in orientation {self.orientation!r}; give a sheet "
+                f"within {press.max_sheet_mm[0]:g} × {press.max_sheet_mm[1]:g} mm and at least "
+                f"{press.min_sheet_mm[0]:g} × {press.min_sheet_mm[1]:g} mm, or another press"
+            )
         problems = [layout.room_problem(*size) for size in layout.sheet_sizes_pt()]
         if all(problems):  # under ``auto`` both orientations were tried: the first, portrait, is named
             first = problems[0]
@@ -166,16 +211,30 @@ class LayoutSpec(_Strict):
             raise ValueError(first + (", nor turned landscape" if len(problems) > 1 else ""))
         return self
 
+    def press_preset(self) -> Press | None:
+        """The named press, or None."""
+        return PRESSES[self.press] if self.press is not None else None
+
     def sheet_size_pt(self) -> tuple[float, float]:
-        """The sheet ``(width_pt, height_pt)`` as named (portrait for presets), before orientation."""
+        """The sheet ``(width_pt, height_pt)`` as named (portrait for presets), before orientation;
+        with no sheet named, the press's largest."""
         if isinstance(self.sheet, CustomSheet):
             return self.sheet.size_pt()
+        if self.sheet is None:
+            press = self.press_preset()
+            assert press is not None  # checked by the validator
+            return mm_to_pt(press.max_sheet_mm[0]), mm_to_pt(press.max_sheet_mm[1])
         size_mm = preset_size_mm(self.sheet)
         assert size_mm is not None  # checked by the validator
         return mm_to_pt(size_mm[0]), mm_to_pt(size_mm[1])
 
     def margins_pt(self) -> tuple[float, float, float, float]:
-        """Margins as ``(top_pt, right_pt, bottom_pt, left_pt)`` on the front side."""
+        """Margins as ``(top_pt, right_pt, bottom_pt, left_pt)`` on the front side: ``margin_mm`` as
+        given, else the press's tail and side lays (nothing beyond the gripper at the foot)."""
+        press = self.press_preset()
+        if press is not None and "margin_mm" not in self.model_fields_set:
+            side = mm_to_pt(press.side_lay_mm)
+            return mm_to_pt(press.tail_mm), side, 0.0, side
         if isinstance(self.margin_mm, Margins):
             m = self.margin_mm
             return mm_to_pt(m.top_mm), mm_to_pt(m.right_mm), mm_to_pt(m.bottom_mm), mm_to_pt(m.left_mm)
@@ -190,6 +249,10 @@ class LayoutSpec(_Strict):
         pages = getattr(self, "pages", None)
         gang = getattr(self, "gang", None)
         scheme, implied = self.scheme() if isinstance(self, _Booklet) else (None, False)
+        press = self.press_preset()
+        gripper_given = "gripper_mm" in self.model_fields_set
+        gripper_mm = self.gripper_mm if gripper_given or press is None else press.gripper_mm
+        trims_mm = self.trims_mm() if isinstance(self, _Booklet) else (0.0, 0.0, 0.0)
         return Layout(
             kind=self.layout,
             sheet_size_pt=self.sheet_size_pt(),
@@ -212,7 +275,7 @@ class LayoutSpec(_Strict):
             fold_marks=getattr(self, "fold_marks", False),
             slug=self.slug,
             scaling=self.scaling,
-            gripper_pt=mm_to_pt(self.gripper_mm),
+            gripper_pt=mm_to_pt(gripper_mm),
             on_warning=self.on_warning,
             fold_scheme=scheme.name if scheme else None,
             fold_scheme_implied=implied,
@@ -224,6 +287,19 @@ class LayoutSpec(_Strict):
             colour_bar=self.colour_bar,
             colour_bar_height_pt=mm_to_pt(self.colour_bar_height_mm),
             gang=tuple((entry.page, entry.copies) for entry in gang) if gang else None,
+            press=self.press,
+            press_max_pt=(mm_to_pt(press.max_sheet_mm[0]), mm_to_pt(press.max_sheet_mm[1])) if press else None,
+            press_min_pt=(mm_to_pt(press.min_sheet_mm[0]), mm_to_pt(press.min_sheet_mm[1])) if press else None,
+            mark_gripper_pt=0.0 if gripper_given or press else mm_to_pt(DEFAULT_MARK_GRIPPER_MM),
+            ink_zones=press.ink_zones if press else 0,
+            ink_zone_pt=mm_to_pt(press.ink_zone_mm) if press else 0.0,
+            face_trim_pt=mm_to_pt(trims_mm[0]),
+            head_trim_pt=mm_to_pt(trims_mm[1]),
+            foot_trim_pt=mm_to_pt(trims_mm[2]),
+            spine_gutter_pt=mm_to_pt(getattr(self, "spine_gutter_mm", 0.0)),
+            grind_off_pt=mm_to_pt(getattr(self, "grind_off_mm", 0.0)),
+            saddle_lip_pt=mm_to_pt(getattr(self, "saddle_lip_mm", 0.0)),
+            rotate_to_fit=self.rotate_to_fit,
         )
 
 
@@ -250,6 +326,23 @@ class _Booklet(LayoutSpec):
     fails the job (``invalid_layout`` naming ``signature_pages``) when the sheet cannot hold that
     scheme's pages at 100 %, never falling back to 2-up. ``creep_mm`` moves a page toward the spine by
     that much per leaf outside it (per sheet, for nested sheets).
+
+    Binder's geometry (millimetres): ``face_trim_mm``, ``head_trim_mm``, ``foot_trim_mm`` are the paper
+    the trimmer cuts off beyond each page's trim at that edge; where two pages meet at that edge on
+    the sheet (the fold between them is cut away) they lie twice that apart, so the bleed has room.
+    Left out, each is ``bleed_mm``: just the room the bleed needs. ``spine_gutter_mm`` is space
+    between the trims either side of a spine fold. Bleed is kept on the trimmed edges only: a page's
+    spine edge gets none (saddle stitch: the pages meet at the fold) or, perfect bound, up to
+    ``grind_off_mm`` (the paper milled off each page's spine edge, so the pages of a spine lie twice
+    that apart), and a spine edge is never a ``bleed_reduced`` warning.
+
+    Orientation: the booklet's trim is the size most pages share (ties: the first page's). A page of
+    the other orientation is turned 90° by ``rotate_to_fit``: ``ccw``/``cw`` every such page that way,
+    ``spine``/``fore_edge`` its head toward that edge of its own leaf (so a landscape page reads with
+    the book turned the same way on both sides of a spread only with ``ccw``/``cw``). A page that
+    then cannot share the trim (another size, or another orientation under ``rotate_to_fit: none``)
+    fails the job with ``trim_size_mismatch`` naming the pages; a larger page of the trim's
+    proportions is shrunk to it under ``scaling: fit``.
     """
 
     duplex: Duplex = "sheetwise"
@@ -259,6 +352,15 @@ class _Booklet(LayoutSpec):
     fold_marks: bool = False
     fold_scheme: FoldSchemeOrSections | None = None
     signature_pages: Literal[4, 8, 16, 32] | None = None
+    face_trim_mm: float | None = Field(default=None, ge=0, le=50)
+    head_trim_mm: float | None = Field(default=None, ge=0, le=50)
+    foot_trim_mm: float | None = Field(default=None, ge=0, le=50)
+    spine_gutter_mm: float = Field(default=0.0, ge=0, le=50)
+
+    def trims_mm(self) -> tuple[float, float, float]:
+        """``(face, head, foot)`` trims in mm, each ``bleed_mm`` when left out."""
+        return tuple(self.bleed_mm if value is None else value  # type: ignore[return-value]
+                     for value in (self.face_trim_mm, self.head_trim_mm, self.foot_trim_mm))
 
     @model_validator(mode="after")
     def _signature_of_the_scheme(self) -> "_Booklet":
@@ -296,10 +398,24 @@ class SaddleStitch(_Booklet):
     Pages are padded with blanks to a multiple of 4 (2-up sheets), or to whole signatures of a fold
     scheme's sheets (``fold_scheme``, or ``signature_pages`` pages a sheet), the outer signature
     carrying the first and the last pages. ``creep_mm`` moves the pages of each inner sheet toward the
-    spine by that much more than the sheet outside it (shingling).
+    spine by that much more than the sheet outside it (shingling). ``saddle_lip_mm`` makes the
+    low-folio half of each sheet (the half with the signature's first page) that much longer, the
+    spine moved half of it toward the other half, so the stitcher's opener can catch the lip.
     """
 
     layout: Literal["saddle_stitch"]
+    saddle_lip_mm: float = Field(default=0.0, ge=0, le=30)
+
+    @model_validator(mode="after")
+    def _lip_on_two_columns(self) -> "SaddleStitch":
+        scheme, _ = self.scheme()
+        if self.saddle_lip_mm and scheme is not None and scheme.columns != 2:
+            raise ValueError(
+                f"saddle_lip_mm={self.saddle_lip_mm:g}: the lip is the low-folio half of a sheet folded last at "
+                f"its spine; fold_scheme {scheme.name!r} has {scheme.columns} columns: give a scheme of 2 columns "
+                f"(F4-1, F8-7, sections) or leave saddle_lip_mm out"
+            )
+        return self
 
 
 class PerfectBound(_Booklet):
@@ -308,15 +424,17 @@ class PerfectBound(_Booklet):
     Each signature is one sheet of a fold scheme (``fold_scheme``, or the catalogue scheme for
     ``signature_pages``: :meth:`_Booklet.scheme`), pages padded with blanks to whole signatures. With
     ``fold_scheme: sections``, or neither field given, a signature is a section of
-    ``signature_pages / 4`` nested 2-up sheets folded once (default 16 pages), the last section shrunk
-    to the smallest multiple of 4 that holds the rest. Creep applies within a signature.
+    ``signature_pages / 4`` nested 2-up sheets folded once (default 16 pages), padded to whole sections
+    like the schemes' signatures (``padded_with_blanks`` warns beyond half a signature). Creep applies
+    within a signature.
     ``collation_marks`` prints a back-step mark on the spine of each signature
     (``collation_mark_width_mm`` across the spine fold, ``collation_mark_height_mm`` along it), one
     step lower per signature, so that the gathered book shows a staircase (the steps start again at the
-    head when they reach the foot).
+    head when they reach the foot). ``grind_off_mm`` is milled off each page's spine edge.
     """
 
     layout: Literal["perfect_bound"]
+    grind_off_mm: float = Field(default=0.0, ge=0, le=10)
     collation_marks: bool = False
     collation_mark_width_mm: float = Field(default=3.0, ge=1, le=10)
     collation_mark_height_mm: float = Field(default=5.0, ge=2, le=30)

@@ -267,6 +267,27 @@ def report_window(weeks: int, until: float, tz: ZoneInfo, settings: Settings) ->
                         end_hour=settings.capacity_day_end_hour, until=until)
 
 
+def report_days(*, weeks: int | None = None, until: float | None = None,
+                settings: Settings | None = None) -> tuple[list[WorkingDay], float]:
+    """The report's working days and its end (epoch s: ``until``, at most now): the one window of
+    the measured report and of ``--what-if``'s simulated part.
+
+    Raises:
+        ReportWindowError: ``weeks`` < 1.
+    """
+    s = settings or get_settings()
+    end = time.time() if until is None else min(until, time.time())
+    return report_window(s.capacity_weeks if weeks is None else weeks, end, ZoneInfo(s.capacity_timezone), s), end
+
+
+def working_hours_label(settings: Settings | None = None) -> str:
+    """The configured working hours in words, e.g. ``Mon–Fri 09:00–17:00 Europe/Berlin``: what
+    "in working hours" means in every figure that says it."""
+    s = settings or get_settings()
+    return (f"Mon–Fri {s.capacity_day_start_hour:02d}:00–{s.capacity_day_end_hour:02d}:00 "
+            f"{s.capacity_timezone}")
+
+
 def load_jobs(start: float, end: float) -> list:
     """Job items of every tenant submitted in ``[start − 1 day, end)``: a job submitted the day
     before the window may still have run inside it."""
@@ -282,13 +303,11 @@ def build_report(*, weeks: int | None = None, until: float | None = None, nodes:
         pynamodb.exceptions.PynamoDBException: DynamoDB refused a read.
     """
     s = settings or get_settings()
-    now = time.time()
-    end = now if until is None else min(until, now)
     tz = ZoneInfo(s.capacity_timezone)
     n = s.capacity_nodes if nodes is None else nodes
     if n < 1:
         raise ReportWindowError(f"nodes={n}: must be >= 1")
-    days = report_window(s.capacity_weeks if weeks is None else weeks, end, tz, s)
+    days, end = report_days(weeks=weeks, until=until, settings=s)
     jobs = load_jobs(days[0].start, end) if days else []
     return compute_report(jobs, days=days, tz=tz, slots_total=n * s.slots_per_node, now=end,
                           thresholds=Thresholds.from_settings(s))
@@ -297,7 +316,8 @@ def build_report(*, weeks: int | None = None, until: float | None = None, nodes:
 def render(report: CapacityReport) -> str:
     """The text form: one line per working day, the two conditions, the verdict."""
     th = report.thresholds
-    lines = [f"capacity report: {len(report.days)} working days, {report.slots_total} slots",
+    lines = [f"capacity report: {len(report.days)} working days ({working_hours_label()}), "
+             f"{report.slots_total} slots",
              f"  {'day':10} {'util':>6} {'jobs':>6} {'long waits':>10}"]
     for d in report.days:
         mark = "*" if d.utilisation > th.utilisation else " "

@@ -11,13 +11,13 @@ signal                      process              what happens
 ``celeryd_init``            main, before fork    with ``metrics_port`` > 0: the node's directory
                                                  ``<metrics_dir>/<node name>`` is emptied and set as
                                                  ``PROMETHEUS_MULTIPROC_DIR`` (children inherit it)
-``worker_ready``            main, pool started   the HTTP endpoint starts on ``metrics_address:
-                                                 metrics_port``; ``slots_total`` is set when the node
-                                                 consumes the imposition queue
+``worker_ready``            main, pool started   ``/metrics`` and ``/healthz`` (:mod:`.health`) start
+                                                 on ``metrics_address:metrics_port``; the node's
+                                                 slots are set on an imposition node
 ``worker_process_shutdown`` each child, at exit  its live gauges are dropped (``mark_process_dead``)
 scrape                      main (HTTP thread)   children that died without shutting down (SIGKILL)
-                                                 are marked dead before the merge, so ``leases_held``
-                                                 and ``slots_busy`` never count a dead process
+                                                 are marked dead before the merge, so the leases
+                                                 held and slots busy never count a dead process
 ==========================  ===================  ===================================================
 
 One port per worker node: run the imposition and maintenance workers of one host with different
@@ -32,13 +32,18 @@ import os
 import re
 import shutil
 import sys
+import threading
 from typing import Any
+
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from celery.signals import celeryd_init, worker_process_shutdown, worker_ready
 
+from imposition.common.clocks import Clocks, get_clocks
+from imposition.common.settings import Settings, get_settings
+from imposition.observability import health
 from imposition.observability.errors import MetricsSetupError
 from imposition.observability.metrics import get_metrics
-from imposition.common.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -124,20 +129,31 @@ def build_registry(path: str):
     return registry
 
 
-def start_endpoint(port: int, address: str, path: str):
-    """Serve ``/metrics`` for the multiprocess directory ``path``; returns (server, thread).
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        """No access log: every scrape and health check would write a line."""
+
+
+def start_endpoint(port: int, address: str, path: str, clocks: Clocks | None = None):
+    """Serve ``/metrics`` for the multiprocess directory ``path`` and ``/healthz``
+    (:mod:`imposition.observability.health`) from a daemon thread; returns (server, thread).
 
     Raises:
         MetricsSetupError: the port cannot be bound (names the setting, address and port).
     """
-    from prometheus_client import start_http_server  # noqa: PLC0415 - prometheus-client only after PROMETHEUS_MULTIPROC_DIR is set
+    from prometheus_client import make_wsgi_app  # noqa: PLC0415 - prometheus-client only after PROMETHEUS_MULTIPROC_DIR is set
+    from prometheus_client.exposition import ThreadingWSGIServer  # noqa: PLC0415 - as above
 
+    app = health.wsgi_app(make_wsgi_app(build_registry(path)), clocks or get_clocks())
     try:
-        return start_http_server(port, addr=address, registry=build_registry(path))
+        server = make_server(address, port, app, ThreadingWSGIServer, handler_class=_QuietHandler)
     except OSError as exc:
         raise MetricsSetupError(
             f"metrics_port={port} on {address}: cannot bind ({exc}); give each worker node its own port"
         ) from exc
+    thread = threading.Thread(target=server.serve_forever, name="metrics-endpoint", daemon=True)
+    thread.start()
+    return server, thread
 
 
 # --- the worker's hooks ---------------------------------------------------------------------------
@@ -149,6 +165,7 @@ def _on_celeryd_init(sender=None, **_: object) -> None:
         return
     try:
         path = prepare_multiprocess_dir(node_metrics_dir(settings, str(sender)))
+        health.prepare_renewals_dir()
     except (MetricsSetupError, OSError) as exc:  # logging is not set up yet: say it on stderr too
         print(f"metrics of node {sender} disabled: {exc}", file=sys.stderr)
         log.error("metrics of node %s disabled: %s", sender, exc)
@@ -162,11 +179,12 @@ def _on_worker_ready(sender=None, **_: object) -> None:
     if not settings.metrics_port or not path:
         return
 
+    health.reset()
     start_endpoint(settings.metrics_port, settings.metrics_address, path)
     consumer = sender
     queues = {q.name for q in consumer.app.amqp.queues.consume_from.values()}
     if settings.imposition_queue in queues:
-        get_metrics().slots_total.set(consumer.pool.num_processes)
+        get_metrics().node_slots.set(consumer.pool.num_processes)
     log.info("metrics of node %s on http://%s:%s/metrics", consumer.hostname, settings.metrics_address,
              settings.metrics_port)
 
@@ -185,3 +203,4 @@ def install() -> None:
     celeryd_init.connect(_on_celeryd_init)
     worker_ready.connect(_on_worker_ready)
     worker_process_shutdown.connect(_on_worker_process_shutdown)
+    health.install()

@@ -3,16 +3,21 @@
 Every increment happens at the domain event that defines it (a signal of :mod:`leases.signals`), in
 the process that sends the signal (a prefork child for job signals, the maintenance worker for the
 sweeper's and the sampler's). Which event moves each metric is said where :class:`ServiceMetrics`
-defines it. The metrics, as exported::
+defines it. The metrics, as exported (prefix ``imposition_``, the unit in the name, ``_total`` on
+counters only: Prometheus' naming guide; ``promtool check metrics`` accepts a scrape)::
 
-    by tenant  cap_defer_total, lease_contention_defer_total, lease_recovered_total,
-               lease_lost_total, jobs_total{outcome}, job_attempts_total, job_retries_total,
-               queue_wait_seconds, first_receive_wait_seconds, job_duration_seconds, leases_held,
-               handoffs_total{reason}, handoff_latency_seconds, jobs_waiting, slots_borrowed,
-               webhook_rounds_drained_total, webhook_rounds_put_back_total
-    others     slots_busy, slots_total, cluster_slots, jobs_republished_total{reason},
-               poison_messages_total{queue,reason}, sqs_messages{queue,state},
-               sqs_oldest_message_age_seconds{queue}
+    by tenant  imposition_cap_defers_total, imposition_lease_contention_defers_total,
+               imposition_leases_recovered_total, imposition_leases_lost_total,
+               imposition_jobs_total{outcome}, imposition_job_attempts_total,
+               imposition_job_retries_total, imposition_queue_wait_seconds,
+               imposition_first_receive_wait_seconds, imposition_job_duration_seconds,
+               imposition_leases_held, imposition_handoffs_total{reason},
+               imposition_handoff_latency_seconds, imposition_jobs_waiting, imposition_slots_borrowed,
+               imposition_webhook_rounds_drained_total, imposition_webhook_rounds_put_back_total
+    others     imposition_slots_busy, imposition_node_slots (a node's pool size),
+               imposition_cluster_slots, imposition_jobs_republished_total{reason},
+               imposition_poison_messages_total{queue,reason}, imposition_sqs_messages{queue,state},
+               imposition_sqs_oldest_message_age_seconds{queue}
 
 Metrics are created on first use (:func:`get_metrics`), not at import; process-summed gauges use
 ``multiprocess_mode="livesum"``; a tenant's series start at zero when a process first sees it. Why:
@@ -36,6 +41,15 @@ log = logging.getLogger(__name__)
 
 #: ``jobs_total`` outcomes.
 JOB_OUTCOMES = (JobOutcome.SUCCEEDED, JobOutcome.FAILED, JobOutcome.DUPLICATE_DROPPED)
+#: What each ``jobs_total`` outcome counts, in one line (docs/operations.md, "Outcomes", also says
+#: when each is a problem).
+OUTCOME_MEANINGS = {
+    JobOutcome.SUCCEEDED: "jobs that ended with their plate stored",
+    JobOutcome.FAILED: "jobs that ended failed (their error_code says why: `imposition jobs list --status failed`)",
+    JobOutcome.DUPLICATE_DROPPED: "a job's own message delivered after the job had run without it (a release passed "
+                                  "its slot to the job in place, or a sweep copied its message): dropped, nothing "
+                                  "ran twice; normal, unless more than about one per job",
+}
 
 
 class ServiceMetrics:
@@ -55,101 +69,126 @@ class ServiceMetrics:
         r = self.registry
         t = ("tenant",)
         #: ``job_deferred`` with reason ``cap``.
-        self.cap_defer = Counter("cap_defer", "Jobs deferred because the tenant was at its cap.", t, registry=r)
+        self.cap_defer = Counter("imposition_cap_defers", "Jobs deferred because the tenant was at its cap.", t, registry=r)
         #: ``job_deferred`` with reason ``contention``.
         self.lease_contention_defer = Counter(
-            "lease_contention_defer", "Jobs deferred because the lease transaction kept conflicting.", t, registry=r
+            "imposition_lease_contention_defers", "Jobs deferred because the lease transaction kept conflicting.", t, registry=r
         )
         #: ``lease_recovered`` (the sweeper reclaimed an expired lease).
         self.lease_recovered = Counter(
-            "lease_recovered", "Expired leases the sweeper reclaimed (a worker died holding them).", t, registry=r
+            "imposition_leases_recovered", "Expired leases the sweeper reclaimed (a worker died holding them).", t, registry=r
         )
         #: ``lease_lost`` (a worker found its lease gone).
-        self.lease_lost = Counter("lease_lost", "Runs that found their lease reclaimed and committed nothing.",
+        self.lease_lost = Counter("imposition_leases_lost", "Runs that found their lease reclaimed and committed nothing.",
                                   t, registry=r)
         #: ``job_finished`` (``succeeded``/``failed``), ``job_dropped`` (``duplicate_dropped``),
         #: ``lease_recovered`` of a job out of attempts (``failed``).
-        self.jobs = Counter("jobs", "Jobs by final outcome (and duplicate deliveries dropped).",
+        self.jobs = Counter("imposition_jobs", "Jobs by final outcome (and duplicate deliveries dropped).",
                             ("tenant", "outcome"), registry=r)
         #: ``lease_acquired`` (each acquire is one attempt).
-        self.job_attempts = Counter("job_attempts", "Attempts started (leases acquired).", t, registry=r)
+        self.job_attempts = Counter("imposition_job_attempts", "Attempts started (leases acquired).", t, registry=r)
         #: ``job_finished`` with outcome ``retrying``.
-        self.job_retries = Counter("job_retries", "Failed attempts re-queued for another try.", t, registry=r)
+        self.job_retries = Counter("imposition_job_retries", "Failed attempts re-queued for another try.", t, registry=r)
         #: ``lease_acquired`` of a first attempt: ``started_at − submitted_at`` from the job item (not
         #: SQS's age: SQS leaves messages received three or more times out of its age metric).
         self.queue_wait = Histogram(
-            "queue_wait_seconds", "Start minus submission of a job's first attempt (from the job item).", t,
+            "imposition_queue_wait_seconds", "Start minus submission of a job's first attempt (from the job item).", t,
             buckets=s.queue_wait_buckets_s, registry=r,
         )
         #: The same moment: ``first_received_at − submitted_at``.
         self.first_receive_wait = Histogram(
-            "first_receive_wait_seconds", "First receive by a worker minus submission (from the job item).", t,
+            "imposition_first_receive_wait_seconds", "First receive by a worker minus submission (from the job item).", t,
             buckets=s.queue_wait_buckets_s, registry=r,
         )
         #: ``job_finished``: this attempt's ``finished_at`` (or now, for a retry) ``− started_at``.
         self.job_duration = Histogram(
-            "job_duration_seconds", "Run time of one attempt under a lease.", t,
+            "imposition_job_duration_seconds", "Run time of one attempt under a lease.", t,
             buckets=s.job_duration_buckets_s, registry=r,
         )
         #: This and ``slots_busy``: +1 on ``lease_acquired``; −1 when the run ends: ``job_finished``,
         #: ``lease_lost``, or Celery's ``task_postrun`` for any exit that raised past both (so no exit
         #: path leaves a slot counted).
-        self.leases_held = Gauge("leases_held", "Leases held by this node's running jobs.", t,
+        self.leases_held = Gauge("imposition_leases_held", "Leases held by this node's running jobs.", t,
                                  multiprocess_mode="livesum", registry=r)
-        self.slots_busy = Gauge("slots_busy", "Slots of this node running a job under a lease.",
+        self.slots_busy = Gauge("imposition_slots_busy", "Slots of this node running a job under a lease.",
                                 multiprocess_mode="livesum", registry=r)
         #: Set by :mod:`imposition.observability.exporter` on a node consuming the imposition queue (its pool
-        #: concurrency).
-        self.slots_total = Gauge("slots_total", "Slots of this node (its pool concurrency).",
+        #: concurrency). Not ``slots_total``: a gauge must not end in ``_total`` (promtool check metrics).
+        self.node_slots = Gauge("imposition_node_slots", "Slots of this node (its pool concurrency).",
                                  multiprocess_mode="max", registry=r)
+        self.engine_ready = Gauge(
+            "imposition_engine_ready", "1 while this imposition node's engine and its licence passed their last check "
+            "(tasks.engine_gate), 0 while the node takes no jobs because the check failed.",
+            ("engine",), multiprocess_mode="mostrecent", registry=r)
+        self.engine_check_failures = Counter(
+            "imposition_engine_check_failures", "Failed engine checks of this node, by reason (licence, installation, "
+            "processes, engine).", ("engine", "reason"), registry=r)
         #: ``job_woken``: a parked job woken (``release``/``door``/``sweeper``/``cap_change``).
-        self.handoffs = Counter("handoffs", "Parked jobs woken and published (a hand-off of a freed slot).",
+        self.handoffs = Counter("imposition_handoffs", "Parked jobs woken and published (a hand-off of a freed slot).",
                                 ("tenant", "reason"), registry=r)
         #: ``lease_acquired`` of a woken job: ``started_at − woken_at`` (its tenant's release → its start).
         self.handoff_latency = Histogram(
-            "handoff_latency_seconds", "Woken job: its tenant's release (the wake) to its start.", t,
+            "imposition_handoff_latency_seconds", "Woken job: its tenant's release (the wake) to its start.", t,
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120), registry=r,
         )
         #: ``job_republished``: the sweeper published a job again (``lost_message``/``lost_handoff``/
         #: ``lease_expired``).
-        self.jobs_republished = Counter("jobs_republished", "Jobs the sweeper published again, by reason.",
+        self.jobs_republished = Counter("imposition_jobs_republished", "Jobs the sweeper published again, by reason.",
                                         ("reason",), registry=r)
         #: This, ``slots_borrowed`` and ``cluster_slots``: the beat task ``imposition.sample_queues``
         #: (the tenant item's ``waiting`` counter, its leases above its cap; the live nodes' slots
         #: from the slot registry).
-        self.jobs_waiting = Gauge("jobs_waiting", "Parked jobs of a tenant (its waiting counter).", t,
+        self.jobs_waiting = Gauge("imposition_jobs_waiting", "Parked jobs of a tenant (its waiting counter).", t,
                                   multiprocess_mode="mostrecent", registry=r)
-        self.slots_borrowed = Gauge("slots_borrowed", "Leases a tenant holds above its cap (borrowing).", t,
+        self.slots_borrowed = Gauge("imposition_slots_borrowed", "Leases a tenant holds above its cap (borrowing).", t,
                                     multiprocess_mode="mostrecent", registry=r)
-        self.cluster_slots = Gauge("cluster_slots", "Slots of the live worker nodes (the slot registry).",
+        self.cluster_slots = Gauge("imposition_cluster_slots", "Slots of the live worker nodes (the slot registry).",
                                    multiprocess_mode="mostrecent", registry=r)
+        #: ``node_clock_skew`` (each sweep, the sweeper: leases/skew.py): NaN once a node left the
+        #: registry or stopped reporting (unknown, never alerted on).
+        self.node_clock_skew = Gauge(
+            "imposition_node_clock_skew_seconds", "A worker node's clock minus the sweeper's (positive: ahead), as of the "
+            "last sweep; worker: its Celery node name (a scrape's own label is node).", ("worker",),
+            multiprocess_mode="mostrecent", registry=r)
+        self._skew_nodes: set[str] = set()
         #: ``webhook_drained``: the outbox drain sent a round.
         self.webhook_rounds_drained = Counter(
-            "webhook_rounds_drained", "Webhook rounds the outbox drain sent for events nothing had settled.",
+            "imposition_webhook_rounds_drained", "Webhook rounds the outbox drain sent for events nothing had settled.",
             t, registry=r,
         )
         #: ``webhook_put_back``: a round waited for its tenant's slot.
         self.webhook_rounds_put_back = Counter(
-            "webhook_rounds_put_back", "Webhook rounds put back because their tenant's delivery slots were taken.",
+            "imposition_webhook_rounds_put_back", "Webhook rounds put back because their tenant's delivery slots were taken.",
             t, registry=r,
         )
         #: ``poison_message``.
         self.poison_messages = Counter(
-            "poison_messages", "Messages that could not be run, left for the dead-letter queue.",
+            "imposition_poison_messages", "Messages that could not be run, left for the dead-letter queue.",
             ("queue", "reason"), registry=r,
         )
         #: This and ``sqs_oldest_message_age``: the beat task ``imposition.sample_queues``.
         self.sqs_messages = Gauge(
-            "sqs_messages", "SQS ApproximateNumberOfMessages{,NotVisible,Delayed} of a queue.",
+            "imposition_sqs_messages", "SQS ApproximateNumberOfMessages{,NotVisible,Delayed} of a queue.",
             ("queue", "state"), multiprocess_mode="mostrecent", registry=r,
         )
         self.sqs_oldest_message_age = Gauge(
-            "sqs_oldest_message_age_seconds",
+            "imposition_sqs_oldest_message_age_seconds",
             "CloudWatch AWS/SQS ApproximateAgeOfOldestMessage (latest datapoint); NaN when CloudWatch has none.",
             ("queue",), multiprocess_mode="mostrecent", registry=r,
         )
         self._seen: set[str] = set()
         self._lock = threading.Lock()
+
+    def set_clock_skews(self, skews: dict[str, float]) -> None:
+        """``node_clock_skew_seconds`` of each node in ``skews`` (node → s); NaN for a node set before
+        and missing now."""
+        with self._lock:
+            gone = self._skew_nodes - set(skews)
+            self._skew_nodes |= set(skews)
+        for node, skew_s in skews.items():
+            self.node_clock_skew.labels(node).set(skew_s)
+        for node in gone:
+            self.node_clock_skew.labels(node).set(float("nan"))
 
     def see_tenant(self, tenant_id: str) -> None:
         """Create ``tenant_id``'s series of every tenant-labelled metric at zero (once per process)."""
@@ -288,6 +327,12 @@ def on_lease_recovered(sender=None, lease=None, requeued=True, **_: object) -> N
     _record_recent("lease_recovered", tenant)
 
 
+def on_node_clock_skew(sender=None, skews=None, **_: object) -> None:
+    """The sweeper measured each node's clock against its own: ``node_clock_skew_seconds{worker}``; a
+    node measured before but not now (left, or stopped reporting) becomes NaN."""
+    get_metrics().set_clock_skews(skews or {})
+
+
 def on_webhook_drained(sender=None, tenant_id=None, **_: object) -> None:
     """The outbox drain sent a round for an unsettled webhook event (a lost first round)."""
     get_metrics().webhook_rounds_drained.labels(tenant_id).inc()
@@ -319,6 +364,7 @@ def install() -> None:
     signals.job_woken.connect(on_job_woken)
     signals.job_republished.connect(on_job_republished)
     signals.lease_recovered.connect(on_lease_recovered)
+    signals.node_clock_skew.connect(on_node_clock_skew)
     signals.webhook_drained.connect(on_webhook_drained)
     signals.webhook_put_back.connect(on_webhook_put_back)
     signals.poison_message.connect(on_poison_message)

@@ -1,4 +1,5 @@
-"""A tenant's webhook endpoint: URL and secret, kept on its item in the tenants table.
+"""A tenant's webhook endpoint: URL and secret, kept on its item in the tenants table, the secret
+encrypted with KMS (:mod:`imposition.webhooks.secrets`: the table holds only its ciphertext).
 
 The secret is written by ``imposition tenant set-webhook T URL --secret-env VAR`` (read from an
 environment variable, so it never appears on a command line or in shell history), read only by
@@ -22,7 +23,7 @@ from pynamodb.expressions.update import Action
 
 from leases.models import TenantItem
 from imposition.common.tenancy import shown_value, validate_tenant_id
-from imposition.webhooks import redaction
+from imposition.webhooks import redaction, secrets
 from imposition.webhooks.destinations import check_destination
 from imposition.webhooks.errors import WebhookConfigError
 
@@ -66,15 +67,23 @@ def loggable_url(url: str) -> str:
 
 
 def endpoint_for(tenant_id: str) -> WebhookEndpoint | None:
-    """``tenant_id``'s endpoint, or None when it has no webhook URL or secret (consistent read)."""
+    """``tenant_id``'s endpoint, or None when it has no webhook URL or secret (consistent read).
+
+    Raises:
+        imposition.webhooks.secrets.SecretUnavailable: KMS refused to decrypt the secret.
+        botocore.exceptions.BotoCoreError: KMS could not be reached.
+    """
     validate_tenant_id(tenant_id)
     try:
         item = TenantItem.get(tenant_id, consistent_read=True)
     except DoesNotExist:
         return None
-    if not item.webhook_url or not item.webhook_secret:
+    if not item.webhook_url:
         return None
-    return WebhookEndpoint(tenant_id, item.webhook_url, item.webhook_secret)
+    secret = secrets.secret_of(item)
+    if not secret:
+        return None
+    return WebhookEndpoint(tenant_id, item.webhook_url, secret)
 
 
 def checked_webhook(url: str, secret: str | None) -> str:
@@ -91,7 +100,8 @@ def checked_webhook(url: str, secret: str | None) -> str:
 
 
 def set_webhook(tenant_id: str, url: str | None, secret: str | None) -> None:
-    """Set ``tenant_id``'s webhook URL and secret; ``url=None`` removes both.
+    """Set ``tenant_id``'s webhook URL and secret (stored encrypted; a plaintext one of old is
+    removed); ``url=None`` removes both.
 
     Raises:
         imposition.common.tenancy.InvalidTenantId: not a canonical tenant id.
@@ -99,14 +109,17 @@ def set_webhook(tenant_id: str, url: str | None, secret: str | None) -> None:
             ``MIN_SECRET_LEN`` characters.
         UnsafeWebhookDestination: the URL's host is or resolves to a non-public address
             (:mod:`imposition.webhooks.destinations`; allowed by ``Settings.webhook_allow_private_addresses``).
+        imposition.webhooks.secrets.SecretUnavailable: KMS refused to encrypt the secret.
     """
     from leases.transactions import ensure_tenant  # noqa: PLC0415 (keeps this module light to import)
 
     validate_tenant_id(tenant_id)
     actions: list[Action]
     if url is None:
-        actions = [TenantItem.webhook_url.remove(), TenantItem.webhook_secret.remove()]
+        actions = [TenantItem.webhook_url.remove(), TenantItem.webhook_secret_ciphertext.remove()]
     else:
-        actions = [TenantItem.webhook_url.set(url), TenantItem.webhook_secret.set(checked_webhook(url, secret))]
+        ciphertext = secrets.encrypt(tenant_id, checked_webhook(url, secret))
+        actions = [TenantItem.webhook_url.set(url), TenantItem.webhook_secret_ciphertext.set(ciphertext)]
     ensure_tenant(tenant_id)
-    TenantItem(tenant_id).update(actions=[*actions, TenantItem.updated_at.set(time.time())])
+    TenantItem(tenant_id).update(actions=[*actions, TenantItem.webhook_secret.remove(),
+                                          TenantItem.updated_at.set(time.time())])

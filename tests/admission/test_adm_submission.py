@@ -126,3 +126,38 @@ def test_cli_submit_reports_refusals_and_returns_duplicates(redis_db, fresh_aws,
     assert limits.exit_code == 0 and json.loads(limits.output)["rate_limit_per_min"] == 1
     limited = runner.invoke(cli, [*args[:4], "cli-2", *args[5:]])
     assert limited.exit_code == 2 and "RateLimited" in limited.output and "retry after" in limited.output
+
+
+def test_submit_refuses_a_truncated_pdf_at_the_door_naming_the_callers_file(redis_db, fresh_aws, new_tenant,
+                                                                            tmp_path):
+    from imposition.engine.errors import DamagedPdf
+
+    tenant = new_tenant()
+    data = SAMPLE_PDF.read_bytes()
+    cut = tmp_path / "order 17 – brochure.pdf"
+    cut.write_bytes(data[: len(data) // 2])  # cut short: qpdf rebuilds the page tree, the content is gone
+    with pytest.raises(DamagedPdf) as caught:
+        submit(cut, tenant_id=tenant, token="cut", layout=LAYOUT)
+    assert str(caught.value).startswith("order 17 – brochure.pdf: ") and "cannot be read (pages" in str(caught.value)
+    assert "input.pdf" not in str(caught.value)
+    assert redis_db.keys(f"{REDIS_NAMESPACE}:*") == []  # nothing admitted, uploaded, written or published
+    assert jobs_of(tenant) == [] and queue_messages(_queue()) == 0
+    listed = aws.s3().list_objects_v2(Bucket=get_settings().bucket, Prefix=f"tenants/{tenant}/")
+    assert listed.get("KeyCount", 0) == 0
+
+
+def test_a_job_keeps_the_name_of_the_file_the_tenant_sent(redis_db, fresh_aws, uploaded, new_tenant, tmp_path):
+    from leases.models import JobItem
+
+    tenant = new_tenant()
+    local = tmp_path / "Spring catalogue v3.pdf"
+    local.write_bytes(SAMPLE_PDF.read_bytes())
+    assert JobItem.get(submit(local, tenant_id=tenant, token="local", layout=LAYOUT)).file_name == "Spring catalogue v3.pdf"
+    key = uploaded(tenant)
+    by_key = submit_job(tenant_id=tenant, token="by-key", input_key=key, layout=LAYOUT)
+    assert JobItem.get(by_key).file_name == key.rsplit("/", 1)[-1]
+    named = submit_job(tenant_id=tenant, token="named", input_key=key, layout=LAYOUT, file_name="order-17.pdf")
+    assert JobItem.get(named).file_name == "order-17.pdf"
+    for bad, limit in (("a/b.pdf", "no '/'"), ("", "non-empty"), ("x" * 256, "more than file_name_max_bytes=255")):
+        with pytest.raises(ValueError, match=rf"file_name.*{limit}"):
+            submit_job(tenant_id=tenant, token=f"bad-{len(bad)}", input_key=key, layout=LAYOUT, file_name=bad)

@@ -124,3 +124,96 @@ def test_what_if_puts_the_simulated_verdict_beside_the_measured_one(fresh_aws):
                                                "--what-if", "nodes=2", "--json"], catch_exceptions=False).output)
     assert doc["measured"]["jobs"] == 200 and [r["nodes"] for r in doc["what_if"]["runs"]] == [1, 2]
     one_line_usage_error(invoke("capacity-report", "--what-if", "licences=2"), "licences")
+
+
+def test_cap_is_honoured_under_every_policy_and_the_burst_cap_is_its_own_option_named_in_the_report(spec_file):
+    """Issue 34: ``--policy borrow --cap 3`` let acme hold 7 leases, the report silent about why."""
+    from imposition.capacity.simulator import POLICIES
+    from imposition.common.settings import get_settings
+
+    def run(*extra: str) -> dict:
+        result = CliRunner().invoke(main, ["simulate", "--workload", str(spec_file), "--nodes", "1", "--json", *extra],
+                                    catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)
+
+    def most_leases(doc: dict) -> int:
+        return max(t["most_leases"] for t in doc["runs"][0]["tenants"])
+
+    for policy in POLICIES:
+        doc = run("--policy", policy, "--cap", "3", *(("--burst-cap", "3") if policy == "borrow" else ()))
+        assert (doc["cap"], doc["cap_source"]) == (3, "--cap")
+        assert most_leases(doc) == 3, policy  # acme's burst of 60 fills its cap, never more
+    borrowed = run("--policy", "borrow", "--cap", "3", "--burst-cap", "5")
+    assert (borrowed["burst_cap"], borrowed["burst_cap_source"], most_leases(borrowed)) == (5, "--burst-cap", 5)
+    default = run("--policy", "borrow", "--cap", "3")
+    assert (default["burst_cap"], default["burst_cap_source"]) == (get_settings().sim_borrow_burst_cap,
+                                                                   "sim_borrow_burst_cap")
+    text = invoke("simulate", "--workload", str(spec_file), "--nodes", "1", "--policy", "borrow", "--cap", "3").output
+    assert f"cap 3 (--cap), burst cap {get_settings().sim_borrow_burst_cap} (sim_borrow_burst_cap)" in text
+    assert "cap 3 (--cap), no borrowing" in invoke("simulate", "--workload", str(spec_file), "--policy", "handoff",
+                                                   "--cap", "3").output
+    one_line_usage_error(invoke("simulate", "--workload", str(spec_file), "--policy", "handoff", "--burst-cap", "5"),
+                         "--burst-cap=5", "only with --policy borrow")
+    one_line_usage_error(invoke("simulate", "--workload", str(spec_file), "--policy", "borrow", "--cap", "4",
+                                "--burst-cap", "2"), "--burst-cap=2", "must be >= the cap")
+
+
+def test_working_hours_are_the_configured_ones_and_named(spec_file, tmp_path, monkeypatch):
+    """The figure "in working hours" is over the configured hours and says which; a run with no
+    working hour in its window says so instead of printing 0.0 %."""
+    from imposition.common.settings import get_settings
+
+    monkeypatch.setenv("IMPOSITION_CAPACITY_DAY_START_HOUR", "9")
+    monkeypatch.setenv("IMPOSITION_CAPACITY_DAY_END_HOUR", "17")
+    get_settings.cache_clear()
+    at_ten = tmp_path / "at-ten.toml"  # the same burst at 10:00 of the spec's first day (a Monday)
+    at_ten.write_text(SPEC.replace("at_s = 0 }", "at_s = 36000 }").replace("[5, 6, 7]", "[36005, 36006]"))
+    try:
+        night = json.loads(invoke("simulate", "--workload", str(spec_file), "--json").output)["runs"][0]
+        assert (night["working_hours"], night["working_day_utilisation"]) == ("Mon–Fri 09:00–17:00 UTC", None)
+        assert "no working hours, Mon–Fri 09:00–17:00 UTC, in its window" in invoke(
+            "simulate", "--workload", str(spec_file)).output
+        day = json.loads(invoke("simulate", "--workload", str(at_ten), "--json").output)["runs"][0]
+        assert 0 < day["working_day_utilisation"] < day["utilisation"]  # 8 h of a day, not the run's 5 min
+        assert f"{day['working_day_utilisation']:.1%} in working hours (Mon–Fri 09:00–17:00 UTC;" in invoke(
+            "simulate", "--workload", str(at_ten)).output
+    finally:
+        get_settings.cache_clear()
+
+
+def test_what_if_measures_and_simulates_over_the_same_working_days(fresh_aws):
+    """Issue 34: the measured part said 20 working days, the simulated one "0 of 1"."""
+    from leases.models import JobItem
+    from leases.transactions import ensure_tenant
+
+    ensure_tenant("acme")
+    tuesday = dt.datetime(2025, 3, 18, 10, tzinfo=dt.timezone.utc).timestamp()
+    for k in range(10):
+        JobItem(uuid.uuid4().hex, tenant_id="acme", token="t", max_attempts=3, layout={}, input_key="k",
+                status="succeeded", attempts=1, submitted_at=tuesday + 60 * k, first_received_at=tuesday + 60 * k,
+                started_at=tuesday + 60 * k, finished_at=tuesday + 60 * k + 30).save()
+    args = ["capacity-report", "--weeks", "4", "--until", "2025-03-21", "--what-if", "nodes=2"]
+    text = CliRunner().invoke(main, args, catch_exceptions=False).output
+    assert "capacity report: 20 working days" in text
+    assert "simulated on the same window (20 working days;" in text
+    assert text.count("on 0 of 20 working days") == 3  # measured, 1 node and 2 nodes
+    doc = json.loads(CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False).output)
+    assert len(doc["measured"]["days"]) == 20 and {r["working_days"] for r in doc["what_if"]["runs"]} == {20}
+
+
+def test_simulate_from_history_judges_the_capacity_reports_working_days(fresh_aws):
+    import time
+
+    from leases.models import JobItem
+    from leases.transactions import ensure_tenant
+
+    ensure_tenant("acme")
+    now = time.time()
+    for k in range(5):
+        JobItem(uuid.uuid4().hex, tenant_id="acme", token="t", max_attempts=3, layout={}, input_key="k",
+                status="succeeded", attempts=1, submitted_at=now - 600 + k, first_received_at=now - 590 + k,
+                started_at=now - 590 + k, finished_at=now - 560 + k).save()
+    measured = json.loads(invoke("capacity-report", "--weeks", "1", "--json").output)
+    simulated = json.loads(invoke("simulate", "--from-history", "--weeks", "1", "--json").output)
+    assert simulated["runs"][0]["working_days"] == len(measured["days"]) >= 4  # 5, less today if it is young

@@ -23,7 +23,7 @@ import pytest
 from imposition import admission
 from leases.models import JobItem
 from leases.tenants import set_cap
-from imposition.cli.jobs import cancel_job
+from tasks.jobs import cancel as cancel_job
 from tests.conftest import reset_aws
 from tests.support.cluster import Cluster
 from tests.support.processes import wait_for

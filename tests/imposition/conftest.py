@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import stat
-import sys
 from pathlib import Path
 
 import pytest
 
 from imposition.engine.backends import PdfToolboxEngine, PikepdfEngine
 from imposition.common.settings import Settings
+from tests.support.licence_server import install_stand_in
 
 HERE = Path(__file__).parent
 CASES = HERE.parent / "data" / "cases"
@@ -35,12 +34,7 @@ def engine(settings) -> PikepdfEngine:
 @pytest.fixture
 def stand_in_settings(tmp_path: Path, settings: Settings) -> Settings:
     """Settings that point PdfToolboxEngine at the stand-in (a real executable) and a process plan file."""
-    executable = tmp_path / "bin" / "pdfToolbox"
-    executable.parent.mkdir()
-    executable.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{HERE / "fake_pdftoolbox.py"}" "$@"\n')
-    executable.chmod(executable.stat().st_mode | stat.S_IXUSR)
-    plan = tmp_path / "impose.kfpx"
-    plan.write_bytes(b"process plan stand-in")
+    executable, plan = install_stand_in(tmp_path / "bin")
     return settings.model_copy(update={
         "engine": "pdftoolbox", "pdftoolbox_path": str(executable), "pdftoolbox_process_plan": str(plan),
     })

@@ -1,20 +1,34 @@
 """A stand-in for callas pdfToolbox's command line, for tests of PdfToolboxEngine.
 
-    fake_pdftoolbox.py <process plan> <input.pdf> --outputfile=<out> [--setvariable=<key>:<value> ...]
+    fake_pdftoolbox.py [--licenseserver=<host[:port]> ... --timeout_licenseserver=<s>]
+        <process plan> <input.pdf> --outputfile=<out> [--setvariable=<key>:<value> ...]
 
-Behaves like the real tool where the engine can tell: checks its arguments (101 wrong parameters,
-102 syntax), opens the input (104 cannot open, 105 encrypted, 107 damaged), writes the output
-(106 cannot save) as ``columns × rows`` pages per sheet of ``sheet_width_pt × sheet_height_pt``
-(from the variables, 2 × 1 by default) and exits 0. Test controls, as variables:
+Behaves like the real tool where the engine can tell, with callas' exit-code table: checks its
+arguments (101 parameter error, 102 syntax error: an unknown option), gets a licence (with
+``--licenseserver``: a TCP connection to one of the servers, port 1400 by default, tried again until
+``--timeout_licenseserver`` seconds, 60 by default, have passed; none: 100 "not serialized"; without
+the option, the local licence is always there), opens the input (104 cannot open, 105 encrypted,
+107 damaged), writes the output (106 cannot save) as ``columns × rows`` pages per sheet of
+``sheet_width_pt × sheet_height_pt`` (from the variables, 2 × 1 by default) and exits 0. An
+allocation that fails (its RLIMIT_AS) is 134, "abnormal termination (out of memory)". Test controls,
+as variables:
 
 * ``standin_exit:<code>`` exit at once with that code (100 licence, 130/134 aborted, ...);
+* ``standin_exit_after_output:<code>`` write the output, then exit with that code (3: hits of error
+  severity; 8: a fixup failed);
+* ``standin_allocate_bytes:<n>`` allocate n bytes first (past RLIMIT_AS: exit 134);
+* ``standin_report_limits:<path>`` write this process's RLIMIT_AS and RLIMIT_CPU soft limits there
+  (``{"as": n, "cpu": n}``, -1 for unlimited);
 * ``standin_signal:<number>`` kill itself with that signal (a crash);
 * ``standin_sleep_s:<s>`` sleep first (a slow job);
 * ``standin_grandchild_pid_file:<path>`` start a grandchild (``sleep 600``) and write its pid there,
   so a test can check the whole process group dies.
 """
 
+import json
 import os
+import resource
+import socket
 import subprocess
 import sys
 import time
@@ -22,20 +36,28 @@ from pathlib import Path
 
 import pikepdf
 
+#: callas License Server's default port, and pdfToolbox's default wait for a licence (s).
+LICENCE_PORT = 1400
+LICENCE_WAIT_S = 60.0
 
-def parse(argv: list[str]) -> tuple[Path, Path, Path, dict[str, str]]:
+
+def parse(argv: list[str]) -> tuple[Path, Path, Path, dict[str, str], list[str], float]:
     positional = [a for a in argv if not a.startswith("--")]
     options = [a for a in argv if a.startswith("--")]
     if len(positional) != 2:
         print(f"expected <process plan> <input>, got {positional}", file=sys.stderr)
         sys.exit(101)
-    output, variables = None, {}
+    output, variables, servers, wait_s = None, {}, [], LICENCE_WAIT_S
     for option in options:
         if option.startswith("--outputfile="):
             output = Path(option.split("=", 1)[1])
         elif option.startswith("--setvariable=") and ":" in option:
             key, value = option.split("=", 1)[1].split(":", 1)
             variables[key] = value
+        elif option.startswith("--licenseserver="):
+            servers.append(option.split("=", 1)[1])
+        elif option.startswith("--timeout_licenseserver="):
+            wait_s = float(option.split("=", 1)[1])
         else:
             print(f"syntax error: {option}", file=sys.stderr)
             sys.exit(102)
@@ -43,13 +65,42 @@ def parse(argv: list[str]) -> tuple[Path, Path, Path, dict[str, str]]:
     if output is None or not plan.is_file():
         print("missing --outputfile or process plan", file=sys.stderr)
         sys.exit(101)
-    return plan, Path(positional[1]), output, variables
+    return plan, Path(positional[1]), output, variables, servers, wait_s
+
+
+def licensed(servers: list[str], wait_s: float) -> bool:
+    """True once one of ``servers`` accepts a connection, tried until ``wait_s`` has passed (< 0: forever)."""
+    give_up = time.monotonic() + wait_s
+    while True:
+        for server in servers:
+            host, _, port = server.partition(":")
+            try:
+                with socket.create_connection((host, int(port or LICENCE_PORT)), timeout=1):
+                    return True
+            except OSError:
+                pass
+        if 0 <= wait_s and time.monotonic() >= give_up:
+            return False
+        time.sleep(0.1)
 
 
 def main(argv: list[str]) -> int:
-    _, source_path, output, variables = parse(argv)
+    _, source_path, output, variables, servers, wait_s = parse(argv)
+    if "standin_report_limits" in variables:
+        Path(variables["standin_report_limits"]).write_text(json.dumps(
+            {"as": resource.getrlimit(resource.RLIMIT_AS)[0], "cpu": resource.getrlimit(resource.RLIMIT_CPU)[0]}))
+    if servers and not licensed(servers, wait_s):
+        print(f"no licence from {', '.join(servers)} within {wait_s:g} s", file=sys.stderr)
+        return 100
     if "standin_exit" in variables:
         return int(variables["standin_exit"])
+    if "standin_allocate_bytes" in variables:
+        try:
+            held = bytearray(int(variables["standin_allocate_bytes"]))
+        except MemoryError:
+            print("out of memory", file=sys.stderr)
+            return 134
+        del held
     if "standin_signal" in variables:
         os.kill(os.getpid(), int(variables["standin_signal"]))
     if "standin_grandchild_pid_file" in variables:
@@ -58,6 +109,8 @@ def main(argv: list[str]) -> int:
     time.sleep(float(variables.get("standin_sleep_s", 0)))
     try:
         source = pikepdf.open(source_path)
+    except OSError:
+        return 104
     except pikepdf.PasswordError:
         return 105
     except pikepdf.PdfError:
@@ -80,7 +133,7 @@ def main(argv: list[str]) -> int:
         except OSError as exc:
             print(f"cannot save: {exc}", file=sys.stderr)
             return 106
-    return 0
+    return int(variables.get("standin_exit_after_output", 0))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,9 @@ def test_impose_prints_a_one_line_summary(case, tmp_path):
     result = CliRunner().invoke(impose_command, [str(case("a5_13p_odd.pdf")), "--layout", str(layout), "-o", str(output)])
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and "8 sides on 4 sheets from 13 pages (3 blank)" in lines[0] and "pikepdf" in lines[0]
+    assert "8 sides on 4 sheets from 13 pages (3 blank)" in lines[0] and "pikepdf" in lines[0]
+    # 3 blanks are more than half a 4-page sheet: the one warning, on a line of its own
+    assert len(lines) == 2 and "padded_with_blanks" in lines[1]
     assert len(page_sizes_mm(output)) == 8
 
 

@@ -31,7 +31,7 @@ SHEET = {"width_mm": 300, "height_mm": 400}
 FOLD_SEQUENCES = {
     "F4-1": "v-u",
     "F8-7": "h+u v-u",
-    "F16-7": "v-u h-o v-o",
+    "F16-7": "v-u h+o v-o",
     "F32-5": "h-u v-o h+o v-u",
     "F32-9": "v-u h-o h-o v-u",
 }
@@ -110,13 +110,14 @@ def test_each_fold_scheme_folds_into_a_signature_reading_1_to_n(engine, tmp_path
 
 def test_handed_f16_7_sixteen_a5_pages_on_one_sra2_sheet(engine, tmp_path):
     """16 A5 pages, F16-7 on SRA2 landscape (640 × 450 mm): the 592 × 420 mm block is centred (24 mm
-    left, 15 mm foot); front top row P16 P1 P4 P13 upright, bottom row P9 P8 P5 P12 turned; back
-    (seen turned side to side) top P14 P3 P2 P15 upright, bottom P11 P6 P7 P10 turned."""
+    left, 15 mm foot); front top row P9 P8 P5 P12 turned over bottom row P16 P1 P4 P13 upright, so the
+    heads meet at the cross fold (a closed head, as F8-7's); back (seen turned side to side) top P11
+    P6 P7 P10 turned over P14 P3 P2 P15 upright."""
     source = SAMPLES / "a5_16p.pdf"
     output, report = impose(engine, source, {"layout": "perfect_bound", "sheet": "SRA2", "orientation": "landscape",
                                              "fold_scheme": "F16-7"}, tmp_path)
     assert (report.sheets, report.sides, report.blank_pages) == (1, 2, 0)
-    expected = [((16, 1, 4, 13), (9, 8, 5, 12)), ((14, 3, 2, 15), (11, 6, 7, 10))]
+    expected = [((9, 8, 5, 12), (16, 1, 4, 13)), ((11, 6, 7, 10), (14, 3, 2, 15))]
     angles = big_labels(output)
     for index, side in enumerate(placements(output, source)):
         at = {p.label: tuple(round(v / MM, 1) for v in p.clip) for p in side}
@@ -125,7 +126,7 @@ def test_handed_f16_7_sixteen_a5_pages_on_one_sra2_sheet(engine, tmp_path):
             for column, number in enumerate(numbers):
                 x0 = 24.0 + 148 * column
                 assert at[f"P{number}"] == pytest.approx((x0, y0, x0 + 148, y0 + 210), abs=0.1), f"P{number}"
-                assert up[f"P{number}"] == (0 if row == 0 else 180), f"P{number}"
+                assert up[f"P{number}"] == (180 if row == 0 else 0), f"P{number}"
 
 
 def test_saddle_stitch_nests_folded_signatures(engine, tmp_path):

@@ -233,9 +233,9 @@ def test_the_engine_places_every_page_exactly_once(engine, tmp_path_factory, pag
 
 
 def expected_blanks(layout, page_count):
-    """Padding: 2-up booklets to a multiple of 4, a fold scheme's signatures to whole ones, duplex grids
-    to whole leaves."""
-    if layout["layout"] == "saddle_stitch" or layout.get("fold_scheme") == "sections":
+    """Padding: saddle-stitched 2-up booklets to a multiple of 4, every perfect-bound book to whole
+    signatures (nested sections and fold schemes alike), duplex grids to whole leaves."""
+    if layout["layout"] == "saddle_stitch":
         return -page_count % 4
     if "signature_pages" in layout:
         return -page_count % layout["signature_pages"]

@@ -1,5 +1,6 @@
 """Celery's own doors to ``imposition.impose``, used the way a Celery user would, on a real worker:
-a job is submitted properly or refused with a clear error, never published bare and dropped."""
+a job is submitted properly or refused with a clear error, never published bare and dropped; its
+``AsyncResult`` reads the job (state, ``get``, ``revoke``)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,18 @@ from pathlib import Path
 
 import pytest
 
+from celery import states
+from celery.exceptions import TaskRevokedError
+from celery.exceptions import TimeoutError as CeleryTimeout
+
+from imposition.engine.errors import NotAPdf
+from leases.errors import WrongJobStatus
 from leases.models import JobItem
+from leases.tenants import set_cap
 from imposition.common import aws
 from imposition.common.settings import get_settings
 from imposition.common.tenancy import input_key, message_group_id
+from tasks import app
 from tasks.imposition_task import SubmissionRequired, impose
 from tests.admission.helpers import queue_messages
 from tests.support.processes import wait_for
@@ -27,10 +36,47 @@ def _final(job_id: str) -> JobItem:
     return wait_for(done, 60, what=f"job {job_id} to finish")
 
 
-def _uploaded(tenant_id: str) -> str:
+def _uploaded(tenant_id: str, name: str = "a5_8p.pdf") -> str:
     key = input_key(tenant_id, uuid.uuid4().hex)
-    aws.s3().upload_file(str(CASES / "a5_8p.pdf"), get_settings().bucket, key)
+    aws.s3().upload_file(str(CASES / name), get_settings().bucket, key)
     return key
+
+
+def test_delay_returns_a_result_whose_get_gives_the_plate(imposition_worker, tenant_id):
+    r = impose.delay(tenant_id=tenant_id, token="get-plate", input_key=_uploaded(tenant_id), layout=LAYOUT)
+    plate = r.get(timeout=60)
+    assert plate["plate_key"] == f"tenants/{tenant_id}/jobs/{r.id}/plate.pdf"
+    assert (plate["sheets"], plate["sides"], plate["warnings"]) == (2, 4, [])
+    assert (r.state, r.ready(), r.successful(), r.info) == (states.SUCCESS, True, True, plate)
+    body = aws.s3().get_object(Bucket=get_settings().bucket, Key=plate["plate_key"])["Body"].read()
+    assert body.startswith(b"%PDF")
+
+
+def test_get_raises_the_jobs_typed_error(imposition_worker, tenant_id):
+    r = impose.delay(tenant_id=tenant_id, token="get-error", input_key=_uploaded(tenant_id, "not_a_pdf.pdf"),
+                     layout=LAYOUT)
+    with pytest.raises(NotAPdf) as raised:
+        r.get(timeout=60)
+    assert raised.value.code == "not_a_pdf"
+    assert (r.state, r.ready(), r.successful()) == (states.FAILURE, True, False)
+    assert isinstance(r.info, NotAPdf)
+    assert r.get(propagate=False) is r.info
+
+
+def test_revoke_cancels_a_waiting_job_and_refuses_a_finished_one(imposition_worker, tenant_id):
+    set_cap(tenant_id, 0)  # paused: the job parks and stays waiting
+    r = impose.delay(tenant_id=tenant_id, token="revoke", input_key=_uploaded(tenant_id), layout=LAYOUT)
+    wait_for(lambda: JobItem.get(r.id, consistent_read=True).status == "waiting", 30, what="the job to park")
+    assert (r.state, r.ready(), r.info["status"]) == (states.PENDING, False, "waiting")
+    with pytest.raises(CeleryTimeout):
+        r.get(timeout=0.5, interval=0.1)
+    r.revoke()
+    assert r.state == states.REVOKED
+    with pytest.raises(TaskRevokedError, match="cancelled"):
+        r.get(timeout=5)
+    with pytest.raises(WrongJobStatus):
+        app.AsyncResult(r.id).revoke()  # already final: refused, nothing changed
+    assert JobItem.get(r.id, consistent_read=True).error_code == "cancelled"
 
 
 def test_apply_async_with_submission_kwargs_submits_the_job(imposition_worker, tenant_id):

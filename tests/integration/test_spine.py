@@ -113,6 +113,9 @@ def test_a_pdf_cut_in_half_fails_damaged_through_the_cluster(imposition_worker, 
     data = (CASES / "a5_8p.pdf").read_bytes()
     half = tmp_path / "half.pdf"
     half.write_bytes(data[: len(data) // 2])
-    job = final_job(submit_uploaded(half, tenant_id=tenant_id, token="half", layout=SADDLE_A4))
+    job = final_job(submit_uploaded(half, tenant_id=tenant_id, token="half", layout=SADDLE_A4,
+                                    file_name="order 17 – brochure.pdf"))
     assert (job.status, job.error_code, job.attempts) == ("failed", "damaged", 1)
     assert "cannot be read (pages" in job.error and job.output_key is None
+    # named by the file the tenant sent, not by the worker's copy of it
+    assert job.error.startswith("order 17 – brochure.pdf: ") and "input.pdf" not in job.error

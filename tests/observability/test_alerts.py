@@ -9,6 +9,7 @@ tests are skipped with that reason (never passed silently).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -69,8 +70,8 @@ def _series(name: str, labels: dict, values: str) -> dict:
 
 
 def _slots(total: int, busy: int, minutes: int) -> list[dict]:
-    return [_series("slots_total", {"instance": "imposer"}, f"{total}x{minutes}"),
-            _series("slots_busy", {"instance": "imposer"}, f"{busy}x{minutes}")]
+    return [_series("imposition_node_slots", {"instance": "imposer"}, f"{total}x{minutes}"),
+            _series("imposition_slots_busy", {"instance": "imposer"}, f"{busy}x{minutes}")]
 
 
 def _waits(tenant: str, lower_s: float, upper_s: float, per_min: int, minutes: int) -> list[dict]:
@@ -81,20 +82,24 @@ def _waits(tenant: str, lower_s: float, upper_s: float, per_min: int, minutes: i
     out = []
     for bound in bounds:
         step = per_min if bound >= upper_s else 0
-        out.append(_series("queue_wait_seconds_bucket", {"tenant": tenant, "le": _le(bound) if bound != float("inf")
+        out.append(_series("imposition_queue_wait_seconds_bucket", {"tenant": tenant, "le": _le(bound) if bound != float("inf")
                                                          else "+Inf"}, f"0+{step}x{minutes}"))
     assert lower_s in bounds and upper_s in bounds
     return out
 
 
-def test_the_shipped_files_are_what_the_settings_give_and_promtool_accepts_them():
+def test_the_shipped_files_are_what_the_settings_give_and_promtool_accepts_them(monkeypatch):
+    from imposition.common.settings import Settings
     from imposition.observability.alerts import DASHBOARD_PATH, RULES_PATH, dashboard, render_rules
 
-    assert RULES_PATH.read_text() == render_rules(), "run `python -m imposition.observability.alerts` and commit the files"
-    assert json.loads(DASHBOARD_PATH.read_text()) == dashboard()
+    for name in [name for name in os.environ if name.startswith("IMPOSITION_")]:  # the defaults, not the
+        monkeypatch.delenv(name)  # session's short clocks (the clock-skew rule is a quarter of the lease TTL)
+    defaults = Settings()
+    assert RULES_PATH.read_text() == render_rules(defaults), "run `python -m imposition.observability.alerts` and commit the files"
+    assert json.loads(DASHBOARD_PATH.read_text()) == dashboard(defaults)
     if PROMTOOL is None:
         pytest.skip("promtool not installed: `promtool check rules` not run")
-    assert "SUCCESS: 7 rules found" in _promtool("check", "rules", str(RULES_PATH)).stdout
+    assert "SUCCESS: 12 rules found" in _promtool("check", "rules", str(RULES_PATH)).stdout
 
 
 @needs_promtool
@@ -106,16 +111,19 @@ def test_every_dashboard_query_parses_and_names_only_metrics_the_service_exports
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": [
         {"record": f"dashboard:q{i}", "expr": expr} for i, expr in enumerate(exprs)]}]}))
     _promtool("check", "rules", str(path))
-    exported = {"slots_busy", "slots_total", "leases_held", "queue_wait_seconds_bucket", "jobs_waiting",
-                "cap_defer_total", "lease_recovered_total", "jobs_total", "handoffs_total", "sqs_messages",
-                "poison_messages_total", "queue_wait_seconds_count"}
+    exported = {"imposition_slots_busy", "imposition_node_slots", "imposition_leases_held",
+                "imposition_queue_wait_seconds_bucket", "imposition_jobs_waiting", "imposition_cap_defers_total",
+                "imposition_leases_recovered_total", "imposition_jobs_total", "imposition_handoffs_total",
+                "imposition_sqs_messages", "imposition_poison_messages_total", "imposition_queue_wait_seconds_count",
+                "up", "imposition_engine_ready", "imposition_node_clock_skew_seconds"}
     recorded = {rule["record"] for group in rule_groups()["groups"] for rule in group["rules"] if "record" in rule}
     import re
 
     for expr in exprs + [r["expr"] for g in rule_groups()["groups"] for r in g["rules"]]:
         names = set(re.findall(r"\b([a-z_:]+)(?=\{|\[|\)|\s*$|\s*[-/*+>])", expr))
         names -= {"sum", "max", "rate", "increase", "by", "on", "and", "bool", "avg_over_time", "histogram_quantile",
-                  "day_of_week", "vector", "time", "tenant", "le", "outcome", "reason", "queue", "state"}
+                  "day_of_week", "vector", "time", "tenant", "le", "outcome", "reason", "queue", "state",
+                  "absent", "or", "job", "role", "min", "instance", "engine", "abs", "worker"}
         assert names <= exported | recorded, (expr, names - exported - recorded)
 
 
@@ -142,32 +150,51 @@ def test_fairness_alerts_fire_past_their_thresholds_and_stay_quiet_just_below(tm
          "input_series": [*_slots(8, 8, minutes), *_waits("starved", threshold, above, 10, minutes)],
          "alert_rule_test": [_alert("ImpositionTenantStarving", at)]},
         {"interval": "1m",  # (n + 1) recoveries an hour for one tenant, n - 1 for another
-         "input_series": [_series("lease_recovered_total", {"tenant": "crashy", "instance": "maint"},
+         "input_series": [_series("imposition_leases_recovered_total", {"tenant": "crashy", "instance": "maint"},
                                   f"0+{(n + 1) / 60}x{hours}"),
-                          _series("lease_recovered_total", {"tenant": "steady", "instance": "maint"},
+                          _series("imposition_leases_recovered_total", {"tenant": "steady", "instance": "maint"},
                                   f"0+{(n - 1) / 60}x{hours}")],
          "alert_rule_test": [_alert("ImpositionLeaseRecoveredSustained", late, {**page, "tenant": "crashy"})]},
         {"interval": "1m",  # one DLQ holds a message, one is empty, one held it for less than the "for"
          "input_series": [
-             _series("sqs_messages", {"queue": "imposition-dlq", "state": "visible"}, f"1x{minutes}"),
-             _series("sqs_messages", {"queue": "notifications-dlq", "state": "visible"}, f"0x{minutes}"),
-             _series("sqs_messages", {"queue": "maintenance-dlq", "state": "visible"},
+             _series("imposition_sqs_messages", {"queue": "imposition-dlq", "state": "visible"}, f"1x{minutes}"),
+             _series("imposition_sqs_messages", {"queue": "notifications-dlq", "state": "visible"}, f"0x{minutes}"),
+             _series("imposition_sqs_messages", {"queue": "maintenance-dlq", "state": "visible"},
                      f"0x{minutes - s.alert_dlq_for_s // 60 + 1} 1x{s.alert_dlq_for_s // 60 - 2}"),
-             _series("sqs_messages", {"queue": "imposition", "state": "visible"}, f"3x{minutes}")],
+             _series("imposition_sqs_messages", {"queue": "imposition", "state": "visible"}, f"3x{minutes}")],
          "alert_rule_test": [_alert("ImpositionDeadLetterQueueNotEmpty", at,
                                     {"severity": "ticket", "queue": "imposition-dlq"})]},
         {"interval": "1m",  # messages visible, 1 slot free: idle slots while jobs wait
          "input_series": [*_slots(8, 7, minutes),
-                          _series("sqs_messages", {"queue": "imposition", "state": "visible"}, f"1x{minutes}")],
+                          _series("imposition_sqs_messages", {"queue": "imposition", "state": "visible"}, f"1x{minutes}")],
          "alert_rule_test": [_alert("ImpositionSlotsIdleWhileJobsWait", at, page)]},
         {"interval": "1m",  # messages visible but every slot busy; or slots free and no message
          "input_series": [*_slots(8, 8, minutes),
-                          _series("sqs_messages", {"queue": "imposition", "state": "visible"}, f"5x{minutes}")],
+                          _series("imposition_sqs_messages", {"queue": "imposition", "state": "visible"}, f"5x{minutes}")],
          "alert_rule_test": [_alert("ImpositionSlotsIdleWhileJobsWait", at)]},
         {"interval": "1m",
          "input_series": [*_slots(8, 0, minutes),
-                          _series("sqs_messages", {"queue": "imposition", "state": "visible"}, f"0x{minutes}")],
+                          _series("imposition_sqs_messages", {"queue": "imposition", "state": "visible"}, f"0x{minutes}")],
          "alert_rule_test": [_alert("ImpositionSlotsIdleWhileJobsWait", at)]},
+    ])
+
+
+@needs_promtool
+def test_a_node_whose_engine_check_fails_pages_once_it_has_failed_for_the_for_time(tmp_path):
+    from imposition.observability.alerts import _duration
+
+    s = _settings()
+    for_min = s.alert_for_s // 60
+    minutes = for_min + 10
+    at = _duration((minutes - 1) * 60)
+    closed = {"instance": "imposer1", "engine": "pdftoolbox"}
+    _run_tests(tmp_path, "1m", [
+        {"interval": "1m",  # closed from the start; closed for one minute less than the "for"; always open
+         "input_series": [_series("imposition_engine_ready", closed, f"0x{minutes}"),
+                          _series("imposition_engine_ready", {"instance": "imposer2", "engine": "pdftoolbox"},
+                                  f"1x{minutes - for_min + 1} 0x{for_min - 2}"),
+                          _series("imposition_engine_ready", {"instance": "imposer3", "engine": "pdftoolbox"}, f"1x{minutes}")],
+         "alert_rule_test": [_alert("ImpositionEngineUnavailable", at, {"severity": "page", **closed})]},
     ])
 
 
@@ -176,8 +203,9 @@ def test_the_second_licence_alert_needs_both_conditions_each_just_crossed(tmp_pa
     from imposition.observability.alerts import _le
 
     s = _settings()
-    hours = (s.capacity_weeks * 7 + 1) * 24 + 1
-    at = f"{s.capacity_weeks * 7 + 1}d"
+    hours = (s.alert_capacity_window_days + 1) * 24 + 1
+    at = f"{s.alert_capacity_window_days + 1}d"
+    assert s.alert_capacity_window_days < 15  # within Prometheus' default retention
     busy = round(s.capacity_utilisation_threshold * 100) + 2  # of 100 slots, on every day
     idle = round(s.capacity_utilisation_threshold * 100) - 1
     long_share_above = s.capacity_long_wait_share_threshold + 0.02
@@ -186,11 +214,11 @@ def test_the_second_licence_alert_needs_both_conditions_each_just_crossed(tmp_pa
     def scene(busy_slots: int, long_share: float) -> list[dict]:
         short = round(100 * (1 - long_share))
         return [
-            _series("slots_total", {"instance": "imposer"}, f"100x{hours}"),
-            _series("slots_busy", {"instance": "imposer"}, f"{busy_slots}x{hours}"),
-            _series("queue_wait_seconds_bucket", {"tenant": "acme", "le": _le(s.capacity_long_wait_s)},
+            _series("imposition_node_slots", {"instance": "imposer"}, f"100x{hours}"),
+            _series("imposition_slots_busy", {"instance": "imposer"}, f"{busy_slots}x{hours}"),
+            _series("imposition_queue_wait_seconds_bucket", {"tenant": "acme", "le": _le(s.capacity_long_wait_s)},
                     f"0+{short}x{hours}"),
-            _series("queue_wait_seconds_count", {"tenant": "acme"}, f"0+100x{hours}"),
+            _series("imposition_queue_wait_seconds_count", {"tenant": "acme"}, f"0+100x{hours}"),
         ]
 
     name = "ImpositionSecondLicenceWarranted"
@@ -242,9 +270,82 @@ def test_make_runs_prometheus_scrapes_every_node_endpoint_and_loads_the_rules(tm
                  len([t for t in get("/targets")["activeTargets"] if t["health"] == "up"]) == 2,
                  60, interval_s=1, what="both node endpoints scraped")
         scraped = wait_for(lambda: get("/query?query=jobs_total")["result"], 60, interval_s=1, what="jobs_total")
+        up = wait_for(lambda: get('/query?query=up{job="imposition"}')["result"], 60, interval_s=1, what="up")
+        assert {(u["metric"]["node"], u["metric"]["role"]) for u in up} == {("imposer", "imposer"),
+                                                                            ("maintenance", "maintenance")}
         assert {s["metric"]["node"] for s in scraped} == {"imposer", "maintenance"}
         assert {s["value"][1] for s in scraped} == {"1"}
     finally:
         prometheus.stop()
         for server in endpoints:
             server.shutdown()
+
+
+def _up(node: str, role: str, values: str) -> dict:
+    return _series("up", {"job": "imposition", "node": node, "role": role}, values)
+
+
+@needs_promtool
+def test_no_imposition_worker_up_fires_workers_down_and_idle_slots_and_one_up_keeps_them_quiet(tmp_path):
+    """The issue's case: 50 messages visible for 25 minutes and no imposition worker up. Its nodes'
+    gauges are gone (stale), so only ``up`` (0) or nothing at all says so: both must page."""
+    s = _settings()
+    minutes = 25
+    at = _duration_m(minutes - 1)
+    down_for_m = s.alert_workers_down_for_s // 60
+    waiting = _series("imposition_sqs_messages", {"queue": s.imposition_queue, "state": "visible"}, f"50x{minutes}")
+    page = {"severity": "page"}
+    _run_tests(tmp_path, "1m", [
+        {"interval": "1m",  # the imposer's target is down (up 0); the maintenance node is up
+         "input_series": [waiting, _up("imposer-1", "imposer", f"0x{minutes}"),
+                          _up("maintenance", "maintenance", f"1x{minutes}")],
+         "alert_rule_test": [_alert("ImpositionWorkersDown", at, page),
+                             _alert("ImpositionSlotsIdleWhileJobsWait", at, page),
+                             _alert("ImpositionWorkerNodeDown", at,
+                                    {"severity": "ticket", "job": "imposition", "node": "imposer-1", "role": "imposer"})]},
+        {"interval": "1m",  # no imposition target at all (absent), nothing else scraped either
+         "input_series": [waiting],
+         "alert_rule_test": [_alert("ImpositionWorkersDown", at, page),
+                             _alert("ImpositionSlotsIdleWhileJobsWait", at, page),
+                             _alert("ImpositionWorkerNodeDown", at)]},
+        {"interval": "1m",  # one of two imposers up with every slot busy: the load, not an outage
+         "input_series": [waiting, _up("imposer-1", "imposer", f"0x{minutes}"),
+                          _up("imposer-2", "imposer", f"1x{minutes}"), *_slots(8, 8, minutes)],
+         "alert_rule_test": [_alert("ImpositionWorkersDown", at),
+                             _alert("ImpositionSlotsIdleWhileJobsWait", at),
+                             _alert("ImpositionWorkerNodeDown", at,
+                                    {"severity": "ticket", "job": "imposition", "node": "imposer-1", "role": "imposer"})]},
+        {"interval": "1m",  # the imposer came back just under the "for" ago: quiet again
+         "input_series": [_up("imposer-1", "imposer", f"0x{minutes - down_for_m} 1x{down_for_m}")],
+         "alert_rule_test": [_alert("ImpositionWorkersDown", _duration_m(minutes)),
+                             _alert("ImpositionWorkerNodeDown", _duration_m(minutes))]},
+        {"interval": "1m",  # down for less than the "for": not yet
+         "input_series": [_up("imposer-1", "imposer", f"1x{minutes - down_for_m + 2} 0x{down_for_m - 2}")],
+         "alert_rule_test": [_alert("ImpositionWorkersDown", _duration_m(minutes)),
+                             _alert("ImpositionWorkerNodeDown", _duration_m(minutes))]},
+    ])
+
+
+def _duration_m(minutes: int) -> str:
+    return f"{minutes}m"
+
+
+def test_every_alert_links_to_its_runbook_in_the_operators_guide():
+    """Each alert's ``runbook_url`` names a ``### <alert>`` subsection of the "Alerts" section of
+    docs/operations.md, and that subsection says what to look at and what to do."""
+    import re
+
+    from imposition.observability.alerts import alert_names, rule_groups, runbook_anchor
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    alerts_section = guide.split("\n## Alerts\n", 1)[1].split("\n## ", 1)[0]
+    sections = dict(re.findall(r"^### (\w+)\n(.*?)(?=^### |\Z)", alerts_section, re.MULTILINE | re.DOTALL))
+    names = alert_names()
+    assert len(names) == 9
+    assert set(sections) == set(names)
+    base = _settings().alert_runbook_url
+    for rule in (r for g in rule_groups()["groups"] for r in g["rules"] if "alert" in r):
+        name = rule["alert"]
+        assert rule["annotations"]["runbook_url"] == f"{base}#{runbook_anchor(name)}"
+        assert runbook_anchor(name) == name.lower()  # GitHub's anchor of the heading "### <name>"
+        assert len(sections[name].split()) > 30, f"the runbook of {name} is a stub"

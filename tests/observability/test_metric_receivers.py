@@ -50,27 +50,27 @@ def acquire(job: JobItem) -> Lease:
 
 def test_lease_acquired_counts_an_attempt_holds_a_slot_and_observes_the_first_waits(tenant):
     now = time.time()
-    busy_before = value("slots_busy")
+    busy_before = value("imposition_slots_busy")
     job = make_job(tenant, submitted_at=now - 200, first_received_at=now - 150, started_at=now - 10)
     acquire(job)
-    assert value("job_attempts_total", tenant=tenant) == 1
-    assert value("leases_held", tenant=tenant) == 1
-    assert value("slots_busy") == busy_before + 1
-    assert value("queue_wait_seconds_count", tenant=tenant) == 1
-    assert value("queue_wait_seconds_sum", tenant=tenant) == pytest.approx(190)
-    assert value("queue_wait_seconds_bucket", tenant=tenant, le="180.0") == 0  # 190 s is a long wait
-    assert value("queue_wait_seconds_bucket", tenant=tenant, le="300.0") == 1
-    assert value("first_receive_wait_seconds_sum", tenant=tenant) == pytest.approx(50)
+    assert value("imposition_job_attempts_total", tenant=tenant) == 1
+    assert value("imposition_leases_held", tenant=tenant) == 1
+    assert value("imposition_slots_busy") == busy_before + 1
+    assert value("imposition_queue_wait_seconds_count", tenant=tenant) == 1
+    assert value("imposition_queue_wait_seconds_sum", tenant=tenant) == pytest.approx(190)
+    assert value("imposition_queue_wait_seconds_bucket", tenant=tenant, le="180.0") == 0  # 190 s is a long wait
+    assert value("imposition_queue_wait_seconds_bucket", tenant=tenant, le="300.0") == 1
+    assert value("imposition_first_receive_wait_seconds_sum", tenant=tenant) == pytest.approx(50)
     signals.job_finished.send(sender=None, job=job, outcome="succeeded", error=None)
-    assert value("slots_busy") == busy_before
+    assert value("imposition_slots_busy") == busy_before
 
 
 def test_a_later_attempt_counts_but_does_not_observe_a_queue_wait(tenant):
     now = time.time()
     job = make_job(tenant, attempts=2, submitted_at=now - 500, first_received_at=now - 450, started_at=now - 1)
     acquire(job)
-    assert value("job_attempts_total", tenant=tenant) == 1
-    assert value("queue_wait_seconds_count", tenant=tenant) == 0
+    assert value("imposition_job_attempts_total", tenant=tenant) == 1
+    assert value("imposition_queue_wait_seconds_count", tenant=tenant) == 0
     signals.job_finished.send(sender=None, job=job, outcome="failed", error="x")
 
 
@@ -80,10 +80,10 @@ def test_job_finished_counts_the_outcome_releases_the_slot_and_observes_the_run(
     job = make_job(tenant, submitted_at=now - 20, started_at=now - 12, finished_at=now - 2)
     acquire(job)
     signals.job_finished.send(sender=None, job=job, outcome=outcome, error=None)
-    assert value("jobs_total", tenant=tenant, outcome=outcome) == 1
-    assert value("leases_held", tenant=tenant) == 0
-    assert value("job_duration_seconds_count", tenant=tenant) == 1
-    assert value("job_duration_seconds_sum", tenant=tenant) == pytest.approx(10)
+    assert value("imposition_jobs_total", tenant=tenant, outcome=outcome) == 1
+    assert value("imposition_leases_held", tenant=tenant) == 0
+    assert value("imposition_job_duration_seconds_count", tenant=tenant) == 1
+    assert value("imposition_job_duration_seconds_sum", tenant=tenant) == pytest.approx(10)
 
 
 def test_a_retrying_attempt_counts_a_retry_not_a_job_outcome(tenant):
@@ -91,77 +91,78 @@ def test_a_retrying_attempt_counts_a_retry_not_a_job_outcome(tenant):
     job = make_job(tenant, submitted_at=now - 20, started_at=now - 3)
     acquire(job)
     signals.job_finished.send(sender=None, job=job, outcome="retrying", error="S3 throttled")
-    assert value("job_retries_total", tenant=tenant) == 1
-    assert sum(value("jobs_total", tenant=tenant, outcome=o) for o in ("succeeded", "failed")) == 0
-    assert value("leases_held", tenant=tenant) == 0
-    assert value("job_duration_seconds_sum", tenant=tenant) == pytest.approx(3, abs=1)
+    assert value("imposition_job_retries_total", tenant=tenant) == 1
+    assert sum(value("imposition_jobs_total", tenant=tenant, outcome=o) for o in ("succeeded", "failed")) == 0
+    assert value("imposition_leases_held", tenant=tenant) == 0
+    assert value("imposition_job_duration_seconds_sum", tenant=tenant) == pytest.approx(3, abs=1)
 
 
 def test_lease_lost_counts_and_releases_the_slot(tenant):
     job = make_job(tenant, submitted_at=time.time() - 5, started_at=time.time() - 1)
     lease = acquire(job)
     signals.lease_lost.send(sender=None, lease=lease, detail="renewal refused")
-    assert value("lease_lost_total", tenant=tenant) == 1
-    assert value("leases_held", tenant=tenant) == 0
+    assert value("imposition_leases_lost_total", tenant=tenant) == 1
+    assert value("imposition_leases_held", tenant=tenant) == 0
 
 
 def test_a_run_that_raises_past_every_signal_frees_its_slot_at_task_postrun(tenant):
     job = make_job(tenant, submitted_at=time.time() - 5, started_at=time.time() - 1)
     acquire(job)
-    assert value("leases_held", tenant=tenant) == 1
+    assert value("imposition_leases_held", tenant=tenant) == 1
     task_postrun.send(sender=None, task_id=job.job_id, task=None, args=(), kwargs={}, retval=None, state="FAILURE")
-    assert value("leases_held", tenant=tenant) == 0
+    assert value("imposition_leases_held", tenant=tenant) == 0
     # and a second release of the same run (job_finished after postrun) changes nothing
     signals.job_finished.send(sender=None, job=job, outcome="failed", error="x")
-    assert value("leases_held", tenant=tenant) == 0
+    assert value("imposition_leases_held", tenant=tenant) == 0
 
 
 def test_cap_defer_counts_in_prometheus_and_in_the_recent_counts(tenant):
     signals.job_deferred.send(sender=None, job_id="j", tenant_id=tenant, reason="cap", delay_s=30)
     signals.job_deferred.send(sender=None, job_id="j", tenant_id=tenant, reason="cap", delay_s=30)
-    assert value("cap_defer_total", tenant=tenant) == 2
-    assert value("lease_contention_defer_total", tenant=tenant) == 0
+    assert value("imposition_cap_defers_total", tenant=tenant) == 2
+    assert value("imposition_lease_contention_defers_total", tenant=tenant) == 0
     assert recent.window_count("cap_defer", tenant, window_s=3600) == 2
 
 
 def test_contention_defer_is_its_own_counter(tenant):
     signals.job_deferred.send(sender=None, job_id="j", tenant_id=tenant, reason="contention", delay_s=30)
-    assert value("lease_contention_defer_total", tenant=tenant) == 1
-    assert value("cap_defer_total", tenant=tenant) == 0
+    assert value("imposition_lease_contention_defers_total", tenant=tenant) == 1
+    assert value("imposition_cap_defers_total", tenant=tenant) == 0
 
 
 def test_duplicate_drop_is_a_jobs_outcome(tenant):
     signals.job_dropped.send(sender=None, job_id="j", tenant_id=tenant, status="succeeded")
-    assert value("jobs_total", tenant=tenant, outcome="duplicate_dropped") == 1
+    assert value("imposition_jobs_total", tenant=tenant, outcome="duplicate_dropped") == 1
 
 
 @pytest.mark.parametrize("requeued", [True, False])
 def test_lease_recovered_counts_and_a_job_out_of_attempts_ends_failed(tenant, requeued):
     lease = LeaseItem("job-1", tenant_id=tenant, worker="w", token="t", acquired_at=0, heartbeat_at=0, expires_at=1)
     signals.lease_recovered.send(sender=None, lease=lease, requeued=requeued)
-    assert value("lease_recovered_total", tenant=tenant) == 1
-    assert value("jobs_total", tenant=tenant, outcome="failed") == (0 if requeued else 1)
+    assert value("imposition_leases_recovered_total", tenant=tenant) == 1
+    assert value("imposition_jobs_total", tenant=tenant, outcome="failed") == (0 if requeued else 1)
     assert recent.window_count("lease_recovered", tenant, window_s=3600) == 1
 
 
 def test_poison_message_counts_by_queue_and_reason():
-    before = value("poison_messages_total", queue="imposition", reason="unknown_task")
+    before = value("imposition_poison_messages_total", queue="imposition", reason="unknown_task")
     signals.poison_message.send(sender=None, queue="imposition", reason="unknown_task", message_id="m")
-    assert value("poison_messages_total", queue="imposition", reason="unknown_task") == before + 1
+    assert value("imposition_poison_messages_total", queue="imposition", reason="unknown_task") == before + 1
 
 
 def test_a_tenant_seen_once_has_every_tenant_series_at_zero(tenant):
     signals.job_dropped.send(sender=None, job_id="j", tenant_id=tenant, status="running")
     families = {m.name for m in get_metrics().registry.collect()
                 for s in m.samples if s.labels.get("tenant") == tenant}
-    assert families >= {"cap_defer", "lease_contention_defer", "lease_recovered", "lease_lost", "jobs",
-                        "job_attempts", "job_retries", "queue_wait_seconds", "first_receive_wait_seconds",
-                        "job_duration_seconds", "leases_held"}
+    assert families >= {"imposition_cap_defers", "imposition_lease_contention_defers", "imposition_leases_recovered",
+                        "imposition_leases_lost", "imposition_jobs", "imposition_job_attempts", "imposition_job_retries",
+                        "imposition_queue_wait_seconds", "imposition_first_receive_wait_seconds",
+                        "imposition_job_duration_seconds", "imposition_leases_held"}
 
 
 def test_webhook_rounds_drained_and_put_back_are_counted_per_tenant(tenant):
     signals.webhook_drained.send(sender=None, tenant_id=tenant, job_id="j1", unsettled_s=301.0)
     signals.webhook_put_back.send(sender=None, tenant_id=tenant, job_id="j2")
     signals.webhook_put_back.send(sender=None, tenant_id=tenant, job_id="j2")
-    assert value("webhook_rounds_drained_total", tenant=tenant) == 1
-    assert value("webhook_rounds_put_back_total", tenant=tenant) == 2
+    assert value("imposition_webhook_rounds_drained_total", tenant=tenant) == 1
+    assert value("imposition_webhook_rounds_put_back_total", tenant=tenant) == 2

@@ -8,6 +8,8 @@ scrape of a node's endpoint, exactly what Prometheus (or ``curl``) sees.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import time
 import urllib.request
 import uuid
@@ -31,9 +33,9 @@ from tests.observability.support import CASES, N_UP, final_job, free_port
 from tests.support.inputs import submit_uploaded
 from tests.support.processes import start_beat, start_worker, wait_for
 
-TENANT_METRICS = ("cap_defer_total", "lease_contention_defer_total", "lease_recovered_total", "lease_lost_total",
-                  "jobs_total", "job_attempts_total", "job_retries_total", "queue_wait_seconds_count",
-                  "first_receive_wait_seconds_count", "job_duration_seconds_count", "leases_held")
+TENANT_METRICS = ("imposition_cap_defers_total", "imposition_lease_contention_defers_total", "imposition_leases_recovered_total", "imposition_leases_lost_total",
+                  "imposition_jobs_total", "imposition_job_attempts_total", "imposition_job_retries_total", "imposition_queue_wait_seconds_count",
+                  "imposition_first_receive_wait_seconds_count", "imposition_job_duration_seconds_count", "imposition_leases_held")
 
 
 class Node:
@@ -77,16 +79,37 @@ def test_a_job_moves_the_job_metrics_and_the_slot_comes_back(stack, tenant):
     imposer, _ = stack
     job = final_job(submit(CASES / "a5_8p.pdf", tenant_id=tenant, token="ok", layout=N_UP))
     assert job.status == "succeeded", job.error
-    wait_for(lambda: imposer.value("jobs_total", tenant=tenant, outcome="succeeded") == 1, 10,
+    wait_for(lambda: imposer.value("imposition_jobs_total", tenant=tenant, outcome="succeeded") == 1, 10,
              what="the success on the endpoint")
-    assert imposer.value("job_attempts_total", tenant=tenant) == job.attempts
-    assert imposer.value("queue_wait_seconds_count", tenant=tenant) == 1
-    assert imposer.value("job_duration_seconds_count", tenant=tenant) == job.attempts
-    assert imposer.value("leases_held", tenant=tenant) == 0
-    assert imposer.value("slots_busy") == 0
-    assert imposer.value("slots_total") == 2
+    assert imposer.value("imposition_job_attempts_total", tenant=tenant) == job.attempts
+    assert imposer.value("imposition_queue_wait_seconds_count", tenant=tenant) == 1
+    assert imposer.value("imposition_job_duration_seconds_count", tenant=tenant) == job.attempts
+    assert imposer.value("imposition_leases_held", tenant=tenant) == 0
+    assert imposer.value("imposition_slots_busy") == 0
+    assert imposer.value("imposition_node_slots") == 2
     listed = {name for (name, labels) in imposer.samples() if ("tenant", tenant) in labels}
     assert set(TENANT_METRICS) <= listed, set(TENANT_METRICS) - listed
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None,
+                    reason="promtool not installed (Debian package 'prometheus'; `make test` installs it): NOT checked")
+def test_promtool_check_metrics_accepts_a_real_scrape_of_each_node(stack, tenant):
+    """Prometheus' naming rules on what the endpoints serve (``imposition_`` prefix, units, ``_total``
+    on counters only): ``promtool check metrics`` prints nothing and exits 0 on a clean scrape."""
+    imposer, maintenance = stack
+    job = final_job(submit(CASES / "a5_8p.pdf", tenant_id=tenant, token="lint", layout=N_UP))
+    assert job.status == "succeeded", job.error
+    wait_for(lambda: imposer.value("imposition_jobs_total", tenant=tenant, outcome="succeeded") == 1, 10,
+             what="the success on the endpoint")
+    wait_for(lambda: maintenance.value("imposition_sqs_messages", queue=get_settings().imposition_queue,
+                                       state="visible") is not None, 30, what="a queue sample")
+    for node in (imposer, maintenance):
+        text = node.text()
+        names = {family.name for family in text_string_to_metric_families(text)}
+        assert names and all(name.startswith("imposition_") for name in names), names
+        done = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True,
+                              timeout=60)
+        assert (done.returncode, done.stdout + done.stderr) == (0, ""), text
 
 
 def test_cap_defers_count_exactly_the_parks_recorded_on_the_jobs(stack, tenant):
@@ -106,13 +129,13 @@ def test_cap_defers_count_exactly_the_parks_recorded_on_the_jobs(stack, tenant):
                           layout=parse_layout(N_UP).model_dump(mode="json"), input_key=input_key(tenant, at_acquire),
                           submitted_at=time.time()), door=False)
     publish_job(tenant, at_acquire)
-    wait_for(lambda: imposer.value("cap_defer_total", tenant=tenant), 30, what="a cap deferral on the imposer")
+    wait_for(lambda: imposer.value("imposition_cap_defers_total", tenant=tenant), 30, what="a cap deferral on the imposer")
     transactions.fail_job(lease, error="released by the test", error_code="test")
     waiting.wake(tenant, publish=publish_job)  # the releaser's hand-off
     jobs = [final_job(i, timeout_s=60) for i in (at_door, at_acquire)]
     assert [j.status for j in jobs] == ["succeeded", "succeeded"]
     assert [int(j.defer_count) for j in jobs] == [1, 1]
-    assert imposer.value("cap_defer_total", tenant=tenant) == 1  # the park at the acquire
+    assert imposer.value("imposition_cap_defers_total", tenant=tenant) == 1  # the park at the acquire
     assert recent.window_count("cap_defer", tenant, window_s=3600) == 2  # both, from every process
 
 
@@ -120,18 +143,18 @@ def test_bad_input_counts_a_failed_job_and_no_retry(stack, tenant):
     imposer, _ = stack
     job = final_job(submit_uploaded(CASES / "not_a_pdf.pdf", tenant_id=tenant, token="bad", layout=N_UP))
     assert job.status == "failed"
-    wait_for(lambda: imposer.value("jobs_total", tenant=tenant, outcome="failed") == 1, 10, what="the failure")
-    assert imposer.value("job_retries_total", tenant=tenant) == 0
-    assert imposer.value("leases_held", tenant=tenant) == 0
+    wait_for(lambda: imposer.value("imposition_jobs_total", tenant=tenant, outcome="failed") == 1, 10, what="the failure")
+    assert imposer.value("imposition_job_retries_total", tenant=tenant) == 0
+    assert imposer.value("imposition_leases_held", tenant=tenant) == 0
 
 
 def test_a_duplicate_delivery_counts_as_dropped(stack, tenant):
     imposer, _ = stack
     job = final_job(submit(CASES / "a5_8p.pdf", tenant_id=tenant, token="once", layout=N_UP))
     publish_job(tenant, job.job_id)  # a second copy of a finished job's message
-    wait_for(lambda: imposer.value("jobs_total", tenant=tenant, outcome="duplicate_dropped") == 1, 30,
+    wait_for(lambda: imposer.value("imposition_jobs_total", tenant=tenant, outcome="duplicate_dropped") == 1, 30,
              what="the duplicate to be dropped")
-    assert imposer.value("jobs_total", tenant=tenant, outcome="succeeded") == 1
+    assert imposer.value("imposition_jobs_total", tenant=tenant, outcome="succeeded") == 1
 
 
 def test_a_dead_workers_lease_is_recovered_and_counted_by_the_maintenance_node(stack, tenant):
@@ -146,8 +169,8 @@ def test_a_dead_workers_lease_is_recovered_and_counted_by_the_maintenance_node(s
     transactions.acquire(job_id, tenant, "imposer@gone/1", now=time.time() - 10 * get_settings().lease_ttl_s)
     job = final_job(job_id)  # the sweeper reclaims and re-publishes; the live worker runs it
     assert (job.status, job.attempts) == ("succeeded", 2)
-    wait_for(lambda: maintenance.value("lease_recovered_total", tenant=tenant) == 1, 10, what="the recovery")
-    assert imposer.value("lease_recovered_total", tenant=tenant) == 0  # listed on every node that saw the tenant
+    wait_for(lambda: maintenance.value("imposition_leases_recovered_total", tenant=tenant) == 1, 10, what="the recovery")
+    assert imposer.value("imposition_leases_recovered_total", tenant=tenant) == 0  # listed on every node that saw the tenant
     assert recent.window_count("lease_recovered", tenant, window_s=3600) == 1
 
 
@@ -160,10 +183,10 @@ def test_a_poison_message_is_counted_and_the_sampler_shows_it_in_the_dead_letter
 
     def poisoned() -> float:
         return sum(v for (name, labels), v in imposer.samples().items()
-                   if name == "poison_messages_total" and ("queue", queue) in labels)
+                   if name == "imposition_poison_messages_total" and ("queue", queue) in labels)
 
     wait_for(lambda: poisoned() >= 1, 30, what="the poison message to be counted")
-    wait_for(lambda: maintenance.value("sqs_messages", queue=dlq, state="visible") == 1, 60,
+    wait_for(lambda: maintenance.value("imposition_sqs_messages", queue=dlq, state="visible") == 1, 60,
              what="the sampler to see the message in the dead-letter queue")
 
 
@@ -174,11 +197,11 @@ def test_the_sampler_reports_every_queue_and_cloudwatchs_age_where_it_has_one(st
     aws.client("cloudwatch").put_metric_data(Namespace="AWS/SQS", MetricData=[{
         "MetricName": "ApproximateAgeOfOldestMessage", "Dimensions": [{"Name": "QueueName", "Value": "imposition"}],
         "Value": 42.0, "Unit": "Seconds"}])
-    wait_for(lambda: maintenance.value("sqs_oldest_message_age_seconds", queue="imposition") == 42.0, 30,
+    wait_for(lambda: maintenance.value("imposition_sqs_oldest_message_age_seconds", queue="imposition") == 42.0, 30,
              what="the sampler to read CloudWatch's age")
     samples = maintenance.samples()
     queues = [name for q in s.work_queues for name in (q, s.dead_letter_queue(q))]
     for queue in queues:
         for state in ("visible", "in_flight", "delayed"):
-            assert ("sqs_messages", frozenset({("queue", queue), ("state", state)})) in samples
-    assert ("sqs_oldest_message_age_seconds", frozenset({("queue", s.maintenance_queue)})) not in samples
+            assert ("imposition_sqs_messages", frozenset({("queue", queue), ("state", state)})) in samples
+    assert ("imposition_sqs_oldest_message_age_seconds", frozenset({("queue", s.maintenance_queue)})) not in samples

@@ -218,7 +218,8 @@ def test_jobs_list_for_one_tenant_reads_only_its_items_through_the_index(new_ten
             client.meta.events.unregister("after-call.dynamodb", unique_id="count-jobs-list")
     lines = out.splitlines()
     assert len(lines) == 1 + 200 and lines[0].split()[:3] == ["job", "tenant", "status"]
-    assert set(operations) == {"Query"} and len(operations) >= 2, operations  # paginated, never a scan
+    assert operations[0] == "GetItem", operations  # the tenant's registration (an unknown one is refused)
+    assert set(operations[1:]) == {"Query"} and len(operations) >= 3, operations  # paginated, never a scan
     assert foreign == []  # no other tenant's item was read
     submitted = [line.split()[3] for line in lines[1:]]
     assert submitted == sorted(submitted, reverse=True)  # newest first

@@ -45,8 +45,8 @@ def test_tenant_create_registers_the_whole_configuration_once_and_never_shows_th
     assert "registered already" in again.output
     assert cli_json("tenant", "show", tenant)["cap"] == 3  # nothing changed
     never = f"never-{uuid.uuid4().hex[:8]}"
-    unknown = cli("tenant", "show", never, expect=1)  # a mistyped tenant is an error, not an empty JSON
-    assert f"no such tenant: {never}" in unknown.output
+    unknown = cli("tenant", "show", never, expect=2)  # a mistyped tenant is refused, not an empty JSON
+    assert f"unknown_tenant: tenant '{never}' is not registered" in unknown.output
     plain = f"plain-{uuid.uuid4().hex[:8]}"
     cli("tenant", "create", plain)
     assert (cli_json("tenant", "show", plain)["cap_source"], cli_json("tenant", "show", plain)["webhook_url"]) == (

@@ -36,10 +36,13 @@ class Cluster:
         tmp: a directory of its own (logs, markers, events).
         env: extra environment of every process (e.g. shorter clocks).
         notifications: also start a notifications worker (``-c 1``, node name notifier).
+        node_env: extra environment of the imposer nodes only (e.g. a shifted clock).
+        maintenance_env: extra environment of the maintenance worker only (e.g. its metrics port).
     """
 
     def __init__(self, tmp: Path, *, nodes: int = 2, concurrency: int = 4, env: dict[str, str] | None = None,
-                 notifications: bool = False) -> None:
+                 notifications: bool = False, node_env: dict[str, str] | None = None,
+                 maintenance_env: dict[str, str] | None = None) -> None:
         self.tmp = tmp
         self.fault_dir = tmp / "faults"
         self.event_dir = tmp / "events"
@@ -50,12 +53,14 @@ class Cluster:
         self.highest_caps: dict[str, int] = {}
         self.others: list[CeleryProcess] = []
         self._concurrency = concurrency
+        self._node_env = node_env or {}
         try:
             # Started together, then waited for: N start-ups take about as long as the slowest.
             for n in range(1, nodes + 1):
                 self.start_node(f"imposer{n}", wait=False)
             self.others.append(start_worker(tmp, queue=get_settings().maintenance_queue, concurrency=1,
-                                            name="maintenance", env=self.env, app=FAULT_APP, wait=False))
+                                            name="maintenance", env={**self.env, **(maintenance_env or {})},
+                                            app=FAULT_APP, wait=False))
             self.others.append(start_beat(tmp, env=self.env, wait=False))
             if notifications:
                 self.others.append(start_worker(tmp, queue=get_settings().notifications_queue, concurrency=1,
@@ -68,8 +73,8 @@ class Cluster:
 
     def start_node(self, name: str, *, wait: bool = True) -> CeleryProcess:
         """Start (or restart) imposer node ``name``; ready when this returns, unless ``wait=False``."""
-        self.nodes[name] = start_worker(self.tmp, concurrency=self._concurrency, name=name, env=self.env,
-                                        app=FAULT_APP, wait=wait)
+        self.nodes[name] = start_worker(self.tmp, concurrency=self._concurrency, name=name,
+                                        env={**self.env, **self._node_env}, app=FAULT_APP, wait=wait)
         return self.nodes[name]
 
     def stop(self) -> None:

@@ -64,7 +64,7 @@ NAMED = [
     ({"layout": "saddle_stitch", "sheet": "A4", "duplex": "simplex"}, ["duplex='simplex'", "sheetwise"]),
     ({"layout": "n_up", "sheet": "A4", "bleed_mm": -1}, ["bleed_mm=-1", "greater than or equal to 0"]),
     ({"layout": "step_and_repeat", "sheet": "A4", "pages": [0]}, ["pages.0=0", "greater than or equal to 1"]),
-    ({"layout": "n_up"}, ["sheet", "Field required"]),
+    ({"layout": "n_up"}, ["sheet: missing field", "press"]),
 ]
 
 #: Strict types: no coercion of text, booleans or floats into what a field holds.

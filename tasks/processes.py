@@ -1,0 +1,221 @@
+"""The service's processes as a platform runs them: one command per role, its stop timeout, its
+health check, and its systemd unit (docs/deploy-processes.md).
+
+===========  ===================================  ===========================================  ==========
+role         ``imposition process run ROLE`` execs  stop timeout (:func:`stop_timeout_s`)        health
+===========  ===================================  ===========================================  ==========
+imposer      celery worker -Q imposition            Clocks.stop_timeout_s (longest attempt +     /healthz
+             -c slots_per_node                      the close of the open long polls)
+maintenance  celery worker -Q maintenance -c 1      receive close + stop margin (its tasks are   /healthz
+                                                    acks_late and idempotent)
+notifier     celery worker -Q notifications         a round's hard time limit + receive close    /healthz
+             -c notifier_concurrency                + stop margin
+beat         celery beat                            stop margin (it holds no work)               none
+flower       celery flower (events side channel)    stop margin                                  Flower's
+===========  ===================================  ===========================================  ==========
+
+A planned stop is SIGTERM to the main process only (systemd ``KillMode=mixed``; in a container
+PID 1, which ``run`` makes Celery by ``exec``): Celery's warm shutdown stops receiving, releases what
+its open long polls bring, lets each running job finish (its heartbeat renews the lease) and exits.
+A platform that kills it sooner charges each running job an attempt (``holder_vanished``) and
+leaves its slot idle until the sweeper reclaims the lease: give it at least :func:`stop_timeout_s`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from imposition.common.clocks import Clocks
+from imposition.common.settings import Settings, get_settings
+from imposition.observability.events import FLOWER_OPTIONS
+from imposition.observability.health import HEALTH_PATH
+from imposition.webhooks.delivery import round_time_limits
+
+#: Gossip, mingle and broker heartbeats need broadcast queues, which the SQS setup does not have.
+WORKER_FLAGS = ("--without-gossip", "--without-mingle", "--without-heartbeat")
+#: Where the image and the units keep beat's schedule file (one beat per cluster).
+BEAT_SCHEDULE_PATH = "/var/lib/imposition/beat-schedule"
+#: The metrics port of each worker role in the units (one host may run all three) and the image.
+METRICS_PORTS = {"imposer": 9101, "maintenance": 9102, "notifier": 9103}
+#: Flower's port when FLOWER_PORT is not set (Flower's own default).
+FLOWER_DEFAULT_PORT = 5555
+
+
+class UnknownRole(ValueError):
+    """A role name that is not one of :data:`ROLES`; the message lists them."""
+
+
+@dataclass(frozen=True)
+class Role:
+    """One kind of process: ``name``, what it does, and the queue it consumes (workers) or None."""
+
+    name: str
+    description: str
+    queue_setting: str | None = None
+
+
+ROLES = {r.name: r for r in (
+    Role("imposer", "imposition worker: runs jobs under leases (one per pdfToolbox licence)", "imposition_queue"),
+    Role("maintenance", "maintenance worker: the sweeper, the queue sampler, the webhook outbox drain",
+         "maintenance_queue"),
+    Role("notifier", "notifications worker: delivers webhooks", "notifications_queue"),
+    Role("beat", "celery beat: schedules the maintenance tasks (exactly one per cluster)"),
+    Role("flower", "Flower: the monitoring UI on the events side channel"),
+)}
+
+
+def role(name: str) -> Role:
+    """The role called ``name``.
+
+    Raises:
+        UnknownRole: no such role.
+    """
+    try:
+        return ROLES[name]
+    except KeyError:
+        raise UnknownRole(f"role={name!r}: not one of {', '.join(ROLES)}") from None
+
+
+def concurrency(name: str, s: Settings) -> int:
+    """Pool processes of a worker role: the licensed slots (imposer), ``notifier_concurrency``, or
+    one (maintenance: one sweep at a time)."""
+    return {"imposer": s.slots_per_node, "notifier": s.notifier_concurrency, "maintenance": 1}[role(name).name]
+
+
+def celery_args(name: str, s: Settings | None = None) -> list[str]:
+    """The ``celery`` command line of role ``name`` (after ``python -m celery``).
+
+    Raises:
+        UnknownRole: no such role.
+        ValueError: flower without ``events_url``.
+    """
+    s = s or get_settings()
+    r = role(name)
+    if r.queue_setting is not None:
+        return ["-A", "tasks", "worker", "-Q", getattr(s, r.queue_setting), "-c", str(concurrency(name, s)),
+                "-n", f"{name}@%h", "-l", "info", *WORKER_FLAGS]
+    if name == "beat":
+        return ["-A", "tasks", "beat", "-l", "info", "-s", BEAT_SCHEDULE_PATH, "--pidfile="]
+    if not s.events_url:
+        raise ValueError("events_url is empty: Flower needs the events side channel (IMPOSITION_EVENTS_URL)")
+    return ["-A", "tasks", f"--broker={s.events_url}", "flower", *FLOWER_OPTIONS]
+
+
+def stop_timeout_s(name: str, s: Settings | None = None) -> int:
+    """Seconds a planned stop of role ``name`` may take (module table); the platform's stop timeout
+    must be at least this.
+
+    Raises:
+        UnknownRole: no such role.
+    """
+    s = s or get_settings()
+    clocks = Clocks.from_settings(s)
+    role(name)
+    if name == "imposer":
+        return clocks.stop_timeout_s
+    if name == "notifier":
+        return math.ceil(round_time_limits(s).hard_s + clocks.receive_close_s + s.stop_margin_s)
+    if name == "maintenance":
+        return math.ceil(clocks.receive_close_s + s.stop_margin_s)
+    return math.ceil(s.stop_margin_s)
+
+
+def run(name: str) -> None:
+    """Replace this process with role ``name``'s (``exec``: the platform's signals reach Celery).
+    A worker role without ``IMPOSITION_METRICS_PORT`` gets its port of :data:`METRICS_PORTS`, so
+    its /healthz answers where the health check asks.
+
+    Raises:
+        UnknownRole: no such role.
+    """
+    args = celery_args(name)
+    if name in METRICS_PORTS:
+        os.environ.setdefault("IMPOSITION_METRICS_PORT", str(METRICS_PORTS[name]))
+    os.execv(sys.executable, [sys.executable, "-m", "celery", *args])
+
+
+def health_url(name: str, s: Settings | None = None) -> str | None:
+    """Where role ``name``'s health is asked on this host, or None (beat: no endpoint)."""
+    s = s or get_settings()
+    if name in METRICS_PORTS:
+        return f"http://127.0.0.1:{s.metrics_port or METRICS_PORTS[name]}{HEALTH_PATH}"
+    if name == "flower":
+        return f"http://127.0.0.1:{os.environ.get('FLOWER_PORT', FLOWER_DEFAULT_PORT)}/healthcheck"
+    role(name)
+    return None
+
+
+def healthcheck(name: str, *, timeout_s: float = 5.0) -> tuple[bool, str]:
+    """Ask role ``name``'s health endpoint once: (healthy, what it said). Beat has none: it is
+    healthy while its process runs, which the platform sees itself.
+
+    Raises:
+        UnknownRole: no such role.
+    """
+    url = health_url(name)
+    if url is None:
+        return True, f"{name}: no health endpoint; the process itself is watched"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as answer:
+            return True, answer.read().decode(errors="replace")
+    except urllib.error.HTTPError as error:
+        return False, error.read().decode(errors="replace") or f"HTTP {error.code}"
+    except (urllib.error.URLError, OSError) as exc:
+        return False, f"{url}: {exc}"
+
+
+def render_unit(name: str, s: Settings | None = None) -> str:
+    """The systemd unit of role ``name``, in the style of Celery's ``extra/systemd`` units: an
+    ``EnvironmentFile`` (``/etc/conf.d/imposition``), a dedicated user, the command in the
+    foreground (``Type=simple``), SIGTERM to the main process only (``KillMode=mixed``: its pool
+    children finish their jobs) and ``TimeoutStopSec`` = :func:`stop_timeout_s`."""
+    s = s or get_settings()
+    r = role(name)
+    environment = ""
+    if name in METRICS_PORTS:
+        environment = f"Environment=IMPOSITION_METRICS_PORT={METRICS_PORTS[name]}\n"
+    return f"""# Generated by `imposition process units` from imposition/common/settings.py; do not edit by hand.
+[Unit]
+Description=Imposition {r.description}
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+Type=simple
+User=imposition
+Group=imposition
+EnvironmentFile=-/etc/conf.d/imposition
+{environment}WorkingDirectory=/var/lib/imposition
+ExecStart=/opt/imposition/bin/imposition process run {name}
+KillSignal=SIGTERM
+KillMode=mixed
+TimeoutStopSec={stop_timeout_s(name, s)}
+Restart=always
+RestartSec=5
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def write_units(directory: Path, s: Settings | None = None) -> list[Path]:
+    """Write each role's unit as ``imposition-<role>.service`` into ``directory``; return the paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in ROLES:
+        path = directory / f"imposition-{name}.service"
+        path.write_text(render_unit(name, s))
+        paths.append(path)
+    return paths
+
+
+def stop_timeouts(s: Settings | None = None) -> str:
+    """Every role's stop timeout as JSON (``{role: seconds}``)."""
+    return json.dumps({name: stop_timeout_s(name, s) for name in ROLES})

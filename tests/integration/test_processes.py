@@ -1,0 +1,93 @@
+"""The processes as a platform runs them (:mod:`tasks.processes`, ``imposition process``): the shipped
+systemd units, their stop timeouts from the clocks, and one role run by its command with its health
+check asked by the image's command."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic_core import PydanticUndefined
+
+from imposition.common.clocks import Clocks
+from imposition.common.settings import Settings, get_settings
+from tasks.processes import ROLES, render_unit, stop_timeout_s
+from tests.conftest import reset_aws
+from tests.observability.support import free_port
+from tests.support.processes import WORKER_READY, CeleryProcess, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+IMPOSITION = str(Path(sys.executable).with_name("imposition"))
+
+
+def _unit(text: str) -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # keys keep their case
+    parser.read_string(text)
+    return parser
+
+
+def test_the_shipped_units_are_what_the_default_settings_give():
+    """``imposition process units deploy/systemd`` rewrites them; a change of a clock must be committed."""
+    defaults = Settings(**{name: field.default for name, field in Settings.model_fields.items()
+                           if field.default_factory is None and field.default is not PydanticUndefined})
+    for name in ROLES:
+        shipped = (REPO / "deploy" / "systemd" / f"imposition-{name}.service").read_text()
+        assert shipped == render_unit(name, defaults), f"run `imposition process units deploy/systemd` ({name})"
+
+
+def test_each_units_stop_timeout_is_the_roles_and_the_imposers_outlasts_its_longest_attempt():
+    s = Settings(engine_time_limit_s=300, preview_time_limit_s=60)
+    clocks = Clocks.from_settings(s)
+    for name in ROLES:
+        service = _unit(render_unit(name, s))["Service"]
+        assert int(service["TimeoutStopSec"]) == stop_timeout_s(name, s)
+        assert (service["KillSignal"], service["KillMode"]) == ("SIGTERM", "mixed")  # the main process drains
+        assert service["ExecStart"].endswith(f"imposition process run {name}")
+    imposer = stop_timeout_s("imposer", s)
+    assert imposer == clocks.stop_timeout_s >= 300 + 60 + clocks.receive_close_s
+    # A longer engine limit lengthens the stop timeout with it.
+    assert stop_timeout_s("imposer", Settings(engine_time_limit_s=900, preview_time_limit_s=60)) == imposer + 600
+    assert stop_timeout_s("notifier", s) > stop_timeout_s("maintenance", s) > clocks.receive_close_s
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed: NOT verified")
+def test_systemd_accepts_every_unit(tmp_path):
+    for name in ROLES:
+        text = render_unit(name, get_settings()).replace("/opt/imposition/bin/imposition", IMPOSITION)
+        path = tmp_path / f"imposition-{name}.service"
+        path.write_text(text)
+        done = subprocess.run(["systemd-analyze", "verify", "--man=no", str(path)], capture_output=True, text=True,
+                              timeout=60)
+        assert (done.returncode, done.stdout + done.stderr) == (0, ""), (name, done.stderr)
+
+
+def test_a_role_run_by_its_command_answers_its_health_check_and_stops_when_asked(tmp_path):
+    """What the image does: ``imposition process run`` with the role in IMPOSITION_PROCESS_ROLE, and
+    the HEALTHCHECK's ``imposition process healthcheck`` in another process with the same environment."""
+    reset_aws()
+    env = {**os.environ, "IMPOSITION_PROCESS_ROLE": "maintenance", "IMPOSITION_METRICS_PORT": str(free_port()),
+           "IMPOSITION_METRICS_ADDRESS": "127.0.0.1", "IMPOSITION_METRICS_DIR": str(tmp_path / "metrics")}
+    worker = CeleryProcess([IMPOSITION, "process", "run"], tmp_path / "maintenance.log", env=env,
+                           ready_marker=WORKER_READY)
+
+    def check() -> subprocess.CompletedProcess:
+        return subprocess.run([IMPOSITION, "process", "healthcheck"], env=env, capture_output=True, text=True,
+                              timeout=30)
+
+    try:
+        assert "maintenance@" in worker.log()  # the role's node name
+        done = wait_for(lambda: (lambda d: d if d.returncode == 0 else None)(check()), 20, what="a healthy answer")
+        assert json.loads(done.stdout)["status"] == "ok"
+        worker.terminate()
+        assert worker.proc.wait(timeout=stop_timeout_s("maintenance")) == 0, worker.log()[-3000:]
+        refused = check()
+        assert refused.returncode == 1 and "Connection refused" in refused.stdout, refused.stdout
+    finally:
+        worker.stop()

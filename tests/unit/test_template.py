@@ -1,0 +1,101 @@
+"""The CloudFormation template of imposition.cli.template: cfn-lint finds nothing in it, whatever the
+settings; its clocks, keys and indexes are the ones the code uses; each process kind has one role."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cfnlint.api import ManualArgs, lint
+
+from imposition.cli.template import queue_id, render, render_json, roles, table_id
+from imposition.common.clocks import Clocks
+from imposition.common.settings import Settings
+from leases.models import ALL_MODELS, TTL_ATTRIBUTES, LeaseItem
+
+SHORT_CLOCKS = {"lease_ttl_s": 30, "heartbeat_interval_s": 5, "sweep_interval_s": 5, "visibility_margin_s": 3}
+#: The production defaults, given explicitly: the test session's environment shortens the clocks.
+PRODUCTION_CLOCKS = {"lease_ttl_s": 600, "heartbeat_interval_s": 60, "sweep_interval_s": 60, "visibility_margin_s": 60}
+
+
+def findings(template_text: str) -> list[str]:
+    """cfn-lint's findings (errors, warnings, informational) on ``template_text``, one line each."""
+    return [f"{m.rule.id} {m.message} ({'/'.join(str(p) for p in m.path)})"
+            for m in lint(template_text, config=ManualArgs(regions=["us-east-1"]))]
+
+
+@pytest.mark.parametrize("overrides", [PRODUCTION_CLOCKS, SHORT_CLOCKS, {"job_retention_days": 60, "stack_name": "press-eu",
+                                                          "bucket": "press-eu-plates", "max_receive_count": 9}])
+def test_cfn_lint_finds_nothing(overrides):
+    assert findings(render_json(Settings(**overrides))) == []
+
+
+def test_cfn_lint_finds_a_broken_template():
+    """The check above can fail: a queue with a visibility above the SQS limit is reported."""
+    template = render(Settings())
+    template["Resources"][queue_id("imposition")]["Properties"]["VisibilityTimeout"] = 50_000
+    assert any("VisibilityTimeout" in line for line in findings(json.dumps(template)))
+
+
+@pytest.mark.parametrize("overrides, visibility_s", [(PRODUCTION_CLOCKS, 720), (SHORT_CLOCKS, 30 + 5 + 3)])
+def test_queues_follow_the_clocks_and_settings(overrides, visibility_s):
+    settings = Settings(**overrides)
+    resources = render(settings)["Resources"]
+    for name in settings.work_queues:
+        properties = resources[queue_id(name)]["Properties"]
+        assert properties["VisibilityTimeout"] == Clocks.from_settings(settings).visibility_timeout_s
+        assert properties["RedrivePolicy"]["maxReceiveCount"] == settings.max_receive_count
+    assert resources[queue_id("imposition")]["Properties"]["VisibilityTimeout"] == visibility_s
+
+
+def test_tables_have_the_models_keys_indexes_and_ttl():
+    settings = Settings(leases_table="press-leases")
+    resources = render(settings)["Resources"]
+    leases = resources[table_id(LeaseItem)]["Properties"]
+    assert leases["TableName"] == "press-leases"
+    assert leases["KeySchema"] == [{"AttributeName": "job_id", "KeyType": "HASH"}]
+    assert leases["GlobalSecondaryIndexes"] == [{
+        "IndexName": "by-expiry", "Projection": {"ProjectionType": "ALL"},
+        "KeySchema": [{"AttributeName": "expiry_partition", "KeyType": "HASH"},
+                      {"AttributeName": "expires_at", "KeyType": "RANGE"}]}]
+    for model in ALL_MODELS:
+        properties = resources[table_id(model)]["Properties"]
+        assert properties["BillingMode"] == "PAY_PER_REQUEST"
+        assert properties["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+        assert properties["DeletionProtectionEnabled"] is True
+        assert resources[table_id(model)]["DeletionPolicy"] == "Retain"
+        ttl = properties.get("TimeToLiveSpecification", {}).get("AttributeName")
+        assert ttl == TTL_ATTRIBUTES.get(model)
+
+
+def test_bucket_is_private_encrypted_and_expires_from_the_settings():
+    bucket = render(Settings(job_retention_days=45, s3_abort_incomplete_upload_days=2))["Resources"]["PlatesBucket"]
+    properties = bucket["Properties"]
+    assert properties["PublicAccessBlockConfiguration"] == dict.fromkeys(
+        ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"), True)
+    assert properties["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
+    rules = {rule["Id"]: rule for rule in properties["LifecycleConfiguration"]["Rules"]}
+    assert (rules["imposition-job-objects"]["Prefix"], rules["imposition-job-objects"]["ExpirationInDays"]) == (
+        "tenants/", 45)
+    assert rules["imposition-incomplete-uploads"]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 2}
+
+
+def test_the_webhook_key_is_made_under_the_alias_the_processes_use():
+    resources = render(Settings(webhook_secret_kms_key_id="alias/press-hooks"))["Resources"]
+    assert resources["WebhookSecretsKeyAlias"]["Properties"]["AliasName"] == "alias/press-hooks"
+    with pytest.raises(ValueError, match=r"webhook_secret_kms_key_id='arn:aws:kms:.*alias"):
+        render(Settings(webhook_secret_kms_key_id="arn:aws:kms:eu-central-1:111122223333:key/1234"))
+
+
+def test_one_role_per_process_kind_none_with_a_wildcard_action():
+    settings = Settings(stack_name="press")
+    resources = render(settings)["Resources"]
+    made = {r["Properties"]["RoleName"] for r in resources.values() if r["Type"] == "AWS::IAM::Role"}
+    assert made == {f"press-{kind}" for kind in
+                    ("imposer", "maintenance", "notifier", "beat", "flower", "operator", "caller")}
+    for role in roles(settings):
+        for statement in role.statements:
+            assert statement["Effect"] == "Allow"
+            assert all("*" not in action for action in statement["Action"]), (role.name, statement)
+            # only CloudWatch's GetMetricData, which has no resource-level permission, names "*"
+            assert statement["Resource"] != "*" or statement["Action"] == ["cloudwatch:GetMetricData"]
