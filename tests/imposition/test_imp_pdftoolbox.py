@@ -21,7 +21,7 @@ from imposition.engine.errors import (
     PasswordRequired,
     PreflightErrors,
 )
-from tasks.base import is_infrastructure_failure
+from tasks.outcomes import is_infrastructure_failure
 from .imposition_readback import big_labels, page_sizes_mm
 
 N_UP = {"layout": "n_up", "sheet": "SRA3", "orientation": "portrait", "columns": 2, "rows": 2}

@@ -21,7 +21,7 @@ from imposition.engine.backends.base import EngineJob
 from imposition.engine.backends.pdftoolbox import check_engine, licence_check_wait_s
 from imposition.engine.errors import LicenceUnavailable, MemoryLimitExceeded
 from imposition.engine.isolation import CPU_BACKSTOP_MARGIN_S
-from tasks.base import is_infrastructure_failure
+from tasks.outcomes import is_infrastructure_failure
 from tests.support.licence_server import LicenceServer
 
 from .imposition_readback import big_labels
