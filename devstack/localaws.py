@@ -19,12 +19,10 @@ checks DynamoDB, KMS and CloudWatch requests per resource as AWS does
 (:func:`resource_level_authorization`): tests/integration/test_stack_iam.py runs the roles of the
 CloudFormation template on one.
 
-The DynamoDB endpoint's global indexes can be made to lag behind its tables, as real DynamoDB's
-may (``--gsi-lag-s``, ``LocalAws(gsi_lag_s=...)``, or at run time :func:`set_gsi_lag`; :class:`IndexLag`).
+Its global indexes may lag behind the tables, as AWS's may (``--gsi-lag-s``, :func:`set_gsi_lag`).
 
-Both forget moto's record of DynamoDB model instances after every request (:func:`forgetting_copies`),
-and the DynamoDB server's transactions roll back item by item instead of copying whole tables
-(:func:`item_level_transaction_rollback`); why: docs/design.md, "Known limits of the local stack".
+Both forget moto's DynamoDB model copies after each request; transactions roll back item by item
+(docs/design.md, "Known limits of the local stack").
 """
 
 from __future__ import annotations

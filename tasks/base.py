@@ -18,13 +18,9 @@ copy sent before a re-queue)::
                                                └─ lease lost ──► commit nothing
     after_return (SUCCESS, FAILURE): publish the job the release handed the place to; job_finished
 
-The release hands the tenant's place to its oldest waiting job in its own transaction
-(:func:`leases.transactions.fenced_release`). Hooks not used: ``on_success`` and ``on_failure``
-run after Celery stored the outcome, which the release decides, so the release is in :meth:`run`;
-``on_retry`` runs after the copy must already exist (it is published before the release), so the
-retry is written in :meth:`run` too. :meth:`FairTask.retry` is overridden to hold copies in SQS
-(``DelaySeconds``), never as an ETA in worker memory. Why each edge: docs/design.md "Departures
-from the text" 1, "Publish before the transaction", "A message is acked only once a successor exists".
+Hooks not used: ``on_success``/``on_failure`` run after Celery stored the outcome, which the
+release decides; ``on_retry`` runs after the copy must exist. :meth:`FairTask.retry` holds copies
+in SQS (``DelaySeconds``), never in worker memory. Why: docs/design.md, "FairTask on Celery's hooks".
 """
 
 from __future__ import annotations

@@ -46,9 +46,9 @@ JOB_OUTCOMES = (JobOutcome.SUCCEEDED, JobOutcome.FAILED, JobOutcome.DUPLICATE_DR
 OUTCOME_MEANINGS = {
     JobOutcome.SUCCEEDED: "jobs that ended with their plate stored",
     JobOutcome.FAILED: "jobs that ended failed (their error_code says why: `imposition jobs list --status failed`)",
-    JobOutcome.DUPLICATE_DROPPED: "a job's own message delivered after the job had run without it (a release passed "
-                                  "its slot to the job in place, or a sweep copied its message): dropped, nothing "
-                                  "ran twice; normal, unless more than about one per job",
+    JobOutcome.DUPLICATE_DROPPED: "a second copy of a job's message (a sweep re-published it, or SQS delivered it "
+                                  "twice) after the job had started or ended: dropped, nothing ran twice; normal, "
+                                  "unless more than about one per job",
 }
 
 
