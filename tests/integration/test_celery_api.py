@@ -13,7 +13,7 @@ from celery import states
 from celery.exceptions import TaskRevokedError
 from celery.exceptions import TimeoutError as CeleryTimeout
 
-from imposition.engine.errors import NotAPdf
+from imposition.engine.errors import DamagedPdf, NotAPdf
 from leases.errors import WrongJobStatus
 from leases.models import JobItem
 from leases.tenants import set_cap
@@ -61,6 +61,17 @@ def test_get_raises_the_jobs_typed_error(imposition_worker, tenant_id):
     assert (r.state, r.ready(), r.successful()) == (states.FAILURE, True, False)
     assert isinstance(r.info, NotAPdf)
     assert r.get(propagate=False) is r.info
+
+
+def test_get_raises_damaged_for_a_pdf_cut_in_half(imposition_worker, tenant_id):
+    data = (CASES / "a5_8p.pdf").read_bytes()
+    key = input_key(tenant_id, uuid.uuid4().hex)
+    aws.s3().put_object(Bucket=get_settings().bucket, Key=key, Body=data[: len(data) // 2])
+    r = impose.delay(tenant_id=tenant_id, token="get-damaged", input_key=key, layout=LAYOUT,
+                     file_name="brochure.pdf")
+    with pytest.raises(DamagedPdf, match=r"^brochure\.pdf: .*cannot be read") as raised:
+        r.get(timeout=60)
+    assert (raised.value.code, r.state) == ("damaged", states.FAILURE)
 
 
 def test_revoke_cancels_a_waiting_job_and_refuses_a_finished_one(imposition_worker, tenant_id):
