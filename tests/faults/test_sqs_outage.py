@@ -103,6 +103,11 @@ def test_every_process_rides_out_an_sqs_outage_and_every_job_finishes_once(clust
 
     with proxy.failing(mode):
         time.sleep(OUTAGE_S)
+        # On a loaded machine a consumer may not poll within OUTAGE_S: the outage lasts until each
+        # one has met it, so the lines asserted below are about the transport, not the scheduler.
+        wait_for(lambda: all(OUTAGE_BEGAN.format(queue=queue) in logs_since(cluster, offsets)[name]
+                             for name, queue in consumers(cluster).items()),
+                 30, what="every consumer to meet the outage")
 
     # The proxy counts the faults it answers; a refused connection never reaches it (only the
     # connections open at the switch are counted), so for ``refuse`` the consumers' own outage lines,
