@@ -24,6 +24,7 @@ Both carry ``code`` and the message recorded on the job.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from celery import states
@@ -80,8 +81,9 @@ def job_meta(job: JobItem | None, task_id: str) -> dict[str, Any]:
     state = _STATES[status]
     if isinstance(result, TaskRevokedError):
         state = states.REVOKED
+    done = None if job.finished_at is None else datetime.fromtimestamp(float(job.finished_at), tz=timezone.utc)
     return {"task_id": task_id, "status": state, "result": result, "traceback": None, "children": [],
-            "date_done": job.finished_at}
+            "date_done": done.isoformat() if done else None}
 
 
 class JobTableBackend(BaseBackend):

@@ -48,6 +48,7 @@ def test_delay_returns_a_result_whose_get_gives_the_plate(imposition_worker, ten
     assert plate["plate_key"] == f"tenants/{tenant_id}/jobs/{r.id}/plate.pdf"
     assert (plate["sheets"], plate["sides"], plate["warnings"]) == (2, 4, [])
     assert (r.state, r.ready(), r.successful(), r.info) == (states.SUCCESS, True, True, plate)
+    assert r.date_done.tzinfo is not None and abs(r.date_done.timestamp() - JobItem.get(r.id).finished_at) < 1e-3
     body = aws.s3().get_object(Bucket=get_settings().bucket, Key=plate["plate_key"])["Body"].read()
     assert body.startswith(b"%PDF")
 
