@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -310,8 +311,11 @@ class Demo:
         # Submit only once every slot has its AWS clients: a fair start for every tenant.
         wait_for(lambda: imposer.log().count(SLOT_WARM) >= s.slots_per_node, 60, what="warm slots")
         # The operator's shell is production-like: an unregistered (or mistyped) tenant is refused.
-        operator_env = {**env, "IMPOSITION_AUTO_REGISTER_TENANTS": "false"}  # even if the shell says true
-        (RUN_DIR / "env").write_text("".join(f"export {k}={v}\n" for k, v in operator_env.items()))
+        operator_env = {**env, "IMPOSITION_AUTO_REGISTER_TENANTS": "false",  # even if the shell says true
+                        "IMPOSITION_EVENTS_URL": s.events_url,
+                        "IMPOSITION_BEAT_SCHEDULE_PATH": str(RUN_DIR.resolve() / "beat-schedule-operator")}
+        (RUN_DIR / "env").write_text("".join(f"export {k}={v}\n" for k, v in operator_env.items())
+                                     + f'export PATH="{Path(sys.executable).parent}:$PATH"\n')  # the venv's commands
         self.say("• metrics: " + ", ".join(f"{node} {url}" for node, url in self.metrics_urls.items()))
         if self.prometheus_url:
             self.say(f"• Prometheus: {self.prometheus_url} (scrapes both nodes, alert rules loaded: "

@@ -40,8 +40,6 @@ from imposition.webhooks.delivery import round_time_limits
 
 #: Gossip, mingle and broker heartbeats need broadcast queues, which the SQS setup does not have.
 WORKER_FLAGS = ("--without-gossip", "--without-mingle", "--without-heartbeat")
-#: Where the image and the units keep beat's schedule file (one beat per cluster).
-BEAT_SCHEDULE_PATH = "/var/lib/imposition/beat-schedule"
 #: The metrics port of each worker role in the units (one host may run all three) and the image.
 METRICS_PORTS = {"imposer": 9101, "maintenance": 9102, "notifier": 9103}
 #: Flower's port when FLOWER_PORT is not set (Flower's own default).
@@ -102,7 +100,7 @@ def celery_args(name: str, s: Settings | None = None) -> list[str]:
         return ["-A", "tasks", "worker", "-Q", getattr(s, r.queue_setting), "-c", str(concurrency(name, s)),
                 "-n", f"{name}@%h", "-l", "info", *WORKER_FLAGS]
     if name == "beat":
-        return ["-A", "tasks", "beat", "-l", "info", "-s", BEAT_SCHEDULE_PATH, "--pidfile="]
+        return ["-A", "tasks", "beat", "-l", "info", "-s", s.beat_schedule_path, "--pidfile="]
     if not s.events_url:
         raise ValueError("events_url is empty: Flower needs the events side channel (IMPOSITION_EVENTS_URL)")
     return ["-A", "tasks", f"--broker={s.events_url}", "flower", *FLOWER_OPTIONS]

@@ -126,6 +126,11 @@ class Settings(BaseSettings):
     # --- Redis (admission control, monitoring-event side channel) ---------------------------------
     redis_url: str = "redis://127.0.0.1:6379/0"
     events_url: str = "redis://127.0.0.1:6379/1"
+    beat_schedule_path: str = Field(
+        default="/var/lib/imposition/beat-schedule",
+        description="beat's schedule file (`imposition process run beat`; the image and the units create its "
+                    "folder); `make run` puts it in .run/",
+    )
     redis_key_namespace: str = Field(
         default="imposition", pattern=r"^[A-Za-z0-9._-]{1,64}$",
         description="1–64 characters from A–Z a–z 0–9 . _ -: the first segment of every Redis key the service "
