@@ -7,7 +7,9 @@ expire, then unblock with :func:`leases.waiting.wake`).
 
 The job's states, every arrow named after the verb that makes it::
 
-                admit (room, none waiting)                        release: commit
+                                      give way: a copy to the back of the queue, once
+                                          ┌────┐
+                admit (room, none waiting)│    ▼                  release: commit
     submit ─────────────────────────────► QUEUED ───acquire───► RUNNING ───────────────► SUCCEEDED
       │                                   │  ▲  ▲  ▲              │  │  release: fail
       │                    park (cap hit) │  │  │  └─release: retry┘  └──────────────────► FAILED

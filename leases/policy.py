@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-TAKE, BORROW, PARK, DEFER = "take", "borrow", "park", "defer"
+TAKE, BORROW, PARK, DEFER, GIVE_WAY = "take", "borrow", "park", "defer", "give_way"
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,13 @@ class TenantState:
 
 @dataclass
 class ClusterState:
-    """The cluster's slot counter: ``busy`` leases, ``borrowable`` = live slots − reserve."""
+    """The cluster's slot counter: ``busy`` leases, ``total`` live slots, ``borrowable`` = live
+    slots − reserve, ``borrowers`` tiers that borrow."""
 
     busy: int = 0
     borrowable: int = 0
     borrowers: int = 0
+    total: int = 0
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,29 @@ def acquire_outcome(tenant: TenantState, cluster: ClusterState, limits: Limits, 
     if may_borrow(tenant, cluster, limits.default_cap, now):
         return BORROW
     return PARK
+
+
+def poorer_tenant_queued(tenant_id: str, pending: dict[str, TenantState], default_cap: int) -> bool:
+    """A job of ``tenant_id`` could take a slot (:func:`may_take` on its counters), and another
+    tenant holding fewer leases has a job queued. ``pending``: the tenants with queued or waiting
+    jobs, the job's own among them."""
+    mine = pending.get(tenant_id)
+    if mine is None or not holds(TAKE_SLOT, mine, default_cap):
+        return False
+    return any(int(t.in_flight or 0) < int(mine.in_flight or 0) and int(t.queued or 0) > 0
+               for other, t in pending.items() if other != tenant_id)
+
+
+def gives_way(tenant_id: str, pending: dict[str, TenantState], cluster: ClusterState, default_cap: int) -> bool:
+    """Across tenants: a job gives its slot away when :func:`poorer_tenant_queued` and the free
+    slots (``total − busy``, its own included) cannot take every other tenant's queued job. Ties
+    keep the slot. The job goes to the back of the queue, once: BullMQ Pro's groups and Hatchet's
+    round-robin, on a broker that delivers in its own order (docs/design.md, "The scheduling core").
+    """
+    if not poorer_tenant_queued(tenant_id, pending, default_cap):
+        return False
+    queued_elsewhere = sum(int(t.queued or 0) for other, t in pending.items() if other != tenant_id)
+    return int(cluster.total or 0) - int(cluster.busy or 0) <= queued_elsewhere
 
 
 def room(tenant: TenantState | None, default_cap: int) -> int:

@@ -228,7 +228,7 @@ def cluster_state(cluster: ClusterItem | None) -> policy.ClusterState | None:
     if cluster is None:
         return None
     return policy.ClusterState(busy=int(cluster.busy or 0), borrowable=int(cluster.borrowable or 0),
-                               borrowers=int(cluster.borrowers or 0))
+                               borrowers=int(cluster.borrowers or 0), total=int(cluster.total or 0))
 
 
 def slots_item() -> ClusterItem:

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 
-from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
+from pynamodb.exceptions import DoesNotExist, PynamoDBException, TransactWriteError, UpdateError
 
 from leases.errors import JobNotQueued
 from leases import nodes, policy
@@ -250,7 +250,7 @@ def wake_borrowers(*, publish: Publish, on_woken: Callable[[JobItem], None] | No
     cluster = cluster_state(nodes.slots())
     if cluster is None or not policy.lends(cluster):
         return []
-    pending = {t.tenant_id: tenant_state(t) for t in TenantItem.by_pending.query(PENDING_PARTITION)}
+    pending = pending_tenants()
     spare = policy.borrow_spare(cluster, pending)
     woken: list[str] = []
     for tenant_id in policy.borrow_order(pending):
@@ -258,6 +258,29 @@ def wake_borrowers(*, publish: Publish, on_woken: Callable[[JobItem], None] | No
             break
         woken += wake(tenant_id, publish=publish, reason="borrow", on_woken=on_woken, limit=1, cluster=cluster)
     return woken
+
+
+def pending_tenants() -> dict[str, policy.TenantState]:
+    """The counters of every tenant with queued or waiting jobs, by id (the ``by-pending`` index:
+    eventually consistent, so a counter may lag by a moment)."""
+    return {t.tenant_id: tenant_state(t) for t in TenantItem.by_pending.query(PENDING_PARTITION)}
+
+
+def gives_way(tenant_id: str) -> bool:
+    """Whether a job of ``tenant_id`` about to be acquired should give its slot to a tenant
+    holding fewer leases (:func:`leases.policy.gives_way`). Reads the pending index, and the slot
+    counter only if such a tenant has a job queued. A failed read is False: the job takes the slot.
+    """
+    default_cap = get_settings().default_cap
+    try:
+        pending = pending_tenants()
+        if not policy.poorer_tenant_queued(tenant_id, pending, default_cap):
+            return False
+        cluster = cluster_state(nodes.slots())
+        return cluster is not None and policy.gives_way(tenant_id, pending, cluster, default_cap)
+    except PynamoDBException as exc:
+        log.info("could not read the pending tenants (%s); job of %s takes its slot", exc, tenant_id)
+        return False
 
 
 def through_door(job: JobItem, *, door: bool = True, now: float | None = None) -> bool:

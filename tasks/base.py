@@ -2,7 +2,8 @@
 on Celery's lifecycle hooks. One delivery (kwargs ``tenant_id``, ``job_id``; ``after_attempt`` on a
 copy sent before a re-queue)::
 
-    before_start: acquire ─┬─ TenantMismatch ──► Reject as poison (DLQ): another tenant than the job's
+    before_start: give way? ─► a copy at the back of the queue, once (a poorer tenant has a job queued)
+                  acquire ─┬─ TenantMismatch ──► Reject as poison (DLQ): another tenant than the job's
                            ├─ JobNotQueued ────► Ignore (a duplicate or a finished job), or defer if the
                            │                     attempt it follows still holds the job; no job item:
                            │                     Reject as poison ``no_such_job``
@@ -163,14 +164,18 @@ class FairTask(Task):
         """Celery's hook before :meth:`run`: take the lease (**acquire**), or end the delivery.
 
         Raises:
-            celery.exceptions.Retry: parked (**park**: no copy; its tenant's next release hands
-                it its place) or deferred (contention; a cap hit under the timer policy).
+            celery.exceptions.Retry: gave way (a copy at the back of the queue: a tenant holding
+                fewer leases has a job queued), parked (**park**: no copy; its tenant's next
+                release hands it its place) or deferred (contention; a cap hit under the timer policy).
             celery.exceptions.Ignore: a duplicate delivery, dropped (acked, no task event).
             celery.exceptions.Reject: a malformed message or one naming another tenant than the
                 job's (to the dead-letter queue), or no lease could be taken for a reason other
                 than the cap (SQS redelivers it).
         """
         tenant_id, job_id, after_attempt = self._message_fields(args, kwargs)
+        if (not kwargs.get("gave_way") and get_settings().waiting_policy == "handoff"
+                and waiting.gives_way(tenant_id)):
+            self._give_way(job_id, tenant_id)
         self.request.lease = self._acquire(job_id, tenant_id, after_attempt)
         self.request.ended = None
 
@@ -349,6 +354,20 @@ class FairTask(Task):
                 log.error("could not park job %s (%s); leaving the message to SQS", job_id, infra)
                 raise Reject(infra, requeue=False) from infra
         self._defer(job_id, tenant_id, exc)
+
+    def _give_way(self, job_id: str, tenant_id: str) -> None:
+        """Send the job to the back of the queue, once (``gave_way`` on the copy): a tenant holding
+        fewer leases has a job queued (:func:`leases.waiting.gives_way`). Nothing is written: the
+        job stays ``queued`` with its place. Returns only if the copy could not be sent (then the
+        job takes its slot); else raises Retry (Celery acks this delivery)."""
+        try:
+            retry = self.retry(kwargs={**self.request.kwargs, "gave_way": True}, countdown=0, throw=False)
+        except (Reject, *INFRASTRUCTURE_ERRORS) as exc:  # Celery's retry wraps a failed publish in Reject
+            log.warning("job %s of %s: could not give way (%s); taking the slot", job_id, tenant_id, exc)
+            return
+        log.info("job %s of %s gives way to a tenant holding fewer leases", job_id, tenant_id)
+        signals.job_deferred.send(sender=self, job_id=job_id, tenant_id=tenant_id, reason="gave_way", delay_s=0)
+        raise retry
 
     def _drop_duplicate(self, job_id: str, tenant_id: str, exc: JobNotQueued) -> NoReturn:
         """Ack a spare delivery with no task event (``Ignore``): it is no run of the job."""

@@ -35,7 +35,7 @@ class Scheduler:
         self.limits = limits
         self.tenants: dict[str, policy.TenantState] = {}
         self.waiting: dict[str, list] = {}
-        self.cluster = policy.ClusterState(busy=0, borrowable=slots_total - reserve_slots)
+        self.cluster = policy.ClusterState(busy=0, borrowable=slots_total - reserve_slots, total=slots_total)
         for tenant_id, tier in (tiers or {}).items():
             self.set_tier(tenant_id, tier)
 
@@ -69,10 +69,16 @@ class Scheduler:
         heapq.heappush(self.waiting[tenant_id], (order, job))
         return False, self.wake(tenant_id)
 
-    def deliver(self, tenant_id: str, job, order, now: float) -> str:
-        """A worker received the job's message: :func:`leases.policy.acquire_outcome`, applied
-        (take or borrow: a lease; park: the job waits; defer: nothing changes, a copy is due)."""
+    def deliver(self, tenant_id: str, job, order, now: float, *, may_give_way: bool = True) -> str:
+        """A worker received the job's message: under the hand-off, :func:`leases.policy.gives_way`
+        first (unless the message is a copy that gave way already), then
+        :func:`leases.policy.acquire_outcome`, applied (take or borrow: a lease; park: the job
+        waits; defer or give way: nothing changes, a copy is due)."""
         state = self.tenant(tenant_id)
+        if may_give_way and self.limits.waiting_policy == "handoff":
+            pending = {tid: t for tid, t in self.tenants.items() if t.waiting > 0 or t.queued > 0}
+            if policy.gives_way(tenant_id, pending, self.cluster, self.limits.default_cap):
+                return policy.GIVE_WAY
         outcome = policy.acquire_outcome(state, self.cluster, self.limits, now)
         if outcome in (policy.TAKE, policy.BORROW):
             state.in_flight += 1

@@ -89,7 +89,7 @@ class SimJob:
     the workload's clock)."""
 
     __slots__ = ("tenant", "submitted_at", "hold_s", "fails", "order", "started_at", "finished_at",
-                 "first_received_at", "attempts", "status")
+                 "first_received_at", "attempts", "status", "gave_way")
 
     def __init__(self, tenant: str, submitted_at: float, hold_s: float, fails: int = 0) -> None:
         self.tenant, self.submitted_at, self.hold_s, self.fails = tenant, submitted_at, hold_s, fails
@@ -97,6 +97,7 @@ class SimJob:
         self.started_at = self.finished_at = self.first_received_at = None
         self.attempts = 0
         self.status = "queued"
+        self.gave_way = False
 
     @property
     def tenant_id(self) -> str:
@@ -278,14 +279,22 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
         now = env.now
         if job.first_received_at is None:
             job.first_received_at = now
-        outcome = sched.deliver(job.tenant, job, job.order, now)
+        outcome = sched.deliver(job.tenant, job, job.order, now, may_give_way=not job.gave_way)
         if outcome is policy.TAKE or outcome is policy.BORROW:
             start_lease(job, now)
+            return
+        if outcome == policy.GIVE_WAY:  # a copy to the back of the queue, then the delivery is acked
+            job.gave_way = True
+            at(p.park_s, gave_way, job)
             return
         if outcome is policy.DEFER:  # the copy is sent at the end of the deferral, then acked
             at(p.park_s, deferred, job)
         else:
             at(p.park_s, free_worker, None)
+
+    def gave_way(ev) -> None:
+        visible(ev)
+        free_worker()
 
     def deferred(ev) -> None:
         sent_delayed(ev.value, p.defer_delay_s)

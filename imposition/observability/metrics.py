@@ -74,6 +74,10 @@ class ServiceMetrics:
         self.lease_contention_defer = Counter(
             "imposition_lease_contention_defers", "Jobs deferred because the lease transaction kept conflicting.", t, registry=r
         )
+        #: ``job_deferred`` with reason ``gave_way``.
+        self.gave_way = Counter(
+            "imposition_gave_way", "Jobs sent to the back of the queue for a tenant holding fewer leases.", t, registry=r
+        )
         #: ``lease_recovered`` (the sweeper reclaimed an expired lease).
         self.lease_recovered = Counter(
             "imposition_leases_recovered", "Expired leases the sweeper reclaimed (a worker died holding them).", t, registry=r
@@ -294,12 +298,15 @@ def on_job_dropped(sender=None, tenant_id=None, **_: object) -> None:
 
 
 def on_job_deferred(sender=None, tenant_id=None, reason=None, **_: object) -> None:
-    """A job was deferred: at the tenant's cap, or after lease-transaction contention."""
+    """A job was deferred: at the tenant's cap, given way to a poorer tenant, or after
+    lease-transaction contention."""
     m = get_metrics()
     m.see_tenant(tenant_id)
     if reason == "cap":
         m.cap_defer.labels(tenant_id).inc()
         _record_recent("cap_defer", tenant_id)
+    elif reason == "gave_way":
+        m.gave_way.labels(tenant_id).inc()
     else:
         m.lease_contention_defer.labels(tenant_id).inc()
 

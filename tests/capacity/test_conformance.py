@@ -50,7 +50,9 @@ class RealLayer:
             waiting.wake(tenant, publish=lambda t, j: woken.append((t, j)), reason="door")
         return queued, woken
 
-    def deliver(self, tenant: str, job: str) -> str:
+    def deliver(self, tenant: str, job: str, *, may_give_way: bool = True) -> str:
+        if may_give_way and self.waiting_policy == "handoff" and waiting.gives_way(tenant):
+            return policy.GIVE_WAY
         try:
             self.leases[job] = transactions.acquire(job, tenant, "w1")
             return policy.TAKE
@@ -122,18 +124,21 @@ def run_sequence(waiting_policy: str, tiers: dict[str, Tier], *, events: int, se
     messages: list[tuple[str, str]] = []  # (tenant, job) with a message in the queue
     running: list[tuple[str, str]] = []
     order: dict[str, int] = {}
+    gave_way: set[str] = set()  # jobs whose copy gave way once: it never gives way again
     seen: Counter = Counter()
     for step in range(events):
         roll = rng.random()
         if roll < 0.4 and messages:
             tenant, job = messages.pop(rng.randrange(len(messages)))
-            expected = sched.deliver(tenant, job, order[job], time.time())
-            got = real.deliver(tenant, job)
+            expected = sched.deliver(tenant, job, order[job], time.time(), may_give_way=job not in gave_way)
+            got = real.deliver(tenant, job, may_give_way=job not in gave_way)
             decision = (expected, got)
             if expected in (policy.TAKE, policy.BORROW):
                 running.append((tenant, job))
-            elif expected == policy.DEFER:
+            elif expected in (policy.DEFER, policy.GIVE_WAY):
                 messages.append((tenant, job))
+                if expected == policy.GIVE_WAY:
+                    gave_way.add(job)
             seen[expected] += 1
         elif roll < 0.7 and running:
             tenant, job = running.pop(rng.randrange(len(running)))
@@ -173,7 +178,7 @@ def test_handoff_with_borrowing_decides_as_the_lease_layer(fresh_aws):
     the default reserve: takes, borrows, parks, door parks, retries and wakes all happen."""
     seen = run_sequence("handoff", {"plain": Tier(), "small": Tier(cap=1, burst_cap=3),
                                     "mid": Tier(cap=2, burst_cap=4)}, events=160, seed=2)
-    assert all(seen[k] > 0 for k in (policy.TAKE, policy.BORROW, policy.PARK, "door_park", "woken", "retry",
+    assert all(seen[k] > 0 for k in (policy.TAKE, policy.BORROW, policy.PARK, policy.GIVE_WAY, "door_park", "woken", "retry",
                                      "passed_on")), seen
 
 

@@ -99,6 +99,20 @@ def test_fair_delivery_lets_a_light_tenant_past_a_backlog():
     assert light_wait("fair") < 1.0 < light_wait("arrival")
 
 
+def test_a_light_tenant_behind_three_heavy_ones_takes_the_first_slots_that_free():
+    # Cap 4 on 8 slots, jobs of 5 s, delivered in arrival order. heavy0 and heavy1 fill the slots;
+    # heavy2's four messages and then light's two wait in the queue. At 1,005 heavy0's four slots free.
+    # heavy2 takes the first (a tie: neither holds a lease); its other messages give way once, so
+    # light takes the next two, not the round that frees at 1,007.5 (a wait of 3.5 s).
+    jobs = (burst("heavy0", 16, 5.0, at=1_000.0) + burst("heavy1", 16, 5.0, at=1_002.5)
+            + burst("heavy2", 16, 5.0, at=1_003.0) + burst("light", 2, 5.0, at=1_004.0))
+    for i, job in enumerate(jobs):
+        job.submitted_at += i * 1e-3  # one after another, as a caller submits them
+    simulate(jobs, nodes=1, policy_name="handoff", params=EXACT)
+    assert max(j.wait_s for j in jobs if j.tenant == "light") == pytest.approx(1.0, abs=0.1)
+    assert all(j.status == "succeeded" and j.attempts == 1 for j in jobs)
+
+
 def test_a_failed_attempt_is_retried_after_its_backoff_and_the_budget_ends_it():
     retried, doomed = SimJob("t", 0.0, 1.0, fails=1), SimJob("u", 0.0, 1.0, fails=5)
     simulate([retried, doomed], nodes=1, policy_name="handoff", params=EXACT)

@@ -267,6 +267,30 @@ _LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}): [^]]*\] Task
                        r"(received|succeeded in)", re.MULTILINE)
 
 
+def test_a_job_gives_its_slot_to_a_tenant_holding_fewer_leases(cluster):
+    """Three of the four slots run a heavy tenant's jobs and the fourth another tenant's; the heavy
+    tenant's fourth job and then a light tenant's job wait in SQS, in that order. When the fourth
+    slot frees, the heavy job's message comes first: it gives way once (a copy at the back of the
+    queue), and the light job takes the slot."""
+    _, other_holder = _held_tenant(cluster, "other")
+    heavy = new_tenant("heavy")
+    set_cap(heavy, 4)
+    holders = [cluster.submit(heavy, faults={"hold": ""}) for _ in range(3)]
+    try:
+        _wait_running(holders)
+        heavy_job = cluster.submit(heavy)
+        light_job = cluster.submit(new_tenant("light"))
+        _release_hold(cluster, other_holder)
+        light, heavy_last = cluster.final(light_job), cluster.final(heavy_job)
+    finally:
+        for job_id in holders:
+            _release_hold(cluster, job_id)
+    assert [(j.status, j.attempts) for j in (light, heavy_last)] == [("succeeded", 1)] * 2
+    assert float(light.started_at) < float(heavy_last.started_at)
+    (node,) = cluster.nodes.values()
+    assert f"job {heavy_job} of {heavy} gives way" in node.log()
+
+
 def _task_log_times(log: str) -> dict[tuple[str, str], float]:
     """``(job id, "received" | "succeeded in") → epoch s`` of the first such line in a node's log
     (Celery's own lines; a later copy of a message is another delivery)."""

@@ -16,12 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devstack.localaws import set_gsi_lag
-from leases import sweeper, transactions, waiting
+from leases import nodes, sweeper, transactions, waiting
 from leases.errors import CapReached, JobNotQueued, LeaseLost
 from leases.models import JobItem
 from leases.tenants import set_cap
 from imposition.common.clocks import get_clocks
-from tests.leases.helpers import counters, new_job, parked, running, statuses
+from tests.leases.helpers import counters, make_job, new_job, parked, running, statuses
 from tests.support.together import together
 from tests.support.dynamo_faults import DynamoFaults, LostResponses
 from tests.support.recording import DynamoRecording
@@ -152,6 +152,19 @@ def test_racing_releasers_hand_distinct_jobs_in_submission_order(fresh_aws):
     assert sorted(handed) == sorted(line[:4])  # each once; the two youngest wait on
     assert statuses(line[4:]) == ["waiting", "waiting"]
     assert counters(tenant) == {"in_flight": 0, "queued": 4, "waiting": 2, "occupied": 4}
+
+
+def test_a_job_gives_its_slot_to_a_tenant_holding_fewer_leases_only_while_slots_are_short(fresh_aws):
+    nodes.register("node-a", 4)
+    heavy, light = _tenant("heavy"), _tenant("light")
+    running(heavy, 3)
+    make_job(heavy)  # heavy: 3 leases, 1 job queued; one slot is free
+    assert not waiting.gives_way(heavy)  # nobody poorer waits
+    make_job(light)  # light: no lease, 1 job queued, and one free slot for two queued jobs
+    assert waiting.gives_way(heavy)
+    assert not waiting.gives_way(light)  # the poorer tenant keeps the slot
+    nodes.register("node-b", 4)  # five free slots: light's job gets one whatever heavy does
+    assert not waiting.gives_way(heavy)
 
 
 def test_racing_acquires_for_the_last_slot_one_wins_the_other_parks(fresh_aws):
