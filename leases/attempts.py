@@ -15,7 +15,10 @@ from pynamodb.expressions.condition import size
 from leases.dynamo import _CONDITION_FAILED_EXCEPTION, error_code
 from leases.errors import AcquireUnresolved, LeaseLost
 from leases.models import JobItem, JobStatus
-from leases.transactions import Lease, lease_of, lost_attempt_entry, read_lease, renew
+from leases.transactions import Lease, lease_of
+from leases.models import lost_attempt_entry
+from leases.renewal import renew
+from leases.reads import read_lease
 from imposition.common.settings import get_settings
 
 log = logging.getLogger(__name__)

@@ -42,7 +42,8 @@ from leases import nodes, outbox, sweeper, waiting
 from leases.errors import LeaseContention
 from leases.models import CLUSTER_SLOTS_KEY, ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem
 from leases.dynamo import CANCELLED, RETRY, Retryable, classify, new_token, tx_connection, with_conflict_retries
-from leases.transactions import read_lease, requeue_actions
+from leases.transactions import requeue_actions
+from leases.reads import read_lease
 from imposition.common.clocks import get_clocks
 from imposition.common.settings import get_settings
 

@@ -26,7 +26,8 @@ from pynamodb.exceptions import TransactWriteError
 from leases import outbox
 from leases.errors import WrongJobStatus
 from leases.models import JobItem, JobStatus, TenantItem
-from leases.waiting import counter_actions, queues_at_door, read_tenant
+from leases.waiting import counter_actions, queues_at_door
+from leases.reads import read_tenant
 from leases.dynamo import (
     AMBIGUOUS,
     CANCELLED,
@@ -37,7 +38,7 @@ from leases.dynamo import (
     new_token,
     with_conflict_retries,
 )
-from leases.transactions import read_job
+from leases.reads import read_job
 from imposition.common.settings import get_settings
 
 #: ``error_code`` of a job cancelled by an operator.

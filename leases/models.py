@@ -459,3 +459,12 @@ def reset_connections() -> None:
     """
     for model in ALL_MODELS:
         model._connection = None
+
+
+def lost_attempt_entry(attempt: int, cause: str, detail: str, now: float, token: str | None = None) -> dict:
+    """One entry of ``JobItem.lost_attempts`` (``cause``: ``infra_lost``, ``infra_error`` or
+    ``holder_vanished``; ``token``: the lease's fencing token, where known)."""
+    entry = {"attempt": int(attempt), "cause": cause, "at": now, "detail": detail[:500]}
+    if token is not None:
+        entry["token"] = token
+    return entry

@@ -29,9 +29,11 @@ from dataclasses import dataclass, field
 from pynamodb.exceptions import DoesNotExist, UpdateError
 
 from leases import nodes, outbox, skew, waiting
-from leases.models import LEASE_EXPIRY_PARTITION, PENDING_PARTITION, JobItem, JobStatus, LeaseItem, TenantItem
+from leases.models import (
+    LEASE_EXPIRY_PARTITION, PENDING_PARTITION, JobItem, JobStatus, LeaseItem, TenantItem, lost_attempt_entry,
+)
 from leases.dynamo import NamedTransaction
-from leases.transactions import fenced_release, lost_attempt_entry, requeue_actions
+from leases.transactions import fenced_release, requeue_actions
 from imposition.common.clocks import get_clocks
 
 log = logging.getLogger(__name__)
@@ -253,13 +255,32 @@ def lost_queued(tenant_id: str, *, now: float) -> Iterator[JobItem]:
     """The tenant's queued jobs overdue by ``Clocks.lost_message_after_s`` (``due_at`` that long
     before ``now``), oldest first. Meaningful only while the work queue shows no visible message
     (the caller checks): then no message could still bring them soon."""
-    return waiting.stale_queued(tenant_id, now=now, grace_s=get_clocks().lost_message_after_s)
+    return stale_queued(tenant_id, now=now, grace_s=get_clocks().lost_message_after_s)
 
 
 def republish_lost(job: JobItem, *, publish: Callable[..., None], now: float) -> None:
     """Publish a lost queued job again (marked as following its last attempt), then stamp its
     ``due_at`` so the next sweep waits again. A spare copy is dropped by the conditional acquire."""
     publish(job.tenant_id, job.job_id, after_attempt=int(job.attempts or 0))
-    waiting.mark_republished(job.job_id, now=now)
+    mark_republished(job.job_id, now=now)
     log.warning("re-published job %s (tenant %s): queued since its message was due at %.0f, never started, "
                 "and no message visible", job.job_id, job.tenant_id, float(job.due_at))
+
+
+def stale_queued(tenant_id: str, *, now: float, grace_s: float) -> Iterator[JobItem]:
+    """The tenant's queued jobs whose message was due more than ``grace_s`` ago and never started
+    (a lost wake or publish, a purged queue): the sweeper re-publishes them."""
+    for job in JobItem.by_queued.query(tenant_id, scan_index_forward=True):
+        if job.due_at is not None and float(job.due_at) < now - grace_s:
+            yield job
+
+
+def mark_republished(job_id: str, *, now: float) -> bool:
+    """Stamp a re-published queued job's ``due_at`` (so the next sweep waits again); False if it
+    is not queued any more."""
+    try:
+        JobItem(job_id).update(actions=[JobItem.due_at.set(now)], condition=JobItem.status == JobStatus.QUEUED.value)
+    except UpdateError as exc:  # the copy is sent already; only the stamp is missing
+        log.info("could not stamp the re-published job %s: %s", job_id, exc)
+        return False
+    return True

@@ -10,9 +10,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pynamodb.exceptions import DoesNotExist, TransactWriteError
+from pynamodb.exceptions import DoesNotExist, PutError, TransactWriteError
 
 from leases.dynamo import (
+    _CONDITION_FAILED_EXCEPTION,
     CANCELLED,
     RETRY,
     RETRYABLE_ERRORS,
@@ -25,7 +26,7 @@ from leases.dynamo import (
     with_conflict_retries,
 )
 from leases.models import CLUSTER_SLOTS_KEY, ClusterItem, LeaseItem, TenantItem
-from leases.transactions import ensure_tenant, slots_item
+from leases.transactions import slots_item
 from imposition.common.settings import get_settings
 from imposition.common.tenancy import shown_value, validate_tenant_id
 
@@ -230,3 +231,15 @@ def read_tenants_and_slots(tenant_ids: Iterable[str]) -> TenantsSnapshot:
         tenants += items
         slots = counter if n == 0 else slots
     return TenantsSnapshot(tenants, slots, len(chunks))
+
+
+def ensure_tenant(tenant_id: str, *, now: float | None = None) -> None:
+    """Create the tenant item with ``in_flight = 0`` if it does not exist yet."""
+    t = time.time() if now is None else now
+    try:
+        TenantItem(tenant_id, in_flight=0, updated_at=t).save(
+            condition=TenantItem.tenant_id.does_not_exist()
+        )
+    except PutError as exc:
+        if error_code(exc) != _CONDITION_FAILED_EXCEPTION:
+            raise

@@ -12,7 +12,6 @@ and reads it back after a timeout or refusal.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import time
@@ -20,11 +19,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, overload
 
-from pynamodb.exceptions import DoesNotExist, PutError, PynamoDBException, TransactWriteError, UpdateError
+from pynamodb.exceptions import DoesNotExist, PynamoDBException, TransactWriteError
 
 from leases import outbox, policy
 from leases.dynamo import (
-    _CONDITION_FAILED_EXCEPTION,
     AMBIGUOUS,
     CANCELLED,
     CONDITION_FAILED,
@@ -33,14 +31,14 @@ from leases.dynamo import (
     NamedTransaction,
     Retryable,
     classify,
-    error_code,
     new_token,
     old_item,
     reason_code,
     with_conflict_retries,
 )
 from leases.errors import AcquireUnresolved, CapReached, JobNotQueued, LeaseLost, TenantMismatch
-from leases.models import CLUSTER_SLOTS_KEY, ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem
+from leases.models import CLUSTER_SLOTS_KEY, ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem, lost_attempt_entry
+from leases.reads import read_lease
 from imposition.common.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -56,35 +54,6 @@ class Lease:
     token: str
     acquired_at: float
     expires_at: float
-
-
-def read_lease(job_id: str) -> LeaseItem | None:
-    """The lease item of ``job_id`` (strongly consistent read), or None."""
-    try:
-        return LeaseItem.get(job_id, consistent_read=True)
-    except DoesNotExist:
-        return None
-
-
-def read_job(job_id: str) -> JobItem:
-    """The job item (strongly consistent), with bounded in-place retries of any failure but absence.
-
-    A read changes nothing, so throttling and ambiguous failures alike are simply tried again.
-
-    Raises:
-        pynamodb.exceptions.DoesNotExist: no such job.
-        leases.errors.LeaseContention: every try failed (the last error is its cause).
-    """
-
-    def attempt() -> JobItem:
-        try:
-            return JobItem.get(job_id, consistent_read=True)
-        except DoesNotExist:
-            raise
-        except PynamoDBException as exc:
-            raise Retryable((error_code(exc) or type(exc.cause).__name__,)) from exc
-
-    return with_conflict_retries(attempt, what=f"read job {job_id}")
 
 
 def lease_of(item: LeaseItem) -> Lease:
@@ -347,52 +316,6 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, n
 
 
 # --- renew --------------------------------------------------------------------------------------
-
-
-def renew(lease: Lease, *, now: float | None = None) -> Lease:
-    """Extend ``lease`` to ``now + lease_ttl_s``, on condition its token is still there.
-
-    Throttling is retried in place (bounded, jittered). After an ambiguous failure the lease is
-    read back: the returned :class:`Lease` then carries the ``expires_at`` found there (extended if
-    the write applied, unchanged if not), so the caller's deadline stays truthful either way.
-
-    Raises:
-        LeaseLost: the lease item is gone or carries another token (also when found so after an
-            ambiguous renewal).
-        LeaseContention: throttled on every try.
-        pynamodb.exceptions.PynamoDBException: an ambiguous failure whose read-back failed too, or
-            an unexpected error.
-    """
-    s = get_settings()
-
-    def attempt() -> Lease:
-        t = time.time() if now is None else now
-        try:
-            LeaseItem(lease.job_id).update(
-                actions=[LeaseItem.expires_at.set(t + s.lease_ttl_s), LeaseItem.heartbeat_at.set(t)],
-                condition=LeaseItem.token == lease.token,
-            )
-        except UpdateError as exc:
-            kind, codes = classify(exc)
-            if kind == CANCELLED:
-                raise LeaseLost(lease.job_id, lease.token, "(renewal refused)") from exc
-            if kind == RETRY:
-                raise Retryable(codes) from exc
-            if kind == AMBIGUOUS:
-                held = read_lease(lease.job_id)
-                if held is None or held.token != lease.token:
-                    raise LeaseLost(lease.job_id, lease.token, f"(token gone after an ambiguous renewal: {codes[0]})") from exc
-                return dataclasses.replace(lease, expires_at=float(held.expires_at))
-            raise
-        return dataclasses.replace(lease, expires_at=t + s.lease_ttl_s)
-
-    return with_conflict_retries(attempt, what=f"renew lease of job {lease.job_id}")
-
-
-def still_held(lease: Lease) -> bool:
-    """Read the lease item (strongly consistent) and say whether it still carries our token."""
-    held = read_lease(lease.job_id)
-    return held is not None and held.token == lease.token
 
 
 # --- release: the one fenced write that ends a lease ---------------------------------------------
@@ -684,23 +607,3 @@ def fail_job(lease: Lease, *, error: str, error_code: str, now: float | None = N
 
 # --- outside a lease ----------------------------------------------------------------------------
 
-
-def lost_attempt_entry(attempt: int, cause: str, detail: str, now: float, token: str | None = None) -> dict:
-    """One entry of ``JobItem.lost_attempts`` (``cause``: ``infra_lost``, ``infra_error`` or
-    ``holder_vanished``; ``token``: the lease's fencing token, where known)."""
-    entry = {"attempt": int(attempt), "cause": cause, "at": now, "detail": detail[:500]}
-    if token is not None:
-        entry["token"] = token
-    return entry
-
-
-def ensure_tenant(tenant_id: str, *, now: float | None = None) -> None:
-    """Create the tenant item with ``in_flight = 0`` if it does not exist yet."""
-    t = time.time() if now is None else now
-    try:
-        TenantItem(tenant_id, in_flight=0, updated_at=t).save(
-            condition=TenantItem.tenant_id.does_not_exist()
-        )
-    except PutError as exc:
-        if error_code(exc) != _CONDITION_FAILED_EXCEPTION:
-            raise

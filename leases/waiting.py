@@ -15,11 +15,12 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 
-from pynamodb.exceptions import DoesNotExist, PynamoDBException, TransactWriteError, UpdateError
+from pynamodb.exceptions import PynamoDBException, TransactWriteError
 
 from leases.errors import JobNotQueued
 from leases import nodes, policy
 from leases.models import PENDING_PARTITION, JobItem, JobStatus, TenantItem
+from leases.reads import job_or_none, read_tenant
 from leases.dynamo import (
     AMBIGUOUS,
     CANCELLED,
@@ -48,14 +49,6 @@ log = logging.getLogger(__name__)
 
 #: ``publish(tenant_id, job_id)``: sends the job's message (delay 0, the tenant's MessageGroupId).
 Publish = Callable[..., None]
-
-
-def read_tenant(tenant_id: str) -> TenantItem | None:
-    """The tenant item (strongly consistent), or None."""
-    try:
-        return TenantItem.get(tenant_id, consistent_read=True)
-    except DoesNotExist:
-        return None
 
 
 def _park_actions(tenant_id: str, t: float) -> list:
@@ -99,7 +92,7 @@ def park(job_id: str, tenant_id: str, *, now: float | None = None) -> bool:
             if kind == RETRY:
                 raise Retryable(codes) from exc
             if kind == AMBIGUOUS:
-                job = _read_job(job_id)
+                job = job_or_none(job_id)
                 if job is not None and job.status == JobStatus.WAITING.value and float(job.parked_at or 0) == t:
                     return True
                 if job is not None and job.status == JobStatus.QUEUED.value:
@@ -116,13 +109,6 @@ def park(job_id: str, tenant_id: str, *, now: float | None = None) -> bool:
         return True
 
     return with_conflict_retries(attempt, what=f"park job {job_id}")
-
-
-def _read_job(job_id: str) -> JobItem | None:
-    try:
-        return JobItem.get(job_id, consistent_read=True)
-    except DoesNotExist:
-        return None
 
 
 def waiting_jobs(tenant_id: str) -> Iterator[JobItem]:
@@ -155,7 +141,7 @@ def _try_wake(job_id: str, tenant_id: str, t: float, reason: str) -> str:
             if kind == RETRY:
                 raise Retryable(codes) from exc
             if kind == AMBIGUOUS:
-                job = _read_job(job_id)
+                job = job_or_none(job_id)
                 if job is not None and job.woken_at is not None and float(job.woken_at) == t:
                     return "woken"
                 if job is not None and job.status == JobStatus.WAITING.value:
@@ -360,21 +346,3 @@ def withdraw(job: JobItem) -> bool:
         raise
     return True
 
-
-def stale_queued(tenant_id: str, *, now: float, grace_s: float) -> Iterator[JobItem]:
-    """The tenant's queued jobs whose message was due more than ``grace_s`` ago and never started
-    (a lost wake or publish, a purged queue): the sweeper re-publishes them."""
-    for job in JobItem.by_queued.query(tenant_id, scan_index_forward=True):
-        if job.due_at is not None and float(job.due_at) < now - grace_s:
-            yield job
-
-
-def mark_republished(job_id: str, *, now: float) -> bool:
-    """Stamp a re-published queued job's ``due_at`` (so the next sweep waits again); False if it
-    is not queued any more."""
-    try:
-        JobItem(job_id).update(actions=[JobItem.due_at.set(now)], condition=JobItem.status == JobStatus.QUEUED.value)
-    except UpdateError as exc:  # the copy is sent already; only the stamp is missing
-        log.info("could not stamp the re-published job %s: %s", job_id, exc)
-        return False
-    return True

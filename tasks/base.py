@@ -20,7 +20,7 @@ copy sent before a re-queue)::
     after_return (SUCCESS, FAILURE): publish the job the release handed the place to; job_finished
 
 Hooks not used: ``on_success``/``on_failure`` run after Celery stored the outcome, which the
-release decides; ``on_retry`` runs after the copy must exist. :meth:`FairTask.retry` holds copies
+release decides; ``on_retry`` runs after the copy must exist. :meth:`tasks.sqs_task.SqsTask.retry` holds copies
 in SQS (``DelaySeconds``), never in worker memory. Why: docs/design.md, "FairTask on Celery's hooks".
 """
 
@@ -33,23 +33,20 @@ from dataclasses import dataclass
 from threading import Event
 from typing import Any, Callable, NoReturn
 
-from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
-from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
-from leases import attempts, transactions, waiting
+from leases import attempts, transactions, waiting, reads
 from leases.errors import AcquireUnresolved, CapReached, JobNotQueued, LeaseContention, LeaseLost, TenantMismatch
 from leases.models import JobItem, JobStatus
 from imposition.common.clocks import Clocks, get_clocks
 from imposition.common.settings import get_settings
-from imposition.common.sqs import backoff_s, delay_seconds
-from imposition.common.tenancy import message_group_id
 from leases import signals
 from leases.signals import JobOutcome
+from tasks import lost_attempts
 from tasks.heartbeat import Heartbeat
-from tasks.outcomes import INFRASTRUCTURE_ERRORS, JobFailed, JobResult, is_duplicate, is_infrastructure_failure, message_fields
+from tasks.sqs_task import SqsTask
+from tasks.outcomes import INFRASTRUCTURE_ERRORS, JobFailed, JobResult, is_duplicate, is_infrastructure_failure
 from tasks.messages import publish_job
-from tasks.worker import expedite_to_dead_letter_queue
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +64,7 @@ class _Ended:
     handed: str | None
 
 
-class FairTask(Task):
+class FairTask(SqsTask):
     """Celery task base class that wraps each job in a lease, on Celery's own lifecycle hooks.
 
     Subclasses implement ``run_job(self, *, job, lease, cancel)``, return a :class:`JobResult`, and
@@ -90,8 +87,6 @@ class FairTask(Task):
     reject_on_worker_lost = True
     #: Unlimited: deferrals are not attempts; the attempt budget lives in the job item.
     max_retries = None
-    #: No Celery ETA ever: :meth:`retry` always sets an SQS ``DelaySeconds`` instead.
-    default_retry_delay = None
     #: The message carries references (tenant_id, job_id).
     typing = False
     #: Failed jobs raise this after recording; logged without a traceback.
@@ -100,28 +95,12 @@ class FairTask(Task):
     #: sends both once it has its lease (:mod:`imposition.observability.events`), so Flower counts
     #: runs, not deliveries that park or are spare.
     Strategy = "tasks.worker:run_reported_strategy"
-    #: Seconds SQS holds a deferred copy (``Settings.defer_delay_s``, at most 900).
-    defer_delay_s: int | None = None
-    #: First retry backoff in seconds, doubled per attempt (``Settings.retry_backoff_base_s``).
-    retry_backoff_base_s: int | None = None
-    #: Cap on the retry backoff, at most the SQS DelaySeconds limit (``Settings.retry_backoff_max_s``).
-    retry_backoff_max_s: int | None = None
 
-    # -- options ----------------------------------------------------------------------------------
-
-    def _option(self, name: str) -> Any:
-        value = getattr(self, name)
-        return getattr(get_settings(), name) if value is None else value
 
     @property
     def clocks(self) -> Clocks:
         """The clocks this task runs with."""
         return get_clocks()
-
-    def backoff_s(self, attempts: int) -> int:
-        """SQS delay before attempt ``attempts + 1``: base × 2^(attempts − 1), capped (seconds)."""
-        base, cap = self._option("retry_backoff_base_s"), self._option("retry_backoff_max_s")
-        return backoff_s(base, attempts, cap)
 
     def worker_name(self) -> str:
         """``<node name>/<pid>``: which process holds a lease."""
@@ -131,32 +110,6 @@ class FairTask(Task):
         """The job itself (subclasses): ``cancel`` is set once the lease is lost."""
         raise NotImplementedError
 
-    # -- SQS-held retry ------------------------------------------------------------------------
-
-    def retry(self, args=None, kwargs=None, exc=None, throw=True, eta=None, countdown=None,
-              max_retries=None, **options):
-        """Publish a copy of this job's message that SQS holds for ``countdown`` seconds, then ack.
-
-        Overridden, not a hook: Celery's own retry holds the copy as an ETA in worker memory; here
-        ``countdown`` becomes the SQS ``DelaySeconds`` of the copy (0–900 s, the SQS limit), and
-        the copy keeps the tenant's ``MessageGroupId``.
-
-        Raises:
-            ValueError: ``eta`` is given (SQS has no absolute delivery time), or ``countdown`` is
-                outside 0–900 s.
-            celery.exceptions.Retry: always when ``throw`` is true (Celery then acks the original).
-        """
-        if eta is not None:
-            raise ValueError("eta is not supported on SQS; pass countdown (0–900 s) instead")
-        delay_s = delay_seconds(countdown or 0, "countdown")
-        call_kwargs = self.request.kwargs if kwargs is None else kwargs
-        options["MessageGroupId"] = message_group_id(call_kwargs["tenant_id"])
-        options["DelaySeconds"] = delay_s
-        retry = super().retry(args=args, kwargs=kwargs, exc=exc, throw=False, max_retries=max_retries, **options)
-        retry.when = delay_s  # for the log line "Retry in <n>s"; the delay itself is SQS's
-        if throw:
-            raise retry
-        return retry
 
     # -- the hooks -------------------------------------------------------------------------------
 
@@ -198,7 +151,7 @@ class FairTask(Task):
         heartbeat = Heartbeat(lease, self.clocks, queue_url=delivery.get("sqs_queue"),
                               receipt_handle=(self.request.properties or {}).get("delivery_tag"))
         with heartbeat:  # up to and including the release's transaction
-            job = transactions.read_job(lease.job_id)  # raises only after in-place retries: the sweeper's then
+            job = reads.read_job(lease.job_id)  # raises only after in-place retries: the sweeper's then
             signals.lease_acquired.send(sender=self, lease=lease, job=job, heartbeat=heartbeat)
             try:
                 result = self.run_job(job=job, lease=lease, cancel=heartbeat.lost)
@@ -249,7 +202,7 @@ class FairTask(Task):
         except LeaseContention as exc:
             self._defer(job_id, tenant_id, exc)
         except AcquireUnresolved as exc:
-            resolved = self._resolve_acquire(exc)
+            resolved = lost_attempts.resolve_acquire(exc)
             if resolved is None:
                 raise Reject(str(exc), requeue=False) from exc  # SQS redelivers it; nothing was charged
             return resolved
@@ -299,27 +252,6 @@ class FairTask(Task):
             return
         signals.job_woken.send(sender=self, job=JobItem(handed, tenant_id=tenant_id, woken_at=time.time(),
                                                         woken_by="release"), reason="release")
-
-    def _message_fields(self, args: tuple, kwargs: dict) -> tuple[str, str, int]:
-        """``(tenant_id, job_id, after_attempt)`` of the message (:func:`tasks.outcomes.message_fields`),
-        or reject it as poison: to the dead-letter queue, never acked."""
-        try:
-            return message_fields(args, kwargs)
-        except ValueError as exc:
-            self._reject_as_poison(str(exc))
-
-    def _reject_as_poison(self, problem: str, reason: str = "invalid_fields") -> NoReturn:
-        """Reject this delivery towards the dead-letter queue as ``reason`` (``invalid_fields``, or
-        ``no_such_job`` for a message naming a job that has no item); never returns.
-
-        Raises:
-            celery.exceptions.Reject: always (not requeued; its visibility is reset so that SQS's
-                redrive moves it after ``maxReceiveCount`` quick receives).
-        """
-        log.error("refusing message of task %s (id %s): %s", self.name, self.request.id, problem)
-        properties = self.request.properties or {}
-        expedite_to_dead_letter_queue(properties.get("delivery_info"), properties.get("delivery_tag"), reason)
-        raise Reject(problem, requeue=False)
 
     def _park_or_acquire(self, job_id: str, tenant_id: str, worker: str,
                          exc: CapReached) -> transactions.Lease | None:
@@ -394,37 +326,8 @@ class FairTask(Task):
         log.warning("job %s: lease lost, committing nothing (%s)", lease.job_id, detail)
         signals.lease_lost.send(sender=self, lease=lease, detail=detail)
         if heartbeat.lost_cause == "infra_lost":
-            self._report_infra_lost(heartbeat.lease, attempt, detail)
+            lost_attempts.report_infra_lost(self, heartbeat.lease, attempt, detail)
         return {"outcome": JobOutcome.LEASE_LOST, "job_id": lease.job_id, "tenant_id": lease.tenant_id}
-
-    def _until_sweeper_grace(self, expires_at: float) -> Retrying:
-        """Retries of a DynamoDB write on infrastructure errors, jittered and at least once per
-        heartbeat interval, for as long as the sweeper waits for an ``infra_lost`` report of a lease
-        that expires (or expired) at ``expires_at``: until ``Clocks.infra_report_grace_s`` past it;
-        the last error is re-raised."""
-        clocks = self.clocks
-        return Retrying(
-            retry=retry_if_exception_type(INFRASTRUCTURE_ERRORS),
-            wait=wait_random_exponential(multiplier=0.2, max=clocks.heartbeat_interval_s),
-            stop=stop_after_delay(max(0.0, expires_at + clocks.infra_report_grace_s - time.time())),
-            reraise=True,
-        )
-
-    def _resolve_acquire(self, unresolved: AcquireUnresolved) -> transactions.Lease | None:
-        """Settle an acquire whose outcome DynamoDB could not tell (:func:`leases.attempts.resolve_acquire`),
-        retried (jittered) until DynamoDB answers, for as long as the sweeper would wait for an
-        ``infra_lost`` report of that attempt. Returns the lease if the acquire applied and is still
-        ours (the job runs), else None (the message is left for redelivery); never raises."""
-        log.warning("job %s: %s; resolving it once DynamoDB answers", unresolved.job_id, unresolved)
-        try:
-            lease = self._until_sweeper_grace(unresolved.expires_at)(attempts.resolve_acquire, unresolved)
-        except INFRASTRUCTURE_ERRORS as exc:
-            log.error("job %s: acquire still unresolved when the sweeper's grace ended (%s); if it applied, its "
-                      "attempt counts against the budget", unresolved.job_id, exc)
-            return None
-        log.warning("job %s: unresolved acquire %s", unresolved.job_id,
-                    "applied: running the job under it" if lease else "did not apply, or was reclaimed (not charged)")
-        return lease
 
     def _on_release_unreachable(self, lease: transactions.Lease, exc: BaseException, heartbeat,
                                 attempt: int) -> dict:
@@ -435,31 +338,8 @@ class FairTask(Task):
         detail = f"{RELEASE_UNREACHABLE}: {exc}"
         log.warning("job %s: %s", lease.job_id, detail)
         signals.lease_lost.send(sender=self, lease=lease, detail=detail)
-        self._report_infra_lost(heartbeat.lease, attempt, detail)  # its last known expiry
+        lost_attempts.report_infra_lost(self, heartbeat.lease, attempt, detail)  # its last known expiry
         return {"outcome": JobOutcome.LEASE_LOST, "job_id": lease.job_id, "tenant_id": lease.tenant_id}
-
-    def _report_infra_lost(self, lease: transactions.Lease, attempt: int, detail: str) -> bool:
-        """This attempt lost its lease because DynamoDB could not be reached: record it
-        ``infra_lost`` so that it does not count against the budget (issue 15, item 5).
-
-        Retried (jittered, at least once per heartbeat interval) until DynamoDB answers, for as long
-        as the sweeper waits for the report: until ``Clocks.infra_report_grace_s`` past the lease's
-        last known expiry. Never raises; returns True if the report was written.
-        """
-        try:
-            written = self._until_sweeper_grace(lease.expires_at)(attempts.record_infra_lost, lease.job_id,
-                                                                  attempt, detail=detail)
-        except INFRASTRUCTURE_ERRORS as exc:
-            log.error("job %s: could not report attempt %s as infra_lost before the sweeper's grace ended (%s); "
-                      "it counts against the budget", lease.job_id, attempt, exc)
-            return False
-        if written:
-            log.warning("job %s: attempt %s recorded infra_lost (not charged): %s", lease.job_id, attempt, detail)
-            signals.attempt_infra_lost.send(sender=self, lease=lease, attempt=attempt)
-        else:
-            log.warning("job %s: attempt %s not recorded infra_lost: the job is final already, or has had "
-                        "infra_retry_limit uncharged attempts (this one counts)", lease.job_id, attempt)
-        return written
 
     def _release(self, lease: transactions.Lease, outcome: JobOutcome, reason: str,
                  release: Callable[[], transactions.Released | None], heartbeat: Heartbeat, attempt: int) -> dict | None:
@@ -494,7 +374,7 @@ class FairTask(Task):
         :data:`signals.job_finished`; if DynamoDB cannot answer, ``known`` with the committed
         ``status``, so the job's end is still reported (its webhook is in the outbox either way)."""
         try:
-            return transactions.read_job(known.job_id)
+            return reads.read_job(known.job_id)
         except Exception as exc:  # noqa: BLE001 - the release is committed; only the read-back failed
             log.warning("could not read job %s back after its release (%s); reporting it as %s",
                         known.job_id, exc, status.value)

@@ -2,7 +2,7 @@
 
 Three daemon threads per job:
 
-* the **beat** renews the lease every ``heartbeat_interval_s`` (:func:`leases.transactions.renew`,
+* the **beat** renews the lease every ``heartbeat_interval_s`` (:func:`leases.renewal.renew`,
   fenced; throttling retried in place, an ambiguous renewal read back);
 * the **visibility** thread extends the message's visibility after each confirmed renewal, on its
   own so that an SQS call that hangs or retries cannot delay a renewal (an SQS outage must not cost
@@ -31,7 +31,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pynamodb.exceptions import PynamoDBException
 
 from leases.errors import LeaseError, LeaseLost
-from leases.transactions import Lease, renew
+from leases.transactions import Lease
+from leases.renewal import renew
 from imposition.common import aws
 from imposition.common.clocks import Clocks
 from imposition.observability import health

@@ -32,7 +32,7 @@ from celery.signals import worker_process_init, worker_process_shutdown
 
 from imposition.engine import SlugInfo, get_engine, isolation, parse_layout
 from imposition.engine.errors import PlateWarning, PreviewFailed
-from leases import transactions
+from leases import renewal
 from leases.models import JobItem
 from leases.transactions import Lease
 from imposition.common.settings import get_settings
@@ -135,7 +135,7 @@ class ImposeTask(FairTask):
                 cancel=cancel, preview_dir=preview_dir if settings.job_previews else None,
             )
             # Fence the upload: prove the lease is still ours right before writing the plate.
-            transactions.renew(lease)
+            renewal.renew(lease)
             storage.upload(plate, key)
             warnings = list(report.warnings)
             preview_keys = _upload_previews(job, report.previews, warnings)

@@ -27,7 +27,7 @@ def cancel(job_id: str) -> JobItem:
     """
     from imposition import admission
     from leases import lifecycle
-    from leases.transactions import read_job
+    from leases.reads import read_job
     from leases import signals
     from leases.signals import JobOutcome
     from tasks import app
@@ -66,7 +66,7 @@ def retry(job_id: str, *, max_attempts: int | None = None) -> Outcome:
     from imposition import admission
     from leases import lifecycle
     from leases.errors import WrongJobStatus
-    from leases.transactions import read_job
+    from leases.reads import read_job
     from tasks.messages import publish_job
 
     job = read_job(job_id)

@@ -99,7 +99,7 @@ def check_registered(tenant_id: str) -> None:
         UnknownTenant: no such tenant, and auto-registration is off (nothing written).
         AdmissionUnavailable: the tenants table could not be read.
     """
-    from leases.transactions import ensure_tenant  # noqa: PLC0415 (keeps this module light to import)
+    from leases.tenants import ensure_tenant  # noqa: PLC0415 (keeps this module light to import)
 
     if limits_for(tenant_id).registered:
         return
@@ -152,7 +152,7 @@ def set_limits(
         imposition.common.tenancy.InvalidTenantId: not a canonical tenant id.
         ValueError: a value below 1, or an unknown name in ``reset``.
     """
-    from leases.transactions import ensure_tenant  # noqa: PLC0415 (keeps this module light to import)
+    from leases.tenants import ensure_tenant  # noqa: PLC0415 (keeps this module light to import)
 
     validate_tenant_id(tenant_id)
     attributes = {

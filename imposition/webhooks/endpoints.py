@@ -111,7 +111,7 @@ def set_webhook(tenant_id: str, url: str | None, secret: str | None) -> None:
             (:mod:`imposition.webhooks.destinations`; allowed by ``Settings.webhook_allow_private_addresses``).
         imposition.webhooks.secrets.SecretUnavailable: KMS refused to encrypt the secret.
     """
-    from leases.transactions import ensure_tenant  # noqa: PLC0415 (keeps this module light to import)
+    from leases.tenants import ensure_tenant  # noqa: PLC0415 (keeps this module light to import)
 
     validate_tenant_id(tenant_id)
     actions: list[Action]

@@ -260,7 +260,7 @@ def test_cli_reports_an_unprovisioned_table_in_one_line(args):
 def test_acquire_naming_another_tenant_is_a_tenant_mismatch_and_writes_nothing(fresh_aws, status):
     """The lease transaction counted the cap of the tenant the caller named and never compared it
     with the job's own tenant (the worker passes the message's ``tenant_id``)."""
-    from leases import transactions
+    from leases import reads, transactions
     from leases.errors import TenantMismatch
     from leases.models import JobItem, TenantItem
     from tests.leases.helpers import make_job
@@ -273,5 +273,5 @@ def test_acquire_naming_another_tenant_is_a_tenant_mismatch_and_writes_nothing(f
     assert (caught.value.tenant_id, caught.value.job_tenant_id) == (other, owner)
     job = JobItem.get(job_id, consistent_read=True)
     assert (job.status, int(job.attempts or 0)) == (status, 0)
-    assert transactions.read_lease(job_id) is None
+    assert reads.read_lease(job_id) is None
     assert TenantItem.count(other, consistent_read=True) == 0

@@ -23,6 +23,7 @@ import pytest
 
 from imposition.capacity.core import Scheduler, Tier
 from leases import attempts, nodes, policy, transactions, waiting
+from leases.tenants import ensure_tenant
 from leases.errors import CapReached
 from leases.models import JobItem, TenantItem
 from leases.tenants import set_cap
@@ -41,7 +42,7 @@ class RealLayer:
         self.passed = 0  # commits that handed their place on in their own transaction
 
     def submit(self, tenant: str, job: str) -> tuple[bool, list]:
-        transactions.ensure_tenant(tenant)
+        ensure_tenant(tenant)
         woken: list = []
         queued = waiting.admit(JobItem(job, tenant_id=tenant, token=f"tok-{job}", max_attempts=3, layout=LAYOUT,
                                        input_key=f"tenants/{tenant}/jobs/{job}/input.pdf", submitted_at=time.time()),
@@ -110,7 +111,7 @@ def run_sequence(waiting_policy: str, tiers: dict[str, Tier], *, events: int, se
     names = {short: f"conf-{short}-{run}" for short in tiers}
     nodes.register(f"node-{run}", SLOTS)
     for short, tier in tiers.items():
-        transactions.ensure_tenant(names[short])
+        ensure_tenant(names[short])
         if tier.cap is not None or tier.burst_cap is not None:
             set_cap(names[short], tier.cap, burst_cap=tier.burst_cap)
     sched = Scheduler(policy.Limits(default_cap=s.default_cap, waiting_policy=waiting_policy),

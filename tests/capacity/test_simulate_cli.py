@@ -99,7 +99,7 @@ def test_what_if_puts_the_simulated_verdict_beside_the_measured_one(fresh_aws):
     """Two weeks of a tenant whose jobs, one node of 8 slots, queue for minutes: the measured
     report and the simulated one for 1 node (the model's check) and 2 nodes."""
     from leases.models import JobItem
-    from leases.transactions import ensure_tenant
+    from leases.tenants import ensure_tenant
 
     tenants = ("acme", "globex")
     for t in tenants:
@@ -185,7 +185,7 @@ def test_working_hours_are_the_configured_ones_and_named(spec_file, tmp_path, mo
 def test_what_if_measures_and_simulates_over_the_same_working_days(fresh_aws):
     """Issue 34: the measured part said 20 working days, the simulated one "0 of 1"."""
     from leases.models import JobItem
-    from leases.transactions import ensure_tenant
+    from leases.tenants import ensure_tenant
 
     ensure_tenant("acme")
     tuesday = dt.datetime(2025, 3, 18, 10, tzinfo=dt.timezone.utc).timestamp()
@@ -206,7 +206,7 @@ def test_simulate_from_history_judges_the_capacity_reports_working_days(fresh_aw
     import time
 
     from leases.models import JobItem
-    from leases.transactions import ensure_tenant
+    from leases.tenants import ensure_tenant
 
     ensure_tenant("acme")
     now = time.time()

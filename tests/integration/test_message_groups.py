@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from leases import transactions, waiting
+from leases import transactions, waiting, tenants
 from leases.models import JobItem
 from leases.tenants import set_cap
 from imposition.common import aws
@@ -71,7 +71,7 @@ def test_a_parked_job_has_no_message_and_its_wake_keeps_the_group():
 
 
 def test_sweeper_republish_carries_the_group():
-    transactions.ensure_tenant("initech")
+    tenants.ensure_tenant("initech")
     job = JobItem("job-swept", tenant_id="initech", token="t", max_attempts=3, layout=LAYOUT,
                   input_key="tenants/initech/jobs/job-swept/input.pdf", submitted_at=time.time())
     waiting.admit(job, door=False)

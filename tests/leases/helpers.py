@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from leases import transactions, waiting
+from leases import transactions, waiting, tenants
 from leases.models import JobItem, TenantItem
 
 LAYOUT = {"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape"}
@@ -16,7 +16,7 @@ def make_job(tenant_id: str, job_id: str | None = None, *, max_attempts: int = 3
     """A ``queued`` job item of ``tenant_id``, counted in its tenants ``queued`` (no message, no input:
     the lease layer needs neither)."""
     job_id = job_id or uuid.uuid4().hex
-    transactions.ensure_tenant(tenant_id)
+    tenants.ensure_tenant(tenant_id)
     waiting.admit(JobItem(job_id, tenant_id=tenant_id, token=f"tok-{job_id}", max_attempts=max_attempts,
                           layout=LAYOUT, input_key=f"tenants/{tenant_id}/jobs/{job_id}/input.pdf",
                           submitted_at=time.time()), door=False)

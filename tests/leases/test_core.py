@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devstack.localaws import set_gsi_lag
-from leases import nodes, sweeper, transactions, waiting
+from leases import nodes, sweeper, transactions, waiting, reads, renewal
 from leases.errors import CapReached, JobNotQueued, LeaseLost
 from leases.models import JobItem
 from leases.tenants import set_cap
@@ -320,7 +320,7 @@ class _Model:
             return
         lease = self.held.pop(0)
         try:
-            if how == "retry" and transactions.read_job(lease.job_id).attempts_left:
+            if how == "retry" and reads.read_job(lease.job_id).attempts_left:
                 self.publish(self.tenant, lease.job_id)  # the copy first, then the release
                 transactions.release_for_retry(lease, error="x", error_code="flaky")
                 return
@@ -339,7 +339,7 @@ class _Model:
 
     def sweep(self, now: float) -> None:
         sweeper.sweep(now, publish=self.publish)
-        self.held = [lease for lease in self.held if transactions.still_held(lease)]
+        self.held = [lease for lease in self.held if renewal.still_held(lease)]
 
     def check(self) -> None:
         found = dict(zip(self.jobs, statuses(self.jobs)))

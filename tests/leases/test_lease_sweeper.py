@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from leases import sweeper, transactions
+from leases import sweeper, transactions, renewal
 from leases.models import JobItem, LeaseItem, TenantItem
 from tests.leases.helpers import make_job
 from tests.support.dynamo_faults import dynamodb_clients
@@ -87,7 +87,7 @@ def test_expired_leases_are_found_through_the_index_not_a_scan(tenant_id):
             client.meta.events.unregister("before-call.dynamodb", unique_id="count-ops")
     assert report.reclaimed[tenant_id] == 2
     assert "Query" in operations and "Scan" not in operations, operations
-    assert transactions.still_held(lease)  # the live lease is untouched
+    assert renewal.still_held(lease)  # the live lease is untouched
     transactions.fail_job(lease, error="done", error_code="test")
 
 
@@ -96,9 +96,9 @@ def test_a_lease_renewed_after_the_query_is_not_reclaimed(tenant_id):
     [stale] = list(sweeper.expired_leases(time.time()))
     holder = transactions.Lease(job_id, tenant_id, stale.worker, stale.token, float(stale.acquired_at),
                                 float(stale.expires_at))
-    renewed = transactions.renew(holder)  # the holder was only slow, not dead
+    renewed = renewal.renew(holder)  # the holder was only slow, not dead
     assert not sweeper.reclaim(stale, now=time.time(), requeue=True, reason="test")
-    assert transactions.still_held(renewed)
+    assert renewal.still_held(renewed)
     transactions.fail_job(renewed, error="done", error_code="test")
 
 

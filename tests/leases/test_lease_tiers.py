@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from leases import transactions
+from leases import transactions, renewal
 from leases.audit import audit
 from leases.errors import CapReached
 from imposition.cli.main import main
@@ -42,7 +42,7 @@ def test_lowering_a_cap_below_in_flight_kills_nothing_and_admits_nothing_until_b
     jobs = [make_job(tenant_id) for _ in range(8)]
     held = [transactions.acquire(job_id, tenant_id, "w") for job_id in jobs[:6]]
     _cli("tenant", "set-cap", tenant_id, "2")
-    assert all(transactions.still_held(lease) for lease in held)  # nothing taken away
+    assert all(renewal.still_held(lease) for lease in held)  # nothing taken away
     assert audit([tenant_id]).clean  # 6 leases over cap 2 are legitimate: they predate the change
     waiting = jobs[6]
     for _ in range(5):  # 6 → 1 in flight: refused while in_flight >= 2

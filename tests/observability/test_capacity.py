@@ -141,7 +141,7 @@ def test_command_reads_the_job_items_and_writes_the_png(fresh_aws, tmp_path):
     for n, item in enumerate(history(busy_days=6, busy_utilisation=0.81, long_waits=21)):
         item.tenant_id = tenants[n % 2]
         item.save()
-    from leases.transactions import ensure_tenant
+    from leases.tenants import ensure_tenant
 
     for tenant in tenants:
         ensure_tenant(tenant)

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from click.testing import CliRunner
 
-from leases import transactions, waiting
+from leases import transactions, waiting, tenants
 from leases.models import JobItem
 from leases.tenants import set_cap
 from imposition.observability import recent
@@ -42,7 +42,7 @@ def scene(fresh_aws):
     now = time.time()
     busy, quiet = f"busy-{uuid.uuid4().hex[:6]}", f"quiet-{uuid.uuid4().hex[:6]}"
     set_cap(busy, 2)
-    transactions.ensure_tenant(quiet)
+    tenants.ensure_tenant(quiet)
     for submitted, started in ((now - 300, now - 240), (now - 300, now - 60)):  # running: waits 60 s, 240 s
         job_id = save_job(busy, submitted_at=submitted)
         transactions.acquire(job_id, busy, "imposer@test/1", now=started)

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from imposition.engine import parse_layout
-from leases import transactions, waiting
+from leases import transactions, waiting, tenants
 from leases.models import JobItem
 from leases.tenants import set_cap
 from imposition.observability import recent
@@ -162,7 +162,7 @@ def test_a_dead_workers_lease_is_recovered_and_counted_by_the_maintenance_node(s
     job_id = uuid.uuid4().hex
     key = input_key(tenant, job_id)
     storage.upload(CASES / "a5_8p.pdf", key)
-    transactions.ensure_tenant(tenant)
+    tenants.ensure_tenant(tenant)
     JobItem(job_id, tenant_id=tenant, token="crash", max_attempts=3, input_key=key, submitted_at=time.time(),
             layout=parse_layout(N_UP).model_dump(mode="json")).save()
     # A worker took the job and died: its lease expired long ago and nobody renews it.

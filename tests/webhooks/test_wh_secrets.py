@@ -18,7 +18,7 @@ from imposition.common.settings import Settings
 from imposition.webhooks.endpoints import endpoint_for, set_webhook
 from imposition.webhooks.secrets import SecretUnavailable, encrypt
 from leases.models import TenantItem
-from leases.transactions import ensure_tenant
+from leases.tenants import ensure_tenant
 
 URL = "http://127.0.0.1:9/hook"
 
