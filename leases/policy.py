@@ -1,9 +1,9 @@
-"""The scheduling rules, once: may a job take a slot, park, borrow; which waiting job a release
-wakes (docs/design.md §2–§3). Pure: no I/O, no AWS import.
+"""The scheduling rules, once: may a job take a slot, give way, park, borrow; which waiting job a
+release wakes (docs/design.md §2–§3). Pure: no I/O, no AWS import.
 
 Each limit is declared as data (:class:`Below`: ``counter < limit`` on one item), and read two
 ways: :func:`holds` evaluates it on counters in memory (the simulator, :mod:`capacity`), and
-:func:`leases.transactions.condition_of` turns the same declaration into the PynamoDB condition of
+:func:`leases.conditions.condition_of` turns the same declaration into the PynamoDB condition of
 the lease transactions. The decisions built on them (:func:`acquire_outcome`, :func:`door_queues`,
 :func:`wake_room`, :func:`borrow_order`) are shared the same way; ``tests/capacity`` holds the two
 readings to the same answers event by event on a moto server.

@@ -26,7 +26,7 @@ from leases.dynamo import (
     with_conflict_retries,
 )
 from leases.models import CLUSTER_SLOTS_KEY, ClusterItem, LeaseItem, TenantItem
-from leases.transactions import slots_item
+from leases.conditions import slots_item
 from imposition.common.settings import get_settings
 from imposition.common.tenancy import shown_value, validate_tenant_id
 

@@ -1,6 +1,5 @@
 """The lease's verbs: **acquire** and **release** (docs/design.md, "The scheduling core"), each one
-DynamoDB ``TransactWriteItems``; renew, the heartbeat's fenced write; and the conditions that
-turn :mod:`leases.policy`'s limits into DynamoDB conditions.
+DynamoDB ``TransactWriteItems`` built from :mod:`leases.conditions`.
 
 Invariant kept by every transaction here: a lease item for a job exists exactly while the job is
 ``running`` under that lease's token, and each tenant's ``in_flight`` equals its number of lease
@@ -17,11 +16,11 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple, overload
+from typing import Any, NamedTuple
 
 from pynamodb.exceptions import DoesNotExist, PynamoDBException, TransactWriteError
 
-from leases import outbox, policy
+from leases import outbox
 from leases.dynamo import (
     AMBIGUOUS,
     CANCELLED,
@@ -37,7 +36,11 @@ from leases.dynamo import (
     with_conflict_retries,
 )
 from leases.errors import AcquireUnresolved, CapReached, JobNotQueued, LeaseLost, TenantMismatch
-from leases.models import CLUSTER_SLOTS_KEY, ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem, lost_attempt_entry
+from leases.models import ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem, lost_attempt_entry
+from leases.conditions import (
+    can_borrow, cap_has_room, is_waiting, none_waiting, not_frozen, place_passes_on, queued_and_due, slot_to_borrow,
+    slots_item,
+)
 from leases.reads import read_lease
 from imposition.common.settings import get_settings
 
@@ -71,43 +74,7 @@ def released_by(job_id: str, release_ids: Iterable[str]) -> str | None:
     return job.release_id if job.release_id is not None and job.release_id in set(release_ids) else None
 
 
-# --- the cap as DynamoDB conditions -------------------------------------------------------------
-
-
-def below_cap(counter, default_cap: int):
-    """Condition on a tenant item: ``counter < cap`` (the tier override ``cap`` when the item has
-    one, else ``default_cap``); an absent counter is 0."""
-    no_override = TenantItem.cap.does_not_exist()
-    absent = counter.does_not_exist() & (no_override | (TenantItem.cap > 0))
-    return absent | (no_override & (counter < default_cap)) | (TenantItem.cap.exists() & (counter < TenantItem.cap))
-
-
-def condition_of(rule: policy.Below | tuple[policy.Below, ...], default_cap: int):
-    """The PynamoDB condition of a limit declared in :mod:`leases.policy` (a tuple: any of them),
-    with the policy's semantics: an absent counter is 0, ``cap`` is the override or
-    ``default_cap`` (:func:`below_cap`), any other limit holds only where the item has it (an
-    ``or_equal`` limit compares a counter the item has: DynamoDB compares nothing with an absent
-    attribute; every lease transaction of a tenant finds its counters written)."""
-    if isinstance(rule, tuple):
-        return functools.reduce(lambda a, b: a | b, (condition_of(r, default_cap) for r in rule))
-    model = TenantItem if rule.item == "tenant" else ClusterItem
-    counter = getattr(model, rule.counter)
-    if rule.limit == "cap":
-        if not rule.or_equal:
-            return below_cap(counter, default_cap)
-        no_override = TenantItem.cap.does_not_exist()
-        return (no_override & (counter <= default_cap)) | (TenantItem.cap.exists() & (counter <= TenantItem.cap))
-    limit = getattr(model, rule.limit)
-    if rule.or_equal:
-        return limit.exists() & (counter <= limit)
-    return limit.exists() & ((counter.does_not_exist() & (limit > 0)) | (counter < limit))
-
-
-def place_passes_on(default_cap: int):
-    """Condition on a tenant item: ``occupied <= cap`` (or ``<= burst_cap`` when its tier borrows),
-    so the place a release frees may pass to its next waiting job without going over the cap (a
-    cap lowered below ``occupied`` frees the place instead; :data:`leases.policy.PASS_ON`)."""
-    return condition_of(policy.PASS_ON, default_cap)
+# --- job actions ------------------------------------------------------------------------------
 
 
 def wake_actions(tenant_id: str, woken_at: float, reason: str) -> list:
@@ -121,16 +88,10 @@ def wake_actions(tenant_id: str, woken_at: float, reason: str) -> list:
 def take_actions(t: float, token: str, worker: str) -> list:
     """Job actions of a lease taken at ``t`` (epoch s) by ``worker`` with ``token``: ``running``,
     ``attempts + 1``, ``started_at``, ``first_received_at`` if absent; it leaves the queued index."""
-    return [
-        JobItem.status.set(JobStatus.RUNNING.value),
-        JobItem.attempts.set((JobItem.attempts | 0) + 1),
-        JobItem.started_at.set(t),
-        JobItem.first_received_at.set(JobItem.first_received_at | t),
-        JobItem.lease_token.set(token),
-        JobItem.worker.set(worker),
-        JobItem.queued_tenant.remove(),
-        JobItem.due_at.remove(),
-    ]
+    return [JobItem.status.set(JobStatus.RUNNING.value), JobItem.attempts.set((JobItem.attempts | 0) + 1),
+            JobItem.started_at.set(t), JobItem.first_received_at.set(JobItem.first_received_at | t),
+            JobItem.lease_token.set(token), JobItem.worker.set(worker), JobItem.queued_tenant.remove(),
+            JobItem.due_at.remove()]
 
 
 def new_lease_item(job_id: str, tenant_id: str, worker: str, token: str, t: float, *,
@@ -138,76 +99,6 @@ def new_lease_item(job_id: str, tenant_id: str, worker: str, token: str, t: floa
     """The lease item of a lease taken at ``t`` (epoch s): it expires ``lease_ttl_s`` later."""
     return LeaseItem(job_id, tenant_id=tenant_id, worker=worker, token=token, acquired_at=t, heartbeat_at=t,
                      expires_at=t + get_settings().lease_ttl_s, borrowed=True if borrowed else None)
-
-
-def queued_and_due(tenant_id: str, due_by: float | None = None):
-    """Condition on a job item: ``queued``, ``tenant_id``'s, and with ``due_by`` (epoch s) its
-    message due by then (``due_at`` absent or ``<= due_by``: not a job in retry backoff)."""
-    condition = (JobItem.status == JobStatus.QUEUED.value) & (JobItem.tenant_id == tenant_id)
-    if due_by is not None:
-        condition = condition & (JobItem.due_at.does_not_exist() | (JobItem.due_at <= due_by))
-    return condition
-
-
-def none_waiting():
-    """Condition on a tenant item: no job of it waits (``waiting`` 0 or absent)."""
-    return TenantItem.waiting.does_not_exist() | (TenantItem.waiting == 0)
-
-
-def is_waiting(tenant_id: str):
-    """Condition on a job item: ``waiting``, and ``tenant_id``'s."""
-    return (JobItem.status == JobStatus.WAITING.value) & (JobItem.tenant_id == tenant_id)
-
-
-def cap_has_room(default_cap: int):
-    """Condition on a tenant item: ``in_flight < cap`` (:data:`leases.policy.TAKE_SLOT`)."""
-    return condition_of(policy.TAKE_SLOT, default_cap)
-
-
-def can_borrow():
-    """Condition on a tenant item: ``in_flight < burst_cap`` (:data:`leases.policy.BORROW_TENANT`)."""
-    return condition_of(policy.BORROW_TENANT, get_settings().default_cap)
-
-
-def slot_to_borrow():
-    """Condition on the cluster's slot counter: ``busy < borrowable`` (the reserve stays free;
-    :data:`leases.policy.BORROW_CLUSTER`)."""
-    return condition_of(policy.BORROW_CLUSTER, get_settings().default_cap)
-
-
-@overload
-def tenant_state(tenant: TenantItem) -> policy.TenantState: ...
-@overload
-def tenant_state(tenant: None) -> None: ...
-@overload
-def tenant_state(tenant: TenantItem | None) -> policy.TenantState | None: ...
-def tenant_state(tenant: TenantItem | None) -> policy.TenantState | None:
-    """The counters of a tenant item, as :mod:`leases.policy` reads them (None for None)."""
-    if tenant is None:
-        return None
-    return policy.TenantState(
-        in_flight=int(tenant.in_flight or 0), queued=int(tenant.queued or 0), waiting=int(tenant.waiting or 0),
-        occupied=int(tenant.occupied or 0), cap=None if tenant.cap is None else int(tenant.cap),
-        burst_cap=None if tenant.burst_cap is None else int(tenant.burst_cap),
-        repair_until=None if tenant.repair_until is None else float(tenant.repair_until))
-
-
-def cluster_state(cluster: ClusterItem | None) -> policy.ClusterState | None:
-    """The cluster's slot counter, as :mod:`leases.policy` reads it."""
-    if cluster is None:
-        return None
-    return policy.ClusterState(busy=int(cluster.busy or 0), borrowable=int(cluster.borrowable or 0),
-                               borrowers=int(cluster.borrowers or 0), total=int(cluster.total or 0))
-
-
-def slots_item() -> ClusterItem:
-    """The cluster's slot counter (``busy`` is kept in every acquire and release)."""
-    return ClusterItem(CLUSTER_SLOTS_KEY)
-
-
-def not_frozen(now: float):
-    """Condition on a tenant item: no counter repair freezes its acquires at ``now``."""
-    return TenantItem.repair_until.does_not_exist() | (TenantItem.repair_until < now)
 
 
 def _number(raw: dict, name: str) -> int | None:
@@ -313,9 +204,6 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, n
         return Lease(job_id, tenant_id, worker, token, t, t + s.lease_ttl_s)
 
     return with_conflict_retries(attempt, what=f"acquire lease for job {job_id}")
-
-
-# --- renew --------------------------------------------------------------------------------------
 
 
 # --- release: the one fenced write that ends a lease ---------------------------------------------
@@ -572,13 +460,8 @@ def release_for_retry(lease: Lease, *, error: str, error_code: str, delay_s: flo
         entry = lost_attempt_entry(infra_attempt, "infra_error", f"{error_code}: {error}", t, token=lease.token)
         infra = [JobItem.infra_lost_attempts.add({int(infra_attempt)}),
                  JobItem.lost_attempts.set((JobItem.lost_attempts | []).append([entry]))]
-    _release(
-        lease,
-        [*requeue_actions(lease.tenant_id, t + delay_s), JobItem.error.set(error), JobItem.error_code.set(error_code),
-         *infra],
-        what="release for retry",
-        requeue=True,
-    )
+    _release(lease, [*requeue_actions(lease.tenant_id, t + delay_s), JobItem.error.set(error),
+                     JobItem.error_code.set(error_code), *infra], what="release for retry", requeue=True)
 
 
 def fail_job(lease: Lease, *, error: str, error_code: str, now: float | None = None) -> Released:
@@ -589,21 +472,7 @@ def fail_job(lease: Lease, *, error: str, error_code: str, now: float | None = N
         LeaseLost, LeaseContention: as :func:`commit_success`.
     """
     t = time.time() if now is None else now
-    return _release(
-        lease,
-        [
-            JobItem.status.set(JobStatus.FAILED.value),
-            JobItem.finished_at.set(t),
-            JobItem.lease_token.remove(),
-            JobItem.error.set(error),
-            JobItem.error_code.set(error_code),
-            *outbox.intent_actions(t),
-        ],
-        what="fail",
-        hand_on=True,
-        now=t,
-    )
-
-
-# --- outside a lease ----------------------------------------------------------------------------
-
+    return _release(lease, [JobItem.status.set(JobStatus.FAILED.value), JobItem.finished_at.set(t),
+                            JobItem.lease_token.remove(), JobItem.error.set(error),
+                            JobItem.error_code.set(error_code), *outbox.intent_actions(t)],
+                    what="fail", hand_on=True, now=t)

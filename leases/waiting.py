@@ -2,11 +2,10 @@
 hit, and **unblock** (:func:`wake`, the sweep's second half; also the door's and a cap change's).
 
 A waiting job has no message: a release hands it its tenant's place, or :func:`wake` brings it
-back (``waiting → queued``, then published). Each wake is conditional on the tenant's ``occupied``
-(in_flight + queued) below its cap, so two wakes never fill one place twice; a woken job that
-finds the cap full parks again, keeping its place (the index is ordered by submission). A wake
-whose publish was lost leaves a ``queued`` job whose ``due_at`` passes; the sweep re-publishes it
-(:func:`stale_queued`).
+back (``waiting → queued``, then published), on condition the tenant's ``occupied`` (in_flight +
+queued) is below its cap. A wake whose publish was lost leaves a ``queued`` job whose ``due_at``
+passes; the sweep re-publishes it (:func:`leases.sweeper.stale_queued`). Across tenants,
+:func:`gives_way` tells a job to let a poorer tenant take the slot.
 """
 
 from __future__ import annotations
@@ -34,15 +33,8 @@ from leases.dynamo import (
     reason_code,
     with_conflict_retries,
 )
-from leases.transactions import (
-    cap_has_room,
-    cluster_state,
-    condition_of,
-    is_waiting,
-    not_frozen,
-    tenant_state,
-    wake_actions,
-)
+from leases.transactions import wake_actions
+from leases.conditions import cap_has_room, cluster_state, condition_of, is_waiting, not_frozen, tenant_state
 from imposition.common.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -190,22 +182,16 @@ def wake(tenant_id: str, *, publish: Publish, reason: str = "release", now: floa
     if room <= 0:
         return woken
     t = time.time() if now is None else now
-
-    def woke(job: JobItem) -> None:
-        publish(tenant_id, job.job_id)
-        woken.append(job.job_id)
-        job.woken_at, job.woken_by = t, reason
-        if on_woken is not None:
-            on_woken(job)
-
     for job in waiting_jobs(tenant_id):
-        if len(woken) >= room:
-            break
-        outcome = _try_wake(job.job_id, tenant_id, t, reason)
+        outcome = "full" if len(woken) >= room else _try_wake(job.job_id, tenant_id, t, reason)
         if outcome == "full":
             break
         if outcome == "woken":
-            woke(job)
+            publish(tenant_id, job.job_id)
+            woken.append(job.job_id)
+            job.woken_at, job.woken_by = t, reason
+            if on_woken is not None:
+                on_woken(job)
     return woken
 
 
@@ -297,7 +283,7 @@ def queues_at_door(tenant: TenantItem | None) -> bool:
     (strongly consistent) only where it decides: a tier that borrows, with no waiting job and no
     room under its cap."""
     default_cap = get_settings().default_cap
-    state = tenant_state(tenant)
+    state = None if tenant is None else tenant_state(tenant)
     cluster = None
     if (state is not None and int(state.waiting or 0) == 0 and policy.room(state, default_cap) <= 0
             and policy.borrows(state, default_cap)):

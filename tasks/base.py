@@ -38,7 +38,7 @@ from celery.exceptions import Ignore, Reject, Retry
 from leases import attempts, transactions, waiting, reads
 from leases.errors import AcquireUnresolved, CapReached, JobNotQueued, LeaseContention, LeaseLost, TenantMismatch
 from leases.models import JobItem, JobStatus
-from imposition.common.clocks import Clocks, get_clocks
+from imposition.common.clocks import get_clocks
 from imposition.common.settings import get_settings
 from leases import signals
 from leases.signals import JobOutcome
@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 
 #: How a ``lease_lost`` detail begins when the release's outcome is unknown (it may have applied).
 RELEASE_UNREACHABLE = "release could not reach DynamoDB"
+
+
 @dataclass(frozen=True)
 class _Ended:
     """A job's fenced end as :meth:`FairTask.run` wrote it, for :meth:`FairTask.after_return`:
@@ -65,18 +67,11 @@ class _Ended:
 
 
 class FairTask(SqsTask):
-    """Celery task base class that wraps each job in a lease, on Celery's own lifecycle hooks.
-
-    Subclasses implement ``run_job(self, *, job, lease, cancel)``, return a :class:`JobResult`, and
-    raise typed errors whose ``retryable`` says whether another attempt could help. Options are
-    class attributes; ``None`` falls back to :mod:`imposition.common.settings`.
-
-    The hooks (module docstring): :meth:`before_start` takes the lease; :meth:`run` runs the job
-    and writes its fenced end under the heartbeat; :meth:`after_return` publishes the job the
-    release handed its place to and reports the job's end. The request carries the lease and the
-    release's result from one hook to the next (``request.lease``, ``request.ended``), nothing else
-    does: no state of the process decides which transaction runs.
-    """
+    """Celery task base class that wraps each job in a lease, on Celery's own hooks (module
+    docstring). Subclasses implement ``run_job(self, *, job, lease, cancel)``, return a
+    :class:`JobResult`, and raise typed errors whose ``retryable`` says whether another attempt
+    could help. Only the request carries state from one hook to the next (``request.lease``,
+    ``request.ended``): no state of the process decides which transaction runs."""
 
     #: Ack after the job, never before: a crash leaves the message (docs/design.md §1).
     acks_late = True
@@ -96,12 +91,6 @@ class FairTask(SqsTask):
     #: runs, not deliveries that park or are spare.
     Strategy = "tasks.worker:run_reported_strategy"
 
-
-    @property
-    def clocks(self) -> Clocks:
-        """The clocks this task runs with."""
-        return get_clocks()
-
     def worker_name(self) -> str:
         """``<node name>/<pid>``: which process holds a lease."""
         return f"{self.request.hostname or 'local'}/{os.getpid()}"
@@ -109,7 +98,6 @@ class FairTask(SqsTask):
     def run_job(self, *, job: JobItem, lease: transactions.Lease, cancel: Event) -> JobResult:
         """The job itself (subclasses): ``cancel`` is set once the lease is lost."""
         raise NotImplementedError
-
 
     # -- the hooks -------------------------------------------------------------------------------
 
@@ -148,7 +136,7 @@ class FairTask(SqsTask):
         """
         lease: transactions.Lease = self.request.lease
         delivery = (self.request.properties or {}).get("delivery_info") or {}
-        heartbeat = Heartbeat(lease, self.clocks, queue_url=delivery.get("sqs_queue"),
+        heartbeat = Heartbeat(lease, get_clocks(), queue_url=delivery.get("sqs_queue"),
                               receipt_handle=(self.request.properties or {}).get("delivery_tag"))
         with heartbeat:  # up to and including the release's transaction
             job = reads.read_job(lease.job_id)  # raises only after in-place retries: the sweeper's then

@@ -106,7 +106,7 @@ class ImposeTask(FairTask):
             see :func:`tasks.submission.submit_job` for a refused or invalid submission.
         """
         kwargs = dict(kwargs or {})
-        if "MessageGroupId" in options and "token" not in kwargs:  # publish_job, FairTask.retry
+        if "MessageGroupId" in options and "token" not in kwargs:  # publish_job, SqsTask.retry
             return super().apply_async(args, kwargs, task_id=task_id, producer=producer, link=link,
                                        link_error=link_error, shadow=shadow, **options)
         callbacks = [name for name, value in (("link", link), ("link_error", link_error),

@@ -1,7 +1,7 @@
 """Publishing job messages: every copy carries the tenant's ``MessageGroupId``.
 
 The three publishers of a job message are the first submission, the sweeper's re-publish and
-:meth:`tasks.base.FairTask.retry` (deferrals and retries); each sets ``MessageGroupId`` explicitly,
+:meth:`tasks.sqs_task.SqsTask.retry` (deferrals and retries); each sets ``MessageGroupId`` explicitly,
 because Celery's own retry does not keep it. The Celery task id of every copy is the job id, so
 Flower shows one task per job.
 """

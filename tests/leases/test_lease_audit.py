@@ -13,7 +13,7 @@ import time
 
 from click.testing import CliRunner
 
-from leases import audit, transactions
+from leases import audit, transactions, conditions
 from leases.errors import CapReached, LeaseContention
 from leases.eventlog import EventLog, cap_violations, read_events
 from leases.models import ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem
@@ -30,7 +30,7 @@ def _stage_lease(tenant_id: str, job_id: str, token: str) -> Lease:
     JobItem(job_id).update(actions=[JobItem.status.set(JobStatus.RUNNING.value), JobItem.lease_token.set(token),
                                     JobItem.attempts.set(1), JobItem.queued_tenant.remove()])
     TenantItem(tenant_id).update(actions=[TenantItem.in_flight.add(1), TenantItem.queued.add(-1)])
-    transactions.slots_item().update(actions=[ClusterItem.busy.add(1)])
+    conditions.slots_item().update(actions=[ClusterItem.busy.add(1)])
     return Lease(job_id, tenant_id, "intruder", token, now, now + 600)
 
 
@@ -68,7 +68,7 @@ def test_repair_fixes_counter_orphan_and_stranded_job_while_leases_move(tenant_i
     LeaseItem(finished, tenant_id=tenant_id, worker="ghost", token="a" * 32, acquired_at=now, heartbeat_at=now,
               expires_at=now + 600).save()
     TenantItem(tenant_id).update(actions=[TenantItem.in_flight.add(1), TenantItem.occupied.add(1)])
-    transactions.slots_item().update(actions=[ClusterItem.busy.add(1)])
+    conditions.slots_item().update(actions=[ClusterItem.busy.add(1)])
     # Stranded: a running job whose lease is gone.
     JobItem(stranded).update(actions=[JobItem.status.set(JobStatus.RUNNING.value), JobItem.queued_tenant.remove(),
                                       JobItem.lease_token.set("b" * 32), JobItem.attempts.set(1)])

@@ -22,7 +22,7 @@ def _objects(prefix: str) -> list:
 
 def test_tenant_create_registers_the_whole_configuration_once_and_never_shows_the_secret(monkeypatch):
     from leases.models import ClusterItem
-    from leases.transactions import slots_item
+    from leases.conditions import slots_item
 
     tenant = f"shop-{uuid.uuid4().hex[:8]}"
     secret = "k" * 40
