@@ -14,15 +14,15 @@ the slot-seconds the tenants could use while they had unfinished work: each tena
 and under ``borrow`` up to its burst cap only in slots above the reserve, as the borrowing rules
 allow (:func:`utilisation`); a slot is busy from its lease's acquire until its release transaction
 returned), AWS requests per completed job counted at the endpoint, less the benchmark's own polls
-(and the split by operation in the JSON), light tenants' p50/p95/max wait (start − submit), the
-most leases of one tenant and of the cluster at once, the audit, the share of the run the DynamoDB
-endpoint (one request at a time: near 100 %, the run measures moto) and the CPUs were busy.
+(the split by operation in the JSON), light tenants' p50/p95/max wait (start − submit), the most
+leases of one tenant and of the cluster at once, the audit, the share of the run the DynamoDB
+endpoint (one request at a time: near 100 %, the run measures moto) and the CPUs were busy, the
+longest idle after a release whose tenant waited (:func:`idle_after_release_s`) and the sweeper's
+wakes. "Before and now" puts each row beside the core before issue 30 (:data:`BASELINE`). Each
+scenario's jobs are then replayed in the simulator (:mod:`bench.sim_check`).
 
-After each scenario its jobs are saved and replayed in the simulator (:mod:`bench.sim_check`):
-predicted against measured, printed and written below the table.
-
-``BENCH_SCHED_ONLY=alone,burst`` runs a subset; ``BENCH_SCHED_POLICIES=handoff`` one policy;
-``BENCH_SCHED_KEEP=1`` keeps the previous rows of the (policy, scenario) pairs not run.
+``BENCH_SCHED_ONLY=alone,burst``: a subset; ``BENCH_SCHED_POLICIES=handoff``: one policy;
+``BENCH_SCHED_KEEP=1`` keeps the previous rows of pairs not run.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ from devstack.stack import REPO
 
 OUT = REPO / "out" / "bench-sched"
 RESULTS = REPO / "bench" / "RESULTS-scheduling.md"
+#: The numbers of the scheduling core before issue 30, printed beside today's (``source`` says
+#: where each set was measured).
+BASELINE = REPO / "bench" / "baseline-scheduling.json"
 TIMER_DELAY_S = 30
 #: The burst cap of every tenant under the ``borrow`` policy (hand-off with borrowing, reserve 1).
 BURST_CAP = 8
@@ -65,6 +68,9 @@ class Scenario:
     waves: tuple[Wave, ...]
     note: str = ""
     backlog: bool = False
+    #: Seconds the local DynamoDB's global indexes lag behind its tables (AWS's are eventually
+    #: consistent; :class:`devstack.localaws.IndexLag`).
+    gsi_lag_s: float = 0.0
 
 
 SCENARIOS = (
@@ -85,6 +91,9 @@ SCENARIOS = (
              "a burst of 40 jobs of 5 s, three tenants of 2 jobs 10 s later"),
     Scenario("heavy3_5s", (*(Wave(f"heavy5{i}", 16, 5.0) for i in range(3)), Wave("light5", 2, 5.0, at_s=5, light=True)),
              "three heavy tenants of 16 jobs of 5 s, then a light one of 2"),
+    Scenario("heavy3_5s_lag", (*(Wave(f"heavy5{i}", 16, 5.0) for i in range(3)),
+                               Wave("light5", 2, 5.0, at_s=5, light=True)),
+             "heavy3_5s with every DynamoDB index 1 s behind its table", gsi_lag_s=1.0),
     Scenario("alone30s", (Wave("solo30", 12, 30.0),), "one tenant alone, 12 jobs of 30 s"),
     Scenario("burst30s", (Wave("burst30", 12, 30.0), *(Wave(f"light30{i}", 1, 30.0, at_s=30, light=True)
                                                        for i in range(3))),
@@ -119,6 +128,10 @@ class Result:
     #: None: not read.
     dynamodb_busy: float | None = None
     cpu_busy: float | None = None
+    #: After a release whose tenant still had jobs waiting for a slot, the longest time until any
+    #: job started (s; :func:`idle_after_release_s`), and the jobs the sweeper woke.
+    idle_after_release_max_s: float | None = None
+    woken_by_sweeper: int = 0
 
     @property
     def ratio(self) -> float:
@@ -130,6 +143,21 @@ def _pct(values: list[float], q: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def idle_after_release_s(items: list) -> float | None:
+    """The longest time from a job's end until the next start of any job, over the ends whose
+    tenant had a job submitted before and started after them (one waiting for a slot): how long
+    a freed slot idled while its tenant waited. None: no such end."""
+    starts = sorted(float(j.started_at) for j in items)
+    gaps = []
+    for j in items:
+        end = float(j.finished_at)
+        waits = any(k.tenant_id == j.tenant_id and float(k.submitted_at) <= end < float(k.started_at) for k in items)
+        later = [t for t in starts if t > end]
+        if waits and later:
+            gaps.append(later[0] - end)
+    return max(gaps) if gaps else None
 
 
 def utilisation(intervals, demand: dict[str, list[tuple[float, float]]], caps: dict[str, int], slots: int,
@@ -163,9 +191,10 @@ def utilisation(intervals, demand: dict[str, list[tuple[float, float]]], caps: d
 class Bench:
     """One run: the endpoint and proxies up once, the workers started per policy."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, gsi_lag_s: float = 0.0) -> None:
         from collections import Counter
 
+        self.gsi_lag_s = gsi_lag_s
         OUT.mkdir(parents=True, exist_ok=True)
         #: Requests the benchmark itself sent (its polls), taken off the endpoint's counts.
         self.own_requests: Counter = Counter()
@@ -174,7 +203,7 @@ class Bench:
         from bench.counting_proxy import CountingProxy
         from devstack.localaws import LocalAws
 
-        self.local_aws = LocalAws(log_path=OUT / "moto.log").start()
+        self.local_aws = LocalAws(log_path=OUT / "moto.log", gsi_lag_s=self.gsi_lag_s).start()
         (OUT / "events").mkdir(parents=True, exist_ok=True)
         upstream = self.local_aws.env
         self.sqs_proxy = CountingProxy(upstream["AWS_ENDPOINT_URL"], "sqs").start()
@@ -348,6 +377,8 @@ class Bench:
             most_leases_tenant=max((p.leases for p in peaks.values()), default=0),
             most_leases_cluster=_cluster_peak(intervals), audit_clean=audit(list(job_ids)).clean,
             run_twice=sum(1 for n in commits.values() if n > 1), dynamodb_busy=dynamodb_busy, cpu_busy=cpu_busy,
+            idle_after_release_max_s=idle_after_release_s(done),
+            woken_by_sweeper=sum(1 for j in done if j.woken_by == "sweeper"),
         )
         _timeline_png(OUT / f"{scenario.name}-{policy}.png", busy, first, last, scenario, policy, tenants)
         from bench.sim_check import save_jobs
@@ -491,20 +522,22 @@ def _share(value: float | None) -> str:
 
 def table(results: list[Result]) -> str:
     lines = ["| scenario | policy | jobs done | makespan s | ideal s | ÷ ideal | utilisation | AWS req/job | "
-             "light wait p50/p95/max s | most leases tenant/cluster | run twice | audit | DynamoDB busy | CPU busy |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "light wait p50/p95/max s | most leases tenant/cluster | run twice | audit | DynamoDB busy | CPU busy | "
+             "idle after release max s | sweeper wakes |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if r.scenario == "overhead":
             lines.append(f"| overhead | {r.policy} | {r.finished}/{r.jobs} | FairTask {r.requests['fair_jobs_per_s']:.1f} "
                          f"jobs/s | plain {r.requests['plain_tasks_per_s']:.1f} tasks/s | "
-                         f"{r.requests['fair_jobs_per_s'] / r.requests['plain_tasks_per_s']:.2f}× | | | | | | | | |")
+                         f"{r.requests['fair_jobs_per_s'] / r.requests['plain_tasks_per_s']:.2f}× | | | | | | | | | | |")
             continue
         light = "/".join(_fmt(v) for v in (r.light_wait_p50_s, r.light_wait_p95_s, r.light_wait_max_s)) \
             if r.light_wait_p50_s is not None else "—"
         lines.append(f"| {r.scenario} | {r.policy} | {r.finished}/{r.jobs} | {r.makespan_s:.1f} | {r.ideal_s:.1f} | "
                      f"{r.ratio:.2f} | {r.utilisation * 100:.0f} % | {r.requests_per_job:.1f} | {light} | "
                      f"{r.most_leases_tenant}/{r.most_leases_cluster} | {r.run_twice} | "
-                     f"{'clean' if r.audit_clean else 'DRIFT'} | {_share(r.dynamodb_busy)} | {_share(r.cpu_busy)} |")
+                     f"{'clean' if r.audit_clean else 'DRIFT'} | {_share(r.dynamodb_busy)} | {_share(r.cpu_busy)} | "
+                     f"{_fmt(r.idle_after_release_max_s)} | {r.woken_by_sweeper} |")
     return "\n".join(lines)
 
 
@@ -530,7 +563,7 @@ def main() -> None:
                    if r["policy"] not in policies or r["scenario"] not in names]
     for policy in policies:
         for scenario in scenarios:
-            with Bench() as bench:
+            with Bench(gsi_lag_s=scenario.gsi_lag_s) as bench:
                 procs = bench.start_workers(policy)
                 try:
                     results.append(bench.run_scenario(scenario, policy))
@@ -546,6 +579,7 @@ def main() -> None:
             write_results(results, scenarios, complete=False)
     write_results(results, scenarios, complete=True)
     print(table(results))
+    print(before_and_now(results))
 
 
 def _sim_check(scenario: str, policy: str) -> str:
@@ -555,6 +589,30 @@ def _sim_check(scenario: str, policy: str) -> str:
 
     check = compare(json.loads((OUT / f"jobs-{scenario}-{policy}.json").read_text()))
     return "\n".join(check_table([check]).splitlines()[2:])
+
+
+def before_and_now(results: list[Result]) -> str:
+    """Each run's ÷ ideal, utilisation, light p95 and requests per job beside the same scenario and
+    policy in :data:`BASELINE` (the core before issue 30; its ``source`` names the commit and the
+    run), as a Markdown section; empty when no run has a saved counterpart."""
+    if not BASELINE.exists():
+        return ""
+    saved = json.loads(BASELINE.read_text())
+    before = {(r["scenario"], r["policy"]): r for r in saved["rows"]}
+    lines = []
+    for r in results:
+        b = before.get((r.scenario, r.policy))
+        if r.scenario == "overhead" or b is None:
+            continue
+        lines.append(f"| {r.scenario} | {r.policy} | {b['ratio']:.2f} → {r.ratio:.2f} | "
+                     f"{b['utilisation'] * 100:.0f} → {r.utilisation * 100:.0f} % | "
+                     f"{_fmt(b['light_wait_p95_s'])} → {_fmt(r.light_wait_p95_s)} | "
+                     f"{b['requests_per_job']:.1f} → {r.requests_per_job:.1f} |")
+    if not lines:
+        return ""
+    return ("\n## Before and now\n\nBefore: " + "; ".join(saved["sources"]) + ". Now: this run.\n\n"
+            "| scenario | policy | ÷ ideal | utilisation | light wait p95 s | AWS req/job |\n|---|---|---|---|---|---|\n"
+            + "\n".join(lines) + "\n")
 
 
 def _sim_section(results: list[Result]) -> str:
@@ -577,7 +635,7 @@ def write_results(results: list[Result], scenarios: list[Scenario], *, complete:
         f"delay {TIMER_DELAY_S} s; stand-in engine of fixed duration (`bench/sched_app.py`). See "
         "`bench/sched.py` for the columns. Scenarios: "
         + "; ".join(f"`{sc.name}` {sc.note}" for sc in scenarios) + ".\n\n" + text + "\n"
-        + _sim_section(results))
+        + before_and_now(results) + _sim_section(results))
 
 
 if __name__ == "__main__":
