@@ -315,6 +315,9 @@ class JobItem(Model):
     #: S3 keys of a succeeded job's PNG previews, one per side in order
     #: (``tenants/<tenant>/jobs/<job>/preview-<n>.png``); empty when none were made.
     preview_keys = JSONAttribute(null=True)
+    #: S3 key of a succeeded job's JDF Layout (``tenants/<tenant>/jobs/<job>/plate.jdf``); None when
+    #: the engine writes none (pdfToolbox).
+    jdf_key = UnicodeAttribute(null=True)
     #: Webhook delivery (package ``webhooks``): ``pending`` (written with the final status: the outbox)
     #: → ``retrying`` → ``delivered`` | ``gave_up``, or ``no_endpoint`` (the tenant has no webhook URL);
     #: HTTP attempts so far, last error, when delivered.

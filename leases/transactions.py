@@ -404,6 +404,7 @@ def requeue_actions(tenant_id: str, due_at: float) -> list:
 def commit_success(
     lease: Lease, *, output_key: str, sheets: int, sides: int, now: float | None = None,
     warnings: list[dict[str, str]] | None = None, preview_keys: list[str] | None = None,
+    jdf_key: str | None = None,
 ) -> tuple[dict[str, Any], Released]:
     """Record ``succeeded`` with the plate's key and release the slot, all fenced by the token;
     the tenant's place passes to its oldest waiting job in the same transaction
@@ -412,7 +413,7 @@ def commit_success(
     The job's webhook event is put in the outbox by the same write (:mod:`leases.outbox`).
     ``warnings`` are the engine's typed warnings (``[{"code", "message"}, …]``), stored as
     ``JobItem.warnings`` (an empty list when there are none); ``preview_keys`` the S3 keys of the
-    plate's previews, as ``JobItem.preview_keys``.
+    plate's previews, as ``JobItem.preview_keys``; ``jdf_key`` its JDF Layout's, as ``JobItem.jdf_key``.
 
     Returns:
         ``(written, released)``: the job attributes the commit wrote, by name (a removed one as
@@ -427,6 +428,7 @@ def commit_success(
     written: dict[str, Any] = {
         "status": JobStatus.SUCCEEDED.value, "output_key": output_key, "sheets": sheets, "sides": sides,
         "warnings": list(warnings or []), "preview_keys": list(preview_keys or []), "finished_at": t,
+        "jdf_key": jdf_key,
     }
     removed = ("lease_token", "error", "error_code")
     released = _release(

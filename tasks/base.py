@@ -209,7 +209,8 @@ class FairTask(SqsTask):
         try:
             written, released = transactions.commit_success(
                 lease, output_key=result.output_key, sheets=result.sheets, sides=result.sides,
-                warnings=list(result.warnings), preview_keys=list(result.preview_keys))
+                warnings=list(result.warnings), preview_keys=list(result.preview_keys),
+                jdf_key=result.jdf_key)
         except LeaseLost as exc:
             return self._on_lease_lost(lease, str(exc), heartbeat, int(job.attempts))
         except (*INFRASTRUCTURE_ERRORS, LeaseContention) as exc:

@@ -36,7 +36,7 @@ from leases import renewal
 from leases.models import JobItem
 from leases.transactions import Lease
 from imposition.common.settings import get_settings
-from imposition.common.tenancy import plate_key, preview_key, shown_value
+from imposition.common.tenancy import jdf_key, plate_key, preview_key, shown_value
 from tasks import storage
 from tasks.base import FairTask, JobResult
 from tasks.celery_app import app
@@ -60,8 +60,8 @@ class ImposeTask(FairTask):
 
     Message kwargs: ``tenant_id`` (str), ``job_id`` (str). The plate goes to
     ``tenants/<tenant>/jobs/<job>/plate.pdf`` and, with ``Settings.job_previews``, a PNG of each side
-    beside it (``preview-<n>.png``, n from 1); the engine's warnings and the previews' keys to the job
-    item. A preview that cannot be rendered or uploaded is the warning ``preview_failed``: the plate
+    beside it (``preview-<n>.png``, n from 1), and the plan's JDF Layout as ``plate.jdf`` (pikepdf
+    engine); the engine's warnings and the previews' and JDF's keys to the job item. A preview that cannot be rendered or uploaded is the warning ``preview_failed``: the plate
     still ships. The slug's date is the job's submission date (UTC), so every attempt writes the
     same plate.
     """
@@ -137,6 +137,10 @@ class ImposeTask(FairTask):
             # Fence the upload: prove the lease is still ours right before writing the plate.
             renewal.renew(lease)
             storage.upload(plate, key)
+            jdf = None
+            if report.jdf is not None:  # the plate's ticket: a failed upload fails the attempt as the plate's does
+                jdf = jdf_key(job.tenant_id, job.job_id)
+                storage.upload(report.jdf, jdf, content_type=JDF_CONTENT_TYPE)
             warnings = list(report.warnings)
             preview_keys = _upload_previews(job, report.previews, warnings)
         log.info("job %s imposed: %s sheets, %s sides in %.2f s", job.job_id, report.sheets, report.sides,
@@ -145,9 +149,12 @@ class ImposeTask(FairTask):
             log.warning("job %s imposed with warnings: %s", job.job_id,
                         "; ".join(f"{w.code}: {w.message}" for w in warnings))
         return JobResult(output_key=key, sheets=report.sheets, sides=report.sides,
-                         warnings=tuple(w.to_json() for w in warnings), preview_keys=preview_keys)
+                         warnings=tuple(w.to_json() for w in warnings), preview_keys=preview_keys,
+                         jdf_key=jdf)
 
 
+#: The media type of a JDF ticket (registered with IANA by CIP4).
+JDF_CONTENT_TYPE = "application/vnd.cip4-jdf+xml"
 #: The name of a job's input on the worker when the tenant's file name cannot be one.
 INPUT_FALLBACK_NAME = "input.pdf"
 #: Longest local file name (bytes, UTF-8): Linux's NAME_MAX.

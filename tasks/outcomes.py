@@ -37,13 +37,15 @@ def is_infrastructure_failure(exc: BaseException) -> bool:
 @dataclass(frozen=True)
 class JobResult:
     """What a job produced: the plate's S3 key, its size in sheets and sides, the engine's typed
-    warnings (``[{"code", "message"}, …]``) and its previews' S3 keys (recorded on the job item)."""
+    warnings (``[{"code", "message"}, …]``), its previews' S3 keys and its JDF Layout's (None: the
+    engine wrote none), recorded on the job item."""
 
     output_key: str
     sheets: int
     sides: int
     warnings: tuple[dict[str, str], ...] = ()
     preview_keys: tuple[str, ...] = ()
+    jdf_key: str | None = None
 
 
 class JobFailed(Exception):

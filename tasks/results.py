@@ -11,7 +11,8 @@ no such job                     ``PENDING``  ``None``
 ``queued``, ``waiting``         ``PENDING``  ``{"job_id", "tenant_id", "status", "attempts"}``
 ``running``                     ``STARTED``  the same
 ``succeeded``                   ``SUCCESS``  ``{"job_id", "plate_key", "sheets", "sides",
-                                             "warnings": [{"code", "message"}], "preview_keys"}``
+                                             "warnings": [{"code", "message"}], "preview_keys",
+                                             "jdf_key"}`` (None: the engine wrote no JDF)
 ``failed``                      ``FAILURE``  the job's typed error, raised by ``.get()``
 ``failed``, code ``cancelled``  ``REVOKED``  :class:`celery.exceptions.TaskRevokedError`
 =============================  ===========  ==================================================
@@ -72,7 +73,7 @@ def job_meta(job: JobItem | None, task_id: str) -> dict[str, Any]:
     if status is JobStatus.SUCCEEDED:
         result: Any = {"job_id": job.job_id, "plate_key": job.output_key, "sheets": job.sheets,
                        "sides": job.sides, "warnings": list(job.warnings or []),
-                       "preview_keys": list(job.preview_keys or [])}
+                       "preview_keys": list(job.preview_keys or []), "jdf_key": job.jdf_key}
     elif status is JobStatus.FAILED:
         result = job_error(job)
     else:

@@ -252,13 +252,15 @@ def job_show(job_ref: str, tenant_id: str | None, as_json: bool) -> None:
               help="File to write (default: ./<job id>.pdf).")
 @click.option("--previews", "previews_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
               default=None, help="Existing folder for the plate's PNG previews (<job id>-preview-<n>.png).")
-def job_download(job_id: str, output: Path | None, previews_dir: Path | None) -> None:
-    """Download the plate file of a succeeded job, and with ``--previews`` its PNG previews (one per
-    side, as ``job show`` names them in ``preview_keys``).
+@click.option("--jdf", "with_jdf", is_flag=True, help="Also the plate's JDF Layout, beside it (<plate>.jdf).")
+def job_download(job_id: str, output: Path | None, previews_dir: Path | None, with_jdf: bool) -> None:
+    """Download the plate file of a succeeded job, with ``--previews`` its PNG previews (one per
+    side, as ``job show`` names them in ``preview_keys``), with ``--jdf`` its JDF Layout (``jdf_key``).
 
     Exit status 1: no such job, the job has no plate (not succeeded), the plate or a preview object
-    is missing, ``--previews`` of a job that has none, or the file cannot be written (its folder does
-    not exist or is not a folder)."""
+    is missing, ``--previews`` of a job that has none, ``--jdf`` of a job that has none, or the file
+    cannot be written (its folder does not exist or is not a folder)."""
+    from imposition.engine.backends.base import jdf_beside
     from tasks import storage
 
     job = _job_or_exit(job_id)
@@ -269,9 +271,13 @@ def job_download(job_id: str, output: Path | None, previews_dir: Path | None) ->
     if previews_dir is not None and not preview_keys:
         warned = [w["code"] for w in job.warnings or [] if w.get("code") == "preview_failed"]
         raise click.ClickException(f"job {job_id} has no previews" + (" (preview_failed: see job show)" if warned else ""))
+    if with_jdf and not job.jdf_key:
+        raise click.ClickException(f"job {job_id} has no JDF Layout (its engine writes none)")
     target = output if output is not None else Path(f"{job_id}.pdf")
     check_output_path(target, what="the plate file")
     downloads = [(job.output_key, target, "plate")]
+    if with_jdf:
+        downloads.append((job.jdf_key, jdf_beside(target), "JDF Layout"))
     if previews_dir is not None:
         downloads += [(key, previews_dir / f"{job_id}-{key.rsplit('/', 1)[-1]}", "preview") for key in preview_keys]
     for key, path, what in downloads:

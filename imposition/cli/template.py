@@ -173,7 +173,7 @@ def roles(settings: Settings) -> tuple[Role, ...]:
     # API reference, GetObject/HeadObject "Permissions"): storage tells a missing input by its 404
     listing = _allow(("s3:ListBucket",), [_arn("PlatesBucket")])
     return (
-        Role("Imposer", "imposition workers: run jobs under leases, read inputs, write plates and previews", (
+        Role("Imposer", "imposition workers: run jobs under leases, read inputs, write plates, JDFs and previews", (
             urls,
             _allow(DYNAMODB_READ + DYNAMODB_WRITE, _table_arns(*lease_tables)),
             _allow(SQS_CONSUME + SQS_SEND, [queue[imposition]]),

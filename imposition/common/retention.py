@@ -8,7 +8,7 @@ what                                  expires
 a job item, once final                ``expires_at`` = the final write's time + job_retention_days
                                       (DynamoDB TTL on ``leases.models.JOB_TTL_ATTRIBUTE``; deletion
                                       follows within days, as DynamoDB's TTL documentation says)
-its input, plate and previews         job_retention_days after each was written (S3 lifecycle rule
+its input, plate, JDF and previews    job_retention_days after each was written (S3 lifecycle rule
                                       on the prefix ``tenants/``, where every job object lives)
 an unfinished multipart upload        s3_abort_incomplete_upload_days after it began
 ====================================  =============================================================
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from imposition.common.settings import Settings, get_settings
 
-#: Every job object (input, plate, previews) lives under this prefix (imposition.common.tenancy).
+#: Every job object (input, plate, its JDF Layout, previews) lives under this prefix (imposition.common.tenancy).
 JOB_OBJECTS_PREFIX = "tenants/"
 SECONDS_PER_DAY = 86_400
 

@@ -148,6 +148,11 @@ def plate_key(tenant_id: str, job_id: str) -> str:
     return job_prefix(tenant_id, job_id) + "plate.pdf"
 
 
+def jdf_key(tenant_id: str, job_id: str) -> str:
+    """Key of the JDF Layout of a job's plate (imposition.engine.jdf), beside the plate."""
+    return job_prefix(tenant_id, job_id) + "plate.jdf"
+
+
 def preview_key(tenant_id: str, job_id: str, side: int) -> str:
     """Key of the PNG preview of a job's plate side ``side`` (1-based), beside the plate."""
     return job_prefix(tenant_id, job_id) + f"preview-{int(side)}.png"

@@ -6,21 +6,21 @@
 
     {"mode": "impose" | "inspect" | "probe" | "preview", "input": path, "output": path | null,
      "layout": {...} (imposition.engine.job.Layout), "slug": {"job_id": ..., "tenant_id": ...} | null,
-     "max_pages": int, "result": path,
-     "max_cells_per_sheet": n, "max_cells_per_job": n, "content_budget": {...}}   (optional)
+     "max_pages": int, "result": path, "max_cells_per_sheet": n, "max_cells_per_job": n,
+     "content_budget": {...}, "jdf_output": path, "plate_name": name}   (the last five optional)
     preview: {"mode": "preview", "input": plate, "output_dir": dir, "max_px": n, "result": path}
 
 ``probe`` opens the PDF (:func:`imposition.engine.source.open_source`), holds it to the content budget,
 reads every page's content and resources whole and its boxes (a damaged or truncated file is refused
-at the door), and answers ``{"ok": true, "pages_in": n}``; ``inspect`` also plans the job (every typed input error, no output); ``impose``
-also draws the plan and saves it to ``output``; ``preview`` renders every page of a plate
-(:func:`render_previews`) and answers ``{"ok": true, "previews": [...]}``. Checked first: the content
-budget (``content_too_large``), then every page's content (``damaged``, or a ``repaired`` warning),
-then its boxes (a TrimBox outside the page: the ``trim_box_replaced`` warning);
-with ``on_warning: fail`` a warning fails the job before anything is drawn. The result file receives
-``{"ok": true, "sheets": n, "sides": n, "pages_in": n, "blank_pages": n, "warnings": [{"code",
-"message"}, …]}`` or ``{"ok": false, "code": ..., "message": ...}``; exit status 0 when a result was
-written. ``--serve``: :func:`serve`. A damaged input (:data:`INPUT_ERRORS`, ``DamagedPdf``) is
+at the door), and answers ``{"ok": true, "pages_in": n}``; ``inspect`` also plans the job (every typed
+input error, no output); ``impose`` also draws the plan and saves it to ``output`` (with ``jdf_output``
+its JDF Layout too, :mod:`imposition.engine.jdf`); ``preview`` renders every page of a plate
+(:func:`render_previews`), answering ``{"ok": true, "previews": [...]}``. Checked first: the content
+budget (``content_too_large``), then every page's content (``damaged``, or a ``repaired`` warning), then
+its boxes (a TrimBox outside the page: ``trim_box_replaced``); with ``on_warning: fail`` a warning
+fails the job before anything is drawn. The result file receives ``{"ok": true, "sheets": n, "sides":
+n, "pages_in": n, "blank_pages": n, "warnings": [{"code", "message"}, …]}`` or ``{"ok": false, "code":
+..., "message": ...}``; exit status 0 when a result was written. ``--serve``: :func:`serve`. A damaged input (:data:`INPUT_ERRORS`, ``DamagedPdf``) is
 ``damaged``; any other exception is a bug: the child ends with its traceback in its log and the
 parent reports ``engine_crashed``. Why: docs/design.md, "A warm engine child".
 """
@@ -122,6 +122,12 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
             from .drawing import draw_plan  # only the impose mode needs the drawing code (a serving child has it)
 
             draw_plan(pdf, boxes, plan, Path(request["output"]))
+            if request.get("jdf_output"):
+                from .jdf import layout_jdf
+
+                Path(request["jdf_output"]).write_bytes(layout_jdf(
+                    plan, layout, boxes, job_id=slug.job_id if slug and slug.job_id != "-" else Path(request["plate_name"]).stem,
+                    source_name=path.name, plate_name=request["plate_name"]))
     return {"ok": True, "sheets": plan.sheets, "sides": len(plan.plates), "pages_in": plan.pages_in,
             "blank_pages": plan.blank_pages, "warnings": [warning.to_json() for warning in warnings]}
 

@@ -12,7 +12,9 @@ fit, a limit), or when the plate file cannot be written (its folder must exist a
 none is created). ``"slug": true`` prints the slug with ``-`` for a job or tenant not given by
 ``--job-id`` / ``--tenant-id``, and says so on stderr. ``--preview DIR`` (an existing folder) also
 writes a PNG of each side there, ``preview-<n>.png`` (one line each; a preview that fails is the
-warning ``preview_failed``, exit status 0: the plate is written). Also runs as ``python -m imposition.engine.cli``.
+warning ``preview_failed``, exit status 0: the plate is written). The pikepdf engine also writes the
+plan's CIP4 JDF Layout beside the plate (``plate.jdf`` for ``-o plate.pdf``; line ``jdf <path>``), for
+a shop's workflow system (:mod:`imposition.engine.jdf`). Also runs as ``python -m imposition.engine.cli``.
 
 Start-up: the engine's child process is started first (:func:`imposition.engine.isolation.prestart`), so its
 interpreter and pikepdf load while this process reads its settings and validates the layout; the
@@ -84,7 +86,7 @@ def layout_text(value: str) -> str:
 @click.option("--layout", "layout", required=True,
               help="Layout specification: a JSON file, or JSON text starting with '{'.")
 @click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Plate file to write.")
+              help="Plate file to write; the pikepdf engine writes its JDF Layout beside it (<plate>.jdf).")
 @click.option("--engine", type=click.Choice(["pikepdf", "pdftoolbox"]), default=None,
               help="Engine (default: settings.engine, IMPOSITION_ENGINE).")
 @click.option("--time-limit-s", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -148,6 +150,8 @@ def _impose(input_pdf: Path, layout: str, output: Path, engine: str | None, time
     )
     for preview in report.previews:
         click.echo(f"preview {preview}")
+    if report.jdf is not None:
+        click.echo(f"jdf {report.jdf}")
     for warning in report.warnings:
         click.echo(f"warning {warning.code}: {warning.message}")
 

@@ -191,10 +191,12 @@ BEZIER_CIRCLE_K = 0.5523
 
 @dataclass(frozen=True)
 class Patch:
-    """A filled rectangle: ``cmyk`` tints 0…1 (DeviceCMYK), or None for the registration colour."""
+    """A filled rectangle: ``cmyk`` tints 0…1 (DeviceCMYK), or None for the registration colour;
+    ``kind`` says which mark it belongs to (the JDF Layout names them apart)."""
 
     rect: Rect
     cmyk: tuple[float, float, float, float] | None
+    kind: Literal["colour_bar", "collation"] = "colour_bar"
 
 
 #: The patches of one run of a colour bar: C, M, Y, K solid, the registration colour, C, M, Y, K 50 %.

@@ -86,6 +86,7 @@ class Plate:
         slug_origin_pt: where its baseline starts on the sheet ``(x, y)`` (pt), with ``slug_line``.
         targets: registration targets.
         patches: the colour bar's patches and the collation mark.
+        signature: 0-based signature (booklets: the folded section) of the plate's sheet.
     """
 
     sheet_number: int
@@ -96,6 +97,7 @@ class Plate:
     slug_origin_pt: tuple[float, float] | None = None
     targets: tuple[Target, ...] = ()
     patches: tuple[Patch, ...] = ()
+    signature: int = 0
 
 
 @dataclass(frozen=True)
@@ -696,7 +698,7 @@ def _collation_mark(layout: Layout, frame: _Frame, sheet: SheetOrder) -> list[Pa
     steps = max(1, int((b.height + EPSILON_PT) // height))
     step = sheet.signature % steps
     y0 = b.y0 + step * height if turned else b.y1 - (step + 1) * height
-    return [Patch(Rect(spine_x - width / 2, y0, spine_x + width / 2, y0 + height), None)]
+    return [Patch(Rect(spine_x - width / 2, y0, spine_x + width / 2, y0 + height), None, "collation")]
 
 
 def _slug_origin(text: str, printable: Rect, placements: Sequence[Placement], marks: Sequence[Mark],
@@ -865,7 +867,7 @@ def plan_imposition(
                 else:
                     slug_line = text
             plates.append(Plate(number, side, tuple(placements), tuple(marks), slug_line, origin,
-                                tuple(targets), tuple(patches)))
+                                tuple(targets), tuple(patches), sheet.signature))
     warnings = plan_warnings(layout, frame, found) + _padding_warnings(layout, order, len(pages))
     return ImpositionPlan(
         frame.sheet.width, frame.sheet.height, tuple(plates), len(order.sheets), order.blank_pages, len(pages),

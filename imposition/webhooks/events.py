@@ -4,11 +4,12 @@ Shape (times are epoch seconds, float; absent values are ``null``)::
 
     {"id": "evt_<job id>", "type": "job.succeeded" | "job.failed", "job_id", "tenant_id",
      "status": "succeeded" | "failed", "output_key", "error", "error_code", "attempts",
-     "sheets", "sides", "warnings", "preview_keys", "submitted_at", "started_at", "finished_at"}
+     "sheets", "sides", "warnings", "preview_keys", "jdf_key", "submitted_at", "started_at", "finished_at"}
 
 ``warnings`` lists the engine's typed warnings of a succeeded job, ``[{"code", "message"}, …]``
 (empty when the plate is what the layout asked; ``[]`` for a failed job); ``preview_keys`` the S3
-keys of its PNG previews, one per side (``[]`` for a failed job or when there are none).
+keys of its PNG previews, one per side (``[]`` for a failed job or when there are none); ``jdf_key``
+the S3 key of its plate's JDF Layout (``null`` for a failed job or an engine that writes none).
 
 A job run finishes once, so its event id is derived from the job id (and the operator retry it
 ends, if any): every delivery round of the same event carries the same id (the tenant deduplicates
@@ -59,6 +60,7 @@ def job_event(job: JobItem) -> dict[str, Any]:
         "sides": _number(job.sides),
         "warnings": list(job.warnings or []) if job.status == JobStatus.SUCCEEDED.value else [],
         "preview_keys": list(job.preview_keys or []) if job.status == JobStatus.SUCCEEDED.value else [],
+        "jdf_key": job.jdf_key if job.status == JobStatus.SUCCEEDED.value else None,
         "submitted_at": _number(job.submitted_at),
         "started_at": _number(job.started_at),
         "finished_at": _number(job.finished_at),

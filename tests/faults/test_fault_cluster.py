@@ -109,7 +109,7 @@ def test_a_worker_killed_at_any_moment_loses_no_job_and_runs_it_once(cluster, fa
         assert (job.attempts, len(reclaims)) == (2, 1)
         assert reclaims[0]["requeued"] is True
     assert len(committed(cluster, job_id)) == 1
-    assert cluster.job_objects(tenant, job_id) == sorted([job.input_key, job.output_key, *job.preview_keys])
+    assert cluster.job_objects(tenant, job_id) == sorted([job.input_key, job.output_key, job.jdf_key, *job.preview_keys])
     assert int(TenantItem.get(tenant, consistent_read=True).in_flight) == 0
 
 
@@ -133,7 +133,7 @@ def test_a_worker_whose_heartbeat_stopped_commits_nothing(cluster, faulty_jobs):
     # The first holder ran on past the reclaim: its fence before the upload refused it.
     assert [e["token"] for e in cluster.events_of(job_id, "lost")] == [first]
     assert [e["token"] for e in committed(cluster, job_id)] == [second]
-    assert cluster.job_objects(tenant, job_id) == sorted([job.input_key, job.output_key, *job.preview_keys])
+    assert cluster.job_objects(tenant, job_id) == sorted([job.input_key, job.output_key, job.jdf_key, *job.preview_keys])
 
 
 def test_an_unexpected_error_before_the_lease_leaves_the_message_to_sqs(cluster, faulty_jobs):

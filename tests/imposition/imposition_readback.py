@@ -115,12 +115,14 @@ class Raster:
 class Placed:
     """A source page drawn on a plate, read from the plate's own operators: the form's ``P<n>`` label,
     where the source page's TrimBox lands (through the ``cm`` in force at its ``Do``), the clip
-    rectangle (``re W n``) around it and the placement's scale; rectangles ``(x0, y0, x1, y1)`` pt."""
+    rectangle (``re W n``) around it, the placement's scale and that ``cm`` matrix ``(a, b, c, d, e, f)``
+    (the page's own space → the plate); rectangles ``(x0, y0, x1, y1)`` pt."""
 
     label: str
     trim: tuple[float, float, float, float]
     clip: tuple[float, float, float, float] | None
     scale: float
+    matrix: tuple[float, float, float, float, float, float] = (1, 0, 0, 1, 0, 0)
 
 
 def _bounds(points):
@@ -159,7 +161,7 @@ def placements(plate_path: Path, source_path: Path) -> list[list[Placed]]:
                     label = _label_of(form.read_bytes())
                     x0, y0, x1, y1 = trims[label]
                     corners = [ctm.transform(p) for p in ((x0, y0), (x1, y0), (x0, y1), (x1, y1))]
-                    placed.append(Placed(label, _bounds(corners), clip, math.hypot(ctm.a, ctm.b)))
+                    placed.append(Placed(label, _bounds(corners), clip, math.hypot(ctm.a, ctm.b), ctm.shorthand))
             result.append(placed)
     return result
 

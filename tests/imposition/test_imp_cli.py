@@ -18,8 +18,9 @@ def test_impose_prints_a_one_line_summary(case, tmp_path):
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
     assert "8 sides on 4 sheets from 13 pages (3 blank)" in lines[0] and "pikepdf" in lines[0]
+    assert lines[1] == f"jdf {tmp_path / 'plate.jdf'}" and (tmp_path / "plate.jdf").stat().st_size > 0
     # 3 blanks are more than half a 4-page sheet: the one warning, on a line of its own
-    assert len(lines) == 2 and "padded_with_blanks" in lines[1]
+    assert len(lines) == 3 and "padded_with_blanks" in lines[2]
     assert len(page_sizes_mm(output)) == 8
 
 
@@ -27,6 +28,7 @@ def test_impose_reports_a_typed_error_and_exits_1(case, tmp_path):
     result = CliRunner().invoke(impose_command, [str(case("encrypted_user_pw_8p.pdf")), "--layout",
                                                  '{"layout": "n_up", "sheet": "A4"}', "-o", str(tmp_path / "p.pdf")])
     assert result.exit_code == 1 and "password_required" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # neither a plate nor a JDF, nor their partials
 
 
 def test_impose_refuses_a_bad_layout_as_a_usage_error_exit_2(case, tmp_path):
@@ -52,3 +54,4 @@ def test_impose_with_the_pdftoolbox_engine(case, tmp_path, stand_in_settings, mo
         get_settings.cache_clear()
     assert result.exit_code == 0, result.output
     assert "with pdftoolbox" in result.output
+    assert "jdf" not in result.output and not (tmp_path / "p.jdf").exists()  # pdfToolbox writes no JDF

@@ -55,6 +55,7 @@ def test_a_job_stores_names_and_hands_out_a_preview_of_each_side(worker, tenant,
     from imposition.common import aws
     from imposition.common.settings import get_settings
     from imposition.webhooks.events import job_event
+    from tasks.results import job_meta
 
     job = Cluster.final(submit_bytes(tenant, pdf, layout=LAYOUT))
     assert job.status == "succeeded", job.error
@@ -66,10 +67,18 @@ def test_a_job_stores_names_and_hands_out_a_preview_of_each_side(worker, tenant,
         assert head["ContentType"] == "image/png" and head["ContentLength"] > 0
     assert cli_json("job", "show", job.job_id)["preview_keys"] == job.preview_keys
     assert job_event(job)["preview_keys"] == job.preview_keys
+    # the plan's JDF Layout beside the plate, named wherever the previews are
+    assert job.jdf_key == f"{prefix}plate.jdf"
+    head = aws.s3().head_object(Bucket=get_settings().bucket, Key=job.jdf_key)
+    assert head["ContentType"] == "application/vnd.cip4-jdf+xml" and head["ContentLength"] > 0
+    assert cli_json("job", "show", job.job_id)["jdf_key"] == job_event(job)["jdf_key"] == job.jdf_key
+    assert job_meta(job, job.job_id)["result"]["jdf_key"] == job.jdf_key  # what r.get() returns
 
     previews = tmp_path / "previews"
     previews.mkdir()
-    output = cli("job", "download", job.job_id, "-o", str(tmp_path / "plate.pdf"), "--previews", str(previews)).output
+    output = cli("job", "download", job.job_id, "-o", str(tmp_path / "plate.pdf"), "--previews", str(previews),
+                 "--jdf").output
+    assert (tmp_path / "plate.jdf").read_bytes().startswith(b"<?xml") and ": JDF Layout of job" in output
     names = sorted(p.name for p in previews.iterdir())
     assert names == [f"{job.job_id}-preview-{n}.png" for n in range(1, 5)]
     assert output.count(": preview of job") == 4 and (tmp_path / "plate.pdf").stat().st_size > 0

@@ -4,12 +4,15 @@ lifecycle rules from the same setting. Real moto DynamoDB and S3 over HTTP."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from imposition.cli.provision import provision
 from imposition.common import aws
 from imposition.common.retention import bucket_lifecycle_rules, job_expires_at
 from imposition.common.settings import Settings, get_settings
+from imposition.common.tenancy import input_key, jdf_key, plate_key, preview_key
 from leases import lifecycle
 from leases.models import JOB_TTL_ATTRIBUTE, JobItem
 from tests.leases.helpers import make_job
@@ -28,7 +31,7 @@ def test_a_cancelled_job_expires_after_the_retention_and_a_retried_one_no_longer
     assert (job.status, job.expires_at) == ("queued", None)
 
 
-def test_provision_turns_the_jobs_ttl_on_and_sets_the_buckets_lifecycle_from_the_setting():
+def test_provision_turns_the_jobs_ttl_on_and_sets_the_buckets_lifecycle_from_the_setting(tenant_id):
     provision()  # again, on the provisioned stack: converges
     s = get_settings()
     ttl = aws.client("dynamodb").describe_time_to_live(TableName=JobItem.Meta.table_name)["TimeToLiveDescription"]
@@ -37,6 +40,11 @@ def test_provision_turns_the_jobs_ttl_on_and_sets_the_buckets_lifecycle_from_the
     by_id = {rule["ID"]: rule for rule in rules}
     assert by_id["imposition-job-objects"]["Expiration"]["Days"] == s.job_retention_days
     assert by_id["imposition-job-objects"]["Filter"]["Prefix"] == "tenants/"
+    # every object a job writes lies under it: input, plate, its JDF Layout, previews
+    job_id = uuid.uuid4().hex
+    keys = (input_key(tenant_id, job_id), plate_key(tenant_id, job_id), jdf_key(tenant_id, job_id),
+            preview_key(tenant_id, job_id, 1))
+    assert all(key.startswith("tenants/") for key in keys)
     assert by_id["imposition-incomplete-uploads"]["AbortIncompleteMultipartUpload"] == {
         "DaysAfterInitiation": s.s3_abort_incomplete_upload_days}
     assert len(rules) == len(bucket_lifecycle_rules())

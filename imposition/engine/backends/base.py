@@ -5,6 +5,8 @@ and cancel event, the child process (:meth:`Engine.run_child`), writing the plat
 (a hidden ``.partial`` file renamed into place, removed on any failure), timing and the report.
 A subclass implements :meth:`Engine._place`, writing the imposed PDF to the path it is given.
 With ``preview_dir``, the plate's sides are then rendered to PNG files there (:meth:`Engine.previews`).
+An engine with ``writes_jdf`` also writes the plan's JDF Layout beside the plate (``<plate>.jdf``,
+:mod:`imposition.engine.jdf`), renamed into place with it.
 """
 
 from __future__ import annotations
@@ -44,6 +46,13 @@ def _remove_previews(preview_dir: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def jdf_beside(plate: Path) -> Path:
+    """Where a plate's JDF Layout goes: the plate's path with the suffix ``.jdf`` (``.jdf`` added
+    when the plate's own name ends so)."""
+    path = plate.with_suffix(".jdf")
+    return plate.with_name(plate.name + ".jdf") if path == plate else path
+
+
 @dataclass(frozen=True)
 class ImposeReport:
     """What an imposition produced.
@@ -61,6 +70,7 @@ class ImposeReport:
             ``preview_failed`` when previews were asked for and could not be rendered.
         previews: the preview files written (``preview-<n>.png`` in ``preview_dir``, n the plate's
             side, 1-based), empty when none were asked for or they failed.
+        jdf: the JDF Layout written beside the plate (``<plate>.jdf``), or None (the engine writes none).
     """
 
     sheets: int
@@ -71,6 +81,7 @@ class ImposeReport:
     engine: str
     warnings: tuple[PlateWarning, ...] = ()
     previews: tuple[Path, ...] = ()
+    jdf: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +113,8 @@ class EngineJob:
         cancel: the caller's cancel event, or None.
         deadline: ``time.monotonic()`` value after which the job is over its time limit.
         time_limit_s: the whole job's limit (for messages).
+        jdf_path: where to write the JDF Layout (a temporary name), or None for none.
+        plate_name: the plate's file name as the JDF names it.
     """
 
     input_path: Path
@@ -112,6 +125,8 @@ class EngineJob:
     cancel: threading.Event | None
     deadline: float
     time_limit_s: float
+    jdf_path: Path | None = None
+    plate_name: str = ""
 
 
 class Engine(ABC):
@@ -119,9 +134,11 @@ class Engine(ABC):
 
     Class attributes:
         name: the engine's name in ``settings.engine`` and in reports.
+        writes_jdf: the engine writes the JDF Layout of its plan beside the plate.
     """
 
     name: ClassVar[str]
+    writes_jdf: ClassVar[bool] = False
 
     def __init__(self, settings: "Settings") -> None:
         self.settings = settings
@@ -142,7 +159,9 @@ class Engine(ABC):
         Args:
             input_path: the source PDF.
             spec: the layout (a dict or JSON text is validated with :func:`parse_layout`).
-            output_path: the plate file; written whole or not at all.
+            output_path: the plate file; written whole or not at all. With :attr:`writes_jdf`, its
+                JDF Layout goes beside it (``output_path`` with the suffix ``.jdf``), else a file of
+                that name left by an earlier run is removed (:func:`jdf_beside`).
             slug: job and tenant for the slug line.
             cancel: when set, the engine kills its child process and raises EngineCancelled.
             time_limit_s: wall-clock limit in seconds (default ``settings.engine_time_limit_s``).
@@ -170,20 +189,28 @@ class Engine(ABC):
             raise EngineCancelled("the engine was cancelled before it started")
         output_path.parent.mkdir(parents=True, exist_ok=True)
         partial = output_path.with_name(f".{output_path.name}.{uuid.uuid4().hex}.partial")
+        jdf_path = jdf_beside(output_path)
+        partial_jdf = partial.with_suffix(".jdf.partial")
         partial.touch()  # an unwritable output directory is an OSError here, not a crash in the child
         partial.unlink()
         try:
             with tempfile.TemporaryDirectory(prefix="imposition-") as work_dir:
-                job = EngineJob(input_path, spec, partial, Path(work_dir), slug, cancel, started + limit_s, limit_s)
+                job = EngineJob(input_path, spec, partial, Path(work_dir), slug, cancel, started + limit_s, limit_s,
+                                jdf_path=partial_jdf if self.writes_jdf else None, plate_name=output_path.name)
                 placed = self._place(job)
             if cancel is not None and cancel.is_set():
                 raise EngineCancelled("the engine was cancelled; its output was discarded")
             os.replace(partial, output_path)
+            if self.writes_jdf:
+                os.replace(partial_jdf, jdf_path)
+            else:  # a ticket of an earlier plate must not pass for this one's
+                jdf_path.unlink(missing_ok=True)
         except ImpositionError as exc:
             log.info("imposition failed: engine=%s code=%s retryable=%s: %s", self.name, exc.code, exc.retryable, exc)
             raise
         finally:
             partial.unlink(missing_ok=True)
+            partial_jdf.unlink(missing_ok=True)
         warnings = placed.warnings
         previews: tuple[Path, ...] = ()
         if preview_dir is not None and placed.sides > self.settings.preview_max_sides:
@@ -201,7 +228,7 @@ class Engine(ABC):
                 warnings += (PlateWarning(PreviewFailed.code, f"no preview of the plate ({exc.code}): {exc.message}"),)
         report = ImposeReport(placed.sheets, placed.sides, placed.pages_in, placed.blank_pages,
                               duration_s=time.monotonic() - started, engine=self.name, warnings=warnings,
-                              previews=previews)
+                              previews=previews, jdf=jdf_path if self.writes_jdf else None)
         log.info("imposed %s: %s", input_path.name, report)
         return report
 
@@ -288,6 +315,8 @@ class Engine(ABC):
                 "content_budget": ContentBudget.of(self.settings).to_json(),
                 "result": str(result_path),
             }
+            if job.jdf_path is not None and mode == "impose":
+                request.update(jdf_output=str(job.jdf_path), plate_name=job.plate_name)
         request.update(fields or {})
         request_path.write_text(json.dumps(request))
         memory_limit_bytes = self.settings.engine_memory_limit_bytes

@@ -2,7 +2,8 @@
 
 This class is the parent's side: it validates, limits and waits (:class:`~imposition.engine.backends.base.Engine`).
 The child process (:mod:`imposition.engine.child`) opens the source, plans the job and draws it
-(:mod:`imposition.engine.drawing`); hostile input is parsed only there.
+(:mod:`imposition.engine.drawing`) and writes its JDF Layout (:mod:`imposition.engine.jdf`); hostile
+input is parsed only there.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ class PikepdfEngine(Engine):
     """The open engine (``settings.engine = "pikepdf"``): plans and draws in a limited child process."""
 
     name = "pikepdf"
+    writes_jdf = True
 
     def _place(self, job: EngineJob) -> Placed:
         result = self.run_child(job, "impose")
