@@ -131,6 +131,11 @@ class Settings(BaseSettings):
         description="beat's schedule file (`imposition process run beat`; the image and the units create its "
                     "folder); `make run` puts it in .run/",
     )
+    beat_max_loop_interval_s: float = Field(
+        default=30.0, gt=0,
+        description="Longest beat sleeps between two turns of its scheduler loop (Celery's "
+                    "beat_max_loop_interval); beat's /healthz says stalled after twice this without a turn.",
+    )
     redis_key_namespace: str = Field(
         default="imposition", pattern=r"^[A-Za-z0-9._-]{1,64}$",
         description="1–64 characters from A–Z a–z 0–9 . _ -: the first segment of every Redis key the service "
