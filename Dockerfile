@@ -35,8 +35,9 @@ ENV PATH=/opt/imposition/bin:$PATH \
     IMPOSITION_METRICS_DIR=/tmp/imposition-metrics
 USER imposition
 WORKDIR /var/lib/imposition
-# Metrics and /healthz: imposer 9101, maintenance 9102, notifier 9103 (tasks.processes.METRICS_PORTS); Flower 5555.
-EXPOSE 9101 9102 9103 5555
+# Metrics and /healthz: imposer 9101, maintenance 9102, notifier 9103, beat 9104 (tasks.processes.METRICS_PORTS);
+# Flower 5555.
+EXPOSE 9101 9102 9103 9104 5555
 STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=30s --timeout=10s --start-period=90s --retries=3 \
     CMD ["imposition", "process", "healthcheck"]

@@ -132,6 +132,8 @@ class Result:
     #: job started (s; :func:`idle_after_release_s`), and the jobs the sweeper woke.
     idle_after_release_max_s: float | None = None
     woken_by_sweeper: int = 0
+    #: The day the row was measured (a row kept by ``BENCH_SCHED_KEEP`` keeps its own).
+    measured_on: str = field(default_factory=lambda: time.strftime("%Y-%m-%d"))
 
     @property
     def ratio(self) -> float:
@@ -533,7 +535,8 @@ def table(results: list[Result]) -> str:
             continue
         light = "/".join(_fmt(v) for v in (r.light_wait_p50_s, r.light_wait_p95_s, r.light_wait_max_s)) \
             if r.light_wait_p50_s is not None else "—"
-        lines.append(f"| {r.scenario} | {r.policy} | {r.finished}/{r.jobs} | {r.makespan_s:.1f} | {r.ideal_s:.1f} | "
+        kept = "" if r.measured_on == time.strftime("%Y-%m-%d") else f" (kept, {r.measured_on})"
+        lines.append(f"| {r.scenario}{kept} | {r.policy} | {r.finished}/{r.jobs} | {r.makespan_s:.1f} | {r.ideal_s:.1f} | "
                      f"{r.ratio:.2f} | {r.utilisation * 100:.0f} % | {r.requests_per_job:.1f} | {light} | "
                      f"{r.most_leases_tenant}/{r.most_leases_cluster} | {r.run_twice} | "
                      f"{'clean' if r.audit_clean else 'DRIFT'} | {_share(r.dynamodb_busy)} | {_share(r.cpu_busy)} | "

@@ -303,7 +303,9 @@ class Demo:
                    {**env, "IMPOSITION_METRICS_PORT": str(ports["maintenance"])}, consumer=True)
         self.start("worker-notifications", worker_command(s.notifications_queue, 2, "notifier"), WORKER_READY, env,
                    consumer=True)
-        self.start("beat", beat_command(RUN_DIR / "beat-schedule"), BEAT_READY, env)
+        beat_port = _free_port()  # beat's /healthz (not scraped: its /metrics has only process metrics)
+        self.start("beat", beat_command(RUN_DIR / "beat-schedule"), BEAT_READY,
+                   {**env, "IMPOSITION_METRICS_PORT": str(beat_port)})
         port = _free_port()
         # Flower binds 127.0.0.1 here, so its HTTP API may answer without authentication (Flower 2.x).
         self.flower = self.start("flower", flower_command(port), None, {**env, "FLOWER_UNAUTHENTICATED_API": "true"})
@@ -316,7 +318,8 @@ class Demo:
                         "IMPOSITION_BEAT_SCHEDULE_PATH": str(RUN_DIR.resolve() / "beat-schedule-operator")}
         (RUN_DIR / "env").write_text("".join(f"export {k}={v}\n" for k, v in operator_env.items())
                                      + f'export PATH="{Path(sys.executable).parent}:$PATH"\n')  # the venv's commands
-        self.say("• metrics: " + ", ".join(f"{node} {url}" for node, url in self.metrics_urls.items()))
+        self.say("• metrics: " + ", ".join(f"{node} {url}" for node, url in self.metrics_urls.items())
+                 + f"; beat's health http://127.0.0.1:{beat_port}/healthz")
         if self.prometheus_url:
             self.say(f"• Prometheus: {self.prometheus_url} (scrapes both nodes, alert rules loaded: "
                      f"{self.alerts_url()})")

@@ -11,7 +11,7 @@ What must hold at every instant (each lease transaction keeps it, all or nothing
   queue shows no visible message (checked only when the caller gives the visible count);
 * ``job_counters`` — the tenant's ``queued`` and ``waiting`` equal its jobs in those statuses, and
   ``occupied`` equals its live leases plus its queued jobs;
-* the cluster (a whole-cluster audit only) — the slot counter's ``busy`` equals the live leases.
+* the cluster (a whole-cluster audit only) — each slot-counter shard's ``busy`` equals its jobs' live leases.
 
 Expired leases are the sweeper's work, reported as ``expired``, not drift. A drift is reported only
 when seen in ``Settings.audit_confirm_snapshots`` snapshots in a row (the reads are no snapshot).
@@ -40,7 +40,7 @@ from pynamodb.transactions import TransactWrite
 
 from leases import nodes, outbox, sweeper, waiting
 from leases.errors import LeaseContention
-from leases.models import CLUSTER_SLOTS_KEY, ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem
+from leases.models import ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem, slot_shard_key, slot_shard_of
 from leases.dynamo import CANCELLED, RETRY, Retryable, classify, new_token, tx_connection, with_conflict_retries
 from leases.transactions import requeue_actions
 from leases.reads import read_lease
@@ -100,13 +100,26 @@ class AuditReport:
         """Every drift, tenant by tenant."""
         return [d for t in self.tenants for d in t.drifts]
 
-    #: The cluster's slot counter against its live leases: ``(busy, leases)``; a drift if unequal.
-    cluster: tuple[int, int] | None = None
+    #: The slot counter's shards against their live leases: ``{shard: (busy, leases)}``, every shard
+    #: with either; a drift where unequal.
+    shards: dict[int, tuple[int, int]] | None = None
+
+    @property
+    def cluster(self) -> tuple[int, int] | None:
+        """The cluster's ``(busy, leases)``, summed over the shards (None: no whole-cluster audit)."""
+        if self.shards is None:
+            return None
+        return (sum(b for b, _ in self.shards.values()), sum(h for _, h in self.shards.values()))
+
+    @property
+    def shard_drifts(self) -> dict[int, tuple[int, int]]:
+        """The shards whose ``busy`` differs from their live leases."""
+        return {k: (b, h) for k, (b, h) in (self.shards or {}).items() if b != h}
 
     @property
     def clean(self) -> bool:
-        """True when no tenant has drift and the cluster's busy counter equals its leases."""
-        return not self.drifts and (self.cluster is None or self.cluster[0] == self.cluster[1])
+        """True when no tenant has drift and every shard's busy counter equals its leases."""
+        return not self.drifts and not self.shard_drifts
 
     def describe(self) -> str:
         """Human-readable report: one line per tenant, one indented line per drift or repair."""
@@ -119,14 +132,16 @@ class AuditReport:
             lines.extend(f"    {d.kind}: {d.detail}" for d in t.drifts)
         if self.cluster is not None:
             busy, held = self.cluster
-            lines.append(f"cluster busy={busy} leases={held}  " + ("ok" if busy == held else "DRIFT (slot counter)"))
+            lines.append(f"cluster busy={busy} leases={held}  " + ("DRIFT (slot counter)" if self.shard_drifts else "ok"))
+            lines.extend(f"    shard {k}: busy={b} leases={h}" for k, (b, h) in sorted(self.shard_drifts.items()))
         lines.extend(f"  repaired: {r}" for r in self.repairs)
         return "\n".join(lines) if lines else "no tenants"
 
     def to_json(self) -> str:
         """The report as JSON (``tenants``, ``repairs``, ``clean``)."""
         return json.dumps({"tenants": [asdict(t) for t in self.tenants], "repairs": self.repairs,
-                           "cluster": self.cluster, "clean": self.clean}, indent=2, sort_keys=True)
+                           "cluster": self.cluster, "shard_drifts": {str(k): v for k, v in self.shard_drifts.items()},
+                           "clean": self.clean}, indent=2, sort_keys=True)
 
 
 @dataclass
@@ -336,47 +351,53 @@ def audit(tenant_ids: Iterable[str] | None = None, *, now: float | None = None,
             break
     for tenant in tenants:
         tenant.drifts = [d for d in tenant.drifts if d.key in (confirmed or set())]
-    cluster = None
+    shards = None
     if wanted is None:
         for _ in range(get_settings().audit_confirm_snapshots):
-            cluster = _cluster_snapshot()
-            if cluster is None or cluster[0] == cluster[1]:
+            shards = _cluster_snapshot()
+            if all(busy == held for busy, held in shards.values()):
                 break
-    return AuditReport(tenants, cluster=cluster)
+    return AuditReport(tenants, shards=shards)
 
 
-def _cluster_snapshot() -> tuple[int, int] | None:
-    """``(busy counter, live leases)``, read between two readings of the counter that agree (every
-    lease transaction moves both by the same amount); None before any lease or node existed."""
-    def busy() -> int | None:
-        item = nodes.slots()
-        return None if item is None else int(item.busy or 0)
+def _cluster_snapshot() -> dict[int, tuple[int, int]]:
+    """``{shard: (busy counter, live leases of its jobs)}`` for every shard with either, read
+    between two readings of the counter that agree (every lease transaction moves a shard's busy
+    and its leases by the same amount)."""
+    shard_count = get_settings().cluster_slot_shards
+    shard_of_key = {slot_shard_key(k): k for k in range(shard_count)}
+
+    def busy() -> dict[int, int]:
+        return {shard_of_key[item.key]: int(item.busy or 0) for item in nodes.slot_shards() if item.busy}
 
     before = busy()
     for _ in range(get_settings().audit_stable_read_tries):
-        held = sum(1 for _ in LeaseItem.scan(consistent_read=True, attributes_to_get=["job_id"]))
+        held: dict[int, int] = defaultdict(int)
+        for lease in LeaseItem.scan(consistent_read=True, attributes_to_get=["job_id"]):
+            held[slot_shard_of(lease.job_id, shard_count)] += 1
         after = busy()
         if before == after:
             break
         before = after
-    if after is None and held == 0:
-        return None
-    return (after or 0, held)
+    return {k: (after.get(k, 0), held.get(k, 0)) for k in sorted(set(after) | set(held))}
 
 
 def _repair_cluster(report: AuditReport) -> str | None:
-    """Set the cluster's ``busy`` to the live leases counted, on condition it is unchanged since."""
-    if report.cluster is None or report.cluster[0] == report.cluster[1]:
-        return None
-    busy, held = report.cluster
-    try:
-        ClusterItem(CLUSTER_SLOTS_KEY).update(actions=[ClusterItem.busy.set(held)],
-                                              condition=ClusterItem.busy == busy)
-    except UpdateError as exc:
-        if classify(exc)[0] in (RETRY, CANCELLED):  # a lease moved meanwhile: the next round
-            return None
-        raise
-    return f"cluster: busy {busy} → {held}"
+    """Set each drifting shard's ``busy`` to the live leases of its jobs counted, on condition it is
+    unchanged since; a note of what was set, or None."""
+    notes = []
+    for shard, (busy, held) in sorted(report.shard_drifts.items()):
+        unchanged = ClusterItem.busy == busy
+        if busy == 0:  # read as 0: absent, or written 0
+            unchanged = unchanged | ClusterItem.busy.does_not_exist()
+        try:
+            ClusterItem(slot_shard_key(shard)).update(actions=[ClusterItem.busy.set(held)], condition=unchanged)
+        except UpdateError as exc:
+            if classify(exc)[0] in (RETRY, CANCELLED):  # a lease moved meanwhile: the next round
+                continue
+            raise
+        notes.append(f"cluster shard {shard}: busy {busy} → {held}")
+    return "; ".join(notes) or None
 
 
 # --- repair -------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import functools
 
 from imposition.common.settings import get_settings
 from leases import policy
-from leases.models import CLUSTER_SLOTS_KEY, ClusterItem, JobItem, JobStatus, TenantItem
+from leases.models import ClusterItem, JobItem, JobStatus, TenantItem, slot_shard_key, slot_shard_of
 
 
 def below_cap(counter, default_cap: int):
@@ -78,8 +78,8 @@ def can_borrow():
 
 
 def slot_to_borrow():
-    """Condition on the cluster's slot counter: ``busy < borrowable`` (the reserve stays free;
-    :data:`leases.policy.BORROW_CLUSTER`)."""
+    """Condition on a shard of the cluster's slot counter: ``busy < borrowable``, its own counts
+    (its share of the slots above the reserve; :data:`leases.policy.BORROW_CLUSTER`)."""
     return condition_of(policy.BORROW_CLUSTER, get_settings().default_cap)
 
 
@@ -100,9 +100,11 @@ def cluster_state(cluster: ClusterItem | None) -> policy.ClusterState | None:
                                borrowers=int(cluster.borrowers or 0), total=int(cluster.total or 0))
 
 
-def slots_item() -> ClusterItem:
-    """The cluster's slot counter (``busy`` is kept in every acquire and release)."""
-    return ClusterItem(CLUSTER_SLOTS_KEY)
+def slots_item(job_id: str | None = None) -> ClusterItem:
+    """The slot counter's shard of ``job_id`` (``busy`` is kept in its every acquire and release),
+    or, without one, shard 0 (``total``, ``borrowers``)."""
+    shard = 0 if job_id is None else slot_shard_of(job_id, get_settings().cluster_slot_shards)
+    return ClusterItem(slot_shard_key(shard))
 
 
 def not_frozen(now: float):

@@ -18,6 +18,8 @@ Table names and the region come from :mod:`imposition.common.settings` when a mo
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
@@ -364,8 +366,39 @@ class JobItem(Model):
         return JobStatus(self.status)
 
 
-#: The key of the cluster's slot counter in the cluster table.
+#: The key of the cluster's slot counter in the cluster table: shard 0, which also holds ``total``
+#: and ``borrowers`` (the key of the unsharded counter, so an existing table keeps them).
 CLUSTER_SLOTS_KEY = "slots"
+
+
+def slot_shard_key(shard: int) -> str:
+    """The cluster-table key of slot-counter shard ``shard``: ``slots``, ``slots#1``, ``slots#2``, …"""
+    return CLUSTER_SLOTS_KEY if shard == 0 else f"{CLUSTER_SLOTS_KEY}#{shard}"
+
+
+def slot_shard_of(job_id: str, shards: int) -> int:
+    """The shard a lease of ``job_id`` counts on, out of ``shards``: ``crc32(job_id) mod shards``
+    (stable across processes, so a release meets its acquire's shard)."""
+    return zlib.crc32(job_id.encode()) % shards
+
+
+def summed_slots(shards: Iterable[ClusterItem]) -> ClusterItem | None:
+    """One slot counter of ``shards`` (keyed :data:`CLUSTER_SLOTS_KEY`): their ``busy``, ``total``,
+    ``borrowable`` and ``borrowers`` added up (absent counts 0); None for no shard."""
+    items = list(shards)
+    if not items:
+        return None
+    def total(name: str) -> int:
+        return sum(int(getattr(item, name) or 0) for item in items)
+
+    return ClusterItem(CLUSTER_SLOTS_KEY, busy=total("busy"), total=total("total"), borrowable=total("borrowable"),
+                       borrowers=total("borrowers"))
+
+
+def borrowable_shares(borrowable: int, shards: int) -> list[int]:
+    """``borrowable`` split over ``shards`` items: equal shares, the first ``borrowable mod shards``
+    one more; they sum to ``borrowable`` (negative too: a reserve above the live slots)."""
+    return [(borrowable - k + shards - 1) // shards for k in range(shards)]
 #: Key prefix of the live worker nodes in the cluster table.
 NODE_KEY_PREFIX = "node/"
 
@@ -386,14 +419,16 @@ class NodeExpiryIndex(GlobalSecondaryIndex["ClusterItem"]):
 
 
 class ClusterItem(Model):
-    """The cluster table: the slot counter (key :data:`CLUSTER_SLOTS_KEY`) and one item per live
-    worker node (key ``node/<node name>``).
+    """The cluster table: the slot counter, in ``Settings.cluster_slot_shards`` items (keys
+    :func:`slot_shard_key`), and one item per live worker node (key ``node/<node name>``).
 
-    The slot counter holds ``busy`` (leases held now, kept in the same transactions as each
-    tenant's ``in_flight``), ``total`` (slots of the live nodes) and ``borrowable`` (``total −
-    Settings.reserve_slots``: a lease may be borrowed only while ``busy < borrowable``) and
-    ``borrowers`` (tenants whose tier borrows). A node item
-    holds its ``slots`` and ``expires_at``; a node that stops beating is dropped by the sweeper.
+    Each shard holds ``busy`` (leases of its jobs held now, :func:`slot_shard_of`, kept in the same
+    transactions as each tenant's ``in_flight``) and ``borrowable`` (its share of ``total −
+    Settings.reserve_slots``, :func:`borrowable_shares`: a lease may be borrowed only while its
+    shard's ``busy < borrowable``). Shard 0 also holds ``total`` (slots of the live nodes) and
+    ``borrowers`` (tenants whose tier borrows). Summed over the shards, the four are the cluster's
+    (:func:`leases.nodes.slots`). A node item holds its ``slots`` and ``expires_at``; a node that
+    stops beating is dropped by the sweeper.
     """
 
     class Meta(_Meta):

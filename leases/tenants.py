@@ -25,7 +25,7 @@ from leases.dynamo import (
     tx_connection,
     with_conflict_retries,
 )
-from leases.models import CLUSTER_SLOTS_KEY, ClusterItem, LeaseItem, TenantItem
+from leases.models import ClusterItem, LeaseItem, TenantItem, slot_shard_key, summed_slots
 from leases.conditions import slots_item
 from imposition.common.settings import get_settings
 from imposition.common.tenancy import shown_value, validate_tenant_id
@@ -174,9 +174,11 @@ class TenantsSnapshot:
 
     Attributes:
         tenants: the tenant items that exist, by tenant id order.
-        slots: the slot counter (``busy``, ``total``, ``borrowable``), or None if never written.
+        slots: the slot counter (``busy``, ``total``, ``borrowable`` summed over its shards), or
+            None if never written.
         reads: the ``TransactGetItems`` calls it took: 1 means one serializable moment for all of
-            them; more (over ``TRANSACT_GET_MAX_ITEMS - 1`` tenants) means one moment per call.
+            them; more (over ``TRANSACT_GET_MAX_ITEMS − cluster_slot_shards`` tenants) means one
+            moment per call.
     """
 
     tenants: list
@@ -193,10 +195,10 @@ def _found(future):
 
 
 def read_tenants_and_slots(tenant_ids: Iterable[str]) -> TenantsSnapshot:
-    """Read the tenants ``tenant_ids`` and the cluster's slot counter in one ``TransactGetItems``
-    (serializable against the lease transactions, which move a tenant's ``in_flight`` and the
-    counter's ``busy`` together), or in as few as ``TRANSACT_GET_MAX_ITEMS`` allows, the counter
-    in the first. A read that conflicts with a write in progress is retried with jitter.
+    """Read the tenants ``tenant_ids`` and the cluster's slot counter (all its shards) in one
+    ``TransactGetItems`` (serializable against the lease transactions, which move a tenant's
+    ``in_flight`` and a shard's ``busy`` together), or in as few as ``TRANSACT_GET_MAX_ITEMS``
+    allows, the counter in the first. A read that conflicts with a write in progress is retried with jitter.
 
     Raises:
         LeaseContention: conflicts outlasted the retries.
@@ -206,7 +208,8 @@ def read_tenants_and_slots(tenant_ids: Iterable[str]) -> TenantsSnapshot:
     from pynamodb.transactions import TransactGet  # noqa: PLC0415
 
     ids = sorted(set(tenant_ids))
-    per_read = TRANSACT_GET_MAX_ITEMS - 1
+    shards = get_settings().cluster_slot_shards
+    per_read = TRANSACT_GET_MAX_ITEMS - shards
     chunks = [ids[i:i + per_read] for i in range(0, len(ids), per_read)] or [[]]
 
     def read(chunk: list[str], with_slots: bool):
@@ -214,13 +217,14 @@ def read_tenants_and_slots(tenant_ids: Iterable[str]) -> TenantsSnapshot:
             try:
                 with TransactGet(connection=tx_connection()) as tx:
                     futures = [tx.get(TenantItem, tenant_id) for tenant_id in chunk]
-                    slots = tx.get(ClusterItem, CLUSTER_SLOTS_KEY) if with_slots else None
+                    slots = [tx.get(ClusterItem, slot_shard_key(k)) for k in range(shards if with_slots else 0)]
             except TransactGetError as exc:
                 code = error_code(exc)
                 if code in RETRYABLE_ERRORS or code == "TransactionCanceledException":
                     raise Retryable((code,)) from exc
                 raise
-            return [item for item in map(_found, futures) if item is not None], (_found(slots) if slots else None)
+            counter = summed_slots(item for item in map(_found, slots) if item is not None)
+            return [item for item in map(_found, futures) if item is not None], counter
 
         return with_conflict_retries(attempt, what="read the tenants and the slot counter")
 

@@ -150,7 +150,7 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, n
 
     Items, all or nothing: the tenant ``in_flight + 1``, ``queued − 1`` on condition
     :func:`cap_has_room` (read in the transaction: a tier change applies at once) and
-    :func:`not_frozen`, or, with ``borrow``, :func:`can_borrow`; the cluster ``busy + 1``, with
+    :func:`not_frozen`, or, with ``borrow``, :func:`can_borrow`; the job's shard of the cluster ``busy + 1``, with
     ``borrow`` on condition :func:`slot_to_borrow` (the reserve stays free); the lease item, on
     condition none exists; the job ``queued → running`` (:func:`take_actions`) on condition it is
     queued, the tenant's, and with ``due_by`` due by then (not in retry backoff).
@@ -180,7 +180,7 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, n
                        actions=[TenantItem.in_flight.set((TenantItem.in_flight | 0) + 1), TenantItem.queued.add(-1)],
                        condition=(can_borrow() if borrow else cap_has_room(s.default_cap)) & not_frozen(t),
                        return_values=_ALL_OLD)
-                tx.add("update", "cluster", slots_item(), actions=[ClusterItem.busy.add(1)],
+                tx.add("update", "cluster", slots_item(job_id), actions=[ClusterItem.busy.add(1)],
                        condition=slot_to_borrow() if borrow else None)
                 tx.add("update", "job", JobItem(job_id), actions=take_actions(t, token, worker),
                        condition=queued_and_due(tenant_id, due_by), return_values=_ALL_OLD)
@@ -280,7 +280,8 @@ def _replan(plan: _Plan, reasons: dict[str, object], tenant_id: str) -> _Plan | 
     return _Plan() if plan.candidates else _reread(plan, tenant_id)
 
 
-def _release_items(tx: NamedTransaction, tenant_id: str, plan: _Plan, *, requeue: bool, t: float) -> None:
+def _release_items(tx: NamedTransaction, job_id: str, tenant_id: str, plan: _Plan, *, requeue: bool,
+                   t: float) -> None:
     """The tenant, cluster and successor items of a release (the lease and job items are the caller's)."""
     s = get_settings()
     successor = plan.candidates[0] if plan.candidates else None
@@ -293,7 +294,7 @@ def _release_items(tx: NamedTransaction, tenant_id: str, plan: _Plan, *, requeue
         place = [TenantItem.in_flight.add(-1), TenantItem.occupied.add(-1)]
         condition = none_waiting() if plan.none_waits else None
     tx.add("update", "tenant", TenantItem(tenant_id), actions=place, condition=condition)
-    tx.add("update", "cluster", slots_item(), actions=[ClusterItem.busy.add(-1)])
+    tx.add("update", "cluster", slots_item(job_id), actions=[ClusterItem.busy.add(-1)])
     if successor is not None and not requeue:
         tx.add("update", "successor", JobItem(successor), actions=wake_actions(tenant_id, t, "release"),
                condition=is_waiting(tenant_id))
@@ -312,7 +313,7 @@ def _try_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[Na
     try:
         with NamedTransaction(release_id) as tx:
             tx.add("delete", "lease", LeaseItem(job_id), condition=condition)
-            _release_items(tx, tenant_id, plan, requeue=requeue, t=time.time() if now is None else now)
+            _release_items(tx, job_id, tenant_id, plan, requeue=requeue, t=time.time() if now is None else now)
             job_item(tx, release_id)
     except TransactWriteError as exc:
         kind, codes = classify(exc)

@@ -60,6 +60,9 @@ def derived() -> dict[str, Any]:
         "worker_concurrency": settings.slots_per_node,
         "worker_proc_alive_timeout": settings.worker_process_start_timeout_s,
         "worker_send_task_events": bool(settings.events_url),
+        # beat's scheduler loop stamps each turn for its /healthz (tasks.beat)
+        "beat_scheduler": "tasks.beat:HealthScheduler",
+        "beat_max_loop_interval": settings.beat_max_loop_interval_s,
         "beat_schedule": {
             "sweep-expired-leases": {"task": "imposition.sweep", "schedule": settings.sweep_interval_s,
                                      "options": maintenance},

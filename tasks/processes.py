@@ -10,7 +10,7 @@ maintenance  celery worker -Q maintenance -c 1      receive close + stop margin 
                                                     acks_late and idempotent)
 notifier     celery worker -Q notifications         a round's hard time limit + receive close    /healthz
              -c notifier_concurrency                + stop margin
-beat         celery beat                            stop margin (it holds no work)               none
+beat         celery beat                            stop margin (it holds no work)               /healthz
 flower       celery flower (events side channel)    stop margin                                  Flower's
 ===========  ===================================  ===========================================  ==========
 
@@ -40,8 +40,9 @@ from imposition.webhooks.delivery import round_time_limits
 
 #: Gossip, mingle and broker heartbeats need broadcast queues, which the SQS setup does not have.
 WORKER_FLAGS = ("--without-gossip", "--without-mingle", "--without-heartbeat")
-#: The metrics port of each worker role in the units (one host may run all three) and the image.
-METRICS_PORTS = {"imposer": 9101, "maintenance": 9102, "notifier": 9103}
+#: The metrics port (and /healthz) of each role but Flower in the units (one host may run them all)
+#: and the image.
+METRICS_PORTS = {"imposer": 9101, "maintenance": 9102, "notifier": 9103, "beat": 9104}
 #: Flower's port when FLOWER_PORT is not set (Flower's own default).
 FLOWER_DEFAULT_PORT = 5555
 
@@ -127,8 +128,8 @@ def stop_timeout_s(name: str, s: Settings | None = None) -> int:
 
 def run(name: str) -> None:
     """Replace this process with role ``name``'s (``exec``: the platform's signals reach Celery).
-    A worker role without ``IMPOSITION_METRICS_PORT`` gets its port of :data:`METRICS_PORTS`, so
-    its /healthz answers where the health check asks.
+    A role without ``IMPOSITION_METRICS_PORT`` gets its port of :data:`METRICS_PORTS`, so its
+    /healthz answers where the health check asks.
 
     Raises:
         UnknownRole: no such role.
@@ -139,27 +140,25 @@ def run(name: str) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "celery", *args])
 
 
-def health_url(name: str, s: Settings | None = None) -> str | None:
-    """Where role ``name``'s health is asked on this host, or None (beat: no endpoint)."""
+def health_url(name: str, s: Settings | None = None) -> str:
+    """Where role ``name``'s health is asked on this host.
+
+    Raises:
+        UnknownRole: no such role.
+    """
     s = s or get_settings()
-    if name in METRICS_PORTS:
-        return f"http://127.0.0.1:{s.metrics_port or METRICS_PORTS[name]}{HEALTH_PATH}"
-    if name == "flower":
+    if role(name).name == "flower":
         return f"http://127.0.0.1:{os.environ.get('FLOWER_PORT', FLOWER_DEFAULT_PORT)}/healthcheck"
-    role(name)
-    return None
+    return f"http://127.0.0.1:{s.metrics_port or METRICS_PORTS[name]}{HEALTH_PATH}"
 
 
 def healthcheck(name: str, *, timeout_s: float = 5.0) -> tuple[bool, str]:
-    """Ask role ``name``'s health endpoint once: (healthy, what it said). Beat has none: it is
-    healthy while its process runs, which the platform sees itself.
+    """Ask role ``name``'s health endpoint once: (healthy, what it said).
 
     Raises:
         UnknownRole: no such role.
     """
     url = health_url(name)
-    if url is None:
-        return True, f"{name}: no health endpoint; the process itself is watched"
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as answer:
             return True, answer.read().decode(errors="replace")

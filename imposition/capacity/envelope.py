@@ -6,7 +6,8 @@ J = N × slots / job_s jobs a second. Each :class:`Limit` says what one job (or 
 shared resource, the most that resource serves, and so the job rate and node count at which it
 binds. Writes per job are counted from the lease transactions (``leases/transactions.py``), the
 outbox (``leases/outbox.py``) and the submission; the transaction time is an input, since AWS
-publishes none for this service.
+publishes none for this service. The slot counter's writes and conflicts spread over its
+``cluster_slot_shards`` items (a job's acquire and release meet one of them).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ class Limit:
     nodes: float
 
 
-def envelope(*, slots_per_node: int, job_s: float, heartbeat_interval_s: float, transaction_s: float) -> list[Limit]:
+def envelope(*, slots_per_node: int, job_s: float, heartbeat_interval_s: float, transaction_s: float,
+             slot_shards: int = 1) -> list[Limit]:
     """Every limit, the one that binds first (fewest nodes) first.
 
     Args:
@@ -48,12 +50,15 @@ def envelope(*, slots_per_node: int, job_s: float, heartbeat_interval_s: float, 
         job_s: a job's lease time, seconds.
         heartbeat_interval_s: lease renewal and node heartbeat period, seconds.
         transaction_s: how long a ``TransactWriteItems`` holds its items (measure it in your region).
+        slot_shards: items of the slot counter (``Settings.cluster_slot_shards``); each is its own
+            item for conflicts, and DynamoDB's adaptive capacity isolates hot items on partitions.
 
     Raises:
         ValueError: a value is not positive (its name and value in the message).
     """
     for name, value in (("slots_per_node", slots_per_node), ("job_s", job_s),
-                        ("heartbeat_interval_s", heartbeat_interval_s), ("transaction_s", transaction_s)):
+                        ("heartbeat_interval_s", heartbeat_interval_s), ("transaction_s", transaction_s),
+                        ("slot_shards", slot_shards)):
         if not value > 0:
             raise ValueError(f"{name}={value!r}: must be > 0")
 
@@ -72,12 +77,15 @@ def envelope(*, slots_per_node: int, job_s: float, heartbeat_interval_s: float, 
         # acquire and release, each a transactional write of the counter
         "cluster item 'slots' (write units)": 2 * TRANSACTIONAL_WCU_PER_KB * SMALL_ITEM_KB,
     }
-    limits = [Limit(name, f"{wcu:g} WCU a job", PARTITION_WCU_PER_S / wcu, nodes_at(PARTITION_WCU_PER_S / wcu))
+    items = {name: slot_shards if name.startswith("cluster item") else 1 for name in per_job}
+    limits = [Limit(name, f"{wcu:g} WCU a job", items[name] * PARTITION_WCU_PER_S / wcu,
+                    nodes_at(items[name] * PARTITION_WCU_PER_S / wcu))
               for name, wcu in per_job.items()]
-    # two transactions a job on one item; with w-second transactions arriving at random a share
-    # 1 - exp(-2 λ w) conflicts, and retries add load: the useful rate tops out near 2 λ w = 1
-    conflicts_jobs_per_s = 1 / (4 * transaction_s)
-    limits.append(Limit("cluster item 'slots' (transaction conflicts)", "2 transactions a job",
+    # two transactions a job on one of the counter's items; with w-second transactions arriving at
+    # random on an item, a share 1 - exp(-2 λ w) conflicts, and retries add load: the useful rate of
+    # an item tops out near 2 λ w = 1
+    conflicts_jobs_per_s = slot_shards / (4 * transaction_s)
+    limits.append(Limit("cluster item 'slots' (transaction conflicts)", f"2 tx a job, {slot_shards} items",
                         conflicts_jobs_per_s, nodes_at(conflicts_jobs_per_s)))
     node_wcu_per_s = 2 * SMALL_ITEM_KB / heartbeat_interval_s  # a key change per node heartbeat
     limits.append(Limit("nodes-by-expiry GSI 'node'", f"{node_wcu_per_s:.3g} WCU/s a node", math.inf,
@@ -96,12 +104,14 @@ def _shown(value: float, digits: int) -> str:
               help="A job's lease time, seconds.")
 @click.option("--transaction-ms", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
               help="How long a TransactWriteItems holds its items, ms (measure it in your region).")
-def capacity_envelope_command(job_s: float, transaction_ms: float) -> None:
+@click.option("--slot-shards", type=click.IntRange(min=1), default=None,
+              help="Items of the slot counter [default: IMPOSITION_CLUSTER_SLOT_SHARDS].")
+def capacity_envelope_command(job_s: float, transaction_ms: float, slot_shards: int | None) -> None:
     """Print each shared limit of one deployment and the nodes (IMPOSITION_SLOTS_PER_NODE slots each)
     at which it binds; the first line binds first."""
     s = get_settings()
     limits = envelope(slots_per_node=s.slots_per_node, job_s=job_s, heartbeat_interval_s=s.heartbeat_interval_s,
-                      transaction_s=transaction_ms / 1000)
+                      transaction_s=transaction_ms / 1000, slot_shards=slot_shards or s.cluster_slot_shards)
     click.echo(f"{'limit':46} {'cost':22} {'jobs/s':>10} {'nodes':>10}")
     for limit in limits:
         click.echo(f"{limit.name:46} {limit.cost:22} {_shown(limit.jobs_per_s, 1):>10} {_shown(limit.nodes, 0):>10}")

@@ -131,6 +131,11 @@ class Settings(BaseSettings):
         description="beat's schedule file (`imposition process run beat`; the image and the units create its "
                     "folder); `make run` puts it in .run/",
     )
+    beat_max_loop_interval_s: float = Field(
+        default=30.0, gt=0,
+        description="Longest beat sleeps between two turns of its scheduler loop (Celery's "
+                    "beat_max_loop_interval); beat's /healthz says stalled after twice this without a turn.",
+    )
     redis_key_namespace: str = Field(
         default="imposition", pattern=r"^[A-Za-z0-9._-]{1,64}$",
         description="1–64 characters from A–Z a–z 0–9 . _ -: the first segment of every Redis key the service "
@@ -150,6 +155,16 @@ class Settings(BaseSettings):
         default=1, ge=0,
         description="Borrowing: slots of the cluster kept free for tenants below their cap; a tenant above its "
         "cap (up to its burst cap) may take a slot only while busy slots < live slots - reserve_slots.",
+    )
+    cluster_slot_shards: int = Field(
+        default=1, ge=1, le=64,
+        description="Items the cluster's slot counter is split into (docs/deploy.md, the scale envelope): a "
+        "lease counts on shard crc32(job_id) mod this, so acquires and releases spread their transaction "
+        "conflicts. One item carries about 38 nodes of 8 slots with 30 s jobs; 16 carry 100 and more. "
+        "Borrowing is conditioned per shard on an equal share of the borrowable slots, so it may be refused up "
+        "to (shards - 1) slots early: hence 1 by default, where a cluster of a few nodes would lose most of its "
+        "borrowing. Every process must agree; change it only on a drained cluster. At most 64: a node's "
+        "registration writes every shard in one transaction.",
     )
     node_ttl_s: float = Field(
         default=180.0, gt=0,

@@ -15,6 +15,7 @@ signal                      process              what happens
                                                  on ``metrics_address:metrics_port``; the node's
                                                  slots are set on an imposition node
 ``worker_process_shutdown`` each child, at exit  its live gauges are dropped (``mark_process_dead``)
+``beat_init``               beat, before its loop  beat's ``/healthz`` (``check_beat``) and ``/metrics``
 scrape                      main (HTTP thread)   children that died without shutting down (SIGKILL)
                                                  are marked dead before the merge, so the leases
                                                  held and slots busy never count a dead process
@@ -37,7 +38,7 @@ from typing import Any
 
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from celery.signals import celeryd_init, worker_process_shutdown, worker_ready
+from celery.signals import beat_init, celeryd_init, worker_process_shutdown, worker_ready
 
 from imposition.common.clocks import Clocks, get_clocks
 from imposition.common.settings import Settings, get_settings
@@ -142,9 +143,27 @@ def start_endpoint(port: int, address: str, path: str, clocks: Clocks | None = N
         MetricsSetupError: the port cannot be bound (names the setting, address and port).
     """
     from prometheus_client import make_wsgi_app  # noqa: PLC0415 - prometheus-client only after PROMETHEUS_MULTIPROC_DIR is set
-    from prometheus_client.exposition import ThreadingWSGIServer  # noqa: PLC0415 - as above
 
-    app = health.wsgi_app(make_wsgi_app(build_registry(path)), clocks or get_clocks())
+    the_clocks = clocks or get_clocks()
+    return _serve(health.wsgi_app(make_wsgi_app(build_registry(path)), lambda: health.check(the_clocks)),
+                  port, address)
+
+
+def start_beat_endpoint(port: int, address: str, stale_after_s: float):
+    """Serve beat's ``/healthz`` (:func:`imposition.observability.health.check_beat`) and its own
+    process's ``/metrics`` from a daemon thread; returns (server, thread).
+
+    Raises:
+        MetricsSetupError: the port cannot be bound (names the setting, address and port).
+    """
+    from prometheus_client import make_wsgi_app  # noqa: PLC0415 - as in start_endpoint
+
+    return _serve(health.wsgi_app(make_wsgi_app(), lambda: health.check_beat(stale_after_s)), port, address)
+
+
+def _serve(app: Any, port: int, address: str):
+    from prometheus_client.exposition import ThreadingWSGIServer  # noqa: PLC0415 - as in start_endpoint
+
     try:
         server = make_server(address, port, app, ThreadingWSGIServer, handler_class=_QuietHandler)
     except OSError as exc:
@@ -189,6 +208,16 @@ def _on_worker_ready(sender=None, **_: object) -> None:
              settings.metrics_port)
 
 
+def _on_beat_init(sender=None, **_: object) -> None:
+    settings = get_settings()
+    if not settings.metrics_port:
+        return
+    health.reset()
+    start_beat_endpoint(settings.metrics_port, settings.metrics_address, health.beat_stale_after_s(settings))
+    log.info("beat's /healthz on http://%s:%s%s", settings.metrics_address, settings.metrics_port,
+             health.HEALTH_PATH)
+
+
 def _on_worker_process_shutdown(pid=None, **_: object) -> None:
     path = os.environ.get(ENV_VAR)
     if not path:
@@ -199,8 +228,10 @@ def _on_worker_process_shutdown(pid=None, **_: object) -> None:
 
 
 def install() -> None:
-    """Connect the worker's exporter hooks (celeryd_init, worker_ready, worker_process_shutdown) (idempotent: a receiver connected twice is connected once)."""
+    """Connect the worker's exporter hooks (celeryd_init, worker_ready, worker_process_shutdown) and
+    beat's (beat_init) (idempotent: a receiver connected twice is connected once)."""
     celeryd_init.connect(_on_celeryd_init)
     worker_ready.connect(_on_worker_ready)
+    beat_init.connect(_on_beat_init)
     worker_process_shutdown.connect(_on_worker_process_shutdown)
     health.install()

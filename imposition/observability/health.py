@@ -1,4 +1,4 @@
-"""A worker node's health, answered at ``GET /healthz`` on its metrics port (:mod:`.exporter`).
+"""A worker node's health, and beat's, answered at ``GET /healthz`` on its metrics port (:mod:`.exporter`).
 
 Healthy (200) while all three hold; otherwise 503, with a JSON body naming what failed::
 
@@ -21,7 +21,8 @@ heartbeats renew    each running job's heartbeat (a prefork child) keeps a file 
 
 The renewal files live beside the node's prometheus-client multiprocess directory,
 ``$PROMETHEUS_MULTIPROC_DIR.renewals`` (made empty with it at ``celeryd_init``): the children
-inherit the variable. Outside a worker with a metrics port nothing here writes anything.
+inherit the variable. Outside a worker with a metrics port nothing here writes anything. Beat
+(:func:`check_beat`): not draining, and its scheduler loop turned within :func:`beat_stale_after_s`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from imposition.common.clocks import Clocks
+from imposition.common.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,7 @@ _MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 _lock = threading.Lock()
 _last_poll: float | None = None  # time.monotonic() of the poll loop's last run (main process)
+_last_tick: float | None = None  # time.monotonic() of beat's scheduler loop's last turn
 _draining = False
 
 
@@ -52,6 +55,19 @@ def poll_turned() -> None:
     """The consumer's poll loop ran once (called by :class:`tasks.sqs_transport.Channel`)."""
     global _last_poll
     _last_poll = time.monotonic()
+
+
+def beat_ticked() -> None:
+    """Beat's scheduler loop turned once (called by ``tasks.beat.HealthScheduler``)."""
+    global _last_tick
+    _last_tick = time.monotonic()
+
+
+def beat_stale_after_s(settings: Settings) -> float:
+    """Seconds without a turn of its scheduler loop after which beat has stalled: twice
+    ``beat_max_loop_interval_s``, the longest it sleeps between turns (a turn's sends may take as
+    long again; Celery's own beat ping takes the same two intervals)."""
+    return 2 * settings.beat_max_loop_interval_s
 
 
 def begin_draining(**_: object) -> None:
@@ -65,10 +81,10 @@ def begin_draining(**_: object) -> None:
 def reset() -> None:
     """Start afresh (the endpoint's start): not draining, and the poll loop counted as having run
     now (it begins right after the endpoint)."""
-    global _last_poll, _draining
+    global _last_poll, _last_tick, _draining
     with _lock:
         _draining = False
-        _last_poll = time.monotonic()
+        _last_poll = _last_tick = time.monotonic()
 
 
 def renewals_dir() -> str | None:
@@ -189,13 +205,24 @@ def check(clocks: Clocks) -> Health:
     return Health(status, problems, poll_age_s, len(times), None if oldest is None else round(oldest, 3))
 
 
-def wsgi_app(metrics_app: Callable, clocks: Clocks) -> Callable:
-    """A WSGI app answering :data:`HEALTH_PATH` with :func:`check` and everything else with ``metrics_app``."""
+def check_beat(stale_after_s: float) -> Health:
+    """Beat's health now (module docstring): stalled once its loop has not turned for ``stale_after_s``."""
+    age_s = None if _last_tick is None else round(time.monotonic() - _last_tick, 3)
+    problems = []
+    if age_s is None or age_s > stale_after_s:
+        problems.append(f"scheduler loop stalled: last turn {age_s} s ago (limit {stale_after_s:g} s)"
+                        if age_s is not None else "scheduler loop has not turned")
+    return Health("draining" if _draining else ("stalled" if problems else "ok"), problems, age_s)
+
+
+def wsgi_app(metrics_app: Callable, checker: Callable[[], Health]) -> Callable:
+    """A WSGI app answering :data:`HEALTH_PATH` with ``checker()`` (:func:`check` of a worker's
+    clocks, :func:`check_beat`) and everything else with ``metrics_app``."""
 
     def app(environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
         if environ.get("PATH_INFO") != HEALTH_PATH:
             return metrics_app(environ, start_response)
-        health = check(clocks)
+        health = checker()
         reason = "OK" if health.status_code == 200 else "Service Unavailable"
         body = health.body()
         start_response(f"{health.status_code} {reason}",

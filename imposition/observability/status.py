@@ -108,7 +108,8 @@ class Consistency:
     def note(self) -> str | None:
         """What the screen says when they do not agree, else None."""
         if self.reads > 1:
-            return (f"read in {self.reads} transactions (more than {TRANSACT_GET_MAX_ITEMS - 1} tenants): tenants "
+            per_read = TRANSACT_GET_MAX_ITEMS - get_settings().cluster_slot_shards
+            return (f"read in {self.reads} transactions (more than {per_read} tenants): tenants "
                     f"in flight {self.tenants_in_flight}, slots busy {self.slots_busy} may be moments apart")
         if self.tenants_in_flight != self.slots_busy:
             return (f"sources disagree in one read: tenants in flight add up to {self.tenants_in_flight}, "

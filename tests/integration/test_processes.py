@@ -8,6 +8,7 @@ import configparser
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from imposition.common.settings import Settings, get_settings
 from tasks.processes import ROLES, render_unit, stop_timeout_s
 from tests.conftest import reset_aws
 from tests.observability.support import free_port
-from tests.support.processes import WORKER_READY, CeleryProcess, wait_for
+from tests.support.processes import BEAT_READY, WORKER_READY, CeleryProcess, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 IMPOSITION = str(Path(sys.executable).with_name("imposition"))
@@ -91,3 +92,42 @@ def test_a_role_run_by_its_command_answers_its_health_check_and_stops_when_asked
         assert refused.returncode == 1 and "Connection refused" in refused.stdout, refused.stdout
     finally:
         worker.stop()
+
+
+def test_beat_is_healthy_while_its_loop_turns_stalled_when_it_does_not_and_gone_when_stopped(tmp_path, local_aws):
+    """Beat's scheduler loop turns at least once a second here (``beat_max_loop_interval_s`` 1: the
+    bound is 2 s). With the SQS endpoint stopped, the turn that sends the next sweep (every 2 s)
+    blocks, and /healthz answers 503 ``stalled`` from beat's own HTTP thread; resumed, 200 again."""
+    reset_aws()
+    env = {**os.environ, "IMPOSITION_PROCESS_ROLE": "beat", "IMPOSITION_METRICS_PORT": str(free_port()),
+           "IMPOSITION_METRICS_ADDRESS": "127.0.0.1", "IMPOSITION_BEAT_MAX_LOOP_INTERVAL_S": "1",
+           "IMPOSITION_BEAT_SCHEDULE_PATH": str(tmp_path / "beat-schedule")}
+    beat = CeleryProcess([IMPOSITION, "process", "run"], tmp_path / "beat.log", env=env, ready_marker=BEAT_READY)
+
+    def check() -> tuple[int, dict | str]:
+        done = subprocess.run([IMPOSITION, "process", "healthcheck", "--timeout-s", "2"], env=env,
+                              capture_output=True, text=True, timeout=30)
+        try:
+            return done.returncode, json.loads(done.stdout)
+        except ValueError:
+            return done.returncode, done.stdout
+
+    sqs = local_aws.main.proc.pid
+    try:
+        code, said = wait_for(lambda: (lambda c: c if c[0] == 0 else None)(check()), 15, what="a healthy beat")
+        assert isinstance(said, dict) and said["status"] == "ok", said
+        os.kill(sqs, signal.SIGSTOP)
+        try:
+            code, said = wait_for(lambda: (lambda c: c if c[0] == 1 else None)(check()), 15, what="a stalled beat")
+            assert isinstance(said, dict) and said["status"] == "stalled", said
+            assert said["poll_age_s"] > 2 and "scheduler loop stalled" in said["problems"][0], said
+        finally:
+            os.kill(sqs, signal.SIGCONT)
+        wait_for(lambda: check()[0] == 0, 15, what="beat healthy again")
+        beat.terminate()
+        assert beat.proc.wait(timeout=stop_timeout_s("beat") + 5) == 0, beat.log()[-3000:]
+        code, said = check()
+        assert code == 1 and "Connection refused" in str(said), said
+    finally:
+        os.kill(sqs, signal.SIGCONT)
+        beat.stop()

@@ -304,11 +304,13 @@ def test_the_webhook_key_encrypts_for_the_operator_and_decrypts_for_the_notifier
 
 
 def test_the_capacity_envelope_of_the_deploy_doc(deployed, tmp_path):
-    """The doc's envelope command (section 9) prints the slot counter first, binding at 94 nodes."""
+    """The doc's envelope commands (section 9): the slot counter binds first, at 94 nodes; in 16
+    items at 600 (25 ms transactions)."""
     production = {"IMPOSITION_SLOTS_PER_NODE": "8", "IMPOSITION_HEARTBEAT_INTERVAL_S": "60",
                   "IMPOSITION_LEASE_TTL_S": "600", "IMPOSITION_NODE_TTL_S": "180"}  # the session's are short
     lines = run_block("operator", {**deployed.env("operator"), **production}, tmp_path, nth=2).splitlines()
     assert lines[1].startswith("cluster item 'slots' (transaction conflicts)") and lines[1].split()[-1] == "94", lines
+    assert lines[9].startswith("cluster item 'slots' (transaction conflicts)") and lines[9].split()[-1] == "600", lines
 
 
 @pytest.mark.parametrize("args", [

@@ -3,6 +3,9 @@
 The invariant checkers must be able to fail: each test here stages a violation by hand-editing the
 tables (what our transactions never do) and shows that the audit, and the lease-event log replay,
 catch it.
+
+The module runs with the slot counter in :data:`SHARDS` items (``cluster_slot_shards``), so the
+audit, its repair and borrowing are shown on a sharded counter; the rest of the suite runs unsharded.
 """
 
 from __future__ import annotations
@@ -10,16 +13,46 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 
+import pytest
 from click.testing import CliRunner
 
-from leases import audit, transactions, conditions
+from leases import audit, conditions, nodes, transactions
 from leases.errors import CapReached, LeaseContention
 from leases.eventlog import EventLog, cap_violations, read_events
-from leases.models import ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem
+from leases.models import ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem, slot_shard_of
+from leases.tenants import set_cap
 from leases.transactions import Lease
 from imposition.cli.main import main
+from imposition.common.settings import get_settings
 from tests.leases.helpers import make_job
+
+#: Items of the slot counter in this module.
+SHARDS = 4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sharded_counter():
+    """The slot counter in :data:`SHARDS` items for this module's tests (settings read afresh)."""
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setenv("IMPOSITION_CLUSTER_SLOT_SHARDS", str(SHARDS))
+        get_settings.cache_clear()
+        try:
+            yield
+        finally:
+            get_settings.cache_clear()
+    get_settings.cache_clear()
+
+
+def _jobs_on_shard(tenant_id: str, shard: int, n: int) -> list[str]:
+    """``n`` queued jobs of ``tenant_id`` whose leases count on slot-counter shard ``shard``."""
+    ids: list[str] = []
+    while len(ids) < n:
+        job_id = uuid.uuid4().hex
+        if slot_shard_of(job_id, SHARDS) == shard:
+            ids.append(make_job(tenant_id, job_id))
+    return ids
 
 
 def _stage_lease(tenant_id: str, job_id: str, token: str) -> Lease:
@@ -30,7 +63,7 @@ def _stage_lease(tenant_id: str, job_id: str, token: str) -> Lease:
     JobItem(job_id).update(actions=[JobItem.status.set(JobStatus.RUNNING.value), JobItem.lease_token.set(token),
                                     JobItem.attempts.set(1), JobItem.queued_tenant.remove()])
     TenantItem(tenant_id).update(actions=[TenantItem.in_flight.add(1), TenantItem.queued.add(-1)])
-    conditions.slots_item().update(actions=[ClusterItem.busy.add(1)])
+    conditions.slots_item(job_id).update(actions=[ClusterItem.busy.add(1)])
     return Lease(job_id, tenant_id, "intruder", token, now, now + 600)
 
 
@@ -68,7 +101,7 @@ def test_repair_fixes_counter_orphan_and_stranded_job_while_leases_move(tenant_i
     LeaseItem(finished, tenant_id=tenant_id, worker="ghost", token="a" * 32, acquired_at=now, heartbeat_at=now,
               expires_at=now + 600).save()
     TenantItem(tenant_id).update(actions=[TenantItem.in_flight.add(1), TenantItem.occupied.add(1)])
-    conditions.slots_item().update(actions=[ClusterItem.busy.add(1)])
+    conditions.slots_item(finished).update(actions=[ClusterItem.busy.add(1)])
     # Stranded: a running job whose lease is gone.
     JobItem(stranded).update(actions=[JobItem.status.set(JobStatus.RUNNING.value), JobItem.queued_tenant.remove(),
                                       JobItem.lease_token.set("b" * 32), JobItem.attempts.set(1)])
@@ -126,3 +159,55 @@ def test_repair_fixes_counter_orphan_and_stranded_job_while_leases_move(tenant_i
     drifts = [d for t in json.loads(result.output)["tenants"] for d in t["drifts"]]
     assert {d["kind"] for d in drifts} <= {"lost_job"}, result.output
     assert {d["job_id"] for d in drifts} <= {finished, stranded, *busy}, result.output
+
+
+def test_leases_spread_over_the_shards_and_their_busy_adds_up_to_the_live_leases(tenant_id):
+    set_cap(tenant_id, 20)
+    leases = [transactions.acquire(make_job(tenant_id), tenant_id, "w") for _ in range(16)]
+    shards = nodes.slot_shards()
+    assert len(shards) == SHARDS  # 16 random job ids: every shard met (a miss: about 1 in 250)
+    busy = {item.key: int(item.busy or 0) for item in shards}
+    assert sum(busy.values()) == int(nodes.slots().busy) == 16
+    assert max(busy.values()) < 16
+    report = audit.audit()
+    assert report.cluster == (16, 16) and report.clean, report.describe()
+    for lease in leases[:5]:
+        transactions.fail_job(lease, error="done", error_code="test")
+    assert int(nodes.slots().busy) == 11 == sum(1 for _ in LeaseItem.scan(consistent_read=True))
+    assert min(int(item.busy or 0) for item in nodes.slot_shards()) >= 0
+
+
+def test_a_shard_counting_the_wrong_leases_is_drift_even_when_the_sum_is_right_and_repair_fixes_it(tenant_id):
+    [job] = _jobs_on_shard(tenant_id, 1, 1)
+    lease = transactions.acquire(job, tenant_id, "w")
+    # The lease moved to shard 2 by hand: the sum still equals the leases.
+    conditions.slots_item(job).update(actions=[ClusterItem.busy.add(-1)])
+    ClusterItem(conditions.slots_item(_jobs_on_shard(tenant_id, 2, 1)[0]).key).update(
+        actions=[ClusterItem.busy.add(1)])
+    report = audit.audit()
+    assert report.cluster == (1, 1) and report.shard_drifts == {1: (0, 1), 2: (1, 0)}
+    assert not report.clean and "shard 1: busy=0 leases=1" in report.describe()
+    repaired = audit.repair(publish=lambda *_, **__: None)
+    assert repaired.clean, repaired.describe()
+    assert any("shard 1: busy 0 → 1" in note for note in repaired.repairs), repaired.repairs
+    transactions.fail_job(lease, error="done", error_code="test")
+
+
+def test_borrowing_is_conditioned_on_the_share_of_the_jobs_shard(tenant_id):
+    """Seven slots above the reserve over four shards: shares 2, 2, 2, 1. The shard with one lends
+    one slot; its second borrow is refused while other shards still lend."""
+    nodes.register(f"node-{uuid.uuid4().hex[:6]}", 7 + get_settings().reserve_slots)
+    assert [int(item.borrowable) for item in sorted(nodes.slot_shards(), key=lambda i: i.key)] == [2, 2, 2, 1]
+    assert int(nodes.slots().borrowable) == 7
+    set_cap(tenant_id, 1, burst_cap=5)
+    held = [transactions.acquire(_jobs_on_shard(tenant_id, 0, 1)[0], tenant_id, "w")]  # its cap: shard 0 busy 1
+    on_three = _jobs_on_shard(tenant_id, 3, 2)
+    held.append(transactions.acquire(on_three[0], tenant_id, "w", borrow=True))
+    with pytest.raises(CapReached):
+        transactions.acquire(on_three[1], tenant_id, "w", borrow=True)
+    [on_zero] = _jobs_on_shard(tenant_id, 0, 1)
+    held.append(transactions.acquire(on_zero, tenant_id, "w", borrow=True))  # shard 0: busy 1 < 2
+    for lease in held:
+        transactions.fail_job(lease, error="done", error_code="test")
+    assert nodes.deregister(next(iter(nodes.live_nodes())))
+    assert int(nodes.slots().total) == 0

@@ -32,11 +32,22 @@ def test_the_numbers_of_the_deploy_doc():
     assert 8 * 100 / 30 > slow[0].jobs_per_s and 8 * 100 / 30 > limits[0].jobs_per_s  # binds below 100 nodes
 
 
+def test_sixteen_slot_counter_items_move_the_binding_limit_far_above_100_nodes():
+    """docs/deploy.md: with ``cluster_slot_shards`` 16 the counter binds at 600 nodes (25 ms
+    transactions), or the outbox index does, at 938 (10 ms)."""
+    fast, slow = (envelope(**TARGET, transaction_s=w, slot_shards=16) for w in (0.010, 0.025))
+    assert (fast[0].name, round(fast[0].nodes, 1)) == ("by-webhook-due GSI 'outbox'", 937.5)
+    assert nodes(fast)["cluster item 'slots' (transaction conflicts)"] == 1500.0
+    assert (slow[0].name, slow[0].jobs_per_s, round(slow[0].nodes, 1)) == \
+        ("cluster item 'slots' (transaction conflicts)", 160.0, 600.0)
+    assert nodes(fast)["cluster item 'slots' (write units)"] == 15000.0
+
+
 def test_longer_jobs_carry_more_nodes():
     assert envelope(**{**TARGET, "job_s": 60}, transaction_s=0.010)[0].nodes == pytest.approx(187.5)
 
 
-@pytest.mark.parametrize("field", ["slots_per_node", "job_s", "heartbeat_interval_s"])
+@pytest.mark.parametrize("field", ["slots_per_node", "job_s", "heartbeat_interval_s", "slot_shards"])
 def test_a_value_not_positive_is_named(field):
     with pytest.raises(ValueError, match=rf"{field}=0: must be > 0"):
         envelope(**{**TARGET, field: 0}, transaction_s=0.010)
