@@ -605,7 +605,7 @@ def before_and_now(results: list[Result]) -> str:
     lines = []
     for r in results:
         b = before.get((r.scenario, r.policy))
-        if r.scenario == "overhead" or b is None:
+        if r.scenario == "overhead" or b is None or r.measured_on != time.strftime("%Y-%m-%d"):
             continue
         lines.append(f"| {r.scenario} | {r.policy} | {b['ratio']:.2f} → {r.ratio:.2f} | "
                      f"{b['utilisation'] * 100:.0f} → {r.utilisation * 100:.0f} % | "

@@ -388,6 +388,7 @@ def summed_slots(shards: Iterable[ClusterItem]) -> ClusterItem | None:
     items = list(shards)
     if not items:
         return None
+
     def total(name: str) -> int:
         return sum(int(getattr(item, name) or 0) for item in items)
 
@@ -399,6 +400,8 @@ def borrowable_shares(borrowable: int, shards: int) -> list[int]:
     """``borrowable`` split over ``shards`` items: equal shares, the first ``borrowable mod shards``
     one more; they sum to ``borrowable`` (negative too: a reserve above the live slots)."""
     return [(borrowable - k + shards - 1) // shards for k in range(shards)]
+
+
 #: Key prefix of the live worker nodes in the cluster table.
 NODE_KEY_PREFIX = "node/"
 

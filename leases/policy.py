@@ -135,13 +135,15 @@ def acquire_outcome(tenant: TenantState, cluster: ClusterState, limits: Limits, 
 
 
 def poorer_tenant_queued(tenant_id: str, pending: dict[str, TenantState], default_cap: int) -> bool:
-    """A job of ``tenant_id`` could take a slot (:func:`may_take` on its counters), and another
-    tenant holding fewer leases has a job queued. ``pending``: the tenants with queued or waiting
-    jobs, the job's own among them."""
+    """A job of ``tenant_id`` could take a slot (under its cap, or by borrowing: its tier
+    borrows), and another tenant with fewer leases and places (``occupied`` = in_flight + queued)
+    has a job queued. Places count: a tenant between two rounds, its slots released and its next
+    jobs handed their places, holds no lease for a moment but is not poor. ``pending``: the
+    tenants with queued or waiting jobs, the job's own among them."""
     mine = pending.get(tenant_id)
-    if mine is None or not holds(TAKE_SLOT, mine, default_cap):
+    if mine is None or not (holds(TAKE_SLOT, mine, default_cap) or borrows(mine, default_cap)):
         return False
-    return any(int(t.in_flight or 0) < int(mine.in_flight or 0) and int(t.queued or 0) > 0
+    return any(int(t.occupied or 0) < int(mine.occupied or 0) and int(t.queued or 0) > 0
                for other, t in pending.items() if other != tenant_id)
 
 

@@ -25,6 +25,11 @@ PARTITION_WCU_PER_S = 1_000
 #: A transactional write of an item up to 1 KB costs two write units ("Amazon DynamoDB Transactions:
 #: How it works", capacity management).
 TRANSACTIONAL_WCU_PER_KB = 2
+#: Read units one DynamoDB partition serves per second, a GSI partition likewise (as above).
+PARTITION_RCU_PER_S = 3_000
+#: A Query reads its items' total size in 4 KB units, half a unit each when eventually consistent
+#: ("Read consistency", "Query operations: capacity unit consumption").
+QUERY_KB_PER_RCU = 8
 #: In-flight messages of a standard SQS queue ("Amazon SQS standard queue quotas": approximately).
 SQS_IN_FLIGHT_MAX = 120_000
 #: Lease and tenant items stay under 1 KB: one write unit per write.
@@ -42,7 +47,7 @@ class Limit:
 
 
 def envelope(*, slots_per_node: int, job_s: float, heartbeat_interval_s: float, transaction_s: float,
-             slot_shards: int = 1) -> list[Limit]:
+             slot_shards: int = 1, pending_tenants: int = 200) -> list[Limit]:
     """Every limit, the one that binds first (fewest nodes) first.
 
     Args:
@@ -52,13 +57,15 @@ def envelope(*, slots_per_node: int, job_s: float, heartbeat_interval_s: float, 
         transaction_s: how long a ``TransactWriteItems`` holds its items (measure it in your region).
         slot_shards: items of the slot counter (``Settings.cluster_slot_shards``); each is its own
             item for conflicts, and DynamoDB's adaptive capacity isolates hot items on partitions.
+        pending_tenants: tenants with queued or waiting jobs at once; each delivery reads them all
+            from the ``by-pending`` index to decide whether to give way (``leases.waiting.gives_way``).
 
     Raises:
         ValueError: a value is not positive (its name and value in the message).
     """
     for name, value in (("slots_per_node", slots_per_node), ("job_s", job_s),
                         ("heartbeat_interval_s", heartbeat_interval_s), ("transaction_s", transaction_s),
-                        ("slot_shards", slot_shards)):
+                        ("slot_shards", slot_shards), ("pending_tenants", pending_tenants)):
         if not value > 0:
             raise ValueError(f"{name}={value!r}: must be > 0")
 
@@ -87,6 +94,10 @@ def envelope(*, slots_per_node: int, job_s: float, heartbeat_interval_s: float, 
     conflicts_jobs_per_s = slot_shards / (4 * transaction_s)
     limits.append(Limit("cluster item 'slots' (transaction conflicts)", f"2 tx a job, {slot_shards} items",
                         conflicts_jobs_per_s, nodes_at(conflicts_jobs_per_s)))
+    # one eventually consistent Query of every pending tenant per delivery (give way)
+    give_way_rcu = math.ceil(pending_tenants * SMALL_ITEM_KB / QUERY_KB_PER_RCU * 2) / 2
+    limits.append(Limit("by-pending GSI 'pending' (reads)", f"{give_way_rcu:g} RCU a job",
+                        PARTITION_RCU_PER_S / give_way_rcu, nodes_at(PARTITION_RCU_PER_S / give_way_rcu)))
     node_wcu_per_s = 2 * SMALL_ITEM_KB / heartbeat_interval_s  # a key change per node heartbeat
     limits.append(Limit("nodes-by-expiry GSI 'node'", f"{node_wcu_per_s:.3g} WCU/s a node", math.inf,
                         PARTITION_WCU_PER_S / node_wcu_per_s))
@@ -106,12 +117,16 @@ def _shown(value: float, digits: int) -> str:
               help="How long a TransactWriteItems holds its items, ms (measure it in your region).")
 @click.option("--slot-shards", type=click.IntRange(min=1), default=None,
               help="Items of the slot counter [default: IMPOSITION_CLUSTER_SLOT_SHARDS].")
-def capacity_envelope_command(job_s: float, transaction_ms: float, slot_shards: int | None) -> None:
+@click.option("--pending-tenants", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Tenants with queued or waiting jobs at once (each delivery reads them all).")
+def capacity_envelope_command(job_s: float, transaction_ms: float, slot_shards: int | None,
+                              pending_tenants: int) -> None:
     """Print each shared limit of one deployment and the nodes (IMPOSITION_SLOTS_PER_NODE slots each)
     at which it binds; the first line binds first."""
     s = get_settings()
     limits = envelope(slots_per_node=s.slots_per_node, job_s=job_s, heartbeat_interval_s=s.heartbeat_interval_s,
-                      transaction_s=transaction_ms / 1000, slot_shards=slot_shards or s.cluster_slot_shards)
+                      transaction_s=transaction_ms / 1000, slot_shards=slot_shards or s.cluster_slot_shards,
+                      pending_tenants=pending_tenants)
     click.echo(f"{'limit':46} {'cost':22} {'jobs/s':>10} {'nodes':>10}")
     for limit in limits:
         click.echo(f"{limit.name:46} {limit.cost:22} {_shown(limit.jobs_per_s, 1):>10} {_shown(limit.nodes, 0):>10}")
