@@ -1,17 +1,12 @@
 """The scheduling rules, once: may a job take a slot, give way, park, borrow; which waiting job a
 release wakes (docs/design.md §2–§3). Pure: no I/O, no AWS import.
 
-Each limit is declared as data (:class:`Below`: ``counter < limit`` on one item), and read two
-ways: :func:`holds` evaluates it on counters in memory (the simulator, :mod:`capacity`), and
-:func:`leases.conditions.condition_of` turns the same declaration into the PynamoDB condition of
-the lease transactions. The decisions built on them (:func:`acquire_outcome`, :func:`door_queues`,
-:func:`wake_room`, :func:`borrow_order`) are shared the same way; ``tests/capacity`` holds the two
-readings to the same answers event by event on a moto server.
-
-Semantics of a declaration on a tenant item: an absent counter is 0; the limit ``cap`` is the tier
-override when the item has one, else the default cap; ``burst_cap`` holds only when the item has
-one (a tier that does not borrow has none). On the cluster's slot counter, ``borrowable`` is live
-slots − ``reserve_slots``, kept by the node registry.
+Each limit is data (:class:`Below`: ``counter < limit`` on one item), read two ways: :func:`holds`
+on counters in memory (the simulator), :func:`leases.conditions.condition_of` as the condition of
+a lease transaction; ``tests/capacity`` holds the two to the same answers event by event. On a
+tenant item an absent counter is 0, ``cap`` is the tier's override or the default cap, and
+``burst_cap`` holds only where the tier has one. On the slot counter, ``borrowable`` is live slots
+− ``reserve_slots``, kept by the node registry.
 """
 
 from __future__ import annotations
@@ -134,26 +129,28 @@ def acquire_outcome(tenant: TenantState, cluster: ClusterState, limits: Limits, 
     return PARK
 
 
-def poorer_tenant_queued(tenant_id: str, pending: dict[str, TenantState], default_cap: int) -> bool:
-    """A job of ``tenant_id`` could take a slot (under its cap, or by borrowing: its tier
-    borrows), and another tenant with fewer leases and places (``occupied`` = in_flight + queued)
-    has a job queued. Places count: a tenant between two rounds, its slots released and its next
-    jobs handed their places, holds no lease for a moment but is not poor. ``pending``: the
-    tenants with queued or waiting jobs, the job's own among them."""
+def poorer_tenants(tenant_id: str, pending: dict[str, TenantState], default_cap: int) -> list[str]:
+    """If a job of ``tenant_id`` could take a slot (:func:`could_take`): the other tenants that
+    could too, have a job queued and fewer jobs running or queued (``occupied``; docs/design.md,
+    "Across tenants"). ``pending``: the tenants with queued or waiting jobs, the job's own too."""
     mine = pending.get(tenant_id)
-    if mine is None or not (holds(TAKE_SLOT, mine, default_cap) or borrows(mine, default_cap)):
-        return False
-    return any(int(t.occupied or 0) < int(mine.occupied or 0) and int(t.queued or 0) > 0
-               for other, t in pending.items() if other != tenant_id)
+    if mine is None or not could_take(mine, default_cap):
+        return []
+    return [other for other, t in pending.items() if other != tenant_id and int(t.queued or 0) > 0
+            and int(t.occupied or 0) < int(mine.occupied or 0) and could_take(t, default_cap)]
+
+
+def could_take(tenant: TenantState, default_cap: int) -> bool:
+    """The tenant's next job would take a slot: under its cap, or under the burst cap of a tier that
+    borrows (the cluster's room is not read)."""
+    return holds(TAKE_SLOT, tenant, default_cap) or (borrows(tenant, default_cap)
+                                                     and holds(BORROW_TENANT, tenant, default_cap))
 
 
 def gives_way(tenant_id: str, pending: dict[str, TenantState], cluster: ClusterState, default_cap: int) -> bool:
-    """Across tenants: a job gives its slot away when :func:`poorer_tenant_queued` and the free
-    slots (``total − busy``, its own included) cannot take every other tenant's queued job. Ties
-    keep the slot. The job goes to the back of the queue, once: BullMQ Pro's groups and Hatchet's
-    round-robin, on a broker that delivers in its own order (docs/design.md, "The scheduling core").
-    """
-    if not poorer_tenant_queued(tenant_id, pending, default_cap):
+    """A job gives its slot away when it has :func:`poorer_tenants` and the free slots (``total −
+    busy``, its own included) cannot take every other tenant's queued job; ties keep the slot."""
+    if not poorer_tenants(tenant_id, pending, default_cap):
         return False
     queued_elsewhere = sum(int(t.queued or 0) for other, t in pending.items() if other != tenant_id)
     return int(cluster.total or 0) - int(cluster.busy or 0) <= queued_elsewhere

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 
-from pynamodb.exceptions import PynamoDBException, TransactWriteError
+from pynamodb.exceptions import TransactWriteError
 
 from leases.errors import JobNotQueued
 from leases import nodes, policy
@@ -208,17 +208,11 @@ def room_with_borrowing(tenant: TenantItem, cluster: policy.ClusterState | None 
 
 
 def wake_borrowers(*, publish: Publish, on_woken: Callable[[JobItem], None] | None = None) -> list[str]:
-    """While the cluster has slots above its reserve that no queued job claims
-    (:func:`leases.policy.borrow_spare`), wake one waiting job of each tenant whose tier borrows,
-    the tenant with the fewest leases first (:func:`leases.policy.borrow_order`), and stop once
-    that many are woken.
-
-    Called after every release that freed a slot, so an idle slot is offered to a borrowing tenant
-    whichever tenant freed it. Reads: the slot counter (strongly consistent) and, if it lends, the
-    pending index (eventually consistent: a tenant's counters there may lag by a moment; the
-    wakes' conditions keep the counters exact, and the sweeper wakes what a stale read missed).
-    Returns the job ids woken.
-    """
+    """After every release that freed a slot: while the cluster has slots above its reserve that
+    no queued job claims (:func:`leases.policy.borrow_spare`), wake one waiting job of each tier
+    that borrows, the fewest leases first (:func:`leases.policy.borrow_order`). Reads the slot
+    counter and, if it lends, the pending index (it may lag: the wakes' conditions keep the
+    counters exact, the sweeper wakes what a stale read missed). Returns the job ids woken."""
     cluster = cluster_state(nodes.slots())
     if cluster is None or not policy.lends(cluster):
         return []
@@ -238,36 +232,42 @@ def pending_tenants() -> dict[str, policy.TenantState]:
     return {t.tenant_id: tenant_state(t) for t in TenantItem.by_pending.query(PENDING_PARTITION)}
 
 
-def gives_way(tenant_id: str) -> bool:
-    """Whether a job of ``tenant_id`` about to be acquired should give its slot to a tenant
-    holding fewer leases (:func:`leases.policy.gives_way`). Reads the pending index, and the slot
-    counter only if such a tenant has a job queued. A failed read is False: the job takes the slot.
-    """
+def gives_way(tenant_id: str, *, now: float | None = None) -> bool:
+    """Whether a job of ``tenant_id`` about to be acquired should give its slot to a poorer
+    tenant (:func:`leases.policy.gives_way`) that has a job due by ``now`` (epoch s; default the
+    clock). Reads the pending index; only where the rule may fire, the slot counter and the poorer
+    tenants' queued jobs. A failed read is False: the job takes the slot."""
     default_cap = get_settings().default_cap
+    t = time.time() if now is None else now
     try:
         pending = pending_tenants()
-        if not policy.poorer_tenant_queued(tenant_id, pending, default_cap):
+        poorer = policy.poorer_tenants(tenant_id, pending, default_cap)
+        if not poorer:
             return False
         cluster = cluster_state(nodes.slots())
-        return cluster is not None and policy.gives_way(tenant_id, pending, cluster, default_cap)
-    except PynamoDBException as exc:
+        return (cluster is not None and policy.gives_way(tenant_id, pending, cluster, default_cap)
+                and any(_has_job_due(other, t) for other in poorer))
+    except Exception as exc:  # noqa: BLE001 - the read only advises: on any failure the job takes its slot
         log.info("could not read the pending tenants (%s); job of %s takes its slot", exc, tenant_id)
         return False
 
 
-def through_door(job: JobItem, *, door: bool = True, now: float | None = None) -> bool:
-    """The door: decide whether a new job is ``queued`` (True: publish it) or ``waiting`` (False),
-    and set the job's fields for it; writes nothing (:func:`counter_actions` and the caller's
-    transaction do).
+def _has_job_due(tenant_id: str, now: float) -> bool:
+    """The tenant has a queued job whose message is due by ``now`` (not one in retry backoff or
+    held by a deferral): the ``by-queued`` index."""
+    due = JobItem.by_queued.query(tenant_id, filter_condition=JobItem.due_at <= now,
+                                  page_size=get_settings().handoff_scan_limit, attributes_to_get=["job_id"])
+    return next(iter(due), None) is not None
 
-    The job is parked at the door when its tenant already has waiting jobs or no room (cap −
-    in_flight − queued, read strongly consistent; where its tier borrows, also none to borrow:
-    :func:`queues_at_door`); a burst then stands in DynamoDB, not in front of other tenants'
-    messages in SQS. The read is not a lock: two submissions at once may both be
-    queued, and the surplus parks at its acquire. A job parked here must be followed by
-    :func:`wake` (the caller's), so room that appeared meanwhile is used. ``door=False`` always
-    queues (a job that must be published now whatever its tenant's state).
-    """
+
+def through_door(job: JobItem, *, door: bool = True, now: float | None = None) -> bool:
+    """The door: is a new job ``queued`` (True: publish it) or ``waiting`` (False)? Sets the job's
+    fields; writes nothing (:func:`counter_actions` and the caller's transaction do).
+
+    It parks when its tenant has waiting jobs or no room (:func:`queues_at_door`, strongly
+    consistent), so a burst stands in DynamoDB, not in SQS before other tenants' messages. The
+    read is no lock: a surplus parks at its acquire. A park here must be followed by :func:`wake`
+    (the caller's), so room that appeared meanwhile is used. ``door=False`` always queues."""
     t = time.time() if now is None else now
     queued = not door or queues_at_door(read_tenant(job.tenant_id))
     if queued:

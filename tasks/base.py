@@ -56,8 +56,7 @@ RELEASE_UNREACHABLE = "release could not reach DynamoDB"
 
 @dataclass(frozen=True)
 class _Ended:
-    """A job's fenced end as :meth:`FairTask.run` wrote it, for :meth:`FairTask.after_return`:
-    the job as committed, its outcome and error, and the waiting job its place was handed to."""
+    """A job's fenced end as :meth:`FairTask.run` wrote it, for :meth:`FairTask.after_return`."""
 
     tenant_id: str
     job: JobItem
@@ -105,8 +104,8 @@ class FairTask(SqsTask):
         """Celery's hook before :meth:`run`: take the lease (**acquire**), or end the delivery.
 
         Raises:
-            celery.exceptions.Retry: gave way (a copy at the back of the queue: a tenant holding
-                fewer leases has a job queued), parked (**park**: no copy; its tenant's next
+            celery.exceptions.Retry: gave way (a copy at the back of the queue: a poorer tenant
+                has a job due), parked (**park**: no copy; its tenant's next
                 release hands it its place) or deferred (contention; a cap hit under the timer policy).
             celery.exceptions.Ignore: a duplicate delivery, dropped (acked, no task event).
             celery.exceptions.Reject: a malformed message or one naming another tenant than the
@@ -277,16 +276,15 @@ class FairTask(SqsTask):
         self._defer(job_id, tenant_id, exc)
 
     def _give_way(self, job_id: str, tenant_id: str) -> None:
-        """Send the job to the back of the queue, once (``gave_way`` on the copy): a tenant holding
-        fewer leases has a job queued (:func:`leases.waiting.gives_way`). Nothing is written: the
-        job stays ``queued`` with its place. Returns only if the copy could not be sent (then the
-        job takes its slot); else raises Retry (Celery acks this delivery)."""
+        """Send the job to the back of the queue, once (``gave_way`` on the copy; nothing written):
+        :func:`leases.waiting.gives_way`. Raises Retry (Celery acks this delivery); returns only if
+        the copy could not be sent, and the job takes its slot."""
         try:
             retry = self.retry(kwargs={**self.request.kwargs, "gave_way": True}, countdown=0, throw=False)
         except (Reject, *INFRASTRUCTURE_ERRORS) as exc:  # Celery's retry wraps a failed publish in Reject
             log.warning("job %s of %s: could not give way (%s); taking the slot", job_id, tenant_id, exc)
             return
-        log.info("job %s of %s gives way to a tenant holding fewer leases", job_id, tenant_id)
+        log.info("job %s of %s gives way to a tenant with fewer jobs running or queued", job_id, tenant_id)
         signals.job_deferred.send(sender=self, job_id=job_id, tenant_id=tenant_id, reason="gave_way", delay_s=0)
         raise retry
 
@@ -387,7 +385,8 @@ class FairTask(SqsTask):
             log.warning("job %s attempt %s/%s failed (%s%s); retrying in %s s", job.job_id, attempts,
                         job.max_attempts, "infrastructure, not charged: " if infra else "", reason, delay_s)
             try:  # published before the release: it follows this attempt
-                retry = self.retry(kwargs={**self.request.kwargs, "after_attempt": attempts}, countdown=delay_s,
+                fresh = {k: v for k, v in self.request.kwargs.items() if k != "gave_way"}  # a new delivery
+                retry = self.retry(kwargs={**fresh, "after_attempt": attempts}, countdown=delay_s,
                                    exc=exc, throw=False)
             except (Reject, *INFRASTRUCTURE_ERRORS) as publish_exc:  # Celery's retry wraps a failed publish in Reject
                 # No copy: release anyway (the job is queued again, its slot free) and leave this

@@ -258,6 +258,7 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
         if queued:
             visible(ev)
         for _, other in woken:
+            other.gave_way = False  # a fresh message: it may give way again
             at(p.wake_latency_s, visible, other)
 
     def start_lease(job, now: float) -> None:
@@ -319,9 +320,10 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
             job.status, job.finished_at = "succeeded", now
         woken = sched.release(job.tenant, requeue=requeue)
         if requeue:
-            job.status = "queued"
+            job.status, job.gave_way = "queued", False  # the retry is a new message
             sent_delayed(job, min(p.retry_backoff_max_s, p.retry_backoff_base_s * 2 ** max(0, job.attempts - 1)))
         for _, other in woken:
+            other.gave_way = False  # a fresh message: it may give way again
             at(p.wake_latency_s, visible, other)
         free_worker()
 
@@ -331,6 +333,7 @@ def simulate(jobs: list[SimJob], *, nodes: int, policy_name: str, params: ModelP
         tenant, tier = ev.value
         sched.set_tier(tenant, tier if policy_name == "borrow" else Tier(cap=tier.cap))
         for _, other in sched.wake(tenant):
+            other.gave_way = False  # a fresh message: it may give way again
             at(p.wake_latency_s, visible, other)
 
     for change_at, tenant, tier in tier_changes or ():

@@ -161,9 +161,9 @@ class Settings(BaseSettings):
         description="Items the cluster's slot counter is split into (docs/deploy.md, the scale envelope): a "
         "lease counts on shard crc32(job_id) mod this, so acquires and releases spread their transaction "
         "conflicts. One item carries about 38 nodes of 8 slots with 30 s jobs; 16 carry 100 and more. "
-        "Borrowing is conditioned per shard on an equal share of the borrowable slots, so it may be refused up "
-        "to (shards - 1) slots early: hence 1 by default, where a cluster of a few nodes would lose most of its "
-        "borrowing. Every process must agree; change it only on a drained cluster. At most 64: a node's "
+        "Borrowing is conditioned per shard on an equal share of the borrowable slots, so a borrow may be refused "
+        "while other shards have room: hence 1 by default. Every process must agree; change it only when "
+        "imposition audit shows no live lease. At most 64: a node's "
         "registration writes every shard in one transaction.",
     )
     node_ttl_s: float = Field(

@@ -76,7 +76,7 @@ class ServiceMetrics:
         )
         #: ``job_deferred`` with reason ``gave_way``.
         self.gave_way = Counter(
-            "imposition_gave_way", "Jobs sent to the back of the queue for a tenant holding fewer leases.", t, registry=r
+            "imposition_gave_way", "Jobs sent to the back of the queue for a tenant with fewer jobs running or queued.", t, registry=r
         )
         #: ``lease_recovered`` (the sweeper reclaimed an expired lease).
         self.lease_recovered = Counter(

@@ -149,7 +149,9 @@ def run_sequence(waiting_policy: str, tiers: dict[str, Tier], *, events: int, se
             decision = (expected, got)
             if fail:
                 messages.append((tenant, job))
+                gave_way.discard(job)  # a retry is a new message: it may give way again
             messages += expected
+            gave_way.difference_update(j for _, j in expected)  # so is a woken job's
             seen["woken"] += len(expected)
             seen["retry"] += fail
         else:
@@ -162,6 +164,7 @@ def run_sequence(waiting_policy: str, tiers: dict[str, Tier], *, events: int, se
             if expected[0]:
                 messages.append((tenant, job))
             messages += expected[1]
+            gave_way.difference_update(j for _, j in expected[1])
             seen["door_park"] += not expected[0]
         assert decision[0] == decision[1], f"event {step}: simulator decided {decision[0]}, lease layer {decision[1]}"
         assert sim_counters(sched, tenants) == real.counters(tenants), f"event {step}: counters differ"

@@ -167,6 +167,18 @@ def test_a_job_gives_its_slot_to_a_tenant_holding_fewer_leases_only_while_slots_
     assert not waiting.gives_way(heavy)
 
 
+def test_a_job_gives_no_slot_to_a_tenant_whose_only_queued_job_waits_out_its_backoff(fresh_aws):
+    nodes.register("node-a", 4)
+    heavy, light = _tenant("heavy"), _tenant("light")
+    running(heavy, 3)
+    make_job(heavy)
+    [lease] = running(light, 1)
+    transactions.release_for_retry(lease, error="engine crashed", error_code="engine_crashed", delay_s=600)
+    assert counters(light) == {"in_flight": 0, "queued": 1, "waiting": 0, "occupied": 1}
+    assert not waiting.gives_way(heavy)  # light's job is not due for 10 minutes
+    assert waiting.gives_way(heavy, now=time.time() + 601)
+
+
 def test_racing_acquires_for_the_last_slot_one_wins_the_other_parks(fresh_aws):
     tenant = _tenant("race-acquire")
     set_cap(tenant, 1)
