@@ -158,8 +158,11 @@ def sweep(
     """
     report = SweepReport()
     clocks = get_clocks()
-    skew.refresh(now)  # clock skew (leases/skew.py): every node's clock against this one, for this sweep
-    for lease in expired_leases(now):
+    expired = list(expired_leases(now))
+    # Clock skew (leases/skew.py), read after the leases: a node registers its clock before it
+    # takes a job (tasks/nodes.py), so every lease listed has its node's reading in the registry.
+    skew.refresh(now)
+    for lease in expired:
         if skew.held_by_skew(float(lease.expires_at), lease.worker, now):  # clock skew: alive by its node's clock
             report.held_for_skew += 1
             continue

@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from imposition.common.clocks import get_clocks
 from imposition.common.settings import get_settings
-from leases import nodes
+from leases import nodes, skew
 from tests.conftest import reset_aws
 from tests.observability.support import free_port
 from tests.support.cluster import Cluster
@@ -60,6 +60,10 @@ def skewed(tmp_path_factory):
     port = free_port()
     cluster = Cluster(tmp_path_factory.mktemp("skew"), nodes=1, concurrency=4,
                       node_env=shifted_clock_env(-SKEW_S), maintenance_env={"IMPOSITION_METRICS_PORT": str(port)})
+    # A worker registers its clock before it says ready (before its first message): a lease it takes
+    # at once is judged by its clock from the first sweep on.
+    reported = skew.measure_skews(skew.endpoint_offset())
+    assert [round(s.skew_s) for s in reported.values()] in ([-19], [-20], [-21]), reported
     yield cluster, f"http://127.0.0.1:{port}/metrics"
     cluster.stop()
 
