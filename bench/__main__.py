@@ -48,7 +48,8 @@ QUICK = bool(os.environ.get("BENCH_QUICK"))
 #: A git ref whose engine is measured beside ours in the same run (``BENCH_BASELINE``), or None.
 BASELINE_REF = os.environ.get("BENCH_BASELINE") or None
 BASELINE = WORK / "baseline"
-#: What of the baseline ref is exported: the engine and the settings it reads (the harness is ours).
+#: What of the baseline ref is exported, where the ref has it: the engine and the settings it reads
+#: (the harness is ours).
 BASELINE_PACKAGES = ("imposition", "service")
 #: Packages of ours byte-compiled before measuring.
 OUR_PACKAGES = ("imposition", "tasks", "leases", "devstack", "bench")
@@ -105,12 +106,15 @@ def export_baseline(ref: str) -> Path:
     there (their working directory first on ``sys.path``) import that engine."""
     shutil.rmtree(BASELINE, ignore_errors=True)
     BASELINE.mkdir(parents=True)
-    archive = subprocess.run(["git", "archive", "--format=tar", ref, *BASELINE_PACKAGES], cwd=ROOT,
+    present = set(subprocess.run(["git", "ls-tree", "--name-only", ref], cwd=ROOT, capture_output=True, text=True,
+                                 check=True).stdout.split())
+    packages = [p for p in BASELINE_PACKAGES if p in present]  # ``service`` went into ``imposition`` later
+    archive = subprocess.run(["git", "archive", "--format=tar", ref, *packages], cwd=ROOT,
                              capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(BASELINE, filter="data")
     shutil.copytree(ROOT / "bench", BASELINE / "bench", ignore=shutil.ignore_patterns("__pycache__"))
-    _compile(BASELINE, ("bench", *BASELINE_PACKAGES))
+    _compile(BASELINE, ("bench", *packages))
     return BASELINE
 
 
