@@ -10,8 +10,9 @@
 * ``warm``: the same call as a worker process makes it now, with a warm engine child (started
   before the clock): the request, the work in the child and the answer.
 * ``work``: the same job's work alone, :func:`imposition.engine.child.run` in this process (the content
-  budget's check, open, plan, draw, save), ``json`` the resolved layout
-  (:meth:`imposition.engine.spec.LayoutSpec.resolved`); ``engine`` minus ``work`` is the child's start.
+  budget's check, open, plan, draw, save), ``json`` the layout specification, resolved before the
+  clock by the engine it measures (:meth:`imposition.engine.spec.LayoutSpec.resolved`: a baseline's
+  own); ``engine`` minus ``work`` is the child's start.
 * ``copy``: the copy floor, :func:`bench.copy_floor.copy_pages`.
 * ``rewrite``: the rewrite floor, :func:`bench.copy_floor.rewrite`.
 
@@ -64,10 +65,11 @@ def _job(what: str, source: Path, output: Path, argument: str | None) -> tuple[C
         from imposition.engine.child import run
 
         from imposition.engine.job import ContentBudget
+        from imposition.engine.spec import parse_layout
         from imposition.common.settings import get_settings
 
         # the bench limits no page or cell count; the content budget's check is part of every job's work
-        request = {"mode": "impose", "input": str(source), "output": str(output), "layout": json.loads(argument or ""),
+        request = {"mode": "impose", "input": str(source), "output": str(output), "layout": parse_layout(argument or "").resolved().to_json(),
                    "slug": None, "max_pages": sys.maxsize, "result": None,
                    "content_budget": ContentBudget.of(get_settings()).to_json()}
         return (lambda: run(request)), resource.RUSAGE_SELF
