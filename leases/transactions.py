@@ -41,7 +41,7 @@ from leases.conditions import (
     can_borrow, cap_has_room, is_waiting, none_waiting, not_frozen, place_passes_on, queued_and_due, slot_to_borrow,
     slots_item,
 )
-from leases.reads import read_lease
+from leases.reads import read_job, read_lease
 from imposition.common.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -61,14 +61,14 @@ class Lease:
 
 def lease_of(item: LeaseItem) -> Lease:
     """The :class:`Lease` a lease item records."""
-    return Lease(item.job_id, item.tenant_id, item.worker, item.token, float(item.acquired_at),
-                 float(item.expires_at))
+    return Lease(item.job_id, item.tenant_id, item.worker, item.token, float(item.acquired_at), float(item.expires_at))
 
 
 def released_by(job_id: str, release_ids: Iterable[str]) -> str | None:
-    """The one of ``release_ids`` that wrote the job's last release, or None (consistent read)."""
+    """The one of ``release_ids`` that wrote the job's last release, or None. Read with retries
+    (:func:`leases.reads.read_job`, whose LeaseContention it raises): it must outlast the blip."""
     try:
-        job = JobItem.get(job_id, consistent_read=True, attributes_to_get=["release_id"])
+        job = read_job(job_id)
     except DoesNotExist:
         return None
     return job.release_id if job.release_id is not None and job.release_id in set(release_ids) else None
@@ -330,7 +330,7 @@ def _try_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[Na
             log.info("release of job %s: failed (%s), but a try of it applied", job_id, codes[0])
             return Released(tried[applied])
         if kind == AMBIGUOUS:
-            held = read_lease(job_id)
+            held = read_lease(job_id, retried=True)
             if held is not None and held.token == token:
                 raise Retryable(codes) from exc
         return None
@@ -363,7 +363,7 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
         carried another token, or (with ``expired_before``) was renewed.
 
     Raises:
-        LeaseContention: conflicts outlasted the bounded retries (the lease stays).
+        LeaseContention: conflicts, or failed read-backs, outlasted the bounded retries (the lease stays).
         pynamodb.exceptions.PynamoDBException: an error that says nothing about the lease.
     """
     plan: _Plan | Released | None = _first_plan(tenant_id, hand_on and not requeue)
