@@ -12,6 +12,7 @@ from leases.models import JobItem, LeaseItem, TenantItem
 
 T = TypeVar("T")
 
+
 def _with_read_retries(get: Callable[[], T], *, what: str) -> T:
     """``get()`` with bounded in-place retries of any failure but absence (:class:`DoesNotExist`,
     raised at once). A read changes nothing, so throttling and 5xx answers alike are tried again.

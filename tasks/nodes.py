@@ -5,9 +5,9 @@
 endpoint's (:mod:`leases.skew`), so the sweeper knows the node's clock before it sees a lease of it.
 Then a daemon thread beats every ``heartbeat_interval_s``, each beat reporting the clock again (a
 beat that finds the node dropped registers it again). ``worker_shutdown``:
-:func:`leases.nodes.deregister`. A node killed outright stops beating
-and the sweeper drops it after ``node_ttl_s``. Failures are logged and retried at the next beat:
-the registry only decides borrowing, never whether a job runs.
+:func:`leases.nodes.deregister`. A node killed outright stops beating and the sweeper drops it
+after ``node_ttl_s``. Failures are logged and retried at the next beat: the registry only decides
+borrowing, never whether a job runs.
 """
 
 from __future__ import annotations
