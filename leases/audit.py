@@ -13,8 +13,8 @@ What must hold at every instant (each lease transaction keeps it, all or nothing
   ``occupied`` equals its live leases plus its queued jobs;
 * the cluster (a whole-cluster audit only) — each slot-counter shard's ``busy`` equals its jobs' live leases.
 
-Expired leases are the sweeper's work, reported as ``expired``, not drift. A drift is reported only
-when seen in ``Settings.audit_confirm_snapshots`` snapshots in a row (the reads are no snapshot).
+Expired leases are the sweeper's work, not drift. A drift counts only if seen in ``Settings.audit_confirm_snapshots``
+snapshots in a row; an orphan or stranded suspect is read again after its job or lease (a release between reads).
 
 **Repair** (``--repair``, safe while workers run): each fix is one conditional transaction, refused
 if anything it relied on changed (then the tenant is read again): an orphan lease is removed
@@ -149,6 +149,8 @@ class _Snapshot:
     tenants: dict[str, TenantItem]
     leases: dict[str, list[LeaseItem]]
     jobs_of_leases: dict[str, JobItem | None]
+    #: tenant → leases that fenced nothing while live: read again after their job, same token.
+    orphans: dict[str, list[LeaseItem]]
     stranded: dict[str, list[JobItem]]
     running: dict[str, int]
     #: tenant → its jobs counted by status and its counters read around the count.
@@ -213,6 +215,7 @@ def _snapshot(tenant_ids: list[str] | None, *, lost_at: float | None = None) -> 
         if held:
             leases[tenant_id] = held
     jobs_of_leases = _read_jobs(lease.job_id for held in leases.values() for lease in held)
+    orphans = {tenant_id: _orphans(held, jobs_of_leases) for tenant_id, held in leases.items()}
     stranded: dict[str, list[JobItem]] = defaultdict(list)
     running: dict[str, int] = {}
     for tenant_id in set(tenants) | set(leases):
@@ -224,11 +227,29 @@ def _snapshot(tenant_ids: list[str] | None, *, lost_at: float | None = None) -> 
             if job is None or job.status != JobStatus.RUNNING.value:
                 continue
             lease = read_lease(job_id)
-            if lease is None or lease.token != job.lease_token:
+            if lease is not None and lease.token == job.lease_token:
+                continue
+            # Read the job once more: released between the two reads, it is not stranded; running
+            # under the same token on both sides of the lease read (tokens are never reused), it is.
+            again = _read_jobs([job_id]).get(job_id)
+            if again is not None and again.status == JobStatus.RUNNING.value and again.lease_token == job.lease_token:
                 stranded[tenant_id].append(job)
     counted = {tenant_id: _count_jobs(tenant_id) for tenant_id in set(tenants) | set(leases)}
     lost = {tenant_id: _lost_jobs(tenant_id, lost_at) for tenant_id in tenants} if lost_at is not None else {}
-    return _Snapshot(tenants, leases, jobs_of_leases, stranded, running, counted, lost)
+    return _Snapshot(tenants, leases, jobs_of_leases, orphans, stranded, running, counted, lost)
+
+
+def _orphans(held: list[LeaseItem], jobs: dict[str, JobItem | None]) -> list[LeaseItem]:
+    """The leases of ``held`` whose job (read after them) does not run under them, and which are
+    still there, under the same token, when read again after the job.
+
+    A lease and its job change in one transaction, and a token is never reused, so a lease seen
+    before and after the job read was live when the job was read: a true orphan. A release between
+    the lease scan and the job read, which a busy tenant makes often, is not one.
+    """
+    suspects = [lease for lease in held if not sweeper.runs_under(jobs.get(lease.job_id), lease)]
+    return [lease for lease in suspects
+            if (again := read_lease(lease.job_id)) is not None and again.token == lease.token]
 
 
 class JobCount(NamedTuple):
@@ -290,13 +311,12 @@ def _judge(snap: _Snapshot, now: float) -> list[TenantAudit]:
         cap = item.effective_cap(default_cap) if item is not None else default_cap
         audit_ = TenantAudit(tenant_id, in_flight, cap, len(leases), snap.running.get(tenant_id, 0),
                              sum(1 for lease in leases if float(lease.expires_at) < now))
-        for lease in leases:
+        for lease in snap.orphans.get(tenant_id, []):
             job = snap.jobs_of_leases.get(lease.job_id)
-            if not sweeper.runs_under(job, lease):
-                state = "missing" if job is None else f"{job.status} under token {str(job.lease_token)[:8]}"
-                audit_.drifts.append(Drift(tenant_id, "orphan_lease",
-                                           f"lease of job {lease.job_id} (token {lease.token[:8]}) fences nothing: job {state}",
-                                           lease.job_id))
+            state = "missing" if job is None else f"{job.status} under token {str(job.lease_token)[:8]}"
+            audit_.drifts.append(Drift(tenant_id, "orphan_lease",
+                                       f"lease of job {lease.job_id} (token {lease.token[:8]}) fences nothing: job {state}",
+                                       lease.job_id))
         for job in snap.stranded.get(tenant_id, []):
             audit_.drifts.append(Drift(tenant_id, "stranded_job",
                                        f"job {job.job_id} is running under token {str(job.lease_token)[:8]} "
