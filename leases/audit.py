@@ -13,16 +13,16 @@ What must hold at every instant (each lease transaction keeps it, all or nothing
   ``occupied`` equals its live leases plus its queued jobs;
 * the cluster (a whole-cluster audit only) — each slot-counter shard's ``busy`` equals its jobs' live leases.
 
-Expired leases are the sweeper's work, not drift. A drift counts only if seen in ``Settings.audit_confirm_snapshots``
-snapshots in a row; an orphan or stranded suspect is read again after its job or lease (a release between reads).
+Expired leases are the sweeper's work. Reads are no snapshot: an orphan or stranded suspect is read
+again after its job or lease; counters and cap are judged only from reads no lease moved through
+(``TenantItem.lease_moves``; else not ``settled``); a drift counts if seen in N snapshots in a row.
 
-**Repair** (``--repair``, safe while workers run): each fix is one conditional transaction, refused
-if anything it relied on changed (then the tenant is read again): an orphan lease is removed
-(:func:`leases.sweeper.remove_orphan`), a stranded job re-published and re-queued (or failed), a
-lost job re-published, a counter rewritten under a short freeze of the tenant's acquires
-(``TenantItem.repair_until``), the job counters rewritten; an over-cap lease is left alone. Each fix
-that frees a slot or changes a counter is followed by :func:`leases.waiting.wake`. Why each is safe:
-docs/design.md, "The audit's repair freezes one tenant's acquires for a moment".
+**Repair** (``--repair``, safe while workers run), each fix one conditional transaction (refused: read
+again): an orphan lease removed (:func:`leases.sweeper.remove_orphan`), a stranded job re-published
+and re-queued (or failed), a lost job re-published, a counter rewritten under a short freeze of the
+tenant's acquires (``TenantItem.repair_until``; also for a tenant not settled), the job counters
+rewritten; an over-cap lease left alone. Each fix that frees a slot or changes a counter, and each
+freeze, is followed by :func:`leases.waiting.wake`. Why: docs/design.md, "The audit's repair freezes".
 """
 
 from __future__ import annotations
@@ -86,6 +86,9 @@ class TenantAudit:
     queued_jobs: int = 0
     waiting_jobs: int = 0
     drifts: list[Drift] = field(default_factory=list)
+    #: False when the leases moved during every read (``Settings.audit_stable_read_tries``): the
+    #: counters and the cap were then not judged (the next audit tries again).
+    settled: bool = True
 
 
 @dataclass
@@ -126,6 +129,7 @@ class AuditReport:
         lines = []
         for t in self.tenants:
             state = "ok" if not t.drifts else f"DRIFT ({len(t.drifts)})"
+            state += "" if t.settled else " (leases kept moving: counters and cap not judged)"
             lines.append(f"{t.tenant_id:24} in_flight={t.in_flight} leases={t.leases} cap={t.cap} "
                          f"running={t.running_jobs} queued={t.queued_jobs} waiting={t.waiting_jobs} "
                          f"expired={t.expired_leases}  {state}")
@@ -156,6 +160,8 @@ class _Snapshot:
     #: tenant → its jobs counted by status and its counters read around the count.
     counted: dict[str, "JobCount | None"] = field(default_factory=dict)
     lost: dict[str, list[JobItem]] = field(default_factory=dict)
+    #: tenants whose leases moved during every read: their counters and cap are not judged.
+    unsettled: set[str] = field(default_factory=set)
 
 
 def _read_jobs(job_ids: Iterable[str]) -> dict[str, JobItem | None]:
@@ -164,12 +170,13 @@ def _read_jobs(job_ids: Iterable[str]) -> dict[str, JobItem | None]:
     return {job_id: found.get(job_id) for job_id in ids}
 
 
-def _tenant_and_leases(tenant_id: str) -> tuple[TenantItem | None, list[LeaseItem]]:
-    """The tenant item and its leases, read between two reads of the tenant item that agree.
+def _tenant_and_leases(tenant_id: str) -> tuple[TenantItem | None, list[LeaseItem], bool]:
+    """The tenant item and its leases, read between two reads of the tenant item that agree, and
+    whether they agreed.
 
-    Every lease transaction changes ``in_flight``, so equal readings on both sides make a lease
-    transaction between them unlikely (not impossible: two that cancel out). Up to
-    ``Settings.audit_stable_read_tries`` tries; the last is used if none was stable.
+    Every lease transaction adds one to ``lease_moves``, so equal readings on both sides mean no
+    lease moved during the scan: the leases and ``in_flight`` are then one state. Up to
+    ``Settings.audit_stable_read_tries`` tries; the last is returned, settled or not.
     """
 
     def tenant() -> TenantItem | None:
@@ -178,17 +185,21 @@ def _tenant_and_leases(tenant_id: str) -> tuple[TenantItem | None, list[LeaseIte
         except DoesNotExist:
             return None
 
-    def in_flight(item: TenantItem | None) -> int | None:
-        return None if item is None or item.in_flight is None else int(item.in_flight)
+    def moves(item: TenantItem | None) -> tuple[int | None, int | None]:
+        return (None, None) if item is None else (_int(item.in_flight), _int(item.lease_moves))
 
     before = tenant()
     for _ in range(get_settings().audit_stable_read_tries):
         leases = list(LeaseItem.scan(LeaseItem.tenant_id == tenant_id, consistent_read=True))
         after = tenant()
-        if in_flight(before) == in_flight(after):
-            break
+        if moves(before) == moves(after):
+            return after, leases, True
         before = after
-    return after, leases
+    return after, leases, False
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None else int(value)
 
 
 def _lost_jobs(tenant_id: str, now: float) -> list[JobItem]:
@@ -208,8 +219,11 @@ def _snapshot(tenant_ids: list[str] | None, *, lost_at: float | None = None) -> 
         wanted = set(tenant_ids)
     tenants: dict[str, TenantItem] = {}
     leases: dict[str, list[LeaseItem]] = {}
+    unsettled: set[str] = set()
     for tenant_id in sorted(wanted):
-        item, held = _tenant_and_leases(tenant_id)
+        item, held, settled = _tenant_and_leases(tenant_id)
+        if not settled:
+            unsettled.add(tenant_id)
         if item is not None:
             tenants[tenant_id] = item
         if held:
@@ -236,7 +250,7 @@ def _snapshot(tenant_ids: list[str] | None, *, lost_at: float | None = None) -> 
                 stranded[tenant_id].append(job)
     counted = {tenant_id: _count_jobs(tenant_id) for tenant_id in set(tenants) | set(leases)}
     lost = {tenant_id: _lost_jobs(tenant_id, lost_at) for tenant_id in tenants} if lost_at is not None else {}
-    return _Snapshot(tenants, leases, jobs_of_leases, orphans, stranded, running, counted, lost)
+    return _Snapshot(tenants, leases, jobs_of_leases, orphans, stranded, running, counted, lost, unsettled)
 
 
 def _orphans(held: list[LeaseItem], jobs: dict[str, JobItem | None]) -> list[LeaseItem]:
@@ -275,11 +289,11 @@ def _count_jobs(tenant_id: str) -> JobCount | None:
 
     def counters() -> tuple[int | None, ...]:
         try:
-            item = TenantItem.get(tenant_id, consistent_read=True,
-                                  attributes_to_get=["tenant_id", "queued", "waiting", "occupied", "in_flight"])
+            item = TenantItem.get(tenant_id, consistent_read=True, attributes_to_get=[
+                "tenant_id", "queued", "waiting", "occupied", "in_flight", "lease_moves"])
         except DoesNotExist:
-            return None, None, None, None
-        return tuple(None if v is None else int(v) for v in (item.queued, item.waiting, item.occupied, item.in_flight))
+            return None, None, None, None, None
+        return tuple(_int(v) for v in (item.queued, item.waiting, item.occupied, item.in_flight, item.lease_moves))
 
     before = counters()
     for _ in range(get_settings().audit_stable_read_tries):
@@ -289,8 +303,8 @@ def _count_jobs(tenant_id: str) -> JobCount | None:
         queued = sum(1 for j in found.values() if j is not None and j.status == JobStatus.QUEUED.value)
         waiting_ = sum(1 for j in found.values() if j is not None and j.status == JobStatus.WAITING.value)
         after = counters()
-        if before == after:
-            return JobCount(queued, waiting_, *after)
+        if before == after:  # ``lease_moves`` last: an acquire and a retry's release cancel out in the rest
+            return JobCount(queued, waiting_, *after[:4])
         before = after
     return None  # its jobs kept moving: no count to judge by (the next audit tries again)
 
@@ -325,13 +339,14 @@ def _judge(snap: _Snapshot, now: float) -> list[TenantAudit]:
             audit_.drifts.append(Drift(tenant_id, "lost_job",
                                        f"job {job.job_id} queued, due at {float(job.due_at):.0f}, never started, "
                                        "and no message visible in its queue", job.job_id))
-        if in_flight != len(leases):
+        audit_.settled = tenant_id not in snap.unsettled
+        if audit_.settled and in_flight != len(leases):
             audit_.drifts.append(Drift(tenant_id, "counter", f"in_flight={in_flight} but {len(leases)} live lease(s)"))
         count = snap.counted.get(tenant_id)
         if count is not None:
             audit_.queued, audit_.waiting = int(count.queued or 0), int(count.waiting or 0)
             audit_.queued_jobs, audit_.waiting_jobs = count.queued_jobs, count.waiting_jobs
-        if count is not None and count.drifted(len(leases)):
+        if audit_.settled and count is not None and count.drifted(len(leases)):
             audit_.drifts.append(Drift(tenant_id, "job_counters",
                                        f"queued={audit_.queued} waiting={audit_.waiting} occupied={count.occupied} "
                                        f"but {count.queued_jobs} queued and {count.waiting_jobs} waiting job(s), "
@@ -339,7 +354,7 @@ def _judge(snap: _Snapshot, now: float) -> list[TenantAudit]:
         changed_at = float(item.cap_changed_at or 0) if item is not None else 0.0
         # A tier that borrows may hold up to its burst cap (the cluster's reserve is the acquire's).
         limit = max(cap, int(item.burst_cap)) if item is not None and item.burst_cap is not None else cap
-        for lease in _over_cap(leases, limit, changed_at):
+        for lease in _over_cap(leases, limit, changed_at) if audit_.settled else []:
             audit_.drifts.append(Drift(tenant_id, "over_cap",
                                        f"lease of job {lease.job_id} was taken with {cap} or more older leases "
                                        f"live (cap {cap})", lease.job_id))
@@ -432,7 +447,7 @@ def _repair_counter(tenant_id: str) -> str | None:
     TenantItem(tenant_id).update(actions=[TenantItem.repair_until.set(time.time() + freeze_s)])
 
     def attempt() -> str | None:
-        item, leases = _tenant_and_leases(tenant_id)
+        item, leases, _ = _tenant_and_leases(tenant_id)  # unsettled: the condition below refuses
         observed = int(item.in_flight) if item is not None and item.in_flight is not None else None
         unchanged = TenantItem.in_flight.does_not_exist() if observed is None else TenantItem.in_flight == observed
         try:
@@ -440,8 +455,8 @@ def _repair_counter(tenant_id: str) -> str | None:
                 for lease in leases:
                     tx.condition_check(LeaseItem, lease.job_id, condition=LeaseItem.token == lease.token)
                 tx.update(TenantItem(tenant_id),
-                          actions=[TenantItem.in_flight.set(len(leases)), TenantItem.repair_until.remove(),
-                                   TenantItem.updated_at.set(time.time())],
+                          actions=[TenantItem.in_flight.set(len(leases)), TenantItem.lease_moves.add(1),
+                                   TenantItem.repair_until.remove(), TenantItem.updated_at.set(time.time())],
                           condition=unchanged)
         except TransactWriteError as exc:
             kind, codes = classify(exc)
@@ -500,7 +515,9 @@ def repair(tenant_ids: Iterable[str] | None = None, *, publish: waiting.Publish,
 
     Every fix is conditional on the state it read, so under heavy traffic a fix may be refused
     repeatedly; it is then tried again in the next round, and left in the report after
-    ``Settings.audit_repair_rounds`` rounds. Safety never depends on how busy the tenant is.
+    ``Settings.audit_repair_rounds`` rounds. Safety never depends on how busy the tenant is. A
+    tenant whose leases moved through every read (not ``settled``) has its counters recounted
+    once, with its acquires frozen, as for a counter drift.
 
     Args:
         tenant_ids: tenants to look at (default: all).
@@ -515,8 +532,14 @@ def repair(tenant_ids: Iterable[str] | None = None, *, publish: waiting.Publish,
     wanted = list(tenant_ids) if tenant_ids is not None else None
     done: list[str] = []
     report = audit(wanted, backlog=backlog)
+    recounted: set[str] = set()
     for _ in range(get_settings().audit_repair_rounds):
         fixable = [d for d in report.drifts if d.kind != "over_cap"]
+        # Leases that kept moving hide a tenant's counters from reads: recount them once, acquires frozen.
+        unsettled = {t.tenant_id for t in report.tenants if not t.settled} - recounted
+        recounted |= unsettled
+        fixable += [Drift(tenant_id, kind, "not judged: leases kept moving")
+                    for tenant_id in sorted(unsettled) for kind in ("counter", "job_counters")]
         cluster_note = _repair_cluster(report)
         if cluster_note:
             log.warning("audit repair: %s", cluster_note)
@@ -573,7 +596,7 @@ def _repair_one(drift: Drift, publish: waiting.Publish) -> str | None:
     """Apply the fix of one drift (module docstring), then wake the tenant's waiting jobs; a note of
     what was done, or None."""
     note = _repair_drift(drift, publish)
-    if note:
+    if note or drift.kind == "counter":  # a recount froze acquires: a job parked meanwhile may start
         waiting.wake(drift.tenant_id, publish=publish, reason="repair")
     return note
 

@@ -107,6 +107,10 @@ class TenantItem(Model):
 
     tenant_id = UnicodeAttribute(hash_key=True)
     in_flight = NumberAttribute(default=0)
+    #: Changes of ``in_flight`` so far; it only grows (:meth:`leases_add`). Equal readings around a
+    #: scan of the leases mean no lease moved during it, even an acquire and a release that cancel
+    #: out in ``in_flight`` (:mod:`leases.audit`).
+    lease_moves = NumberAttribute(null=True)
     #: Jobs of this tenant in status ``queued`` (a message exists or is due) and ``waiting``
     #: (parked, no message); kept exact by the same transactions that change a job's status.
     queued = NumberAttribute(null=True)
@@ -148,6 +152,12 @@ class TenantItem(Model):
         if delta > 0:
             actions.append(cls.pending_partition.set(PENDING_PARTITION))
         return actions
+
+    @classmethod
+    def leases_add(cls, delta: int) -> list[Action]:
+        """Update actions of a transaction that takes (``delta`` 1) or frees (-1) a lease:
+        ``in_flight += delta`` (0 when absent) and one more ``lease_moves``."""
+        return [cls.in_flight.set((cls.in_flight | 0) + delta), cls.lease_moves.add(1)]
 
     def effective_cap(self, default_cap: int) -> int:
         """The cap this tenant's lease transactions enforce (override or default)."""

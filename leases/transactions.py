@@ -177,7 +177,7 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, n
             with NamedTransaction(new_token()) as tx:
                 tx.add("save", "lease", lease, condition=LeaseItem.job_id.does_not_exist(), return_values=_ALL_OLD)
                 tx.add("update", "tenant", TenantItem(tenant_id),
-                       actions=[TenantItem.in_flight.set((TenantItem.in_flight | 0) + 1), TenantItem.queued.add(-1)],
+                       actions=[*TenantItem.leases_add(1), TenantItem.queued.add(-1)],
                        condition=(can_borrow() if borrow else cap_has_room(s.default_cap)) & not_frozen(t),
                        return_values=_ALL_OLD)
                 tx.add("update", "cluster", slots_item(job_id), actions=[ClusterItem.busy.add(1)],
@@ -286,12 +286,12 @@ def _release_items(tx: NamedTransaction, job_id: str, tenant_id: str, plan: _Pla
     s = get_settings()
     successor = plan.candidates[0] if plan.candidates else None
     if requeue:  # a retry keeps its place
-        place, condition = [TenantItem.in_flight.add(-1), *TenantItem.counted(TenantItem.queued, 1)], None
+        place, condition = [*TenantItem.leases_add(-1), *TenantItem.counted(TenantItem.queued, 1)], None
     elif successor is not None:  # the place passes on: occupied unchanged
-        place = [TenantItem.in_flight.add(-1), TenantItem.waiting.add(-1), *TenantItem.counted(TenantItem.queued, 1)]
+        place = [*TenantItem.leases_add(-1), TenantItem.waiting.add(-1), *TenantItem.counted(TenantItem.queued, 1)]
         condition = place_passes_on(s.default_cap)
     else:
-        place = [TenantItem.in_flight.add(-1), TenantItem.occupied.add(-1)]
+        place = [*TenantItem.leases_add(-1), TenantItem.occupied.add(-1)]
         condition = none_waiting() if plan.none_waits else None
     tx.add("update", "tenant", TenantItem(tenant_id), actions=place, condition=condition)
     tx.add("update", "cluster", slots_item(job_id), actions=[ClusterItem.busy.add(-1)])

@@ -223,7 +223,7 @@ class Settings(BaseSettings):
         default=3, ge=1, description="imposition audit: a drift counts only if seen in this many snapshots in a row"
     )
     audit_stable_read_tries: int = Field(
-        default=5, ge=1, description="imposition audit: reads of a tenant until in_flight is the same before and after its leases"
+        default=5, ge=1, description="imposition audit: reads of a tenant until lease_moves is the same before and after its leases"
     )
     audit_repair_freeze_s: float = Field(
         default=30.0, gt=0,
