@@ -106,6 +106,8 @@ class AuditReport:
     #: The slot counter's shards against their live leases: ``{shard: (busy, leases)}``, every shard
     #: with either; a drift where unequal.
     shards: dict[int, tuple[int, int]] | None = None
+    #: False when leases moved through every read of the shards: they were then not judged.
+    cluster_settled: bool = True
 
     @property
     def cluster(self) -> tuple[int, int] | None:
@@ -116,8 +118,8 @@ class AuditReport:
 
     @property
     def shard_drifts(self) -> dict[int, tuple[int, int]]:
-        """The shards whose ``busy`` differs from their live leases."""
-        return {k: (b, h) for k, (b, h) in (self.shards or {}).items() if b != h}
+        """The shards whose ``busy`` differs from their live leases (none if not ``cluster_settled``)."""
+        return {k: (b, h) for k, (b, h) in (self.shards or {}).items() if b != h} if self.cluster_settled else {}
 
     @property
     def clean(self) -> bool:
@@ -136,7 +138,9 @@ class AuditReport:
             lines.extend(f"    {d.kind}: {d.detail}" for d in t.drifts)
         if self.cluster is not None:
             busy, held = self.cluster
-            lines.append(f"cluster busy={busy} leases={held}  " + ("DRIFT (slot counter)" if self.shard_drifts else "ok"))
+            state = "DRIFT (slot counter)" if self.shard_drifts else "ok"
+            state += "" if self.cluster_settled else " (leases kept moving: not judged)"
+            lines.append(f"cluster busy={busy} leases={held}  {state}")
             lines.extend(f"    shard {k}: busy={b} leases={h}" for k, (b, h) in sorted(self.shard_drifts.items()))
         lines.extend(f"  repaired: {r}" for r in self.repairs)
         return "\n".join(lines) if lines else "no tenants"
@@ -145,7 +149,7 @@ class AuditReport:
         """The report as JSON (``tenants``, ``repairs``, ``clean``)."""
         return json.dumps({"tenants": [asdict(t) for t in self.tenants], "repairs": self.repairs,
                            "cluster": self.cluster, "shard_drifts": {str(k): v for k, v in self.shard_drifts.items()},
-                           "clean": self.clean}, indent=2, sort_keys=True)
+                           "cluster_settled": self.cluster_settled, "clean": self.clean}, indent=2, sort_keys=True)
 
 
 @dataclass
@@ -200,6 +204,11 @@ def _tenant_and_leases(tenant_id: str) -> tuple[TenantItem | None, list[LeaseIte
 
 def _int(value: float | None) -> int | None:
     return None if value is None else int(value)
+
+
+def _unchanged(attr, value: int | None):
+    """Condition: ``attr`` still reads ``value`` (absent for None)."""
+    return attr.does_not_exist() if value is None else attr == value
 
 
 def _lost_jobs(tenant_id: str, now: float) -> list[JobItem]:
@@ -277,7 +286,8 @@ class JobCount(NamedTuple):
     in_flight: int | None
 
     def drifted(self, leases: int) -> bool:
-        """Counters that disagree with the jobs, or ``occupied`` ≠ ``leases`` + queued jobs."""
+        """Counters that disagree with the jobs, or ``occupied`` ≠ ``leases`` + queued jobs (``leases``
+        at the count's moment: the lease scan is another)."""
         queued, waiting_, occupied = (int(v or 0) for v in (self.queued, self.waiting, self.occupied))
         return (queued, waiting_, occupied) != (self.queued_jobs, self.waiting_jobs, leases + self.queued_jobs)
 
@@ -346,7 +356,9 @@ def _judge(snap: _Snapshot, now: float) -> list[TenantAudit]:
         if count is not None:
             audit_.queued, audit_.waiting = int(count.queued or 0), int(count.waiting or 0)
             audit_.queued_jobs, audit_.waiting_jobs = count.queued_jobs, count.waiting_jobs
-        if audit_.settled and count is not None and count.drifted(len(leases)):
+        # The leases at the count's moment: its in_flight less the counter's drift, which lease moves keep.
+        counter_drift = in_flight - len(leases)
+        if audit_.settled and count is not None and count.drifted(int(count.in_flight or 0) - counter_drift):
             audit_.drifts.append(Drift(tenant_id, "job_counters",
                                        f"queued={audit_.queued} waiting={audit_.waiting} occupied={count.occupied} "
                                        f"but {count.queued_jobs} queued and {count.waiting_jobs} waiting job(s), "
@@ -386,35 +398,37 @@ def audit(tenant_ids: Iterable[str] | None = None, *, now: float | None = None,
             break
     for tenant in tenants:
         tenant.drifts = [d for d in tenant.drifts if d.key in (confirmed or set())]
-    shards = None
+    shards, settled = None, True
     if wanted is None:
         for _ in range(get_settings().audit_confirm_snapshots):
-            shards = _cluster_snapshot()
-            if all(busy == held for busy, held in shards.values()):
+            shards, settled = _cluster_snapshot()
+            if settled and all(busy == held for busy, held in shards.values()):
                 break
-    return AuditReport(tenants, shards=shards)
+    return AuditReport(tenants, shards=shards, cluster_settled=settled)
 
 
-def _cluster_snapshot() -> dict[int, tuple[int, int]]:
+def _cluster_snapshot() -> tuple[dict[int, tuple[int, int]], bool]:
     """``{shard: (busy counter, live leases of its jobs)}`` for every shard with either, read
-    between two readings of the counter that agree (every lease transaction moves a shard's busy
-    and its leases by the same amount)."""
+    between two readings of the shards, and whether they agreed: every lease transaction adds one
+    to its shard's ``lease_moves``, so agreeing readings mean no lease moved during the scan."""
     shard_count = get_settings().cluster_slot_shards
     shard_of_key = {slot_shard_key(k): k for k in range(shard_count)}
 
-    def busy() -> dict[int, int]:
-        return {shard_of_key[item.key]: int(item.busy or 0) for item in nodes.slot_shards() if item.busy}
+    def busy() -> dict[int, tuple[int, int]]:
+        return {shard_of_key[item.key]: (int(item.busy or 0), int(item.lease_moves or 0))
+                for item in nodes.slot_shards()}
 
-    before = busy()
+    before, settled = busy(), False
     for _ in range(get_settings().audit_stable_read_tries):
         held: dict[int, int] = defaultdict(int)
         for lease in LeaseItem.scan(consistent_read=True, attributes_to_get=["job_id"]):
             held[slot_shard_of(lease.job_id, shard_count)] += 1
         after = busy()
-        if before == after:
+        settled, before = before == after, after
+        if settled:
             break
-        before = after
-    return {k: (after.get(k, 0), held.get(k, 0)) for k in sorted(set(after) | set(held))}
+    shards = {k: (after[k][0] if k in after else 0, held.get(k, 0)) for k in sorted(set(after) | set(held))}
+    return {k: v for k, v in shards.items() if any(v)}, settled
 
 
 def _repair_cluster(report: AuditReport) -> str | None:
@@ -426,7 +440,8 @@ def _repair_cluster(report: AuditReport) -> str | None:
         if busy == 0:  # read as 0: absent, or written 0
             unchanged = unchanged | ClusterItem.busy.does_not_exist()
         try:
-            ClusterItem(slot_shard_key(shard)).update(actions=[ClusterItem.busy.set(held)], condition=unchanged)
+            ClusterItem(slot_shard_key(shard)).update(
+                actions=[ClusterItem.busy.set(held), ClusterItem.lease_moves.add(1)], condition=unchanged)
         except UpdateError as exc:
             if classify(exc)[0] in (RETRY, CANCELLED):  # a lease moved meanwhile: the next round
                 continue
@@ -447,18 +462,16 @@ def _repair_counter(tenant_id: str) -> str | None:
     TenantItem(tenant_id).update(actions=[TenantItem.repair_until.set(time.time() + freeze_s)])
 
     def attempt() -> str | None:
-        item, leases, _ = _tenant_and_leases(tenant_id)  # unsettled: the condition below refuses
-        observed = int(item.in_flight) if item is not None and item.in_flight is not None else None
-        unchanged = TenantItem.in_flight.does_not_exist() if observed is None else TenantItem.in_flight == observed
-        try:
-            with TransactWrite(connection=tx_connection(), client_request_token=new_token()) as tx:
-                for lease in leases:
-                    tx.condition_check(LeaseItem, lease.job_id, condition=LeaseItem.token == lease.token)
-                tx.update(TenantItem(tenant_id),
-                          actions=[TenantItem.in_flight.set(len(leases)), TenantItem.lease_moves.add(1),
-                                   TenantItem.repair_until.remove(), TenantItem.updated_at.set(time.time())],
-                          condition=unchanged)
-        except TransactWriteError as exc:
+        item, leases, settled = _tenant_and_leases(tenant_id)
+        if not settled:  # frozen, only releases move its leases: read again
+            raise Retryable(("unsettled",))
+        observed, moves = (None, None) if item is None else (_int(item.in_flight), _int(item.lease_moves))
+        try:  # no lease moved since the settled read (old workers' releases move in_flight only)
+            TenantItem(tenant_id).update(
+                actions=[TenantItem.in_flight.set(len(leases)), TenantItem.lease_moves.add(1),
+                         TenantItem.repair_until.remove(), TenantItem.updated_at.set(time.time())],
+                condition=_unchanged(TenantItem.in_flight, observed) & _unchanged(TenantItem.lease_moves, moves))
+        except UpdateError as exc:
             kind, codes = classify(exc)
             if kind in (RETRY, CANCELLED):  # a lease was released meanwhile: read again
                 raise Retryable(codes) from exc
@@ -538,8 +551,7 @@ def repair(tenant_ids: Iterable[str] | None = None, *, publish: waiting.Publish,
         # Leases that kept moving hide a tenant's counters from reads: recount them once, acquires frozen.
         unsettled = {t.tenant_id for t in report.tenants if not t.settled} - recounted
         recounted |= unsettled
-        fixable += [Drift(tenant_id, kind, "not judged: leases kept moving")
-                    for tenant_id in sorted(unsettled) for kind in ("counter", "job_counters")]
+        fixable += [Drift(tenant_id, "counter", "not judged: leases kept moving") for tenant_id in sorted(unsettled)]
         cluster_note = _repair_cluster(report)
         if cluster_note:
             log.warning("audit repair: %s", cluster_note)
@@ -564,9 +576,6 @@ def _repair_job_counters(tenant_id: str) -> str | None:
     """Set the tenant's ``queued``, ``waiting`` and ``occupied`` to its jobs counted (module
     docstring), on condition none of its counters changed since."""
 
-    def unchanged(attr, value):
-        return attr.does_not_exist() if value is None else attr == value
-
     def attempt() -> str | None:  # after the in_flight repair (DRIFT_KINDS order): in_flight is the lease count
         count, again = _count_jobs(tenant_id), _count_jobs(tenant_id)
         if count is None or count != again:  # jobs moved between the counts: never write from one
@@ -574,8 +583,9 @@ def _repair_job_counters(tenant_id: str) -> str | None:
         if not count.drifted(int(count.in_flight or 0)):
             return None
         occupied = int(count.in_flight or 0) + count.queued_jobs
-        condition = (unchanged(TenantItem.queued, count.queued) & unchanged(TenantItem.waiting, count.waiting)
-                     & unchanged(TenantItem.occupied, count.occupied) & unchanged(TenantItem.in_flight, count.in_flight))
+        condition = (_unchanged(TenantItem.queued, count.queued) & _unchanged(TenantItem.waiting, count.waiting)
+                     & _unchanged(TenantItem.occupied, count.occupied)
+                     & _unchanged(TenantItem.in_flight, count.in_flight))
         try:
             TenantItem(tenant_id).update(
                 actions=[TenantItem.queued.set(count.queued_jobs), TenantItem.waiting.set(count.waiting_jobs),
@@ -595,9 +605,12 @@ def _repair_job_counters(tenant_id: str) -> str | None:
 def _repair_one(drift: Drift, publish: waiting.Publish) -> str | None:
     """Apply the fix of one drift (module docstring), then wake the tenant's waiting jobs; a note of
     what was done, or None."""
-    note = _repair_drift(drift, publish)
-    if note or drift.kind == "counter":  # a recount froze acquires: a job parked meanwhile may start
-        waiting.wake(drift.tenant_id, publish=publish, reason="repair")
+    note = None
+    try:
+        note = _repair_drift(drift, publish)
+    finally:
+        if note or drift.kind == "counter":  # a recount froze acquires: a job parked meanwhile may start
+            waiting.wake(drift.tenant_id, publish=publish, reason="repair")
     return note
 
 

@@ -447,8 +447,16 @@ class ClusterItem(Model):
     class Meta(_Meta):
         table_name = _FromSettings("cluster_table")
 
+    @classmethod
+    def busy_add(cls, delta: int) -> list[Action]:
+        """Update actions of a transaction that takes (``delta`` 1) or frees (-1) a lease on a shard:
+        ``busy += delta`` and one more ``lease_moves``."""
+        return [cls.busy.add(delta), cls.lease_moves.add(1)]
+
     key = UnicodeAttribute(hash_key=True)
     busy = NumberAttribute(null=True)
+    #: A shard's changes of ``busy`` so far; it only grows (:meth:`busy_add`), as ``TenantItem.lease_moves``.
+    lease_moves = NumberAttribute(null=True)
     total = NumberAttribute(null=True)
     borrowable = NumberAttribute(null=True)
     #: Tenants whose tier has a burst cap (kept by ``leases.tenants.set_cap``): 0 = no borrowing, and

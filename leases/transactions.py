@@ -180,7 +180,7 @@ def acquire(job_id: str, tenant_id: str, worker: str, *, borrow: bool = False, n
                        actions=[*TenantItem.leases_add(1), TenantItem.queued.add(-1)],
                        condition=(can_borrow() if borrow else cap_has_room(s.default_cap)) & not_frozen(t),
                        return_values=_ALL_OLD)
-                tx.add("update", "cluster", slots_item(job_id), actions=[ClusterItem.busy.add(1)],
+                tx.add("update", "cluster", slots_item(job_id), actions=ClusterItem.busy_add(1),
                        condition=slot_to_borrow() if borrow else None)
                 tx.add("update", "job", JobItem(job_id), actions=take_actions(t, token, worker),
                        condition=queued_and_due(tenant_id, due_by), return_values=_ALL_OLD)
@@ -294,7 +294,7 @@ def _release_items(tx: NamedTransaction, job_id: str, tenant_id: str, plan: _Pla
         place = [*TenantItem.leases_add(-1), TenantItem.occupied.add(-1)]
         condition = none_waiting() if plan.none_waits else None
     tx.add("update", "tenant", TenantItem(tenant_id), actions=place, condition=condition)
-    tx.add("update", "cluster", slots_item(job_id), actions=[ClusterItem.busy.add(-1)])
+    tx.add("update", "cluster", slots_item(job_id), actions=ClusterItem.busy_add(-1))
     if successor is not None and not requeue:
         tx.add("update", "successor", JobItem(successor), actions=wake_actions(tenant_id, t, "release"),
                condition=is_waiting(tenant_id))
