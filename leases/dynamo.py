@@ -15,21 +15,26 @@ write is read by :func:`classify`:
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import secrets
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from pynamodb.connection import Connection
 from pynamodb.exceptions import PynamoDBException, TransactWriteError
 from pynamodb.transactions import TransactWrite
-from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from tenacity import (RetryCallState, RetryError, Retrying, retry_if_exception, retry_if_exception_type,
+                      stop_after_attempt, wait_random_exponential)
 
 from imposition.common import aws
 from imposition.common.settings import get_settings
 from leases.errors import LeaseContention
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 #: Cancellation reason codes that mean "try the same transaction again" (DynamoDB API reference,
 #: TransactWriteItems: TransactionConflict, ThrottlingError, ProvisionedThroughputExceeded).
@@ -125,6 +130,38 @@ def with_conflict_retries(fn: Callable[[], T], *, what: str) -> T:
             f"{what}: still conflicting after {s.lease_conflict_attempts} tries ({', '.join(codes)})",
             reason_codes=codes,
         ) from last
+
+
+def unreachable(exc: BaseException) -> bool:
+    """True if ``exc`` says DynamoDB could not be reached or kept refusing, not that a condition
+    failed: :class:`LeaseContention`, or a PynamoDB error :func:`classify` reads as ambiguous or retry."""
+    if isinstance(exc, LeaseContention):
+        return True
+    return isinstance(exc, PynamoDBException) and classify(exc)[0] in (AMBIGUOUS, RETRY)
+
+
+def with_patience(fn: Callable[[], T], *, until: float, what: str) -> T:
+    """Run ``fn`` again while it fails :func:`unreachable`, until ``until`` (epoch s), with the
+    conflict backoff between tries (``Settings.lease_conflict_backoff_s``, ``..._max_s``).
+
+    Raises:
+        Whatever ``fn`` raised last: an error that is not :func:`unreachable` at once, or the last
+        one once ``until`` has passed.
+    """
+    s = get_settings()
+
+    def waited(state: RetryCallState) -> None:
+        log.warning("%s: DynamoDB unreachable (%s); trying again for up to %.1f s more", what,
+                    state.outcome.exception() if state.outcome else None, until - time.time())
+
+    retrying = Retrying(
+        retry=retry_if_exception(unreachable),
+        wait=wait_random_exponential(multiplier=s.lease_conflict_backoff_s, max=s.lease_conflict_backoff_max_s),
+        stop=lambda state: time.time() >= until,
+        before_sleep=waited,
+        reraise=True,
+    )
+    return retrying(fn)
 
 
 def new_token() -> str:

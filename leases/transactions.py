@@ -21,20 +21,8 @@ from typing import Any, NamedTuple
 from pynamodb.exceptions import DoesNotExist, PynamoDBException, TransactWriteError
 
 from leases import outbox
-from leases.dynamo import (
-    AMBIGUOUS,
-    CANCELLED,
-    CONDITION_FAILED,
-    ERROR,
-    RETRY,
-    NamedTransaction,
-    Retryable,
-    classify,
-    new_token,
-    old_item,
-    reason_code,
-    with_conflict_retries,
-)
+from leases.dynamo import (AMBIGUOUS, CANCELLED, CONDITION_FAILED, ERROR, RETRY, NamedTransaction, Retryable, classify,
+                           new_token, old_item, reason_code, with_conflict_retries, with_patience)
 from leases.errors import AcquireUnresolved, CapReached, JobNotQueued, LeaseLost, TenantMismatch
 from leases.models import ClusterItem, JobItem, JobStatus, LeaseItem, TenantItem, lost_attempt_entry
 from leases.conditions import (
@@ -339,7 +327,7 @@ def _try_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[Na
 
 def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[NamedTransaction, str], None], *,
                    requeue: bool = False, expired_before: float | None = None, hand_on: bool = False,
-                   now: float | None = None, what: str) -> Released | None:
+                   now: float | None = None, patience_until: float | None = None, what: str) -> Released | None:
     """**release**: end the lease of ``job_id`` in one transaction, fenced by ``token``.
 
     Items: the lease, deleted on condition it carries ``token`` (and ``expires_at < expired_before``
@@ -356,7 +344,8 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
     Reading a failure: conflicts and throttling are retried (bounded, jittered). After an ambiguous
     failure, and after a refused one, the job is read back: if it carries the ``release_id`` of one
     of this call's tries, the release applied. Otherwise an ambiguous try whose lease is still held
-    is tried again, and anything else means the lease is not ours any more.
+    is tried again, and anything else means the lease is not ours any more. Until ``patience_until``
+    (epoch s), a release that cannot reach DynamoDB starts over, its earlier tries still read back.
 
     Returns:
         :class:`Released` (``handed``: the job to publish, or None), or None if the lease was gone,
@@ -366,18 +355,23 @@ def fenced_release(job_id: str, tenant_id: str, token: str, job_item: Callable[[
         LeaseContention: conflicts, or failed read-backs, outlasted the bounded retries (the lease stays).
         pynamodb.exceptions.PynamoDBException: an error that says nothing about the lease.
     """
-    plan: _Plan | Released | None = _first_plan(tenant_id, hand_on and not requeue)
     tried: dict[str, str | None] = {}
-    while isinstance(plan, _Plan):
-        plan = with_conflict_retries(
-            functools.partial(_try_release, job_id, tenant_id, token, job_item, plan, tried, requeue=requeue,
-                              expired_before=expired_before, now=now), what=what)
-    return plan
+
+    def release() -> Released | None:
+        plan: _Plan | Released | None = _first_plan(tenant_id, hand_on and not requeue)
+        while isinstance(plan, _Plan):
+            plan = with_conflict_retries(functools.partial(_try_release, job_id, tenant_id, token, job_item, plan,
+                                                           tried, requeue=requeue, expired_before=expired_before,
+                                                           now=now), what=what)
+        return plan
+
+    return release() if patience_until is None else with_patience(release, until=patience_until, what=what)
 
 
 def _release(lease: Lease, job_actions: list, *, what: str, requeue: bool = False, hand_on: bool = False,
              now: float | None = None) -> Released:
-    """The holder's release: :func:`fenced_release` on a job that runs under ``lease``.
+    """The holder's release: :func:`fenced_release` on a job that runs under ``lease``, patient up to
+    ``lease.expires_at`` (pass the lease as last renewed): till then it is the holder's to end.
 
     Raises:
         LeaseLost: the lease was not ours any more (nothing was written).
@@ -390,7 +384,7 @@ def _release(lease: Lease, job_actions: list, *, what: str, requeue: bool = Fals
                condition=(JobItem.lease_token == lease.token) & (JobItem.status == JobStatus.RUNNING.value))
 
     released = fenced_release(lease.job_id, lease.tenant_id, lease.token, job_item, requeue=requeue,
-                              hand_on=hand_on, now=now, what=what)
+                              hand_on=hand_on, now=now, patience_until=lease.expires_at, what=what)
     if released is None:
         raise LeaseLost(lease.job_id, lease.token, f"({what} refused)")
     return released

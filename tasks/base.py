@@ -206,8 +206,8 @@ class FairTask(SqsTask):
         the report are :meth:`after_return`'s."""
         signals.lease_releasing.send(sender=self, lease=lease, outcome=JobOutcome.SUCCEEDED)
         try:
-            written, released = transactions.commit_success(
-                lease, output_key=result.output_key, sheets=result.sheets, sides=result.sides,
+            written, released = transactions.commit_success(  # the lease as last renewed: its patience
+                heartbeat.lease, output_key=result.output_key, sheets=result.sheets, sides=result.sides,
                 warnings=list(result.warnings), preview_keys=list(result.preview_keys),
                 jdf_key=result.jdf_key)
         except LeaseLost as exc:
@@ -319,7 +319,7 @@ class FairTask(SqsTask):
     def _on_release_unreachable(self, lease: transactions.Lease, exc: BaseException, heartbeat,
                                 attempt: int) -> dict:
         """A fenced release (commit, retry, failure) could not be confirmed: DynamoDB kept failing
-        (its read-back of ``release_id`` too). It may have applied; if it did not, the lease expires
+        (read-backs too) up to the lease's expiry. It may have applied; if not, the lease expires
         and the sweeper reclaims it, so the attempt is reported ``infra_lost`` (not charged; a no-op
         if the release did apply and the job is final). The job's webhook is in the outbox either way."""
         detail = f"{RELEASE_UNREACHABLE}: {exc}"
@@ -396,7 +396,7 @@ class FairTask(SqsTask):
                 retry = Reject(publish_exc, requeue=False)
             lost = self._release(lease, JobOutcome.RETRYING, reason,
                                  lambda: transactions.release_for_retry(
-                                     lease, error=reason, error_code=code, delay_s=delay_s,
+                                     heartbeat.lease, error=reason, error_code=code, delay_s=delay_s,
                                      infra_attempt=attempts if infra else None), heartbeat, attempts)
             if lost is not None:
                 return lost
@@ -405,7 +405,7 @@ class FairTask(SqsTask):
             reason = f"out of attempts ({job.charged_attempts}/{job.max_attempts}): {reason}"
         log.warning("job %s failed (%s): %s", job.job_id, code, reason)
         lost = self._release(lease, JobOutcome.FAILED, reason,
-                             lambda: transactions.fail_job(lease, error=reason, error_code=code),
+                             lambda: transactions.fail_job(heartbeat.lease, error=reason, error_code=code),
                              heartbeat, attempts)
         if lost is not None:
             return lost

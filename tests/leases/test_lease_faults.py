@@ -171,3 +171,29 @@ def test_heartbeat_watchdog_stops_the_job_when_renewals_keep_failing(tenant_id):
     held = LeaseItem.get(job_id, consistent_read=True)
     assert held.token == lease.token and declared_at < float(held.expires_at)
     transactions.release_for_retry(lease, error="test", error_code="test")
+
+
+def test_a_commit_waits_out_an_outage_while_its_lease_lasts_and_not_after(tenant_id):
+    """Every DynamoDB request of this process answered 503 for OUTAGE_S, longer than a release's
+    bounded retries: the holder's commit starts over until its lease's expiry, and applies. The
+    same outage meets a lease past its expiry: given up after the bounded retries, nothing written
+    (the lease is the sweeper's then)."""
+    outage_s = 4.0
+    live = transactions.acquire(make_job(tenant_id), tenant_id, "w")  # expires in lease_ttl_s
+    faults = DynamoFaults(rate=1.0, seed=1, kinds=("unavailable",))
+    with faults:
+        threading.Timer(outage_s, faults.uninstall).start()
+        started = time.monotonic()
+        transactions.commit_success(live, output_key="k", sheets=1, sides=2)
+    assert time.monotonic() - started >= outage_s and faults.injected["unavailable"] > 0
+    job = JobItem.get(live.job_id, consistent_read=True)
+    assert (job.status, job.output_key, job.attempts) == ("succeeded", "k", 1)
+
+    expired = transactions.acquire(make_job(tenant_id), tenant_id, "w", now=time.time() - get_settings().lease_ttl_s)
+    started = time.monotonic()
+    with DynamoFaults(rate=1.0, seed=1, kinds=("unavailable",)), pytest.raises(LeaseContention):
+        transactions.commit_success(expired, output_key="k", sheets=1, sides=2)
+    assert time.monotonic() - started < outage_s
+    assert JobItem.get(expired.job_id, consistent_read=True).status == "running"
+    transactions.fail_job(expired, error="done", error_code="test")
+    assert int(TenantItem.get(tenant_id, consistent_read=True).in_flight) == 0

@@ -5,8 +5,8 @@ handlers play DynamoDB's part on the client's event hooks (botocore's documented
 
 * :class:`DynamoFaults` — ``before-send``: by seeded chance, answer a request with HTTP 400
   ``ThrottlingException`` (any operation) or ``TransactionCanceledException`` whose reasons say
-  ``TransactionConflict`` (``TransactWriteItems``, its faults taking the kinds in turn), instead of
-  sending it. Nothing is written, as with
+  ``TransactionConflict`` (``TransactWriteItems``, its faults taking the kinds in turn), or HTTP 503
+  ``ServiceUnavailable``, instead of sending it. Nothing is written, as with
   the real service; botocore's own retry logic sees the answer like any other.
 * :class:`LostResponses` — ``after-call``: the request reached moto and applied, then the response
   is "lost" (``ReadTimeoutError`` raised): the ambiguous failure a timeout after a write causes.
@@ -46,9 +46,9 @@ def dynamodb_clients() -> list:
     return clients
 
 
-def _response(url: str, body: dict) -> AWSResponse:
+def _response(url: str, body: dict, status: int = 400) -> AWSResponse:
     headers = {"Content-Type": _JSON, "x-amzn-RequestId": uuid.uuid4().hex}
-    return AWSResponse(url, 400, headers, _Body(json.dumps(body).encode()))
+    return AWSResponse(url, status, headers, _Body(json.dumps(body).encode()))
 
 
 def error_response(url: str, error_type: str, message: str) -> AWSResponse:
@@ -64,7 +64,8 @@ class DynamoFaults:
         seed: seed of the random generator.
         kinds: ``"throttle"`` and/or ``"conflict"``. A conflict only for ``TransactWriteItems``, whose
             faults take the kinds in turn (conflict first), so a few faulted transactions already
-            show both; other operations get a throttle.
+            show both; other operations get a throttle. Or ``("unavailable",)``: every fault an HTTP
+            503 ``ServiceUnavailable``, as an outage answers.
         operations: operation names to touch (default: all).
 
     ``injected`` counts faults by kind; ``calls`` counts requests seen, by operation.
@@ -92,6 +93,7 @@ class DynamoFaults:
             if self._random.random() >= self.rate:
                 return None
             kind = next(self._transaction_kinds) if operation == "TransactWriteItems" else "throttle"
+            kind = "unavailable" if "unavailable" in self.kinds else kind
         if kind == "conflict" and operation == "TransactWriteItems":
             items = json.loads(request.body)["TransactItems"]
             reasons = [{"Code": "None"} for _ in items]
@@ -104,6 +106,10 @@ class DynamoFaults:
                            f"[{', '.join(r['Code'] for r in reasons)}]",
                 "CancellationReasons": reasons,
             })
+        if kind == "unavailable":
+            with self._lock:
+                self.injected["unavailable"] += 1
+            return _response(request.url, {"__type": _TYPE + "ServiceUnavailable", "message": "injected outage"}, 503)
         with self._lock:
             self.injected["throttle"] += 1
         return _response(request.url, {"__type": _TYPE + "ThrottlingException",
