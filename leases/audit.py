@@ -529,7 +529,7 @@ def repair(tenant_ids: Iterable[str] | None = None, *, publish: waiting.Publish,
     Every fix is conditional on the state it read, so under heavy traffic a fix may be refused
     repeatedly; it is then tried again in the next round, and left in the report after
     ``Settings.audit_repair_rounds`` rounds. Safety never depends on how busy the tenant is. A
-    tenant whose leases moved through every read (not ``settled``) has its counters recounted
+    tenant whose leases moved through every read (not ``settled``) has its ``in_flight`` recounted
     once, with its acquires frozen, as for a counter drift.
 
     Args:
