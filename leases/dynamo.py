@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from pynamodb.connection import Connection
-from pynamodb.exceptions import PynamoDBException, TransactWriteError
+from pynamodb.exceptions import DoesNotExist, PynamoDBException, TransactWriteError
 from pynamodb.transactions import TransactWrite
 from tenacity import (RetryCallState, RetryError, Retrying, retry_if_exception, retry_if_exception_type,
                       stop_after_attempt, wait_random_exponential)
@@ -134,10 +134,12 @@ def with_conflict_retries(fn: Callable[[], T], *, what: str) -> T:
 
 def unreachable(exc: BaseException) -> bool:
     """True if ``exc`` says DynamoDB could not be reached or kept refusing, not that a condition
-    failed: :class:`LeaseContention`, or a PynamoDB error :func:`classify` reads as ambiguous or retry."""
+    failed or an item is missing: :class:`LeaseContention`, or a PynamoDB error :func:`classify`
+    reads as ambiguous or retry."""
     if isinstance(exc, LeaseContention):
         return True
-    return isinstance(exc, PynamoDBException) and classify(exc)[0] in (AMBIGUOUS, RETRY)
+    return (isinstance(exc, PynamoDBException) and not isinstance(exc, DoesNotExist)
+            and classify(exc)[0] in (AMBIGUOUS, RETRY))
 
 
 def with_patience(fn: Callable[[], T], *, until: float, what: str) -> T:
