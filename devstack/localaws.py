@@ -20,6 +20,7 @@ checks DynamoDB, KMS and CloudWatch requests per resource as AWS does
 CloudFormation template on one.
 
 Its global indexes may lag behind the tables, as AWS's may (``--gsi-lag-s``, :func:`set_gsi_lag`).
+Every server refuses past AWS's quotas as AWS does, where moto would not (:mod:`devstack.conformance`).
 
 Both forget moto's DynamoDB model copies after each request; transactions roll back item by item
 (docs/design.md, "Known limits of the local stack").
@@ -406,6 +407,9 @@ def serve(host: str, port: int, single_threaded: bool, parent_pid: int | None = 
     )
     from werkzeug.serving import make_server
 
+    from devstack import conformance
+
+    conformance.install()  # AWS's quotas, refused as AWS refuses them (docs/development.md)
     if iam:
         resource_level_authorization()
     app = forgetting_copies(DomainDispatcherApplication(create_backend_app))

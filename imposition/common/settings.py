@@ -24,14 +24,16 @@ from typing import Literal
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from imposition.common.aws_quotas import DYNAMODB_ITEM
+
 #: SQS limit on a per-message ``DelaySeconds`` (AWS SQS developer guide, "Message timers").
 SQS_MAX_DELAY_S = 900
 #: SQS limit on a queue's or a message's visibility timeout: 12 hours (AWS SQS quotas).
 SQS_MAX_VISIBILITY_TIMEOUT_S = 43_200
 #: SQS limit on ``maxReceiveCount`` in a redrive policy (AWS SQS developer guide, "Dead-letter queues").
 SQS_MAX_RECEIVE_COUNT = 1000
-#: DynamoDB's limit on one item's size, bytes (names and values; DynamoDB Developer Guide, "Quotas").
-DYNAMODB_MAX_ITEM_BYTES = 400 * 1024
+#: DynamoDB's limit on one item's size, bytes (names and values; its home: imposition.common.aws_quotas).
+DYNAMODB_MAX_ITEM_BYTES = DYNAMODB_ITEM.value
 #: Room for a job item's attributes other than the free-form fields at submission (names, ids,
 #: numbers, status), bytes: a few hundred bytes; kept generous.
 JOB_ITEM_FIXED_BYTES = 4096
