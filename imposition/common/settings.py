@@ -83,6 +83,12 @@ class Settings(BaseSettings):
         description="CloudFormation stack of the service's AWS resources (imposition render-template | deploy); "
                     "also the prefix of its IAM role names (<stack_name>-imposer, ...) and its tag 'service'.",
     )
+    deploy_template_bucket: str = Field(
+        default="",
+        description="S3 bucket imposition deploy uploads the template to when its compact JSON is over "
+                    "CloudFormation's inline limit (51,200 bytes), to pass it by TemplateURL; '' = none (such a "
+                    "deploy fails naming this setting). Not the stack's own bucket, which a first deploy creates.",
+    )
     sqs_wait_time_s: int = Field(default=10, ge=0, le=20, description="SQS long-poll wait (max 20 s).")
     sqs_polling_interval_s: float = Field(
         default=0.0, ge=0,
