@@ -20,9 +20,14 @@ The template declares, in this order (logical ids in brackets)::
     webhook key   [WebhookSecretsKey, alias Settings.webhook_secret_kms_key_id]: KMS key for
                   tenants' webhook signing secrets (encrypt: the operator; decrypt: the notifier)
     roles         one per process kind (:func:`roles`): imposer, maintenance, notifier, beat, flower,
-                  operator, caller; each with only the actions its process performs
+                  operator, caller; each with only the actions its process performs, trusted by the
+                  compute that runs it (:func:`trust_policy`), with Settings.permissions_boundary_arn
+                  as its boundary when set; on EC2 also an instance profile of the same name
 
-Each role trusts EC2, ECS tasks and this account (docs/deploy.md, section 4).
+Every role and every resource that takes tags carries ``service`` = Settings.stack_name and
+Settings.resource_tags (the instance profiles, the key alias and the bucket policy take none).
+:func:`render` refuses a template past CloudFormation's resource count or with a trust policy past
+IAM's size (:mod:`imposition.common.aws_quotas`).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from pynamodb.attributes import Attribute
 from pynamodb.indexes import GlobalSecondaryIndex
 from pynamodb.models import Model
 
+from imposition.common.aws_quotas import CLOUDFORMATION_RESOURCES, IAM_TRUST_POLICY, policy_characters
 from imposition.common.clocks import Clocks
 from imposition.common.retention import JOB_OBJECTS_PREFIX, cloudformation_lifecycle_rules
 from imposition.common.settings import Settings
@@ -104,7 +110,7 @@ def table_properties(model: type[Model], settings: Settings) -> dict[str, Any]:
         "DeletionProtectionEnabled": True,
         # no SSESpecification: DynamoDB encrypts every table at rest with its own key; SSEEnabled would
         # switch to the AWS-managed KMS key, with KMS requests behind the table's
-        "Tags": _tags(settings),
+        "Tags": tags(settings),
     }
     if indexes:
         properties["GlobalSecondaryIndexes"] = sorted(indexes, key=lambda i: i["IndexName"])
@@ -113,8 +119,11 @@ def table_properties(model: type[Model], settings: Settings) -> dict[str, Any]:
     return properties
 
 
-def _tags(settings: Settings) -> list[dict[str, str]]:
-    return [{"Key": "service", "Value": settings.stack_name}]
+def tags(settings: Settings) -> list[dict[str, str]]:
+    """The tags of every role and taggable resource: ``service`` = the stack name, then
+    ``Settings.resource_tags`` by key."""
+    return [{"Key": "service", "Value": settings.stack_name}] + [
+        {"Key": key, "Value": value} for key, value in sorted(settings.resource_tags.items())]
 
 
 def _arn(logical_id: str) -> dict[str, Any]:
@@ -234,16 +243,26 @@ def roles(settings: Settings) -> tuple[Role, ...]:
     )
 
 
-def _trust_policy() -> dict[str, Any]:
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {"Effect": "Allow", "Principal": {"Service": ["ec2.amazonaws.com", "ecs-tasks.amazonaws.com"]},
-             "Action": "sts:AssumeRole"},
-            {"Effect": "Allow", "Principal": {"AWS": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}},
-             "Action": "sts:AssumeRole"},
-        ],
-    }
+#: The service principal of each ``Settings.compute_platform``: what assumes a process's role.
+COMPUTE_PRINCIPALS = {"ec2": "ec2.amazonaws.com", "ecs": "ecs-tasks.amazonaws.com"}
+#: The one role that may trust principals besides the compute (``Settings.operator_principals``).
+OPERATOR = "Operator"
+
+
+def trust_policy(settings: Settings, role: str) -> dict[str, Any]:
+    """Who may assume the role of process kind ``role``: the compute that runs it
+    (``Settings.compute_platform``: EC2 instances, or ECS tasks of this account, the condition AWS
+    recommends against a confused deputy), and for the operator's role also
+    ``Settings.operator_principals``. No role trusts an account's root unless it is named there."""
+    compute: dict[str, Any] = {"Effect": "Allow", "Principal": {"Service": COMPUTE_PRINCIPALS[settings.compute_platform]},
+                               "Action": "sts:AssumeRole"}
+    if settings.compute_platform == "ecs":
+        compute["Condition"] = {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
+    statements = [compute]
+    if role == OPERATOR and settings.operator_principals:
+        statements.append({"Effect": "Allow", "Principal": {"AWS": list(settings.operator_principals)},
+                           "Action": "sts:AssumeRole"})
+    return {"Version": "2012-10-17", "Statement": statements}
 
 
 def role_name(settings: Settings, role: str) -> str:
@@ -264,7 +283,7 @@ def _bucket(settings: Settings) -> dict[str, Any]:
                                                "IgnorePublicAcls": True, "RestrictPublicBuckets": True},
             "OwnershipControls": {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]},
             "LifecycleConfiguration": {"Rules": cloudformation_lifecycle_rules(settings)},
-            "Tags": _tags(settings),
+            "Tags": tags(settings),
         },
     }
 
@@ -298,7 +317,7 @@ def _webhook_key(settings: Settings) -> dict[str, Any]:
                 "Principal": {"AWS": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}},
                 "Action": "kms:*", "Resource": "*",
             }]},
-            # no Tags: moto's AWS::KMS::Key reads them as TagKey/TagValue (KMS API's shape), not Key/Value
+            "Tags": tags(settings),
         },
     }
 
@@ -318,12 +337,54 @@ def webhook_key_alias(settings: Settings) -> str:
     return key
 
 
+def _add_roles(settings: Settings, resources: dict[str, Any], outputs: dict[str, Any]) -> None:
+    """Each process kind's role into ``resources`` (and, on EC2, its instance profile), their ARNs
+    into ``outputs``."""
+    boundary = {"PermissionsBoundary": settings.permissions_boundary_arn} if settings.permissions_boundary_arn else {}
+    for role in roles(settings):
+        logical = f"{role.name}Role"
+        resources[logical] = {"Type": "AWS::IAM::Role", "Properties": {
+            "RoleName": role_name(settings, role.name),
+            "Description": role.description,
+            "AssumeRolePolicyDocument": trust_policy(settings, role.name),
+            "Policies": [{"PolicyName": role.name.lower(),
+                          "PolicyDocument": {"Version": "2012-10-17", "Statement": list(role.statements)}}],
+            **boundary,
+            "Tags": tags(settings)}}
+        outputs[logical + "Arn"] = {"Value": _arn(logical)}
+        if settings.compute_platform == "ec2":  # an instance runs under a role through its instance profile
+            resources[f"{role.name}InstanceProfile"] = {"Type": "AWS::IAM::InstanceProfile", "Properties": {
+                "InstanceProfileName": role_name(settings, role.name), "Roles": [{"Ref": logical}]}}
+            outputs[f"{role.name}InstanceProfileArn"] = {"Value": _arn(f"{role.name}InstanceProfile")}
+
+
+def check_quotas(template: dict[str, Any]) -> None:
+    """Refuse a template CloudFormation or IAM would: more resources than CloudFormation's quota,
+    or a role whose trust policy is past IAM's (counted as rendered: an intrinsic function counts
+    longer than most values it stands for).
+
+    Raises:
+        ValueError: the message names the quota, its value, and the role or the count.
+    """
+    resources = template["Resources"]
+    if len(resources) > CLOUDFORMATION_RESOURCES.value:
+        raise ValueError(f"{len(resources)} resources: past CloudFormation's {CLOUDFORMATION_RESOURCES.value} "
+                         f"({CLOUDFORMATION_RESOURCES.source})")
+    for logical, resource in resources.items():
+        if resource["Type"] == "AWS::IAM::Role":
+            size = policy_characters(resource["Properties"]["AssumeRolePolicyDocument"])
+            if size > IAM_TRUST_POLICY.value:
+                raise ValueError(f"{logical}: trust policy of {size} characters, past IAM's {IAM_TRUST_POLICY.value} "
+                                 f"({IAM_TRUST_POLICY.source}): name fewer operator_principals")
+
+
 def render(settings: Settings) -> dict[str, Any]:
     """The CloudFormation template (a JSON-ready dict) of every AWS resource of the service.
 
     Raises:
         imposition.common.clocks.ClockError: the settings' clocks break a rule of docs/design.md §4.
-        ValueError: ``webhook_secret_kms_key_id`` is not an alias (:func:`webhook_key_alias`).
+        ValueError: ``webhook_secret_kms_key_id`` is not an alias (:func:`webhook_key_alias`), or the
+            template is past a quota (:func:`check_quotas`).
     """
     clocks = Clocks.from_settings(settings)
     resources: dict[str, Any] = {}
@@ -332,13 +393,13 @@ def render(settings: Settings) -> dict[str, Any]:
         dlq, work = dead_letter_queue_id(name), queue_id(name)
         resources[dlq] = {"Type": "AWS::SQS::Queue", "Properties": {
             "QueueName": settings.dead_letter_queue(name), "MessageRetentionPeriod": DLQ_RETENTION_S,
-            "SqsManagedSseEnabled": True, "Tags": _tags(settings)}}
+            "SqsManagedSseEnabled": True, "Tags": tags(settings)}}
         resources[work] = {"Type": "AWS::SQS::Queue", "Properties": {
             "QueueName": name,
             "VisibilityTimeout": clocks.visibility_timeout_s,
             "RedrivePolicy": {"deadLetterTargetArn": _arn(dlq), "maxReceiveCount": settings.max_receive_count},
             "SqsManagedSseEnabled": True,
-            "Tags": _tags(settings)}}
+            "Tags": tags(settings)}}
         outputs[work + "Url"] = {"Value": {"Ref": work}}
     for model in ALL_MODELS:
         resources[table_id(model)] = {"Type": "AWS::DynamoDB::Table", "DeletionPolicy": "Retain",
@@ -349,17 +410,8 @@ def render(settings: Settings) -> dict[str, Any]:
     resources["WebhookSecretsKeyAlias"] = {"Type": "AWS::KMS::Alias", "Properties": {
         "AliasName": webhook_key_alias(settings), "TargetKeyId": {"Ref": "WebhookSecretsKey"}}}
     outputs["WebhookSecretsKeyArn"] = {"Value": _arn("WebhookSecretsKey")}
-    for role in roles(settings):
-        logical = f"{role.name}Role"
-        resources[logical] = {"Type": "AWS::IAM::Role", "Properties": {
-            "RoleName": role_name(settings, role.name),
-            "Description": role.description,
-            "AssumeRolePolicyDocument": _trust_policy(),
-            "Policies": [{"PolicyName": role.name.lower(),
-                          "PolicyDocument": {"Version": "2012-10-17", "Statement": list(role.statements)}}],
-            "Tags": _tags(settings)}}
-        outputs[logical + "Arn"] = {"Value": _arn(logical)}
-    return {
+    _add_roles(settings, resources, outputs)
+    template = {
         "AWSTemplateFormatVersion": "2010-09-09",
         "Description": (f"{settings.stack_name}: queues, tables, bucket, webhook key and roles of the imposition "
                         f"service (rendered by `imposition render-template`; visibility {clocks.visibility_timeout_s} s "
@@ -367,6 +419,8 @@ def render(settings: Settings) -> dict[str, Any]:
         "Resources": resources,
         "Outputs": outputs,
     }
+    check_quotas(template)
+    return template
 
 
 def render_json(settings: Settings) -> str:

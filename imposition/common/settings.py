@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import tempfile
 from typing import Literal
 
@@ -37,6 +38,10 @@ DYNAMODB_MAX_ITEM_BYTES = DYNAMODB_ITEM.value
 #: Room for a job item's attributes other than the free-form fields at submission (names, ids,
 #: numbers, status), bytes: a few hundred bytes; kept generous.
 JOB_ITEM_FIXED_BYTES = 4096
+#: An IAM principal the operator role may trust: a role, a user or an account's root.
+_IAM_PRINCIPAL = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(root|(role|user)/[\w+=,.@/-]{1,512})$")
+#: Tags on one resource (IAM, SQS, DynamoDB, S3, KMS and CloudWatch alike).
+MAX_RESOURCE_TAGS = 50
 #: S3's limit on an object key, UTF-8 bytes (Amazon S3 User Guide, "Naming Amazon S3 objects").
 S3_KEY_MAX_BYTES = 1024
 
@@ -82,6 +87,29 @@ class Settings(BaseSettings):
         default="imposition", pattern=r"^[A-Za-z][A-Za-z0-9-]{0,50}$",
         description="CloudFormation stack of the service's AWS resources (imposition render-template | deploy); "
                     "also the prefix of its IAM role names (<stack_name>-imposer, ...) and its tag 'service'.",
+    )
+    # --- the stack's roles and tags, and its deploy (imposition render-template | deploy; docs/deploy.md) ---
+    compute_platform: Literal["ec2", "ecs"] = Field(
+        default="ec2",
+        description="What runs the processes on AWS: 'ec2' (instances; each role trusts ec2.amazonaws.com and "
+                    "has an instance profile of its name) or 'ecs' (tasks; each role trusts ecs-tasks.amazonaws.com "
+                    "from this account: a task role).",
+    )
+    operator_principals: tuple[str, ...] = Field(
+        default=(),
+        description="IAM role or user ARNs that may assume the operator role besides the compute (a JSON list); "
+                    "no other role trusts a principal. An account's root ARN (arn:aws:iam::<account>:root) lets "
+                    "every principal of that account whose own policy allows it assume the role: name it only "
+                    "deliberately.",
+    )
+    permissions_boundary_arn: str = Field(
+        default="", pattern=r"^$|^arn:aws[a-z-]*:iam::(\d{12}|aws):policy/[A-Za-z0-9_+=,.@/-]{1,128}$",
+        description="A managed policy's ARN set as the permissions boundary of every role of the stack; '' = none.",
+    )
+    resource_tags: dict[str, str] = Field(
+        default_factory=dict,
+        description="Tags (a JSON object) on every role and every taggable resource of the stack, beside "
+                    "'service' = stack_name.",
     )
     deploy_template_bucket: str = Field(
         default="",
@@ -636,6 +664,24 @@ class Settings(BaseSettings):
         default=8, ge=1,
         description="imposition simulate --policy borrow: burst cap of tenants whose tier names none.",
     )
+
+    @model_validator(mode="after")
+    def _stack_principals_and_tags_are_valid(self) -> "Settings":
+        """Reject an operator principal that is not an IAM role, user or account root ARN, and a tag
+        IAM or the tagged services would refuse (AWS's tag rules: key 1-128 characters, value up to
+        256, no 'aws:' prefix, 50 tags a resource)."""
+        for principal in self.operator_principals:
+            if not _IAM_PRINCIPAL.match(principal):
+                raise ValueError(f"operator_principals: {principal!r} is not an IAM role, user or root ARN "
+                                 "(arn:aws:iam::<12 digits>:role/NAME, :user/NAME or :root)")
+        if len(self.resource_tags) > MAX_RESOURCE_TAGS - 1:
+            raise ValueError(f"resource_tags: {len(self.resource_tags)} tags; at most {MAX_RESOURCE_TAGS - 1} "
+                             f"beside 'service' ({MAX_RESOURCE_TAGS} a resource)")
+        for key, value in self.resource_tags.items():
+            if not 1 <= len(key) <= 128 or key.lower().startswith("aws:") or key == "service" or len(value) > 256:
+                raise ValueError(f"resource_tags: {key!r}={value!r}: a key is 1-128 characters, not 'service' "
+                                 "(the stack name's) nor starting 'aws:'; a value at most 256 characters")
+        return self
 
     @model_validator(mode="after")
     def _clocks_agree(self) -> "Settings":
