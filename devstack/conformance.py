@@ -1,37 +1,25 @@
 """The local endpoint refuses what AWS refuses where moto does not: the quotas of
-:mod:`imposition.common.aws_quotas`, each answered with AWS's error code and message; and it reads
-one template property moto misreads.
+:mod:`imposition.common.aws_quotas`, each with AWS's error code and message; and it reads one
+template property moto misreads.
 
 :func:`install` patches moto in a server process (``devstack.localaws.serve`` calls it for every
-server, so ``make run``, the tests and the IAM-enforcing endpoint all have it). Each refusal raises
-moto's own exception for the service, so the answer has the service's protocol (query XML for
-CloudFormation and IAM, JSON for SQS and DynamoDB)::
+server: ``make run``, the tests, the IAM-enforcing endpoint). Each refusal raises moto's own
+exception for the service, so the answer has the service's protocol (query XML for CloudFormation
+and IAM, JSON for SQS and DynamoDB). The table of what is checked where, and what moto keeps
+itself: docs/development.md, "AWS's limits on the local endpoint". In short:
 
-    quota                               refused in                               answer
-    CloudFormation template body        CreateStack, UpdateStack, CreateChange-  ValidationError
-                                        Set, ValidateTemplate (TemplateBody)
-    template in S3 (TemplateURL)        the same, by TemplateURL                 ValidationError
-    resources per template              the same, either way                     ValidationError
-    inline policies of one IAM role     PutRolePolicy; AWS::IAM::Role Policies   LimitExceeded
-    managed policy                      CreatePolicy, CreatePolicyVersion        LimitExceeded
-    trust policy                        CreateRole, UpdateAssumeRolePolicy;      LimitExceeded
-                                        AWS::IAM::Role
-    SQS message                         SendMessage(Batch): UTF-8 bytes of the   InvalidParameterValue
-                                        body and of its attributes
-    TransactWriteItems, 4 MB            TransactWriteItems                       ValidationException
-    an Update in a transaction that     TransactWriteItems                       TransactionCanceled-
-    makes its item too large                                                     Exception, reason
-                                                                                 ValidationError
+* CloudFormation (CreateStack, UpdateStack, CreateChangeSet, ValidateTemplate): the template's
+  bytes, by TemplateBody or by TemplateURL, and its resources (``ValidationError``);
+* IAM: a role's inline policies together (a template's ``AWS::IAM::Role`` too), a managed policy,
+  a trust policy (``LimitExceeded``, HTTP 409);
+* SQS: a message's UTF-8 bytes with its attributes (``InvalidParameterValue``; moto counts characters);
+* DynamoDB: a TransactWriteItems past 4 MB (``ValidationException``); an Update that outgrows its
+  item inside a transaction cancels it (``TransactionCanceledException``, reason ``ValidationError``).
 
-moto keeps the others itself: an item past 400 KB (ValidationException; moto reckons it at 405,000
-bytes, a little under AWS's 409,600), more than 100 TransactWriteItems actions (ValidationException),
-an SQS body longer than the queue's MaximumMessageSize (counted in characters, hence the byte
-check above). CloudFormation's failures are moto's: synchronous, the CreateStack call itself
-answers the error, where AWS accepts the call and rolls the stack back.
-
-The template property: moto's ``AWS::KMS::Key`` reads ``Tags`` in the KMS API's shape
-(``TagKey``/``TagValue``) and fails on CloudFormation's (``Key``/``Value``); :func:`install` hands
-it the shape it reads.
+moto's CloudFormation fails synchronously: CreateStack itself answers the error, where AWS accepts
+the call and rolls the stack back. The property: moto's ``AWS::KMS::Key`` reads ``Tags`` in the
+KMS API's shape (``TagKey``/``TagValue``) and fails on CloudFormation's; :func:`install` hands it
+the shape it reads.
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ checks DynamoDB, KMS and CloudWatch requests per resource as AWS does
 CloudFormation template on one.
 
 Its global indexes may lag behind the tables, as AWS's may (``--gsi-lag-s``, :func:`set_gsi_lag`).
-Every server refuses past AWS's quotas as AWS does, where moto would not (:mod:`devstack.conformance`).
 
 Both forget moto's DynamoDB model copies after each request; transactions roll back item by item
 (docs/design.md, "Known limits of the local stack").

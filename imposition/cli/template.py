@@ -1,33 +1,25 @@
 """The service's AWS resources as one CloudFormation template, rendered from the settings.
 
 ``imposition render-template`` prints it (JSON); ``imposition deploy`` creates or updates a stack
-from it; ``imposition provision`` (the local stack's path) applies the same template's queues,
-tables and bucket with plain API calls. Nothing here types a number of the design again: queue
-visibility comes from :class:`imposition.common.clocks.Clocks`, the redrive count, names and
-retention from :class:`imposition.common.settings.Settings`, keys and indexes from the PynamoDB
-models of :mod:`leases.models`. Why CloudFormation rendered here rather than a CDK app:
-docs/deploy.md, section 1.
-
+from it; ``imposition provision`` (the local stack's path) applies its queues, tables and bucket
+with plain API calls. No number of the design is typed again here: clocks come from
+:class:`imposition.common.clocks.Clocks`, names, counts and retention from
+:class:`imposition.common.settings.Settings`, keys and indexes from the PynamoDB models of
+:mod:`leases.models` (why CloudFormation rendered here, not a CDK app: docs/deploy.md, section 1).
 The template declares, in this order (logical ids in brackets)::
 
-    queues        each work queue [<Name>Queue] and its dead-letter queue [<Name>DeadLetterQueue]:
-                  visibility = Clocks.visibility_timeout_s, redrive after Settings.max_receive_count
-    tables        [TenantsTable, LeasesTable, JobsTable, ClusterTable, TokensTable]: keys and GSIs
-                  of the models, on-demand, point-in-time recovery, deletion protection, TTL where
-                  the model names one (TTL_ATTRIBUTES), DeletionPolicy Retain
-    bucket        [PlatesBucket]: SSE-S3 encryption, public access blocked, TLS only, lifecycle
-                  rules of imposition.common.retention (job objects, incomplete uploads)
-    webhook key   [WebhookSecretsKey, alias Settings.webhook_secret_kms_key_id]: KMS key for
-                  tenants' webhook signing secrets (encrypt: the operator; decrypt: the notifier)
-    roles         one per process kind (:func:`roles`): imposer, maintenance, notifier, beat, flower,
-                  operator, caller; each with only the actions its process performs, trusted by the
-                  compute that runs it (:func:`trust_policy`), with Settings.permissions_boundary_arn
-                  as its boundary when set; on EC2 also an instance profile of the same name
+    queues        [<Name>Queue] and [<Name>DeadLetterQueue]: visibility = Clocks.visibility_timeout_s,
+                  redrive after Settings.max_receive_count
+    tables        [TenantsTable, LeasesTable, JobsTable, ClusterTable, TokensTable]: the models' keys
+                  and GSIs, on-demand, PITR, deletion protection, TTL where the model names one, Retain
+    bucket        [PlatesBucket]: SSE-S3, public access blocked, TLS only, imposition.common.retention's rules
+    webhook key   [WebhookSecretsKey] under the alias Settings.webhook_secret_kms_key_id
+    roles         one per process kind (:func:`roles`), each with only its process's actions, trusted
+                  by its compute alone (:func:`trust_policy`), bounded by Settings.permissions_boundary_arn
+                  when set; on EC2 each with an instance profile of its name
 
-Every role and every resource that takes tags carries ``service`` = Settings.stack_name and
-Settings.resource_tags (the instance profiles, the key alias and the bucket policy take none).
-:func:`render` refuses a template past CloudFormation's resource count or with a trust policy past
-IAM's size (:mod:`imposition.common.aws_quotas`).
+Every role and every resource that takes tags carries :func:`tags`. :func:`check_quotas` refuses a
+template past CloudFormation's resource count or with a trust policy past IAM's size.
 """
 
 from __future__ import annotations
