@@ -603,10 +603,12 @@ class Settings(BaseSettings):
         description="The Prometheus retention the alert rules assume (days; Prometheus' default "
         "--storage.tsdb.retention.time is 15d).",
     )
-    alert_runbook_url: str = Field(
-        default="docs/operations.md",
-        description="Where the operator's guide is published; each alert's runbook_url is this plus the "
-        "anchor of its section under 'Alerts' (set it to the guide's address in your repository host).",
+    runbook_base_url: str = Field(
+        default="https://imposition.example.com/docs", pattern=r"^https?://[^\s#?]*[^\s#?/]$",
+        description="Where this repository's docs/ directory is published, an absolute http(s) URL without a "
+        "trailing slash (e.g. https://git.example.com/press/imposition/-/blob/main/docs): each alert's runbook_url "
+        "and each CloudWatch alarm's description link <this>/operations.md#<alert name in lower case>, so a page "
+        "links its runbook. The default is a placeholder: set it, and regenerate the rules.",
     )
     prometheus_scrape_interval_s: int = Field(
         default=15, ge=1, description="make run: how often the local Prometheus scrapes each worker node (s).")
