@@ -9,6 +9,7 @@ credentials, region).
 ``deploy`` sends the template as compact JSON (:func:`template_source`): inline (``TemplateBody``)
 while that fits CloudFormation's 51,200 bytes, else uploaded to ``Settings.deploy_template_bucket``
 and passed by ``TemplateURL`` (up to 1 MB); the quotas are :mod:`imposition.common.aws_quotas`'s.
+It passes ``Settings.alarm_topic_arn`` as the template's ``AlarmTopicArn`` parameter.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import click
 from botocore.exceptions import ClientError, WaiterError
 
-from imposition.cli.template import render_json
+from imposition.cli.template import ALARM_TOPIC_PARAMETER, render_json
 from imposition.common import aws
 from imposition.common.aws_quotas import CLOUDFORMATION_TEMPLATE_BODY, CLOUDFORMATION_TEMPLATE_URL
 from imposition.common.settings import Settings, get_settings
@@ -96,6 +97,17 @@ def template_source(template_text: str, stack_name: str, settings: Settings) -> 
     return {"TemplateURL": template_url(bucket, key, settings.aws_region)}
 
 
+def _parameters(template_text: str, settings: Settings) -> list[dict[str, str]]:
+    """The stack's parameters: ``AlarmTopicArn`` from the settings, when the template declares it."""
+    try:
+        declared = json.loads(template_text).get("Parameters", {})
+    except ValueError:
+        declared = {}
+    if ALARM_TOPIC_PARAMETER not in declared:
+        return []
+    return [{"ParameterKey": ALARM_TOPIC_PARAMETER, "ParameterValue": settings.alarm_topic_arn}]
+
+
 def deploy(template_text: str, stack_name: str, *, settings: Settings | None = None, wait_delay_s: int = 5) -> str:
     """Create stack ``stack_name`` from ``template_text`` or update it, the template passed as
     :func:`template_source` says; wait until it is complete. Returns ``"created"``, ``"updated"``
@@ -109,6 +121,7 @@ def deploy(template_text: str, stack_name: str, *, settings: Settings | None = N
     cfn = aws.client("cloudformation")
     status = _stack_status(cfn, stack_name)
     request: dict[str, Any] = {"StackName": stack_name, "Capabilities": CAPABILITIES,
+                               "Parameters": _parameters(template_text, settings),
                                **template_source(template_text, stack_name, settings)}
     try:
         if status is None:

@@ -17,15 +17,17 @@ The template declares, in this order (logical ids in brackets)::
     roles         one per process kind (:func:`roles`), each with only its process's actions, trusted
                   by its compute alone (:func:`trust_policy`), bounded by Settings.permissions_boundary_arn
                   when set; on EC2 each with an instance profile of its name
+    alarms        CloudWatch alarms (:func:`alarms`) to the SNS topic of the AlarmTopicArn parameter
 
 Every role and every resource that takes tags carries :func:`tags`. :func:`check_quotas` refuses a
-template past CloudFormation's resource count or with a trust policy past IAM's size.
+template past CloudFormation's, IAM's or CloudWatch's quotas.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +39,7 @@ from imposition.common.aws_quotas import CLOUDFORMATION_RESOURCES, IAM_TRUST_POL
 from imposition.common.clocks import Clocks
 from imposition.common.retention import JOB_OBJECTS_PREFIX, cloudformation_lifecycle_rules
 from imposition.common.settings import Settings
+from imposition.observability.alerts import runbook_url
 from leases.models import ALL_MODELS, TTL_ATTRIBUTES, ClusterItem, JobItem, LeaseItem, TenantItem, TokenClaimItem
 
 #: Dead-letter queues keep messages for the SQS maximum, 14 days (AWS SQS quotas), for inspection.
@@ -329,6 +332,88 @@ def webhook_key_alias(settings: Settings) -> str:
     return key
 
 
+#: The template's parameter: the SNS topic its alarms notify ('' = none; ``imposition deploy`` passes
+#: ``Settings.alarm_topic_arn``), and the condition that one was given.
+ALARM_TOPIC_PARAMETER = "AlarmTopicArn"
+_TOPIC_GIVEN = "AlarmTopicGiven"
+#: The alarms' period: CloudWatch's standard resolution, at which SQS and DynamoDB publish.
+ALARM_PERIOD_S = 60
+#: Metrics one metric-math alarm may read, a hard limit (CloudWatch User Guide, "Limits":
+#: https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/alarm-limits.html).
+ALARM_MAX_METRICS = 10
+
+
+def _periods(duration_s: float) -> int:
+    return max(1, math.ceil(duration_s / ALARM_PERIOD_S))
+
+
+def _alarm(settings: Settings, name: str, runbook: str, summary: str, watch: dict[str, Any]) -> dict[str, Any]:
+    """An ``AWS::CloudWatch::Alarm`` ``<stack>-<name>`` watching ``watch`` (a metric, or metric math),
+    notifying the topic parameter when given, on alarm and on recovery."""
+    notify = {"Fn::If": [_TOPIC_GIVEN, [{"Ref": ALARM_TOPIC_PARAMETER}], {"Ref": "AWS::NoValue"}]}
+    return {"Type": "AWS::CloudWatch::Alarm", "Properties": {
+        "AlarmName": f"{settings.stack_name}-{name}",
+        "AlarmDescription": f"{summary} Runbook: {runbook_url(settings, runbook)}",
+        "ComparisonOperator": "GreaterThanThreshold", "TreatMissingData": "notBreaching",
+        **watch, "AlarmActions": notify, "OKActions": notify, "Tags": tags(settings)}}
+
+
+def _sqs_watch(queue_logical: str, metric: str, threshold: float, for_s: float) -> dict[str, Any]:
+    return {"Namespace": "AWS/SQS", "MetricName": metric, "Statistic": "Maximum", "Period": ALARM_PERIOD_S,
+            "Dimensions": [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue_logical, "QueueName"]}}],
+            "EvaluationPeriods": _periods(for_s), "Threshold": threshold}
+
+
+def _throttle_watch(model: type[Model], settings: Settings, for_s: float) -> dict[str, Any]:
+    """Throttled reads and writes of a table and each of its indexes, summed (metric math)."""
+    table = {"Name": "TableName", "Value": {"Ref": table_id(model)}}
+    indexes = [None] + sorted(index.Meta.index_name for _, index in inspect.getmembers(
+        model, lambda member: isinstance(member, GlobalSecondaryIndex)))
+    metrics = [{"Id": f"m{len(indexes) * i + j}", "ReturnData": False, "MetricStat": {"Stat": "Sum", "Period": ALARM_PERIOD_S,
+               "Metric": {"Namespace": "AWS/DynamoDB", "MetricName": metric, "Dimensions": [table] + (
+                   [{"Name": "GlobalSecondaryIndexName", "Value": index}] if index else [])}}}
+               for i, metric in enumerate(("ReadThrottleEvents", "WriteThrottleEvents")) for j, index in enumerate(indexes)]
+    periods = _periods(for_s)
+    return {"Metrics": metrics + [{"Id": "throttles", "Expression": "SUM(METRICS())", "Label": "throttle events",
+                                   "ReturnData": True}],
+            "EvaluationPeriods": periods, "DatapointsToAlarm": periods, "Threshold": 0}
+
+
+def alarms(settings: Settings) -> dict[str, Any]:
+    """The CloudWatch alarms, by logical id, each to the ``AlarmTopicArn`` parameter's topic, each
+    describing itself with its runbook (docs/operations.md, "CloudWatch alarms"):
+
+    * each work queue's oldest message older than ``alarm_oldest_message_age_s``, for ``alert_for_s``;
+    * the imposition queue's oldest message of a quiet tenant (SQS fair queues'
+      ``ApproximateAgeOfOldestMessageInQuietGroups``) older than ``alert_starving_wait_p95_s``, for
+      ``alert_for_s``: a tenant waits behind another's burst;
+    * each dead-letter queue holding a message, for ``alert_dlq_for_s``;
+    * each table throttled (reads or writes, its indexes' too) in every minute of ``alert_for_s``.
+    """
+    s = settings
+    out: dict[str, Any] = {}
+    for name in s.work_queues:
+        out[f"{queue_id(name)}OldestMessageAlarm"] = _alarm(
+            s, f"{name}-oldest-message", "oldestmessageage",
+            f"Queue {name}: its oldest message is over {s.alarm_oldest_message_age_s} s old.",
+            _sqs_watch(queue_id(name), "ApproximateAgeOfOldestMessage", s.alarm_oldest_message_age_s, s.alert_for_s))
+        out[f"{dead_letter_queue_id(name)}Alarm"] = _alarm(
+            s, f"{s.dead_letter_queue(name)}-not-empty", "deadlettermessages",
+            f"Dead-letter queue {s.dead_letter_queue(name)} holds messages: imposition dlq list.",
+            _sqs_watch(dead_letter_queue_id(name), "ApproximateNumberOfMessagesVisible", 0, s.alert_dlq_for_s))
+    out[f"{queue_id(s.imposition_queue)}QuietGroupsAlarm"] = _alarm(
+        s, f"{s.imposition_queue}-quiet-tenant-waits", "quietgroupsoldestmessageage",
+        f"Queue {s.imposition_queue}: a quiet tenant's oldest message is over {s.alert_starving_wait_p95_s:g} s old.",
+        _sqs_watch(queue_id(s.imposition_queue), "ApproximateAgeOfOldestMessageInQuietGroups",
+                   s.alert_starving_wait_p95_s, s.alert_for_s))
+    for model in ALL_MODELS:
+        out[f"{table_id(model)}ThrottlesAlarm"] = _alarm(
+            s, f"{getattr(s, _TABLES[model][1])}-throttled", "dynamodbthrottles",
+            f"Table {getattr(s, _TABLES[model][1])} or its indexes throttled in every minute for {s.alert_for_s} s.",
+            _throttle_watch(model, s, s.alert_for_s))
+    return out
+
+
 def _add_roles(settings: Settings, resources: dict[str, Any], outputs: dict[str, Any]) -> None:
     """Each process kind's role into ``resources`` (and, on EC2, its instance profile), their ARNs
     into ``outputs``."""
@@ -351,9 +436,10 @@ def _add_roles(settings: Settings, resources: dict[str, Any], outputs: dict[str,
 
 
 def check_quotas(template: dict[str, Any]) -> None:
-    """Refuse a template CloudFormation or IAM would: more resources than CloudFormation's quota,
-    or a role whose trust policy is past IAM's (counted as rendered: an intrinsic function counts
-    longer than most values it stands for).
+    """Refuse a template CloudFormation, IAM or CloudWatch would: more resources than
+    CloudFormation's quota, a role whose trust policy is past IAM's (counted as rendered: an
+    intrinsic function counts longer than most values it stands for), an alarm reading more metrics
+    than CloudWatch allows (a table that gained indexes).
 
     Raises:
         ValueError: the message names the quota, its value, and the role or the count.
@@ -363,6 +449,9 @@ def check_quotas(template: dict[str, Any]) -> None:
         raise ValueError(f"{len(resources)} resources: past CloudFormation's {CLOUDFORMATION_RESOURCES.value} "
                          f"({CLOUDFORMATION_RESOURCES.source})")
     for logical, resource in resources.items():
+        read = [m for m in resource["Properties"].get("Metrics", []) if "MetricStat" in m]
+        if resource["Type"] == "AWS::CloudWatch::Alarm" and len(read) > ALARM_MAX_METRICS:
+            raise ValueError(f"{logical}: reads {len(read)} metrics, past CloudWatch's {ALARM_MAX_METRICS} an alarm")
         if resource["Type"] == "AWS::IAM::Role":
             size = policy_characters(resource["Properties"]["AssumeRolePolicyDocument"])
             if size > IAM_TRUST_POLICY.value:
@@ -403,11 +492,16 @@ def render(settings: Settings) -> dict[str, Any]:
         "AliasName": webhook_key_alias(settings), "TargetKeyId": {"Ref": "WebhookSecretsKey"}}}
     outputs["WebhookSecretsKeyArn"] = {"Value": _arn("WebhookSecretsKey")}
     _add_roles(settings, resources, outputs)
+    resources.update(alarms(settings))
     template = {
         "AWSTemplateFormatVersion": "2010-09-09",
         "Description": (f"{settings.stack_name}: queues, tables, bucket, webhook key and roles of the imposition "
                         f"service (rendered by `imposition render-template`; visibility {clocks.visibility_timeout_s} s "
                         f"from lease_ttl_s={settings.lease_ttl_s:g})"),
+        "Parameters": {ALARM_TOPIC_PARAMETER: {
+            "Type": "String", "Default": "", "AllowedPattern": "^$|^arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_-]+$",
+            "Description": "SNS topic the alarms notify (imposition deploy passes IMPOSITION_ALARM_TOPIC_ARN); '' = none"}},
+        "Conditions": {_TOPIC_GIVEN: {"Fn::Not": [{"Fn::Equals": [{"Ref": ALARM_TOPIC_PARAMETER}, ""]}]}},
         "Resources": resources,
         "Outputs": outputs,
     }

@@ -88,7 +88,7 @@ class Settings(BaseSettings):
         description="CloudFormation stack of the service's AWS resources (imposition render-template | deploy); "
                     "also the prefix of its IAM role names (<stack_name>-imposer, ...) and its tag 'service'.",
     )
-    # --- the stack's roles and tags, and its deploy (imposition render-template | deploy; docs/deploy.md) ---
+    # --- the stack's roles, tags, alarms and deploy (imposition render-template | deploy; docs/deploy.md) ---
     compute_platform: Literal["ec2", "ecs"] = Field(
         default="ec2",
         description="What runs the processes on AWS: 'ec2' (instances; each role trusts ec2.amazonaws.com and "
@@ -110,6 +110,15 @@ class Settings(BaseSettings):
         default_factory=dict,
         description="Tags (a JSON object) on every role and every taggable resource of the stack, beside "
                     "'service' = stack_name.",
+    )
+    alarm_topic_arn: str = Field(
+        default="", pattern=r"^$|^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$",
+        description="SNS topic the stack's CloudWatch alarms notify (the template's AlarmTopicArn parameter, "
+                    "which imposition deploy passes); '' = the alarms change state and notify no one.",
+    )
+    alarm_oldest_message_age_s: int = Field(
+        default=3600, ge=60,
+        description="CloudWatch alarm: a work queue's oldest message older than this (s), for alert_for_s.",
     )
     deploy_template_bucket: str = Field(
         default="",

@@ -66,11 +66,16 @@ def test_the_rendered_template_is_deployed_inline_as_compact_json(endpoint, tmp_
     assert json.loads(source["TemplateBody"]) == json.loads(rendered.stdout)  # the same template, compact
 
     (tmp_path / "stack.json").write_text(rendered.stdout)
-    deployed = _run(endpoint, "deploy", "--template-file", str(tmp_path / "stack.json"), **names)
+    topic = "arn:aws:sns:us-east-1:123456789012:prepress-pages"
+    deployed = _run(endpoint, "deploy", "--template-file", str(tmp_path / "stack.json"), **names, alarm_topic_arn=topic)
     assert deployed.returncode == 0, deployed.stderr
     assert deployed.stdout == f"stack {names['stack_name']} created\n"
-    sent = _client(endpoint, "cloudformation").get_template(StackName=names["stack_name"])["TemplateBody"]
+    cfn = _client(endpoint, "cloudformation")
+    sent = cfn.get_template(StackName=names["stack_name"])["TemplateBody"]
     assert (json.loads(sent) if isinstance(sent, str) else sent) == json.loads(rendered.stdout)
+    # the alarms' topic, passed as the template's parameter
+    stack = cfn.describe_stacks(StackName=names["stack_name"])["Stacks"][0]
+    assert {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]} == {"AlarmTopicArn": topic}
 
 
 def _padded_template(text: str, compact_bytes: int) -> str:

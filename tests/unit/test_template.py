@@ -11,7 +11,7 @@ from cfnlint.api import ManualArgs, lint
 from imposition.cli.template import queue_id, render, render_json, roles, table_id
 from imposition.common.clocks import Clocks
 from imposition.common.settings import Settings
-from leases.models import ALL_MODELS, TTL_ATTRIBUTES, LeaseItem
+from leases.models import ALL_MODELS, TTL_ATTRIBUTES, JobItem, LeaseItem
 
 SHORT_CLOCKS = {"lease_ttl_s": 30, "heartbeat_interval_s": 5, "sweep_interval_s": 5, "visibility_margin_s": 3}
 #: The production defaults, given explicitly: the test session's environment shortens the clocks.
@@ -174,3 +174,45 @@ def test_a_trust_policy_past_iams_quota_is_refused_at_render():
 def test_principals_tags_and_boundary_are_checked_in_the_settings(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         Settings(**bad)
+
+
+def test_alarms_watch_each_queue_dead_letter_queue_and_table_and_the_quiet_tenants_and_notify_the_topic():
+    import re
+    from pathlib import Path
+
+    settings = Settings(stack_name="press", alarm_oldest_message_age_s=1800, alert_for_s=600, alert_dlq_for_s=300,
+                        alert_starving_wait_p95_s=180)
+    template = render(settings)
+    assert template["Parameters"]["AlarmTopicArn"]["Default"] == ""  # deployable without a topic
+    alarms = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm"]
+    notify = {"Fn::If": ["AlarmTopicGiven", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    runbooks = guide.split("\n## CloudWatch alarms\n", 1)[1].split("\n## ", 1)[0]
+    for alarm in alarms:
+        assert alarm["AlarmActions"] == alarm["OKActions"] == notify, alarm["AlarmName"]
+        anchor = re.fullmatch(r".* Runbook: https://imposition\.example\.com/docs/operations\.md#(\w+)",
+                              alarm["AlarmDescription"]).group(1)
+        assert re.search(rf"^### {anchor}$", runbooks, re.IGNORECASE | re.MULTILINE), anchor
+
+    def watching(metric: str) -> dict[str, dict]:
+        return {a["Dimensions"][0]["Value"]["Fn::GetAtt"][0]: a for a in alarms if a.get("MetricName") == metric}
+
+    oldest = watching("ApproximateAgeOfOldestMessage")
+    assert set(oldest) == {queue_id(name) for name in settings.work_queues}
+    assert {(a["Threshold"], a["EvaluationPeriods"], a["Period"]) for a in oldest.values()} == {(1800, 10, 60)}
+    dead_letters = watching("ApproximateNumberOfMessagesVisible")
+    assert len(dead_letters) == 3 and all(logical.endswith("DeadLetterQueue") for logical in dead_letters)
+    assert {(a["Threshold"], a["EvaluationPeriods"]) for a in dead_letters.values()} == {(0, 5)}
+    quiet = watching("ApproximateAgeOfOldestMessageInQuietGroups")
+    assert {logical: (a["Threshold"], a["EvaluationPeriods"]) for logical, a in quiet.items()} == {
+        queue_id("imposition"): (180, 10)}
+    throttles = {next(m["MetricStat"]["Metric"]["Dimensions"][0]["Value"]["Ref"] for m in a["Metrics"] if "MetricStat" in m): a
+                 for a in alarms if "Metrics" in a}
+    assert set(throttles) == {table_id(model) for model in ALL_MODELS}
+    jobs = throttles[table_id(JobItem)]
+    read = {(m["MetricStat"]["Metric"]["MetricName"],
+             next((d["Value"] for d in m["MetricStat"]["Metric"]["Dimensions"] if d["Name"] == "GlobalSecondaryIndexName"),
+                  None)) for m in jobs["Metrics"] if "MetricStat" in m}
+    indexes = [None, *(i["IndexName"] for i in template["Resources"][table_id(JobItem)]["Properties"]["GlobalSecondaryIndexes"])]
+    assert read == {(metric, index) for metric in ("ReadThrottleEvents", "WriteThrottleEvents") for index in indexes}
+    assert (jobs["Threshold"], jobs["EvaluationPeriods"], jobs["DatapointsToAlarm"]) == (0, 10, 10)
