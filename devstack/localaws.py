@@ -406,6 +406,9 @@ def serve(host: str, port: int, single_threaded: bool, parent_pid: int | None = 
     )
     from werkzeug.serving import make_server
 
+    from devstack import conformance
+
+    conformance.install()  # AWS's quotas, refused as AWS refuses them (docs/development.md)
     if iam:
         resource_level_authorization()
     app = forgetting_copies(DomainDispatcherApplication(create_backend_app))

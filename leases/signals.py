@@ -9,7 +9,7 @@ arguments are listed where it is defined, with what they mean::
     its lease          lease_releasing, lease_released, lease_lost, attempt_infra_lost,
                        lease_recovered (the sweeper)
     the registry       node_clock_skew (the sweeper)
-    waking, the net    job_woken, job_republished (the sweeper)
+    waking, the net    job_woken, job_republished (the sweeper), sweep_completed
     webhooks           webhook_drained, webhook_put_back
 """
 
@@ -80,6 +80,9 @@ lease_recovered = Signal(name="lease_recovered", providing_args={"lease", "reque
 #: ``skews`` (node name → its clock minus the sweeper's, s; every node that reported its clock),
 #: ``now`` (the sweep's, epoch s): sent by :func:`leases.skew.refresh` once a sweep.
 node_clock_skew = Signal(name="node_clock_skew", providing_args={"skews", "now"})
+#: ``finished_at`` (epoch s), ``report`` (:class:`leases.sweeper.SweepReport`): a sweep ran to its end
+#: (sent by ``tasks.sweeper.sweep``; a sweep that raised sends nothing).
+sweep_completed = Signal(name="sweep_completed", providing_args={"finished_at", "report"})
 #: ``queue`` (name), ``reason`` (``"undecodable"``/``"unknown_format"``/``"unknown_task"``/
 #: ``"invalid_task"``/``"invalid_fields"``/``"no_such_job"``), ``message_id``.
 poison_message = Signal(name="poison_message", providing_args={"queue", "reason", "message_id"})

@@ -32,7 +32,9 @@ def sweep() -> dict:
     """Reclaim expired leases, re-publish their jobs, bring back waiting and lost jobs; returns
     counts per tenant.
 
-    Sends :data:`leases.signals.lease_recovered` for each reclaimed lease (``lease_recovered{tenant}``).
+    Sends :data:`leases.signals.lease_recovered` for each reclaimed lease (``lease_recovered{tenant}``),
+    and :data:`leases.signals.sweep_completed` once it ran to its end (``sweeper_last_sweep_timestamp_seconds``:
+    the alert ImpositionSweepsStopped reads it).
     Idempotent and safe to run twice at once (see :mod:`leases.sweeper`).
     """
     now = time.time()
@@ -53,6 +55,7 @@ def sweep() -> dict:
     )
     if report.total:
         log.warning("sweeper reclaimed %s lease(s): %s", report.total, dict(report.reclaimed))
+    signals.sweep_completed.send(sender=sweep, finished_at=time.time(), report=report)
     return {
         "reclaimed": dict(report.reclaimed),
         "requeued": dict(report.requeued),

@@ -1,34 +1,33 @@
 """The service's AWS resources as one CloudFormation template, rendered from the settings.
 
 ``imposition render-template`` prints it (JSON); ``imposition deploy`` creates or updates a stack
-from it; ``imposition provision`` (the local stack's path) applies the same template's queues,
-tables and bucket with plain API calls. Nothing here types a number of the design again: queue
-visibility comes from :class:`imposition.common.clocks.Clocks`, the redrive count, names and
-retention from :class:`imposition.common.settings.Settings`, keys and indexes from the PynamoDB
-models of :mod:`leases.models`. Why CloudFormation rendered here rather than a CDK app:
-docs/deploy.md, section 1.
-
+from it; ``imposition provision`` (the local stack's path) applies its queues, tables and bucket
+with plain API calls. No number of the design is typed again here: clocks come from
+:class:`imposition.common.clocks.Clocks`, names, counts and retention from
+:class:`imposition.common.settings.Settings`, keys and indexes from the PynamoDB models of
+:mod:`leases.models` (why CloudFormation rendered here, not a CDK app: docs/deploy.md, section 1).
 The template declares, in this order (logical ids in brackets)::
 
-    queues        each work queue [<Name>Queue] and its dead-letter queue [<Name>DeadLetterQueue]:
-                  visibility = Clocks.visibility_timeout_s, redrive after Settings.max_receive_count
-    tables        [TenantsTable, LeasesTable, JobsTable, ClusterTable, TokensTable]: keys and GSIs
-                  of the models, on-demand, point-in-time recovery, deletion protection, TTL where
-                  the model names one (TTL_ATTRIBUTES), DeletionPolicy Retain
-    bucket        [PlatesBucket]: SSE-S3 encryption, public access blocked, TLS only, lifecycle
-                  rules of imposition.common.retention (job objects, incomplete uploads)
-    webhook key   [WebhookSecretsKey, alias Settings.webhook_secret_kms_key_id]: KMS key for
-                  tenants' webhook signing secrets (encrypt: the operator; decrypt: the notifier)
-    roles         one per process kind (:func:`roles`): imposer, maintenance, notifier, beat, flower,
-                  operator, caller; each with only the actions its process performs
+    queues        [<Name>Queue] and [<Name>DeadLetterQueue]: visibility = Clocks.visibility_timeout_s,
+                  redrive after Settings.max_receive_count
+    tables        [TenantsTable, LeasesTable, JobsTable, ClusterTable, TokensTable]: the models' keys
+                  and GSIs, on-demand, PITR, deletion protection, TTL where the model names one, Retain
+    bucket        [PlatesBucket]: SSE-S3, public access blocked, TLS only, imposition.common.retention's rules
+    webhook key   [WebhookSecretsKey] under the alias Settings.webhook_secret_kms_key_id
+    roles         one per process kind (:func:`roles`), each with only its process's actions, trusted
+                  by its compute alone (:func:`trust_policy`), bounded by Settings.permissions_boundary_arn
+                  when set; on EC2 each with an instance profile of its name
+    alarms        CloudWatch alarms (:func:`alarms`) to the SNS topic of the AlarmTopicArn parameter
 
-Each role trusts EC2, ECS tasks and this account (docs/deploy.md, section 4).
+Every role and every resource that takes tags carries :func:`tags`. :func:`check_quotas` refuses a
+template past CloudFormation's, IAM's or CloudWatch's quotas.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,9 +35,11 @@ from pynamodb.attributes import Attribute
 from pynamodb.indexes import GlobalSecondaryIndex
 from pynamodb.models import Model
 
+from imposition.common.aws_quotas import CLOUDFORMATION_RESOURCES, IAM_TRUST_POLICY, policy_characters
 from imposition.common.clocks import Clocks
 from imposition.common.retention import JOB_OBJECTS_PREFIX, cloudformation_lifecycle_rules
 from imposition.common.settings import Settings
+from imposition.observability.alerts import runbook_url
 from leases.models import ALL_MODELS, TTL_ATTRIBUTES, ClusterItem, JobItem, LeaseItem, TenantItem, TokenClaimItem
 
 #: Dead-letter queues keep messages for the SQS maximum, 14 days (AWS SQS quotas), for inspection.
@@ -104,7 +105,7 @@ def table_properties(model: type[Model], settings: Settings) -> dict[str, Any]:
         "DeletionProtectionEnabled": True,
         # no SSESpecification: DynamoDB encrypts every table at rest with its own key; SSEEnabled would
         # switch to the AWS-managed KMS key, with KMS requests behind the table's
-        "Tags": _tags(settings),
+        "Tags": tags(settings),
     }
     if indexes:
         properties["GlobalSecondaryIndexes"] = sorted(indexes, key=lambda i: i["IndexName"])
@@ -113,8 +114,11 @@ def table_properties(model: type[Model], settings: Settings) -> dict[str, Any]:
     return properties
 
 
-def _tags(settings: Settings) -> list[dict[str, str]]:
-    return [{"Key": "service", "Value": settings.stack_name}]
+def tags(settings: Settings) -> list[dict[str, str]]:
+    """The tags of every role and taggable resource: ``service`` = the stack name, then
+    ``Settings.resource_tags`` by key."""
+    return [{"Key": "service", "Value": settings.stack_name}] + [
+        {"Key": key, "Value": value} for key, value in sorted(settings.resource_tags.items())]
 
 
 def _arn(logical_id: str) -> dict[str, Any]:
@@ -234,16 +238,26 @@ def roles(settings: Settings) -> tuple[Role, ...]:
     )
 
 
-def _trust_policy() -> dict[str, Any]:
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {"Effect": "Allow", "Principal": {"Service": ["ec2.amazonaws.com", "ecs-tasks.amazonaws.com"]},
-             "Action": "sts:AssumeRole"},
-            {"Effect": "Allow", "Principal": {"AWS": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}},
-             "Action": "sts:AssumeRole"},
-        ],
-    }
+#: The service principal of each ``Settings.compute_platform``: what assumes a process's role.
+COMPUTE_PRINCIPALS = {"ec2": "ec2.amazonaws.com", "ecs": "ecs-tasks.amazonaws.com"}
+#: The one role that may trust principals besides the compute (``Settings.operator_principals``).
+OPERATOR = "Operator"
+
+
+def trust_policy(settings: Settings, role: str) -> dict[str, Any]:
+    """Who may assume the role of process kind ``role``: the compute that runs it
+    (``Settings.compute_platform``: EC2 instances, or ECS tasks of this account, the condition AWS
+    recommends against a confused deputy), and for the operator's role also
+    ``Settings.operator_principals``. No role trusts an account's root unless it is named there."""
+    compute: dict[str, Any] = {"Effect": "Allow", "Principal": {"Service": COMPUTE_PRINCIPALS[settings.compute_platform]},
+                               "Action": "sts:AssumeRole"}
+    if settings.compute_platform == "ecs":
+        compute["Condition"] = {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
+    statements = [compute]
+    if role == OPERATOR and settings.operator_principals:
+        statements.append({"Effect": "Allow", "Principal": {"AWS": list(settings.operator_principals)},
+                           "Action": "sts:AssumeRole"})
+    return {"Version": "2012-10-17", "Statement": statements}
 
 
 def role_name(settings: Settings, role: str) -> str:
@@ -264,7 +278,7 @@ def _bucket(settings: Settings) -> dict[str, Any]:
                                                "IgnorePublicAcls": True, "RestrictPublicBuckets": True},
             "OwnershipControls": {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]},
             "LifecycleConfiguration": {"Rules": cloudformation_lifecycle_rules(settings)},
-            "Tags": _tags(settings),
+            "Tags": tags(settings),
         },
     }
 
@@ -298,7 +312,7 @@ def _webhook_key(settings: Settings) -> dict[str, Any]:
                 "Principal": {"AWS": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}},
                 "Action": "kms:*", "Resource": "*",
             }]},
-            # no Tags: moto's AWS::KMS::Key reads them as TagKey/TagValue (KMS API's shape), not Key/Value
+            "Tags": tags(settings),
         },
     }
 
@@ -318,12 +332,140 @@ def webhook_key_alias(settings: Settings) -> str:
     return key
 
 
+#: The template's parameter: the SNS topic its alarms notify ('' = none; ``imposition deploy`` passes
+#: ``Settings.alarm_topic_arn``), and the condition that one was given.
+ALARM_TOPIC_PARAMETER = "AlarmTopicArn"
+_TOPIC_GIVEN = "AlarmTopicGiven"
+#: The alarms' period: CloudWatch's standard resolution, at which SQS and DynamoDB publish.
+ALARM_PERIOD_S = 60
+#: Metrics one metric-math alarm may read, a hard limit (CloudWatch User Guide, "Limits":
+#: https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/alarm-limits.html).
+ALARM_MAX_METRICS = 10
+
+
+def _periods(duration_s: float) -> int:
+    return max(1, math.ceil(duration_s / ALARM_PERIOD_S))
+
+
+def _alarm(settings: Settings, name: str, runbook: str, summary: str, watch: dict[str, Any]) -> dict[str, Any]:
+    """An ``AWS::CloudWatch::Alarm`` ``<stack>-<name>`` watching ``watch`` (a metric, or metric math),
+    notifying the topic parameter when given, on alarm and on recovery."""
+    notify = {"Fn::If": [_TOPIC_GIVEN, [{"Ref": ALARM_TOPIC_PARAMETER}], {"Ref": "AWS::NoValue"}]}
+    return {"Type": "AWS::CloudWatch::Alarm", "Properties": {
+        "AlarmName": f"{settings.stack_name}-{name}",
+        "AlarmDescription": f"{summary} Runbook: {runbook_url(settings, runbook)}",
+        "ComparisonOperator": "GreaterThanThreshold", "TreatMissingData": "notBreaching",
+        **watch, "AlarmActions": notify, "OKActions": notify, "Tags": tags(settings)}}
+
+
+def _sqs_watch(queue_logical: str, metric: str, threshold: float, for_s: float) -> dict[str, Any]:
+    return {"Namespace": "AWS/SQS", "MetricName": metric, "Statistic": "Maximum", "Period": ALARM_PERIOD_S,
+            "Dimensions": [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue_logical, "QueueName"]}}],
+            "EvaluationPeriods": _periods(for_s), "Threshold": threshold}
+
+
+def _throttle_watch(model: type[Model], settings: Settings, for_s: float) -> dict[str, Any]:
+    """Throttled reads and writes of a table and each of its indexes, summed (metric math)."""
+    table = {"Name": "TableName", "Value": {"Ref": table_id(model)}}
+    indexes = [None] + sorted(index.Meta.index_name for _, index in inspect.getmembers(
+        model, lambda member: isinstance(member, GlobalSecondaryIndex)))
+    metrics = [{"Id": f"m{len(indexes) * i + j}", "ReturnData": False, "MetricStat": {"Stat": "Sum", "Period": ALARM_PERIOD_S,
+               "Metric": {"Namespace": "AWS/DynamoDB", "MetricName": metric, "Dimensions": [table] + (
+                   [{"Name": "GlobalSecondaryIndexName", "Value": index}] if index else [])}}}
+               for i, metric in enumerate(("ReadThrottleEvents", "WriteThrottleEvents")) for j, index in enumerate(indexes)]
+    periods = _periods(for_s)
+    return {"Metrics": metrics + [{"Id": "throttles", "Expression": "SUM(METRICS())", "Label": "throttle events",
+                                   "ReturnData": True}],
+            "EvaluationPeriods": periods, "DatapointsToAlarm": periods, "Threshold": 0}
+
+
+def alarms(settings: Settings) -> dict[str, Any]:
+    """The CloudWatch alarms, by logical id, each to the ``AlarmTopicArn`` parameter's topic, each
+    describing itself with its runbook (docs/operations.md, "CloudWatch alarms"):
+
+    * each work queue's oldest message older than ``alarm_oldest_message_age_s``, for ``alert_for_s``;
+    * the imposition queue's oldest message of a quiet tenant (SQS fair queues'
+      ``ApproximateAgeOfOldestMessageInQuietGroups``) older than ``alert_starving_wait_p95_s``, for
+      ``alert_for_s``: a tenant waits behind another's burst;
+    * each dead-letter queue holding a message, for ``alert_dlq_for_s``;
+    * each table throttled (reads or writes, its indexes' too) in every minute of ``alert_for_s``.
+    """
+    s = settings
+    out: dict[str, Any] = {}
+    for name in s.work_queues:
+        out[f"{queue_id(name)}OldestMessageAlarm"] = _alarm(
+            s, f"{name}-oldest-message", "oldestmessageage",
+            f"Queue {name}: its oldest message is over {s.alarm_oldest_message_age_s} s old.",
+            _sqs_watch(queue_id(name), "ApproximateAgeOfOldestMessage", s.alarm_oldest_message_age_s, s.alert_for_s))
+        out[f"{dead_letter_queue_id(name)}Alarm"] = _alarm(
+            s, f"{s.dead_letter_queue(name)}-not-empty", "deadlettermessages",
+            f"Dead-letter queue {s.dead_letter_queue(name)} holds messages: imposition dlq list.",
+            _sqs_watch(dead_letter_queue_id(name), "ApproximateNumberOfMessagesVisible", 0, s.alert_dlq_for_s))
+    out[f"{queue_id(s.imposition_queue)}QuietGroupsAlarm"] = _alarm(
+        s, f"{s.imposition_queue}-quiet-tenant-waits", "quietgroupsoldestmessageage",
+        f"Queue {s.imposition_queue}: a quiet tenant's oldest message is over {s.alert_starving_wait_p95_s:g} s old.",
+        _sqs_watch(queue_id(s.imposition_queue), "ApproximateAgeOfOldestMessageInQuietGroups",
+                   s.alert_starving_wait_p95_s, s.alert_for_s))
+    for model in ALL_MODELS:
+        out[f"{table_id(model)}ThrottlesAlarm"] = _alarm(
+            s, f"{getattr(s, _TABLES[model][1])}-throttled", "dynamodbthrottles",
+            f"Table {getattr(s, _TABLES[model][1])} or its indexes throttled in every minute for {s.alert_for_s} s.",
+            _throttle_watch(model, s, s.alert_for_s))
+    return out
+
+
+def _add_roles(settings: Settings, resources: dict[str, Any], outputs: dict[str, Any]) -> None:
+    """Each process kind's role into ``resources`` (and, on EC2, its instance profile), their ARNs
+    into ``outputs``."""
+    boundary = {"PermissionsBoundary": settings.permissions_boundary_arn} if settings.permissions_boundary_arn else {}
+    for role in roles(settings):
+        logical = f"{role.name}Role"
+        resources[logical] = {"Type": "AWS::IAM::Role", "Properties": {
+            "RoleName": role_name(settings, role.name),
+            "Description": role.description,
+            "AssumeRolePolicyDocument": trust_policy(settings, role.name),
+            "Policies": [{"PolicyName": role.name.lower(),
+                          "PolicyDocument": {"Version": "2012-10-17", "Statement": list(role.statements)}}],
+            **boundary,
+            "Tags": tags(settings)}}
+        outputs[logical + "Arn"] = {"Value": _arn(logical)}
+        if settings.compute_platform == "ec2":  # an instance runs under a role through its instance profile
+            resources[f"{role.name}InstanceProfile"] = {"Type": "AWS::IAM::InstanceProfile", "Properties": {
+                "InstanceProfileName": role_name(settings, role.name), "Roles": [{"Ref": logical}]}}
+            outputs[f"{role.name}InstanceProfileArn"] = {"Value": _arn(f"{role.name}InstanceProfile")}
+
+
+def check_quotas(template: dict[str, Any]) -> None:
+    """Refuse a template CloudFormation, IAM or CloudWatch would: more resources than
+    CloudFormation's quota, a role whose trust policy is past IAM's (counted as rendered: an
+    intrinsic function counts longer than most values it stands for), an alarm reading more metrics
+    than CloudWatch allows (a table that gained indexes).
+
+    Raises:
+        ValueError: the message names the quota, its value, and the role or the count.
+    """
+    resources = template["Resources"]
+    if len(resources) > CLOUDFORMATION_RESOURCES.value:
+        raise ValueError(f"{len(resources)} resources: past CloudFormation's {CLOUDFORMATION_RESOURCES.value} "
+                         f"({CLOUDFORMATION_RESOURCES.source})")
+    for logical, resource in resources.items():
+        read = [m for m in resource["Properties"].get("Metrics", []) if "MetricStat" in m]
+        if resource["Type"] == "AWS::CloudWatch::Alarm" and len(read) > ALARM_MAX_METRICS:
+            raise ValueError(f"{logical}: reads {len(read)} metrics, past CloudWatch's {ALARM_MAX_METRICS} an alarm")
+        if resource["Type"] == "AWS::IAM::Role":
+            size = policy_characters(resource["Properties"]["AssumeRolePolicyDocument"])
+            if size > IAM_TRUST_POLICY.value:
+                raise ValueError(f"{logical}: trust policy of {size} characters, past IAM's {IAM_TRUST_POLICY.value} "
+                                 f"({IAM_TRUST_POLICY.source}): name fewer operator_principals")
+
+
 def render(settings: Settings) -> dict[str, Any]:
     """The CloudFormation template (a JSON-ready dict) of every AWS resource of the service.
 
     Raises:
         imposition.common.clocks.ClockError: the settings' clocks break a rule of docs/design.md §4.
-        ValueError: ``webhook_secret_kms_key_id`` is not an alias (:func:`webhook_key_alias`).
+        ValueError: ``webhook_secret_kms_key_id`` is not an alias (:func:`webhook_key_alias`), or the
+            template is past a quota (:func:`check_quotas`).
     """
     clocks = Clocks.from_settings(settings)
     resources: dict[str, Any] = {}
@@ -332,13 +474,13 @@ def render(settings: Settings) -> dict[str, Any]:
         dlq, work = dead_letter_queue_id(name), queue_id(name)
         resources[dlq] = {"Type": "AWS::SQS::Queue", "Properties": {
             "QueueName": settings.dead_letter_queue(name), "MessageRetentionPeriod": DLQ_RETENTION_S,
-            "SqsManagedSseEnabled": True, "Tags": _tags(settings)}}
+            "SqsManagedSseEnabled": True, "Tags": tags(settings)}}
         resources[work] = {"Type": "AWS::SQS::Queue", "Properties": {
             "QueueName": name,
             "VisibilityTimeout": clocks.visibility_timeout_s,
             "RedrivePolicy": {"deadLetterTargetArn": _arn(dlq), "maxReceiveCount": settings.max_receive_count},
             "SqsManagedSseEnabled": True,
-            "Tags": _tags(settings)}}
+            "Tags": tags(settings)}}
         outputs[work + "Url"] = {"Value": {"Ref": work}}
     for model in ALL_MODELS:
         resources[table_id(model)] = {"Type": "AWS::DynamoDB::Table", "DeletionPolicy": "Retain",
@@ -349,24 +491,22 @@ def render(settings: Settings) -> dict[str, Any]:
     resources["WebhookSecretsKeyAlias"] = {"Type": "AWS::KMS::Alias", "Properties": {
         "AliasName": webhook_key_alias(settings), "TargetKeyId": {"Ref": "WebhookSecretsKey"}}}
     outputs["WebhookSecretsKeyArn"] = {"Value": _arn("WebhookSecretsKey")}
-    for role in roles(settings):
-        logical = f"{role.name}Role"
-        resources[logical] = {"Type": "AWS::IAM::Role", "Properties": {
-            "RoleName": role_name(settings, role.name),
-            "Description": role.description,
-            "AssumeRolePolicyDocument": _trust_policy(),
-            "Policies": [{"PolicyName": role.name.lower(),
-                          "PolicyDocument": {"Version": "2012-10-17", "Statement": list(role.statements)}}],
-            "Tags": _tags(settings)}}
-        outputs[logical + "Arn"] = {"Value": _arn(logical)}
-    return {
+    _add_roles(settings, resources, outputs)
+    resources.update(alarms(settings))
+    template = {
         "AWSTemplateFormatVersion": "2010-09-09",
         "Description": (f"{settings.stack_name}: queues, tables, bucket, webhook key and roles of the imposition "
                         f"service (rendered by `imposition render-template`; visibility {clocks.visibility_timeout_s} s "
                         f"from lease_ttl_s={settings.lease_ttl_s:g})"),
+        "Parameters": {ALARM_TOPIC_PARAMETER: {
+            "Type": "String", "Default": "", "AllowedPattern": "^$|^arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_-]+$",
+            "Description": "SNS topic the alarms notify (imposition deploy passes IMPOSITION_ALARM_TOPIC_ARN); '' = none"}},
+        "Conditions": {_TOPIC_GIVEN: {"Fn::Not": [{"Fn::Equals": [{"Ref": ALARM_TOPIC_PARAMETER}, ""]}]}},
         "Resources": resources,
         "Outputs": outputs,
     }
+    check_quotas(template)
+    return template
 
 
 def render_json(settings: Settings) -> str:

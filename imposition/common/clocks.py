@@ -5,7 +5,7 @@ name                   default    rule
 =====================  =========  ===============================================================
 lease_ttl_s            600 s      a lease not renewed for this long is dead
 heartbeat_interval_s   60 s       renews lease and message visibility; <= lease_ttl_s / 3
-sweep_interval_s       60 s       beat period of the sweeper
+sweep_interval_s       60 s       beat period of the sweeper; 2 x it: sweep_overdue_after_s (alerted on)
 visibility_timeout_s   derived    lease_ttl_s + sweep_interval_s + visibility_margin_s, <= 43,200 s
 lease_lost_after_s     derived    lease_ttl_s / 2: a worker with no successful beat for this long
                                   declares its own lease lost and stops
@@ -76,6 +76,13 @@ class Clocks:
         quarter of the lease TTL, well before a lease could look expired while its holder renews
         it (:mod:`leases.skew`)."""
         return self.lease_ttl_s / 4
+
+    @property
+    def sweep_overdue_after_s(self) -> float:
+        """No sweep completed for this long means the sweeper has stopped: at least one sweep beat
+        sent (every ``sweep_interval_s``) has not run to its end. ImpositionSweepsStopped fires when
+        it has held as long again, so a single slow sweep never pages."""
+        return 2 * self.sweep_interval_s
 
     @property
     def infra_report_grace_s(self) -> float:

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import tempfile
 from typing import Literal
 
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from imposition.common.aws_quotas import DYNAMODB_ITEM
 
 #: SQS limit on a per-message ``DelaySeconds`` (AWS SQS developer guide, "Message timers").
 SQS_MAX_DELAY_S = 900
@@ -30,11 +33,15 @@ SQS_MAX_DELAY_S = 900
 SQS_MAX_VISIBILITY_TIMEOUT_S = 43_200
 #: SQS limit on ``maxReceiveCount`` in a redrive policy (AWS SQS developer guide, "Dead-letter queues").
 SQS_MAX_RECEIVE_COUNT = 1000
-#: DynamoDB's limit on one item's size, bytes (names and values; DynamoDB Developer Guide, "Quotas").
-DYNAMODB_MAX_ITEM_BYTES = 400 * 1024
+#: DynamoDB's limit on one item's size, bytes (names and values; its home: imposition.common.aws_quotas).
+DYNAMODB_MAX_ITEM_BYTES = DYNAMODB_ITEM.value
 #: Room for a job item's attributes other than the free-form fields at submission (names, ids,
 #: numbers, status), bytes: a few hundred bytes; kept generous.
 JOB_ITEM_FIXED_BYTES = 4096
+#: An IAM principal the operator role may trust: a role, a user or an account's root.
+_IAM_PRINCIPAL = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(root|(role|user)/[\w+=,.@/-]{1,512})$")
+#: Tags on one resource (IAM, SQS, DynamoDB, S3, KMS and CloudWatch alike).
+MAX_RESOURCE_TAGS = 50
 #: S3's limit on an object key, UTF-8 bytes (Amazon S3 User Guide, "Naming Amazon S3 objects").
 S3_KEY_MAX_BYTES = 1024
 
@@ -80,6 +87,44 @@ class Settings(BaseSettings):
         default="imposition", pattern=r"^[A-Za-z][A-Za-z0-9-]{0,50}$",
         description="CloudFormation stack of the service's AWS resources (imposition render-template | deploy); "
                     "also the prefix of its IAM role names (<stack_name>-imposer, ...) and its tag 'service'.",
+    )
+    # --- the stack's roles, tags, alarms and deploy (imposition render-template | deploy; docs/deploy.md) ---
+    compute_platform: Literal["ec2", "ecs"] = Field(
+        default="ec2",
+        description="What runs the processes on AWS: 'ec2' (instances; each role trusts ec2.amazonaws.com and "
+                    "has an instance profile of its name) or 'ecs' (tasks; each role trusts ecs-tasks.amazonaws.com "
+                    "from this account: a task role).",
+    )
+    operator_principals: tuple[str, ...] = Field(
+        default=(),
+        description="IAM role or user ARNs that may assume the operator role besides the compute (a JSON list); "
+                    "no other role trusts a principal. An account's root ARN (arn:aws:iam::<account>:root) lets "
+                    "every principal of that account whose own policy allows it assume the role: name it only "
+                    "deliberately.",
+    )
+    permissions_boundary_arn: str = Field(
+        default="", pattern=r"^$|^arn:aws[a-z-]*:iam::(\d{12}|aws):policy/[A-Za-z0-9_+=,.@/-]{1,128}$",
+        description="A managed policy's ARN set as the permissions boundary of every role of the stack; '' = none.",
+    )
+    resource_tags: dict[str, str] = Field(
+        default_factory=dict,
+        description="Tags (a JSON object) on every role and every taggable resource of the stack, beside "
+                    "'service' = stack_name.",
+    )
+    alarm_topic_arn: str = Field(
+        default="", pattern=r"^$|^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$",
+        description="SNS topic the stack's CloudWatch alarms notify (the template's AlarmTopicArn parameter, "
+                    "which imposition deploy passes); '' = the alarms change state and notify no one.",
+    )
+    alarm_oldest_message_age_s: int = Field(
+        default=3600, ge=60,
+        description="CloudWatch alarm: a work queue's oldest message older than this (s), for alert_for_s.",
+    )
+    deploy_template_bucket: str = Field(
+        default="",
+        description="S3 bucket imposition deploy uploads the template to when its compact JSON is over "
+                    "CloudFormation's inline limit (51,200 bytes), to pass it by TemplateURL; '' = none (such a "
+                    "deploy fails naming this setting). Not the stack's own bucket, which a first deploy creates.",
     )
     sqs_wait_time_s: int = Field(default=10, ge=0, le=20, description="SQS long-poll wait (max 20 s).")
     sqs_polling_interval_s: float = Field(
@@ -567,10 +612,12 @@ class Settings(BaseSettings):
         description="The Prometheus retention the alert rules assume (days; Prometheus' default "
         "--storage.tsdb.retention.time is 15d).",
     )
-    alert_runbook_url: str = Field(
-        default="docs/operations.md",
-        description="Where the operator's guide is published; each alert's runbook_url is this plus the "
-        "anchor of its section under 'Alerts' (set it to the guide's address in your repository host).",
+    runbook_base_url: str = Field(
+        default="https://imposition.example.com/docs", pattern=r"^https?://[^\s#?]*[^\s#?/]$",
+        description="Where this repository's docs/ directory is published, an absolute http(s) URL without a "
+        "trailing slash (e.g. https://git.example.com/press/imposition/-/blob/main/docs): each alert's runbook_url "
+        "and each CloudWatch alarm's description link <this>/operations.md#<alert name in lower case>, so a page "
+        "links its runbook. The default is a placeholder: set it, and regenerate the rules.",
     )
     prometheus_scrape_interval_s: int = Field(
         default=15, ge=1, description="make run: how often the local Prometheus scrapes each worker node (s).")
@@ -628,6 +675,24 @@ class Settings(BaseSettings):
         default=8, ge=1,
         description="imposition simulate --policy borrow: burst cap of tenants whose tier names none.",
     )
+
+    @model_validator(mode="after")
+    def _stack_principals_and_tags_are_valid(self) -> "Settings":
+        """Reject an operator principal that is not an IAM role, user or account root ARN, and a tag
+        IAM or the tagged services would refuse (AWS's tag rules: key 1-128 characters, value up to
+        256, no 'aws:' prefix, 50 tags a resource)."""
+        for principal in self.operator_principals:
+            if not _IAM_PRINCIPAL.match(principal):
+                raise ValueError(f"operator_principals: {principal!r} is not an IAM role, user or root ARN "
+                                 "(arn:aws:iam::<12 digits>:role/NAME, :user/NAME or :root)")
+        if len(self.resource_tags) > MAX_RESOURCE_TAGS - 1:
+            raise ValueError(f"resource_tags: {len(self.resource_tags)} tags; at most {MAX_RESOURCE_TAGS - 1} "
+                             f"beside 'service' ({MAX_RESOURCE_TAGS} a resource)")
+        for key, value in self.resource_tags.items():
+            if not 1 <= len(key) <= 128 or key.lower().startswith("aws:") or key == "service" or len(value) > 256:
+                raise ValueError(f"resource_tags: {key!r}={value!r}: a key is 1-128 characters, not 'service' "
+                                 "(the stack name's) nor starting 'aws:'; a value at most 256 characters")
+        return self
 
     @model_validator(mode="after")
     def _clocks_agree(self) -> "Settings":

@@ -9,12 +9,13 @@ imposition.observability.alerts`` rewrites them; a test fails when they differ f
 
 The alerts, by ``severity`` (``page``: someone acts now; ``ticket``: the next working day); when each
 fires (for ``alert_for_s`` unless said) is written where :func:`rule_groups` defines it, and each
-carries a ``runbook_url`` annotation: ``Settings.alert_runbook_url`` + ``#<alert name in lower case>``,
-its subsection under "Alerts" in docs/operations.md (a test checks every one exists)::
+carries a ``runbook_url`` annotation, :func:`runbook_url`: ``Settings.runbook_base_url`` +
+``/operations.md#<alert name in lower case>``, its subsection under "Alerts" in docs/operations.md,
+an absolute link a page can follow (a test checks every one exists)::
 
     page    ImpositionTenantStarving, ImpositionLeaseRecoveredSustained,
             ImpositionSlotsIdleWhileJobsWait, ImpositionWorkersDown, ImpositionEngineUnavailable,
-            ImpositionClockSkew
+            ImpositionClockSkew, ImpositionSweepsStopped
     ticket  ImpositionDeadLetterQueueNotEmpty, ImpositionWorkerNodeDown,
             ImpositionSecondLicenceWarranted
 
@@ -77,10 +78,36 @@ def runbook_anchor(alert: str) -> str:
     return alert.lower()
 
 
+def runbook_url(s: Settings, alert: str) -> str:
+    """The address of ``alert``'s runbook: ``Settings.runbook_base_url`` + ``/operations.md#<anchor>``
+    (also the CloudWatch alarms' runbooks, :mod:`imposition.cli.template`)."""
+    return f"{s.runbook_base_url}/operations.md#{runbook_anchor(alert)}"
+
+
 def _annotated(rule: dict, s: Settings) -> dict:
-    """``rule`` with its ``runbook_url`` annotation (``alert_runbook_url#<anchor>``)."""
-    rule["annotations"]["runbook_url"] = f"{s.alert_runbook_url}#{runbook_anchor(rule['alert'])}"
+    """``rule`` with its ``runbook_url`` annotation (:func:`runbook_url`)."""
+    rule["annotations"]["runbook_url"] = runbook_url(s, rule["alert"])
     return rule
+
+
+#: The sweeper's heartbeat: when it last completed a sweep (:mod:`imposition.observability.metrics`).
+LAST_SWEEP = "imposition_sweeper_last_sweep_timestamp_seconds"
+
+
+def sweeps_stopped_rule(s: Settings) -> dict:
+    """ImpositionSweepsStopped: no sweep completed for ``Clocks.sweep_overdue_after_s`` (twice
+    ``sweep_interval_s``), or none at all since the maintenance worker's metrics began (absent), held
+    as long again: beat stopped sending sweeps, or the maintenance worker stopped running them."""
+    overdue_s = Clocks.from_settings(s).sweep_overdue_after_s
+    return {"alert": "ImpositionSweepsStopped",
+            "expr": f"time() - max({LAST_SWEEP}) > {overdue_s:g} or on() absent({LAST_SWEEP})",
+            "for": _duration(overdue_s), "labels": {"severity": "page"},
+            "annotations": {
+                "summary": f"The sweeper has completed no sweep for over {overdue_s:g} s",
+                "description": "Without sweeps, a crashed worker's leases hold their slots, lost hand-offs and "
+                               "lost messages are never brought back. Check celery beat (its /healthz, its log: "
+                               "does it send imposition.sweep?) and the maintenance worker (does it run it, or "
+                               "does every sweep fail?)."}}
 
 
 def rule_groups(s: Settings | None = None) -> dict:
@@ -165,6 +192,7 @@ def rule_groups(s: Settings | None = None) -> dict:
                  "summary": "No imposition worker is up: no job can start",
                  "description": f"No target of scrape job {SCRAPE_JOB} with role {IMPOSER_ROLE} answered its "
                                 "scrape (or there is none). Check the worker units or containers and their logs."}},
+            sweeps_stopped_rule(s),
             # One worker node's endpoint (any role) not scraped up for alert_workers_down_for_s.
             {"alert": "ImpositionWorkerNodeDown",
              "expr": f'up{{job="{SCRAPE_JOB}"}} == 0',
@@ -273,6 +301,7 @@ def dashboard(s: Settings | None = None) -> dict:
                                          "{{queue}} {{reason}}")], "short"),
         ("Clock skew of each worker node against the sweeper",
          [("max by (worker) (imposition_node_clock_skew_seconds)", "{{worker}}")], "s"),
+        ("Seconds since the sweeper's last sweep", [(f"time() - max({LAST_SWEEP})", "since the last sweep")], "s"),
     ]
     panels = [_panel(i + 1, title, targets, x=12 * (i % 2), y=8 * (i // 2), unit=unit)
               for i, (title, targets, unit) in enumerate(rows)]

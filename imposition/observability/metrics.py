@@ -17,7 +17,8 @@ counters only: Prometheus' naming guide; ``promtool check metrics`` accepts a sc
     others     imposition_slots_busy, imposition_node_slots (a node's pool size),
                imposition_cluster_slots, imposition_jobs_republished_total{reason},
                imposition_poison_messages_total{queue,reason}, imposition_sqs_messages{queue,state},
-               imposition_sqs_oldest_message_age_seconds{queue}
+               imposition_sqs_oldest_message_age_seconds{queue},
+               imposition_sweeper_last_sweep_timestamp_seconds
 
 Metrics are created on first use (:func:`get_metrics`), not at import; process-summed gauges use
 ``multiprocess_mode="livesum"``; a tenant's series start at zero when a process first sees it. Why:
@@ -148,6 +149,14 @@ class ServiceMetrics:
                                     multiprocess_mode="mostrecent", registry=r)
         self.cluster_slots = Gauge("imposition_cluster_slots", "Slots of the live worker nodes (the slot registry).",
                                    multiprocess_mode="mostrecent", registry=r)
+        #: ``sweep_completed`` (the maintenance worker): when the sweeper last ran a sweep to its end;
+        #: the alert ImpositionSweepsStopped fires when it grows too old or is absent. The largest over
+        #: a node's processes, a finished pool child's included; 0 on a node that never completed one
+        #: (every node but the maintenance worker's), which the alert's max() passes over.
+        self.last_sweep = Gauge(
+            "imposition_sweeper_last_sweep_timestamp_seconds", "When the sweeper last completed a sweep (epoch s).",
+            multiprocess_mode="max", registry=r,
+        )
         #: ``node_clock_skew`` (each sweep, the sweeper: leases/skew.py): NaN once a node left the
         #: registry or stopped reporting (unknown, never alerted on).
         self.node_clock_skew = Gauge(
@@ -340,6 +349,12 @@ def on_node_clock_skew(sender=None, skews=None, **_: object) -> None:
     get_metrics().set_clock_skews(skews or {})
 
 
+def on_sweep_completed(sender=None, finished_at=None, **_: object) -> None:
+    """The sweeper ran a sweep to its end: ``sweeper_last_sweep_timestamp_seconds``."""
+    if finished_at is not None:
+        get_metrics().last_sweep.set(finished_at)
+
+
 def on_webhook_drained(sender=None, tenant_id=None, **_: object) -> None:
     """The outbox drain sent a round for an unsettled webhook event (a lost first round)."""
     get_metrics().webhook_rounds_drained.labels(tenant_id).inc()
@@ -372,6 +387,7 @@ def install() -> None:
     signals.job_republished.connect(on_job_republished)
     signals.lease_recovered.connect(on_lease_recovered)
     signals.node_clock_skew.connect(on_node_clock_skew)
+    signals.sweep_completed.connect(on_sweep_completed)
     signals.webhook_drained.connect(on_webhook_drained)
     signals.webhook_put_back.connect(on_webhook_put_back)
     signals.poison_message.connect(on_poison_message)

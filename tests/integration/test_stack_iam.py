@@ -50,6 +50,9 @@ ENV = {
     "IMPOSITION_WEBHOOK_OUTBOX_DRAIN_INTERVAL_S": "2",
     "IMPOSITION_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",
     "IMPOSITION_SLOTS_PER_NODE": "2",
+    # the stack's own settings: every role bounded, every taggable resource tagged
+    "IMPOSITION_PERMISSIONS_BOUNDARY_ARN": "arn:aws:iam::123456789012:policy/workload-boundary",
+    "IMPOSITION_RESOURCE_TAGS": '{"team": "prepress"}',
     "AWS_DEFAULT_REGION": "us-east-1",
     "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
 }
@@ -128,8 +131,8 @@ def deployed(tmp_path_factory):
 
 def settings() -> Settings:
     """This test's settings (as the processes read them from ENV)."""
-    return Settings(**{key.removeprefix("IMPOSITION_").lower(): value for key, value in ENV.items()
-                       if key.startswith("IMPOSITION_")})
+    return Settings(**{key.removeprefix("IMPOSITION_").lower(): json.loads(value) if value.startswith("{") else value
+                       for key, value in ENV.items() if key.startswith("IMPOSITION_")})
 
 
 def test_the_deployed_stack_has_what_the_settings_say(deployed):
@@ -157,8 +160,17 @@ def test_the_deployed_stack_has_what_the_settings_say(deployed):
     assert encryption["ServerSideEncryptionConfiguration"]["Rules"][0]["ApplyServerSideEncryptionByDefault"][
         "SSEAlgorithm"] == "AES256"
     iam = deployed.client("iam", deployed.admin)
+    tags = [{"Key": "service", "Value": STACK}, {"Key": "team", "Value": "prepress"}]
     for role in roles(s):
-        assert iam.get_role(RoleName=f"{STACK}-{role.name.lower()}")["Role"]["Arn"].endswith(role.name.lower())
+        made = iam.get_role(RoleName=f"{STACK}-{role.name.lower()}")["Role"]
+        assert made["Arn"].endswith(role.name.lower())
+        assert made["PermissionsBoundary"]["PermissionsBoundaryArn"] == s.permissions_boundary_arn
+        assert made["Tags"] == tags
+        profile = iam.get_instance_profile(InstanceProfileName=made["RoleName"])["InstanceProfile"]
+        assert [r["RoleName"] for r in profile["Roles"]] == [made["RoleName"]]  # EC2, the default platform
+    kms = deployed.client("kms", deployed.admin)
+    key_tags = kms.list_resource_tags(KeyId=deployed.outputs["WebhookSecretsKeyArn"])["Tags"]
+    assert sorted((t["TagKey"], t["TagValue"]) for t in key_tags) == [("service", STACK), ("team", "prepress")]
     # deployed again (the platform admin's rights): the existing stack is updated, not made twice
     again = subprocess.run([str(BIN / "imposition"), "deploy", "--template-file", str(deployed.template_path)],
                            env={**os.environ, **endpoint_env(deployed.url, deployed.admin)}, capture_output=True,

@@ -35,11 +35,12 @@ def _promtool(*args: str) -> subprocess.CompletedProcess:
     return done
 
 
-def _run_tests(tmp_path: Path, evaluation_interval: str, tests: list[dict]) -> None:
+def _run_tests(tmp_path: Path, evaluation_interval: str, tests: list[dict], rules: Path | None = None) -> None:
+    """``promtool test rules`` of ``tests`` on ``rules`` (default: the shipped rule file)."""
     from imposition.observability.alerts import RULES_PATH
 
     path = tmp_path / "alerts_test.yml"
-    path.write_text(yaml.safe_dump({"rule_files": [str(RULES_PATH)], "evaluation_interval": evaluation_interval,
+    path.write_text(yaml.safe_dump({"rule_files": [str(rules or RULES_PATH)], "evaluation_interval": evaluation_interval,
                                     "tests": tests}, sort_keys=False))
     _promtool("test", "rules", str(path))
 
@@ -99,7 +100,7 @@ def test_the_shipped_files_are_what_the_settings_give_and_promtool_accepts_them(
     assert json.loads(DASHBOARD_PATH.read_text()) == dashboard(defaults)
     if PROMTOOL is None:
         pytest.skip("promtool not installed: `promtool check rules` not run")
-    assert "SUCCESS: 12 rules found" in _promtool("check", "rules", str(RULES_PATH)).stdout
+    assert "SUCCESS: 13 rules found" in _promtool("check", "rules", str(RULES_PATH)).stdout
 
 
 @needs_promtool
@@ -115,7 +116,8 @@ def test_every_dashboard_query_parses_and_names_only_metrics_the_service_exports
                 "imposition_queue_wait_seconds_bucket", "imposition_jobs_waiting", "imposition_cap_defers_total",
                 "imposition_leases_recovered_total", "imposition_jobs_total", "imposition_handoffs_total",
                 "imposition_sqs_messages", "imposition_poison_messages_total", "imposition_queue_wait_seconds_count",
-                "up", "imposition_engine_ready", "imposition_node_clock_skew_seconds"}
+                "up", "imposition_engine_ready", "imposition_node_clock_skew_seconds",
+                "imposition_sweeper_last_sweep_timestamp_seconds"}
     recorded = {rule["record"] for group in rule_groups()["groups"] for rule in group["rules"] if "record" in rule}
     import re
 
@@ -341,11 +343,64 @@ def test_every_alert_links_to_its_runbook_in_the_operators_guide():
     alerts_section = guide.split("\n## Alerts\n", 1)[1].split("\n## ", 1)[0]
     sections = dict(re.findall(r"^### (\w+)\n(.*?)(?=^### |\Z)", alerts_section, re.MULTILINE | re.DOTALL))
     names = alert_names()
-    assert len(names) == 9
+    assert len(names) == 10
     assert set(sections) == set(names)
-    base = _settings().alert_runbook_url
-    for rule in (r for g in rule_groups()["groups"] for r in g["rules"] if "alert" in r):
+    base = "https://git.example.com/press/imposition/-/blob/main/docs"
+    settings = _settings().model_copy(update={"runbook_base_url": base})
+    for rule in (r for g in rule_groups(settings)["groups"] for r in g["rules"] if "alert" in r):
         name = rule["alert"]
-        assert rule["annotations"]["runbook_url"] == f"{base}#{runbook_anchor(name)}"
+        # an absolute link the page carries, to the guide under the base the settings name
+        assert rule["annotations"]["runbook_url"] == f"{base}/operations.md#{runbook_anchor(name)}"
         assert runbook_anchor(name) == name.lower()  # GitHub's anchor of the heading "### <name>"
         assert len(sections[name].split()) > 30, f"the runbook of {name} is a stub"
+
+
+@needs_promtool
+def test_the_sweeps_stopped_alert_pages_once_no_sweep_has_completed_for_twice_the_bound(tmp_path):
+    """Beat (or the maintenance worker) stops at minute 10: no sweep completes after it. The alert fires
+    once the last sweep is older than ``Clocks.sweep_overdue_after_s`` and has stayed so as long again,
+    not a minute before; sweeps that keep completing, even each a little late, never page; a worker that
+    never completed one (no series at all) pages too. On production clocks (sweeps every 60 s)."""
+    from imposition.common.clocks import Clocks
+    from imposition.common.settings import Settings
+    from imposition.observability.alerts import render_rules
+
+    s = Settings(lease_ttl_s=600, heartbeat_interval_s=60, sweep_interval_s=60, visibility_margin_s=60)
+    rules = tmp_path / "alerts.yml"
+    rules.write_text(render_rules(s))
+    overdue_m = int(Clocks.from_settings(s).sweep_overdue_after_s) // 60
+    assert overdue_m == 2
+    stopped_at_m = 10
+    minutes = stopped_at_m + 2 * overdue_m + 5
+    # the gauge holds the epoch second of the last completed sweep: promtool's clock starts at 0
+    sweeping = f"0+60x{stopped_at_m}"
+    stopped = f"{sweeping} {stopped_at_m * 60}x{minutes - stopped_at_m}"
+    fires_m = stopped_at_m + 2 * overdue_m + 1  # past the bound (strictly), then held for as long
+    page = {"severity": "page"}
+
+    def last_sweep(values: str) -> dict:
+        return _series("imposition_sweeper_last_sweep_timestamp_seconds", {"instance": "maintenance"}, values)
+
+    def at(minute: int, *fired: dict) -> dict:
+        return {"eval_time": f"{minute}m", "alertname": "ImpositionSweepsStopped",
+                "exp_alerts": [{"exp_labels": labels, "exp_annotations": _annotations_of(s, labels)}
+                               for labels in fired]}
+
+    _run_tests(tmp_path, "1m", [
+        {"interval": "1m", "input_series": [last_sweep(stopped)],
+         "alert_rule_test": [at(fires_m - 1), at(fires_m, page), at(minutes - 1, page)]},
+        {"interval": "1m",  # sweeping on, each sweep's time a minute behind: never overdue
+         "input_series": [last_sweep(f"0 0+60x{minutes - 1}")],
+         "alert_rule_test": [at(minutes - 1)]},
+        {"interval": "1m",  # a maintenance node that never completed a sweep: no series at all
+         "input_series": [_series("up", {"job": "imposition", "node": "maintenance", "role": "maintenance"},
+                                  f"1x{minutes}")],
+         "alert_rule_test": [at(overdue_m - 1), at(overdue_m, page)]},
+    ], rules=rules)
+
+
+def _annotations_of(s, labels: dict) -> dict:
+    """The annotations of ImpositionSweepsStopped under settings ``s`` (they template no label)."""
+    from imposition.observability.alerts import sweeps_stopped_rule, runbook_url
+
+    return {**sweeps_stopped_rule(s)["annotations"], "runbook_url": runbook_url(s, "ImpositionSweepsStopped")}

@@ -166,3 +166,11 @@ def test_webhook_rounds_drained_and_put_back_are_counted_per_tenant(tenant):
     signals.webhook_put_back.send(sender=None, tenant_id=tenant, job_id="j2")
     assert value("imposition_webhook_rounds_drained_total", tenant=tenant) == 1
     assert value("imposition_webhook_rounds_put_back_total", tenant=tenant) == 2
+
+
+def test_a_completed_sweep_sets_the_time_of_the_last_sweep():
+    finished_at = time.time()
+    signals.sweep_completed.send(sender=None, finished_at=finished_at, report=None)
+    assert value("imposition_sweeper_last_sweep_timestamp_seconds") == finished_at
+    signals.sweep_completed.send(sender=None, finished_at=finished_at + 60, report=None)
+    assert value("imposition_sweeper_last_sweep_timestamp_seconds") == finished_at + 60

@@ -205,3 +205,17 @@ def test_the_sampler_reports_every_queue_and_cloudwatchs_age_where_it_has_one(st
         for state in ("visible", "in_flight", "delayed"):
             assert ("imposition_sqs_messages", frozenset({("queue", queue), ("state", state)})) in samples
     assert ("imposition_sqs_oldest_message_age_seconds", frozenset({("queue", s.maintenance_queue)})) not in samples
+
+
+def test_the_maintenance_node_exports_when_its_sweeper_last_completed_a_sweep(stack):
+    """``imposition_sweeper_last_sweep_timestamp_seconds``, which ImpositionSweepsStopped reads: set by
+    each completed sweep (beat sends one every 2 s here), so it keeps moving; the imposition node,
+    which sweeps nothing, shows 0 (never), which the alert reads as long ago."""
+    imposer, maintenance = stack
+    name = "imposition_sweeper_last_sweep_timestamp_seconds"
+    started = time.time()
+    first = wait_for(lambda: (maintenance.value(name) or 0) > started and maintenance.value(name), 30,
+                     what="a sweep completed after the test began")
+    assert first <= time.time()
+    wait_for(lambda: maintenance.value(name) > first, 30, what="the next sweep")
+    assert imposer.value(name) == 0
