@@ -9,9 +9,10 @@ nothing behind::
       → admission (Redis, the fast check: idempotency token, job id, rate limit, in-flight cap;
         see :mod:`admission`)
       → [submit(): upload the input]
-      → one DynamoDB transaction: token claim (the durable check, :mod:`imposition.admission.claims`) + job
-        item (queued)
-      → publish (MessageGroupId)
+      → admit (:func:`leases.waiting.admit`): one DynamoDB transaction, the token's claim (the
+        durable check, its rules in :mod:`imposition.admission.claims`) + job item (queued, or
+        waiting: parked at the door) + the tenant's counter
+      → publish (MessageGroupId); a job parked at the door is not published, its tenant is woken
 
 A refused submission costs no upload, no job item and no message; the job item exists before its
 message; a token Redis forgot is refused by its claim exactly as Redis would refuse it
@@ -35,6 +36,7 @@ from imposition.admission import claims
 from imposition.engine import parse_layout
 from imposition.engine.errors import InputError, InputTooLarge, NotAPdf
 from leases import waiting
+from leases.errors import AdmitRefused, LeaseContention
 from leases.models import JobItem
 from imposition.common.settings import get_settings
 from imposition.common.tenancy import (
@@ -332,9 +334,10 @@ def _restore_fast_check(tenant_id: str, token: str) -> None:
 
 def _create_and_publish(tenant_id: str, token: str, job_id: str, spec, budget: int, input_key: str,
                         file_name: str | None = None) -> None:
-    """Write the job item through the door (:func:`leases.waiting.through_door`), with its token's
-    claim and its tenant's counter, in one transaction: ``queued`` and published, or ``waiting``
-    (parked at the door, no message) and then a wake; delete all three again if the publish fails.
+    """Admit the job (:func:`leases.waiting.admit`: the job item, its token's claim and its
+    tenant's counter in one transaction): ``queued`` and published, or ``waiting`` (parked at the
+    door, no message) and then a wake; withdraw all three (:func:`leases.waiting.withdraw`) if the
+    publish fails.
 
     Raises:
         admission.DuplicateSubmission: the token's claim is held by another job (nothing written).
@@ -352,8 +355,11 @@ def _create_and_publish(tenant_id: str, token: str, job_id: str, spec, budget: i
         file_name=file_name,
         submitted_at=time.time(),
     )
-    queued = waiting.through_door(job, door=get_settings().waiting_policy == "handoff")
-    claims.create_job_with_claim(job, ttl_s=admission.limits_for(tenant_id).idempotency_ttl_s)
+    claim = claims.token_claim(job, ttl_s=admission.limits_for(tenant_id).idempotency_ttl_s)
+    try:
+        queued = waiting.admit(job, claim, door=get_settings().waiting_policy == "handoff")
+    except (AdmitRefused, LeaseContention) as refused:
+        raise claims.refusal(refused, tenant_id) from refused
     try:
         if queued:
             publish_job(tenant_id, job_id)
@@ -362,7 +368,7 @@ def _create_and_publish(tenant_id: str, token: str, job_id: str, spec, budget: i
             signals.job_deferred.send(sender=None, job_id=job_id, tenant_id=tenant_id, reason="cap", delay_s=None)
     except BaseException:
         try:
-            claims.undo_job_with_claim(job)
+            waiting.withdraw(job, claim)
         except Exception as exc:  # noqa: BLE001 (keep the publish error; the claim expires with its TTL)
             log.error("job %s of tenant %s: publish failed and its job item and claim could not be deleted: %s",
                       job_id, tenant_id, exc)

@@ -3,8 +3,9 @@
 Every submission (``impose.delay``, :func:`tasks.submission.submit`, ``imposition submit``) passes
 :func:`admit` before anything is written or published: idempotency token, rate limit, in-flight cap,
 in one atomic Redis script (see :mod:`imposition.admission.control`): the fast check. The durable check is the
-token's claim in DynamoDB, written in one transaction with the job item (:mod:`imposition.admission.claims`),
-so a Redis that forgot its tokens never lets a duplicate through. A submission that fails after
+token's claim in DynamoDB: its rules and the reading of a refusal are here (:mod:`imposition.admission.claims`),
+the write is one item of the door's transaction (:func:`leases.waiting.admit`), so a Redis that forgot
+its tokens never lets a duplicate through. A submission that fails after
 admission calls :func:`abandon`; a tenant that received a job's webhook calls :func:`confirm`.
 
 Public API::
