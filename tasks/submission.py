@@ -7,7 +7,7 @@ nothing behind::
       docs/operations.md "Submission fields"; submit(): open the file in the engine's child)
       → registered tenant (unknown_tenant unless Settings.auto_register_tenants)
       → admission (Redis, the fast check: idempotency token, job id, rate limit, in-flight cap;
-        see :mod:`admission`)
+        :func:`admission.reserve`)
       → [submit(): upload the input]
       → admit (:func:`leases.waiting.admit`): one DynamoDB transaction, the token's claim (the
         durable check, its rules in :mod:`imposition.admission.claims`) + job item (queued, or
@@ -281,7 +281,7 @@ def _admit_and_enqueue(tenant_id: str, token: str, job_id: str, spec, budget: in
     undo all."""
     admission.check_registered(tenant_id)
     try:
-        admission.admit(tenant_id, token, job_id)
+        admission.reserve(tenant_id, token, job_id)
     except admission.DuplicateSubmission as dup:
         return _duplicate(dup, on_duplicate)
     try:
