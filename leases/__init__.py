@@ -1,5 +1,6 @@
 """The DynamoDB lease layer: the scheduling core of docs/design.md §2–§4, in five verbs, each one
-``TransactWriteItems`` and a public function: admit (:func:`leases.waiting.admit`), acquire
+``TransactWriteItems`` and a public function: admit (:func:`leases.waiting.admit`: the one place a
+job is created, with its idempotency token's claim; :func:`leases.waiting.withdraw` undoes it), acquire
 (:func:`leases.transactions.acquire`; borrowing is one more condition on the cluster counter), park
 (:func:`leases.waiting.park`), release (:func:`leases.transactions.fenced_release`: it hands the
 place to the tenant's oldest waiting job, or frees it) and sweep (:func:`leases.sweeper.sweep`:

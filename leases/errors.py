@@ -12,6 +12,8 @@
     ├── AcquireUnresolved   an acquire got no answer (or a 5xx) and its read-back could not reach
     │                       DynamoDB either: it may have applied; resolve it, never charge it
     ├── LeaseLost           the fencing token is gone (reclaimed by the sweeper): commit nothing
+    ├── AdmitRefused        admit's transaction was refused by a condition: the job's claim is
+    │                       held by another job, or its job id is taken; nothing written
     └── WrongJobStatus      an operator's cancel or retry found the job in a status it does not
                             apply to (cancel: queued or waiting; retry: failed); nothing written
 
@@ -133,6 +135,28 @@ class LeaseLost(LeaseError):
         super().__init__(f"lease on job {job_id!r} (token {token[:8]}…) is lost {detail}".rstrip(), **kw)
         self.job_id = job_id
         self.token = token
+
+
+class AdmitRefused(LeaseError):
+    """:func:`leases.waiting.admit` was refused by a condition; nothing was written. What the refusal
+    means to the caller is the layer above's to say (:func:`imposition.admission.claims.refusal`).
+
+    Attributes:
+        job_id: the job that was not admitted.
+        item: which item's condition failed: :data:`CLAIM` (the claim is held: its ``free``
+            condition) or :data:`JOB` (a job item with ``job_id`` exists).
+        holder: the job id the refused item names, from its stored image (``ALL_OLD``): the job
+            holding the claim, or ``job_id`` itself.
+    """
+
+    CLAIM = "claim"
+    JOB = "job"
+
+    def __init__(self, job_id: str, item: str, holder: str, **kw) -> None:
+        super().__init__(f"admit of job {job_id!r} refused: its {item} is held by job {holder!r}", **kw)
+        self.job_id = job_id
+        self.item = item
+        self.holder = holder
 
 
 class WrongJobStatus(LeaseError):

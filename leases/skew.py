@@ -16,6 +16,11 @@ The sweeper then skips a lease expired by its clock but not by its node's (:func
 ``expires_at − skew + error_s > now``), and keeps such a node's registration
 (:func:`registration_held`). A node with no reading is judged by the sweeper's clock, as before;
 the correction only holds back, never reclaims earlier.
+
+A skew whose error bound is above the skew bound (``Clocks.clock_skew_warn_s``) says nothing
+(:func:`says_something`): a reading through a slow endpoint (a DynamoDB stall) takes half the
+round trip as its error, and its offset is of the same size. Such a node is neither warned about,
+nor exported (its gauge becomes NaN: unknown), nor held: it is judged by the sweeper's clock.
 """
 
 from __future__ import annotations
@@ -128,23 +133,36 @@ def measure_skews(own: ClockReading) -> dict[str, NodeSkew]:
     return skews
 
 
+def says_something(skew: NodeSkew, bound_s: float) -> bool:
+    """True if ``skew``'s error bound is within ``bound_s`` (the skew bound, s): only then can the
+    reading tell a skew beyond the bound from none."""
+    return skew.error_s <= bound_s
+
+
 def refresh(now: float) -> dict[str, NodeSkew]:
     """The sweeper's comparison (see module docstring): measure this process's offset, derive every
-    registered node's skew, keep them for :func:`held_by_skew` and :func:`registration_held`, warn
-    about each beyond ``Clocks.clock_skew_warn_s``, and send :data:`leases.signals.node_clock_skew`.
-    Returns the skews. A failed reading keeps nothing (every node is judged by this clock, as
-    before) and is logged; it never raises."""
+    registered node's skew, keep those that say something (:func:`says_something`) for
+    :func:`held_by_skew` and :func:`registration_held`, warn about each beyond
+    ``Clocks.clock_skew_warn_s``, and send :data:`leases.signals.node_clock_skew`. Returns the skews
+    kept. A failed reading keeps nothing (every node is judged by this clock, as before) and is
+    logged; it never raises."""
     from leases import signals  # noqa: PLC0415 (signals imports nothing of the lease layer; kept local all the same)
 
+    warn_s = get_clocks().clock_skew_warn_s
     try:
-        skews = measure_skews(endpoint_offset())
+        measured = measure_skews(endpoint_offset())
     except Exception as exc:  # noqa: BLE001 - skew only holds back; without it the sweep goes on as before
         log.warning("clock skew not measured this sweep (%s): leases are judged by this node's clock alone", exc)
-        skews = {}
+        measured = {}
+    skews = {name: skew for name, skew in measured.items() if says_something(skew, warn_s)}
+    if len(skews) < len(measured):
+        log.info("clock readings of %s say nothing this sweep (error bounds above the skew bound of %.1f s: a slow "
+                 "endpoint); those nodes are judged by this node's clock", ", ".join(
+                     f"{s.node} {s.skew_s:+.1f} s (±{s.error_s:.1f} s)" for n, s in measured.items() if n not in skews),
+                 warn_s)
     with _known_lock:
         _known.clear()
         _known.update(skews)
-    warn_s = get_clocks().clock_skew_warn_s
     for skew in skews.values():
         if abs(skew.skew_s) > warn_s:
             log.warning("node %s's clock is %+.1f s (±%.1f s) off this sweeper's, beyond %.1f s (a quarter of the "

@@ -1,6 +1,7 @@
 """Reclaiming expired leases (docs/design.md §4): the core of the sweeper, with ``now`` as an argument.
 
-For each lease whose ``expires_at`` is in the past (found through the expiry index, never a scan):
+:func:`sweep` lists the leases whose ``expires_at`` is in the past (through the expiry index, never
+a scan), reads the nodes' clock skews, then :func:`expire` judges each lease:
 
 1. read the job; if it still has attempts left (``JobItem.attempts_left``), **re-publish** its
    message first (so recovery never depends on an old message still existing), else it will be
@@ -26,13 +27,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from pynamodb.exceptions import DoesNotExist, UpdateError
+from pynamodb.exceptions import UpdateError
 
 from leases import nodes, outbox, skew, waiting
 from leases.models import (
     LEASE_EXPIRY_PARTITION, PENDING_PARTITION, JobItem, JobStatus, LeaseItem, TenantItem, lost_attempt_entry,
 )
 from leases.dynamo import NamedTransaction
+from leases.reads import job_or_none
 from leases.transactions import fenced_release, requeue_actions
 from imposition.common.clocks import get_clocks
 
@@ -138,7 +140,12 @@ def sweep(
     on_republished: Callable[[JobItem], None] | None = None,
     backlog: Callable[[], int] | None = None,
 ) -> SweepReport:
-    """Reclaim every lease expired at ``now`` (epoch seconds).
+    """Reclaim every lease expired at ``now`` (epoch seconds), then bring back what waits.
+
+    The steps: list the expired leases; read the nodes' clock skews (:func:`leases.skew.refresh`,
+    after the listing: a node registers its clock before it takes a job, tasks/nodes.py, so every
+    lease listed has its node's reading); expire each lease (:func:`expire`); then
+    :func:`bring_back`.
 
     Args:
         now: the sweep's notion of the current time.
@@ -157,52 +164,66 @@ def sweep(
             are left for the next sweep (every step is idempotent).
     """
     report = SweepReport()
-    clocks = get_clocks()
     expired = list(expired_leases(now))
-    # Clock skew (leases/skew.py), read after the leases: a node registers its clock before it
-    # takes a job (tasks/nodes.py), so every lease listed has its node's reading in the registry.
     skew.refresh(now)
     for lease in expired:
-        if skew.held_by_skew(float(lease.expires_at), lease.worker, now):  # clock skew: alive by its node's clock
-            report.held_for_skew += 1
-            continue
-        try:
-            job = JobItem.get(lease.job_id, consistent_read=True)
-        except DoesNotExist:
-            job = None
-        if not runs_under(job, lease):
-            if remove_orphan(lease, expired_before=now):
-                report.orphans[lease.tenant_id] += 1
-                log.error("removed orphan lease of job %s (tenant %s): its job does not run under it",
-                          lease.job_id, lease.tenant_id)
-            else:
-                report.lost_races += 1
-            continue
-        assert job is not None
-        requeue = job.attempts_left
-        if not requeue and float(lease.expires_at) > now - clocks.infra_report_grace_s:
-            report.held_for_report += 1  # its holder may still report the attempt infra_lost
-            continue
-        holder = f"worker {lease.worker} stopped renewing its lease (expired at {lease.expires_at:.0f})"
-        reported = int(job.attempts) in {int(a) for a in (job.infra_lost_attempts or ())}
-        vanished = None if reported else lost_attempt_entry(int(job.attempts), "holder_vanished", holder, now,
-                                                            token=lease.token)
-        if requeue:
-            publish(lease.tenant_id, lease.job_id, after_attempt=int(job.attempts))
-            reason = f"{holder}; re-queued"
-        else:
-            reason = f"{holder}; out of attempts ({job.attempts}/{job.max_attempts})"
-        if not reclaim(lease, now=now, requeue=requeue, reason=reason, vanished=vanished):
-            report.lost_races += 1
-            continue
-        report.reclaimed[lease.tenant_id] += 1
-        (report.requeued if requeue else report.failed)[lease.tenant_id] += 1
-        log.warning("reclaimed lease of job %s (tenant %s): %s", lease.job_id, lease.tenant_id, reason)
-        if on_reclaimed is not None:
-            on_reclaimed(lease, requeue)
+        expire(lease, now=now, publish=publish, report=report, on_reclaimed=on_reclaimed)
     bring_back(now, publish=publish, report=report, on_woken=on_woken, on_republished=on_republished,
                backlog=backlog)
     return report
+
+
+def expire(lease: LeaseItem, *, now: float, publish: Callable[..., None], report: SweepReport,
+           on_reclaimed: Callable[[LeaseItem, bool], None] | None = None) -> None:
+    """One lease expired by this sweeper's clock at ``now``, judged and counted in ``report``: held
+    (alive by its node's clock: :func:`leases.skew.held_by_skew`), removed as an orphan (its job
+    does not run under it), held for its holder's report (out of attempts, within
+    ``Clocks.infra_report_grace_s``), or reclaimed (:func:`_reclaim_dead_holder`)."""
+    if skew.held_by_skew(float(lease.expires_at), lease.worker, now):
+        report.held_for_skew += 1
+        return
+    job = job_or_none(lease.job_id)
+    if job is None or not runs_under(job, lease):
+        _sweep_orphan(lease, now=now, report=report)
+        return
+    if not job.attempts_left and float(lease.expires_at) > now - get_clocks().infra_report_grace_s:
+        report.held_for_report += 1  # its holder may still report the attempt infra_lost
+        return
+    _reclaim_dead_holder(lease, job, now=now, publish=publish, report=report, on_reclaimed=on_reclaimed)
+
+
+def _sweep_orphan(lease: LeaseItem, *, now: float, report: SweepReport) -> None:
+    if remove_orphan(lease, expired_before=now):
+        report.orphans[lease.tenant_id] += 1
+        log.error("removed orphan lease of job %s (tenant %s): its job does not run under it",
+                  lease.job_id, lease.tenant_id)
+    else:
+        report.lost_races += 1
+
+
+def _reclaim_dead_holder(lease: LeaseItem, job: JobItem, *, now: float, publish: Callable[..., None],
+                        report: SweepReport, on_reclaimed: Callable[[LeaseItem, bool], None] | None = None) -> None:
+    """Reclaim the expired ``lease`` of ``job`` (running under it): re-publish the job first if it
+    has attempts left, then :func:`reclaim`; the holder's attempt stays charged
+    (``holder_vanished``) unless it reported it ``infra_lost``. Counted in ``report``."""
+    requeue = job.attempts_left
+    holder = f"worker {lease.worker} stopped renewing its lease (expired at {lease.expires_at:.0f})"
+    reported = int(job.attempts) in {int(a) for a in (job.infra_lost_attempts or ())}
+    vanished = None if reported else lost_attempt_entry(int(job.attempts), "holder_vanished", holder, now,
+                                                        token=lease.token)
+    if requeue:
+        publish(lease.tenant_id, lease.job_id, after_attempt=int(job.attempts))
+        reason = f"{holder}; re-queued"
+    else:
+        reason = f"{holder}; out of attempts ({job.attempts}/{job.max_attempts})"
+    if not reclaim(lease, now=now, requeue=requeue, reason=reason, vanished=vanished):
+        report.lost_races += 1
+        return
+    report.reclaimed[lease.tenant_id] += 1
+    (report.requeued if requeue else report.failed)[lease.tenant_id] += 1
+    log.warning("reclaimed lease of job %s (tenant %s): %s", lease.job_id, lease.tenant_id, reason)
+    if on_reclaimed is not None:
+        on_reclaimed(lease, requeue)
 
 
 def _unmark_pending(tenant_id: str) -> None:

@@ -1,5 +1,6 @@
-"""The waiting line's verbs (``leases`` package docstring): **admit** at the door, **park** on a cap
-hit, and **unblock** (:func:`wake`, the sweep's second half; also the door's and a cap change's).
+"""The waiting line's verbs (``leases`` package docstring): **admit** at the door (:func:`admit`, the
+one place a job is created, with its idempotency claim; :func:`withdraw` undoes it), **park** on a
+cap hit, and **unblock** (:func:`wake`, the sweep's second half; also the door's and a cap change's).
 
 A waiting job has no message: a release hands it its tenant's place, or :func:`wake` brings it
 back (``waiting → queued``, then published), on condition the tenant's ``occupied`` (in_flight +
@@ -13,10 +14,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
-from pynamodb.exceptions import TransactWriteError
+from pynamodb.exceptions import DeleteError, TransactWriteError
+from pynamodb.expressions.condition import Condition
+from pynamodb.models import Model
 
-from leases.errors import JobNotQueued
+from leases.errors import AdmitRefused, JobNotQueued
 from leases import nodes, policy
 from leases.models import PENDING_PARTITION, JobItem, JobStatus, TenantItem
 from leases.reads import job_or_none, read_tenant
@@ -262,7 +266,7 @@ def _has_job_due(tenant_id: str, now: float) -> bool:
 
 def through_door(job: JobItem, *, door: bool = True, now: float | None = None) -> bool:
     """The door: is a new job ``queued`` (True: publish it) or ``waiting`` (False)? Sets the job's
-    fields; writes nothing (:func:`counter_actions` and the caller's transaction do).
+    fields; writes nothing (:func:`admit`'s transaction does).
 
     It parks when its tenant has waiting jobs or no room (:func:`queues_at_door`, strongly
     consistent), so a burst stands in DynamoDB, not in SQS before other tenants' messages. The
@@ -300,35 +304,132 @@ def counter_actions(job: JobItem, delta: int) -> list:
     return [*actions, TenantItem.occupied.add(delta)] if queued else actions
 
 
-def admit(job: JobItem, *, door: bool = True, now: float | None = None) -> bool:
-    """:func:`through_door`, then write the job and its tenant's counter in one transaction (a job
-    with no idempotency claim: the submission path writes the claim in the same transaction, see
-    :mod:`imposition.admission.claims`). Returns True if the job is ``queued`` (publish it).
+@dataclass(frozen=True)
+class Claim:
+    """The job's idempotency claim: one more item of :func:`admit`'s transaction, deleted with the
+    job by :func:`withdraw`. The layer above owns its rules and builds it
+    (:func:`imposition.admission.claims.token_claim`).
+
+    Attributes:
+        item: the claim item to put (a PynamoDB model instance whose ``job_id`` names the job).
+        free: :func:`admit`'s condition on the stored claim: the claim may be taken.
+        ours: :func:`withdraw`'s condition on the stored claim: it still names this job.
+    """
+
+    item: Model
+    free: Condition
+    ours: Condition
+
+
+def admit(job: JobItem, claim: Claim, *, door: bool = True, now: float | None = None) -> bool:
+    """**admit**, the door: :func:`through_door`, then one transaction, the single place a job is
+    created: the claim (condition ``claim.free``), the job item (condition: a new job id) and its
+    tenant's counter (:func:`counter_actions`). Conflicts and throttling are tried again; a write
+    with no answer is read back (the job item, strongly consistent: there as this call wrote it
+    exactly when the transaction applied), never blindly repeated.
+
+    Returns:
+        True if the job is ``queued`` (publish it); False if it is ``waiting``, parked at the door
+        (follow with :func:`wake`, so room that appeared meanwhile is used).
 
     Raises:
-        pynamodb.exceptions.TransactWriteError: the job id exists already, or DynamoDB failed
-            (nothing was written).
+        leases.errors.AdmitRefused: the claim is held by another job, or the job id is taken
+            (``.item``, ``.holder``); nothing written.
+        leases.errors.LeaseContention: conflicts or throttling outlasted the bounded retries;
+            nothing written.
+        pynamodb.exceptions.PynamoDBException: any other DynamoDB failure.
     """
     queued = through_door(job, door=door, now=now)
-    with NamedTransaction(new_token()) as tx:
-        tx.add("save", "job", job, condition=JobItem.job_id.does_not_exist())
-        tx.add("update", "tenant", TenantItem(job.tenant_id), actions=counter_actions(job, 1))
-    return queued
+
+    def attempt() -> bool:
+        try:
+            with NamedTransaction(new_token()) as tx:
+                tx.add("save", "claim", claim.item, condition=claim.free, return_values="ALL_OLD")
+                tx.add("save", "job", job, condition=JobItem.job_id.does_not_exist(), return_values="ALL_OLD")
+                tx.add("update", "tenant", TenantItem(job.tenant_id), actions=counter_actions(job, 1))
+        except TransactWriteError as exc:
+            _read_admit_failure(exc, tx, job)
+            log.info("job %s: admit failed (%s), but an earlier try of it applied", job.job_id, exc)
+        return queued
+
+    return with_conflict_retries(attempt, what=f"admit job {job.job_id}")
 
 
-def withdraw(job: JobItem) -> bool:
-    """Delete a job that was admitted but whose message could not be published (submission undo).
+def _read_admit_failure(exc: TransactWriteError, tx: NamedTransaction, job: JobItem) -> None:
+    """Return if an earlier try of this admit applied (its answer was lost); else raise what the
+    failure means: :class:`Retryable` (nothing written, try again), :class:`AdmitRefused`, or
+    ``exc`` itself."""
+    kind, codes = classify(exc)
+    if kind == RETRY:
+        raise Retryable(codes) from exc
+    if kind == AMBIGUOUS:
+        if _admitted(job):
+            return
+        raise Retryable(codes) from exc
+    if kind == CANCELLED and exc.cancellation_reasons:
+        reasons = tx.reasons(exc)
+        refused = [name for name in (AdmitRefused.CLAIM, AdmitRefused.JOB)
+                   if reason_code(reasons, name) == CONDITION_FAILED]
+        if refused:
+            holder = old_item(reasons, refused[0]).get("job_id", {}).get("S")
+            if holder == job.job_id and _admitted(job):
+                return  # the refusal is this call's own earlier try, which applied
+            if holder is None:  # no stored image came back: the next try's answer names it
+                raise Retryable(codes) from exc
+            raise AdmitRefused(job.job_id, refused[0], holder, reason_codes=codes) from exc
+    raise exc
 
-    One transaction: the job, on condition it still has the status it was admitted with (nothing
-    ran it), and its tenant counter. Returns False if the job had moved on (then it is left alone).
+
+def _admitted(job: JobItem) -> bool:
+    """True if ``job`` is stored as this admit wrote it: its tenant, token and submission time (a
+    caller may choose a job id another submission took)."""
+    stored = job_or_none(job.job_id)
+    return (stored is not None and stored.tenant_id == job.tenant_id and stored.token == job.token
+            and stored.submitted_at == job.submitted_at)
+
+
+def withdraw(job: JobItem, claim: Claim) -> bool:
+    """Undo :func:`admit` of a job whose message could not be published (the submission's undo):
+    delete its claim, its job item and its tenant's count of it, in one transaction; idempotent.
+
+    Only what is the job's is deleted: the job item (and its count) if it is the tenant's and still
+    has the status admit gave it (nothing ran it), the claim if it still names the job
+    (``claim.ours``; the claim expired and a later job took it: kept). A job that moved on (a wake
+    or a worker took it) is left alone with its claim, so the token stays taken by a live job.
+
+    Returns:
+        True if the job item was deleted; False if it had moved on or was gone.
+
+    Raises:
+        pynamodb.exceptions.PynamoDBException: DynamoDB failed (the caller keeps its own error; the
+            claim then expires with its TTL).
     """
     try:
         with NamedTransaction(new_token()) as tx:
-            tx.add("delete", "job", JobItem(job.job_id), condition=JobItem.status == job.status)
-            tx.add("update", "tenant", TenantItem(job.tenant_id), actions=counter_actions(job, -1))
+            tx.add("delete", "claim", claim.item, condition=claim.ours)
+            _withdraw_job(tx, job)
+        return True
     except TransactWriteError as exc:
-        if classify(exc)[0] == CANCELLED:
-            return False
-        raise
-    return True
+        if classify(exc)[0] != CANCELLED:
+            raise
+    try:  # one of the two conditions failed: each part on its own
+        with NamedTransaction(new_token()) as tx:
+            _withdraw_job(tx, job)
+        withdrawn = True
+    except TransactWriteError as exc:
+        if classify(exc)[0] != CANCELLED:
+            raise
+        withdrawn = False
+    if withdrawn or job_or_none(job.job_id) is None:
+        try:
+            claim.item.delete(condition=claim.ours)
+        except DeleteError as exc:
+            if classify(exc)[0] != CANCELLED:
+                raise
+    return withdrawn
 
+
+def _withdraw_job(tx: NamedTransaction, job: JobItem) -> None:
+    tx.add("delete", "job", JobItem(job.job_id),
+           condition=(JobItem.tenant_id == job.tenant_id) & (JobItem.status == job.status))
+    tx.add("update", "tenant", TenantItem(job.tenant_id), actions=counter_actions(job, -1))

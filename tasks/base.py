@@ -179,13 +179,7 @@ class FairTask(SqsTask):
                 self._defer(job_id, tenant_id, exc)
             self._drop_duplicate(job_id, tenant_id, exc)
         except CapReached as exc:
-            try:
-                acquired = self._park_or_acquire(job_id, tenant_id, worker, exc)
-            except JobNotQueued as gone:  # a duplicate delivery parked or ran it meanwhile
-                self._drop_duplicate(job_id, tenant_id, gone)
-            if acquired is None:
-                raise Retry(f"parked: tenant {tenant_id} is at its cap; a release of its slots wakes it", exc=exc)  # noqa: B904 - Celery reads exc=, the park is no error of this except
-            return acquired
+            return self._at_cap(job_id, tenant_id, worker, exc)
         except LeaseContention as exc:
             self._defer(job_id, tenant_id, exc)
         except AcquireUnresolved as exc:
@@ -241,39 +235,72 @@ class FairTask(SqsTask):
         signals.job_woken.send(sender=self, job=JobItem(handed, tenant_id=tenant_id, woken_at=time.time(),
                                                         woken_by="release"), reason="release")
 
-    def _park_or_acquire(self, job_id: str, tenant_id: str, worker: str,
-                         exc: CapReached) -> transactions.Lease | None:
-        """The tenant is at its cap: park the job (None: ack the message), or, if a slot freed
-        meanwhile, acquire after all (the lease). Under ``waiting_policy = "timer"``: defer.
+    def _at_cap(self, job_id: str, tenant_id: str, worker: str, refusal: CapReached) -> transactions.Lease:
+        """The acquire found the tenant at its cap: :meth:`_park_or_acquire`. Returns the lease if
+        a slot was taken after all.
 
         Raises:
-            celery.exceptions.Retry / Reject: deferred (timer policy, or parking kept losing to
-                acquires) / the park could not be written (SQS keeps the message).
+            celery.exceptions.Retry: parked (acked, no copy: a release of its tenant's slots wakes
+                it) or deferred.
+            celery.exceptions.Ignore: the job moved on meanwhile (a duplicate delivery parked or
+                ran it): this delivery is dropped.
+            celery.exceptions.Reject: the park could not be written (SQS keeps the message).
+        """
+        try:
+            lease = self._park_or_acquire(job_id, tenant_id, worker, refusal)
+        except JobNotQueued as gone:
+            self._drop_duplicate(job_id, tenant_id, gone)
+        if lease is None:
+            raise Retry(f"parked: tenant {tenant_id} is at its cap; a release of its slots wakes it", exc=refusal)
+        return lease
+
+    def _park_or_acquire(self, job_id: str, tenant_id: str, worker: str,
+                         refusal: CapReached) -> transactions.Lease | None:
+        """Rounds of :meth:`_borrow_park_or_acquire` until one parks the job (None: ack the message)
+        or takes a slot (the lease), at most ``Settings.lease_conflict_attempts``; then defer. Under
+        ``waiting_policy = "timer"``: defer at once.
+
+        Raises:
+            celery.exceptions.Retry / Reject: deferred (timer policy, contention, or the rounds
+                kept losing to acquires) / the park could not be written (SQS keeps the message).
             JobNotQueued: the job moved on meanwhile (a duplicate delivery parked or ran it).
         """
         if get_settings().waiting_policy == "timer":
-            self._defer(job_id, tenant_id, exc)
+            self._defer(job_id, tenant_id, refusal)
+        latest = refusal  # the latest refusal decides the next round (may it borrow?)
         for _ in range(get_settings().lease_conflict_attempts):
             try:
-                if exc.may_borrow:  # the tier borrows: an idle slot above the reserve, if there is one
-                    try:
-                        return transactions.acquire(job_id, tenant_id, worker, borrow=True)
-                    except CapReached as refused:
-                        exc = refused
-                if waiting.park(job_id, tenant_id):
-                    log.info("parked job %s of %s: %s", job_id, tenant_id, exc)
-                    signals.job_deferred.send(sender=self, job_id=job_id, tenant_id=tenant_id, reason="cap",
-                                              delay_s=None)
-                    return None
-                return transactions.acquire(job_id, tenant_id, worker)
-            except CapReached as again:
-                exc = again
+                return self._borrow_park_or_acquire(job_id, tenant_id, worker, latest)
+            except CapReached as lost_to_an_acquire:  # the room the park saw was taken first
+                latest = lost_to_an_acquire
             except LeaseContention as contention:
                 self._defer(job_id, tenant_id, contention)
             except INFRASTRUCTURE_ERRORS as infra:
                 log.error("could not park job %s (%s); leaving the message to SQS", job_id, infra)
                 raise Reject(infra, requeue=False) from infra
-        self._defer(job_id, tenant_id, exc)
+        self._defer(job_id, tenant_id, latest)
+
+    def _borrow_park_or_acquire(self, job_id: str, tenant_id: str, worker: str,
+                                refusal: CapReached) -> transactions.Lease | None:
+        """One round at the cap: borrow an idle slot above the reserve if the tier may
+        (``refusal.may_borrow``); else park the job (**park**: None); if the park finds the tenant
+        has room by now, acquire after all (the lease).
+
+        Raises:
+            CapReached: that acquire was refused: the room was taken first (another round).
+            JobNotQueued, LeaseContention, pynamodb/botocore errors: from the park or the acquire.
+        """
+        reason = refusal
+        if refusal.may_borrow:
+            try:
+                return transactions.acquire(job_id, tenant_id, worker, borrow=True)
+            except CapReached as no_slot:
+                reason = no_slot
+        if waiting.park(job_id, tenant_id):
+            log.info("parked job %s of %s: %s", job_id, tenant_id, reason)
+            signals.job_deferred.send(sender=self, job_id=job_id, tenant_id=tenant_id, reason="cap", delay_s=None)
+            return None
+        return transactions.acquire(job_id, tenant_id, worker)
 
     def _give_way(self, job_id: str, tenant_id: str) -> None:
         """Send the job to the back of the queue, once (``gave_way`` on the copy; nothing written):

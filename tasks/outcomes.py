@@ -20,8 +20,8 @@ INFRASTRUCTURE_ERRORS = (PynamoDBException, BotoCoreError, ClientError, KombuErr
 
 
 def is_infrastructure_failure(exc: BaseException) -> bool:
-    """True if a run failed on the infrastructure, not on the job: an S3 transfer whose endpoint or
-    network failed (:attr:`tasks.storage.StorageError.infrastructure`), a DynamoDB, botocore or
+    """True if a run failed on the infrastructure, not on the job: an S3 transfer whose endpoint,
+    network or bucket failed (:attr:`tasks.storage.StorageError.infrastructure`), a DynamoDB, botocore or
     kombu error, a connection error or timeout (raised by a renewal or an upload inside the run), or
     DynamoDB contention outlasting its retries; not any other ``OSError`` (a disk is the job's host). Such an attempt is not charged
     (up to ``Settings.infra_retry_limit``). The engine's errors, a missing input and anything else

@@ -10,8 +10,8 @@ engine checks the downloaded file's size again.
 Errors::
 
     StorageError            S3 kept failing after the in-place retries (retryable; ``infrastructure``
-    │                       True when the endpoint or the network failed: 5xx, throttling, a
-    │                       connection error or read timeout; then the attempt is not charged)
+    │                       True when the platform failed: 5xx, throttling, a connection error or
+    │                       read timeout, the service's bucket gone; then the attempt is not charged)
     └── InputMissing        the input object does not exist (not retryable)
     imposition.engine.errors.InputTooLarge   (the engine's tree) the input is over max_input_bytes
 """
@@ -55,21 +55,25 @@ class InputMissing(StorageError):
 #: S3 error codes of an endpoint that is failing or shedding load (S3 API reference, "Error codes").
 _ENDPOINT_CODES = {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "Throttling",
                    "ThrottlingException", "RequestTimeTooSkewed"}
+#: S3 error codes of the service's own storage gone wrong: the deployment's fault, never the job's
+#: (the bucket is the service's, ``Settings.bucket``; a plate upload that finds it deleted).
+_PLATFORM_CODES = {"NoSuchBucket"}
 #: Errors s3transfer raises around a part's failure (an upload's ``ClientError`` becomes the first,
 #: a download's exhausted retries of a read the second).
 _TRANSFER_ERRORS = (S3UploadFailedError, RetriesExceededError)
 
 
 def is_infrastructure(exc: BaseException) -> bool:
-    """True if ``exc`` says the S3 endpoint or the network failed, not the request or the object:
-    any botocore transport error (connection refused or reset, read timeout), a 5xx or throttling
-    answer, or an s3transfer error wrapping one (whose message is all that is left of it)."""
+    """True if ``exc`` says the platform failed, not the request or the object: any botocore
+    transport error (connection refused or reset, read timeout), a 5xx or throttling answer, the
+    service's bucket missing (``NoSuchBucket``), or an s3transfer error wrapping one (whose message
+    is all that is left of it)."""
     if isinstance(exc, BotoCoreError):
         return True
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
-        return int(status) >= 500 or error.get("Code") in _ENDPOINT_CODES
+        return int(status) >= 500 or error.get("Code") in _ENDPOINT_CODES | _PLATFORM_CODES
     if isinstance(exc, RetriesExceededError):
         return True  # s3transfer retries a download's reads on transport errors only (socket, timeout)
     if isinstance(exc, S3UploadFailedError):
@@ -77,7 +81,8 @@ def is_infrastructure(exc: BaseException) -> bool:
         if cause is not None and cause is not exc:
             return is_infrastructure(cause)
         text = str(exc)
-        return any(code in text for code in _ENDPOINT_CODES) or "(50" in text or "Connection" in text
+        return (any(code in text for code in _ENDPOINT_CODES | _PLATFORM_CODES) or "(50" in text
+                or "Connection" in text)
     return False
 
 

@@ -3,15 +3,16 @@
 Order of one submission, each step undone if a later one fails, so a failed submission leaves
 nothing behind::
 
-    validate (tenant id, own input key, token, layout, file name, each within its bound:
+    validate (tenant id, once: a TenantId below; own input key, token, layout, file name, each within its bound:
       docs/operations.md "Submission fields"; submit(): open the file in the engine's child)
       → registered tenant (unknown_tenant unless Settings.auto_register_tenants)
       → admission (Redis, the fast check: idempotency token, job id, rate limit, in-flight cap;
-        see :mod:`admission`)
+        :func:`admission.reserve`)
       → [submit(): upload the input]
-      → one DynamoDB transaction: token claim (the durable check, :mod:`imposition.admission.claims`) + job
-        item (queued)
-      → publish (MessageGroupId)
+      → admit (:func:`leases.waiting.admit`): one DynamoDB transaction, the token's claim (the
+        durable check, its rules in :mod:`imposition.admission.claims`) + job item (queued, or
+        waiting: parked at the door) + the tenant's counter
+      → publish (MessageGroupId); a job parked at the door is not published, its tenant is woken
 
 A refused submission costs no upload, no job item and no message; the job item exists before its
 message; a token Redis forgot is refused by its claim exactly as Redis would refuse it
@@ -35,11 +36,13 @@ from imposition.admission import claims
 from imposition.engine import parse_layout
 from imposition.engine.errors import InputError, InputTooLarge, NotAPdf
 from leases import waiting
+from leases.errors import AdmitRefused, LeaseContention
 from leases.models import JobItem
 from imposition.common.settings import get_settings
 from imposition.common.tenancy import (
     check_own_key,
     input_key as derive_input_key,
+    TenantId,
     shown_value,
     validate_job_id,
     validate_tenant_id,
@@ -127,11 +130,12 @@ def submit_job(
             fails closed, nothing published.
         kombu/botocore/pynamodb errors: a later step failed (nothing is left behind).
     """
-    check_own_key(tenant_id, input_key)
+    tenant = validate_tenant_id(tenant_id)  # the door: the layers below trust a TenantId
+    check_own_key(tenant, input_key)
     job_id = new_job_id() if job_id is None else validate_job_id(job_id)
-    spec, budget = _validated(tenant_id, token, layout, max_attempts, on_duplicate)
+    spec, budget = _validated(token, layout, max_attempts, on_duplicate)
     name = checked_file_name(file_name) if file_name is not None else key_file_name(input_key)
-    return _admit_and_enqueue(tenant_id, token, job_id, spec, budget, input_key, on_duplicate=on_duplicate,
+    return _admit_and_enqueue(tenant, token, job_id, spec, budget, input_key, on_duplicate=on_duplicate,
                               file_name=name)
 
 
@@ -168,13 +172,14 @@ def submit(
     size_bytes, limit_bytes = source.stat().st_size, get_settings().max_input_bytes
     if size_bytes > limit_bytes:
         raise InputTooLarge(f"input PDF {shown_value(str(source))}: {size_bytes} bytes is more than max_input_bytes={limit_bytes}")
-    spec, budget = _validated(tenant_id, token, layout, max_attempts, on_duplicate)
+    tenant = validate_tenant_id(tenant_id)  # the door: the layers below trust a TenantId
+    spec, budget = _validated(token, layout, max_attempts, on_duplicate)
     from imposition.engine import get_engine  # noqa: PLC0415 (heavy import, only when submitting)
 
     check_pdf_header(source)
     get_engine(get_settings()).probe(source, spec)
     job_id = new_job_id()
-    return _admit_and_enqueue(tenant_id, token, job_id, spec, budget, derive_input_key(tenant_id, job_id),
+    return _admit_and_enqueue(tenant, token, job_id, spec, budget, derive_input_key(tenant, job_id),
                               on_duplicate=on_duplicate, upload_from=source, file_name=key_file_name(source.name))
 
 
@@ -213,10 +218,9 @@ def check_pdf_header(path: Path) -> None:
                       f"{PDF_HEADER_WINDOW_BYTES} bytes")
 
 
-def _validated(tenant_id: str, token: str, layout: dict[str, Any] | str, max_attempts: int | None,
-               on_duplicate: str):
-    """Every check that needs no I/O; returns (layout spec, attempt budget)."""
-    validate_tenant_id(tenant_id)
+def _validated(token: str, layout: dict[str, Any] | str, max_attempts: int | None, on_duplicate: str):
+    """Every check of the fields but the tenant id's (the caller's, first) that needs no I/O;
+    returns (layout spec, attempt budget)."""
     settings = get_settings()
     if not isinstance(token, str) or not token.strip():
         raise SubmissionFieldError("token", "must be a non-empty string (the caller's idempotency token)")
@@ -273,13 +277,13 @@ def checked_file_name(file_name: str | None) -> str | None:
     return file_name
 
 
-def _admit_and_enqueue(tenant_id: str, token: str, job_id: str, spec, budget: int, input_key: str, *,
+def _admit_and_enqueue(tenant_id: TenantId, token: str, job_id: str, spec, budget: int, input_key: str, *,
                        on_duplicate: str, upload_from: Path | None = None, file_name: str | None = None) -> str:
     """Registration, admission, then (upload →) job item → publish; on any failure after admission,
     undo all."""
     admission.check_registered(tenant_id)
     try:
-        admission.admit(tenant_id, token, job_id)
+        admission.reserve(tenant_id, token, job_id)
     except admission.DuplicateSubmission as dup:
         return _duplicate(dup, on_duplicate)
     try:
@@ -310,7 +314,7 @@ def _duplicate(dup: admission.DuplicateSubmission, on_duplicate: str) -> str:
     raise dup
 
 
-def _abandon(tenant_id: str, token: str, job_id: str) -> None:
+def _abandon(tenant_id: TenantId, token: str, job_id: str) -> None:
     """Undo the Redis admission of ``job_id``; a Redis failure is logged (the caller keeps its error)."""
     try:
         admission.abandon(tenant_id, token, job_id)
@@ -318,7 +322,7 @@ def _abandon(tenant_id: str, token: str, job_id: str) -> None:
         log.error("job %s of tenant %s failed and its admission could not be undone: %s", job_id, tenant_id, exc)
 
 
-def _restore_fast_check(tenant_id: str, token: str) -> None:
+def _restore_fast_check(tenant_id: TenantId, token: str) -> None:
     """Put the token back into Redis as held by its claim's job, for the rest of the claim's life
     (best effort: without it the next duplicate is still refused, by the claim)."""
     try:
@@ -330,11 +334,12 @@ def _restore_fast_check(tenant_id: str, token: str) -> None:
         log.warning("token of tenant %s: could not restore its Redis fast check: %s", tenant_id, exc)
 
 
-def _create_and_publish(tenant_id: str, token: str, job_id: str, spec, budget: int, input_key: str,
+def _create_and_publish(tenant_id: TenantId, token: str, job_id: str, spec, budget: int, input_key: str,
                         file_name: str | None = None) -> None:
-    """Write the job item through the door (:func:`leases.waiting.through_door`), with its token's
-    claim and its tenant's counter, in one transaction: ``queued`` and published, or ``waiting``
-    (parked at the door, no message) and then a wake; delete all three again if the publish fails.
+    """Admit the job (:func:`leases.waiting.admit`: the job item, its token's claim and its
+    tenant's counter in one transaction): ``queued`` and published, or ``waiting`` (parked at the
+    door, no message) and then a wake; withdraw all three (:func:`leases.waiting.withdraw`) if the
+    publish fails.
 
     Raises:
         admission.DuplicateSubmission: the token's claim is held by another job (nothing written).
@@ -352,8 +357,11 @@ def _create_and_publish(tenant_id: str, token: str, job_id: str, spec, budget: i
         file_name=file_name,
         submitted_at=time.time(),
     )
-    queued = waiting.through_door(job, door=get_settings().waiting_policy == "handoff")
-    claims.create_job_with_claim(job, ttl_s=admission.limits_for(tenant_id).idempotency_ttl_s)
+    claim = claims.token_claim(job, ttl_s=admission.limits_for(tenant_id).idempotency_ttl_s)
+    try:
+        queued = waiting.admit(job, claim, door=get_settings().waiting_policy == "handoff")
+    except (AdmitRefused, LeaseContention) as refused:
+        raise claims.refusal(refused, tenant_id) from refused
     try:
         if queued:
             publish_job(tenant_id, job_id)
@@ -362,7 +370,7 @@ def _create_and_publish(tenant_id: str, token: str, job_id: str, spec, budget: i
             signals.job_deferred.send(sender=None, job_id=job_id, tenant_id=tenant_id, reason="cap", delay_s=None)
     except BaseException:
         try:
-            claims.undo_job_with_claim(job)
+            waiting.withdraw(job, claim)
         except Exception as exc:  # noqa: BLE001 (keep the publish error; the claim expires with its TTL)
             log.error("job %s of tenant %s: publish failed and its job item and claim could not be deleted: %s",
                       job_id, tenant_id, exc)

@@ -1,15 +1,16 @@
 """Admission control: the tenant side of fairness (docs/design.md §2, layer 3).
 
 Every submission (``impose.delay``, :func:`tasks.submission.submit`, ``imposition submit``) passes
-:func:`admit` before anything is written or published: idempotency token, rate limit, in-flight cap,
+:func:`reserve` before anything is written or published: idempotency token, rate limit, in-flight cap,
 in one atomic Redis script (see :mod:`imposition.admission.control`): the fast check. The durable check is the
-token's claim in DynamoDB, written in one transaction with the job item (:mod:`imposition.admission.claims`),
-so a Redis that forgot its tokens never lets a duplicate through. A submission that fails after
+token's claim in DynamoDB: its rules and the reading of a refusal are here (:mod:`imposition.admission.claims`),
+the write is one item of the door's transaction (:func:`leases.waiting.admit`), so a Redis that forgot
+its tokens never lets a duplicate through. A submission that fails after
 admission calls :func:`abandon`; a tenant that received a job's webhook calls :func:`confirm`.
 
 Public API::
 
-    admit(tenant_id, token, job_id, *, now_s=None) -> int      # in-flight count incl. this job
+    reserve(tenant_id, token, job_id, *, now_s=None) -> int    # in-flight count incl. this job
     abandon(tenant_id, token, job_id) -> bool
     confirm(job_id, *, tenant_id=None) -> bool                 # idempotent
     in_flight(tenant_id) -> int
@@ -37,9 +38,9 @@ from imposition.admission.errors import (
 from imposition.admission.limits import TenantLimits, check_registered, limits_for, set_limits
 
 
-def admit(tenant_id: str, token: str, job_id: str, *, now_s: float | None = None) -> int:
-    """Admit ``job_id`` for ``tenant_id`` under ``token``; see :meth:`Admission.admit`."""
-    return get_admission().admit(tenant_id, token, job_id, now_s=now_s)
+def reserve(tenant_id: str, token: str, job_id: str, *, now_s: float | None = None) -> int:
+    """Check and record ``job_id`` for ``tenant_id`` under ``token``; see :meth:`Admission.reserve`."""
+    return get_admission().reserve(tenant_id, token, job_id, now_s=now_s)
 
 
 def abandon(tenant_id: str, token: str, job_id: str) -> bool:
@@ -69,12 +70,12 @@ __all__ = [
     "TenantLimits",
     "UnknownTenant",
     "abandon",
-    "admit",
     "check_registered",
     "confirm",
     "get_admission",
     "in_flight",
     "limits_for",
+    "reserve",
     "reset",
     "set_limits",
 ]

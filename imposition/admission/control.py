@@ -1,6 +1,6 @@
 """The admission checks, run atomically in Redis by one Lua script per call (docs/design.md §2, layer 3).
 
-One admission, in this order, all inside one ``EVALSHA`` (one atomic step: a refused submission
+One reservation (:meth:`Admission.reserve`), in this order, all inside one ``EVALSHA`` (one atomic step: a refused submission
 leaves no partial state; racing submitters of one token see exactly one winner)::
 
     1. idempotency   GET  token key              taken → DuplicateSubmission(existing job id)
@@ -9,7 +9,7 @@ leaves no partial state; racing submitters of one token see exactly one winner):
                                                  >= limit → RateLimited(retry_after_s)
     3. in-flight cap ZREMRANGEBYSCORE (older than the expiry), ZCARD
                                                  >= cap → InFlightLimitReached
-    4. admit         SET token key = job id (PX idempotency TTL); ZADD rate log; ZADD in-flight set;
+    4. record        SET token key = job id (PX idempotency TTL); ZADD rate log; ZADD in-flight set;
                      SET job key = tenant (so ``confirm(job_id)`` finds the tenant)
 
 A retried job (``imposition job retry``) passes :meth:`Admission.readmit`: steps 2–4 without the
@@ -52,7 +52,7 @@ from imposition.common.tenancy import validate_job_id, validate_tenant_id
 RATE_WINDOW_US = 60 * 1_000_000
 _US_PER_S = 1_000_000
 
-# The limits and the record, shared by admit and readmit. KEYS: rate, in_flight, job (the last
+# The limits and the record, shared by reserve and readmit. KEYS: rate, in_flight, job (the last
 # three).  ARGV: job_id, tenant_id, now_us ('' = Redis TIME), token TTL ms, rate limit, rate window
 # µs, in-flight cap, in-flight expiry µs. Returns nil and whether the job was counted already when
 # recorded, else the refusal. A job already in the in-flight set (readmit of an unconfirmed job) is
@@ -90,7 +90,7 @@ end
 """
 
 # KEYS: token, rate, in_flight, job.  ARGV as _LIMITS_LUA.
-_ADMIT_LUA = _LIMITS_LUA + """
+_RESERVE_LUA = _LIMITS_LUA + """
 local existing = redis.call('GET', KEYS[1])
 if existing then
   return {'duplicate', existing}
@@ -218,7 +218,7 @@ class Admission:
             )
         self.client = client
         self._limits = limits
-        self._admit = client.register_script(_ADMIT_LUA)
+        self._reserve = client.register_script(_RESERVE_LUA)
         self._readmit = client.register_script(_READMIT_LUA)
         self._unreadmit = client.register_script(_UNREADMIT_LUA)
         self._abandon = client.register_script(_ABANDON_LUA)
@@ -234,7 +234,7 @@ class Admission:
     def _keys(tenant_id: str, token: str, job_id: str) -> list[str]:
         return [token_key(tenant_id, token), rate_key(tenant_id), in_flight_key(tenant_id), job_key(job_id)]
 
-    def admit(self, tenant_id: str, token: str, job_id: str, *, now_s: float | None = None) -> int:
+    def reserve(self, tenant_id: str, token: str, job_id: str, *, now_s: float | None = None) -> int:
         """Run the three checks for ``job_id`` and, if all pass, record it; return the tenant's
         in-flight count including this job.
 
@@ -262,8 +262,8 @@ class Admission:
             raise ValueError(f"token: must be a non-empty string of at most {max_len} characters "
                              "(the caller's idempotency token)")
         validate_job_id(job_id)
-        return int(self._verdict(self._admit, self._keys(tenant_id, token, job_id), tenant_id, job_id, now_s,
-                                 "admit")[2])
+        return int(self._verdict(self._reserve, self._keys(tenant_id, token, job_id), tenant_id, job_id, now_s,
+                                 "reserve")[2])
 
     def readmit(self, tenant_id: str, job_id: str, *, now_s: float | None = None) -> bool:
         """Admit an existing job of ``tenant_id`` again (``imposition job retry``): the rate limit and
@@ -292,7 +292,7 @@ class Admission:
         return bool(self._run(self._unreadmit, keys, [job_id, tenant_id, "1" if added else "0"], "unreadmit"))
 
     def _verdict(self, script, keys: list[str], tenant_id: str, job_id: str, now_s: float | None, what: str) -> list:
-        """Run ``script`` (admit or readmit) with the tenant's limits; its ``admitted`` reply, or the
+        """Run ``script`` (reserve or readmit) with the tenant's limits; its ``admitted`` reply, or the
         refusal raised."""
         limits = self._limits(tenant_id)
         reply = self._run(script, keys, [

@@ -226,7 +226,7 @@ def roles(settings: Settings) -> tuple[Role, ...]:
         Role("Caller", "the submitting application: submits jobs, reads their state and plates", (
             urls,
             _allow(DYNAMODB_READ + ("dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"), _table_arns(TenantItem)),
-            # a claim written with its job; both deleted again if the publish fails (admission.claims)
+            # a claim written with its job; both deleted again if the publish fails (leases.waiting.admit, withdraw)
             _allow(DYNAMODB_READ + ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
                                     "dynamodb:ConditionCheckItem"), _table_arns(JobItem, TokenClaimItem)),
             # a job parked at the door is woken at once if a borrowing tenant has room (waiting.wake)

@@ -8,12 +8,12 @@ with a letter or digit, so the id is also safe as an S3 key segment and in a log
 refused with its canonical spelling ``acme`` named (:class:`NonCanonicalTenantId`), so one shop can
 never become two tenants with two caps.
 
-A job id is ``[A-Za-z0-9_-]``, 1–64 characters (:func:`validate_job_id`): it becomes an S3 key
-segment, the Celery task id and a DynamoDB key, so it may hold no ``/``, ``.`` or space. The
-service's own ids are UUID4 hex (32 characters).
+A job id is ``[A-Za-z0-9_-]``, 1–64 characters (:func:`validate_job_id`): an S3 key segment, the
+Celery task id and a DynamoDB key, so no ``/``, ``.`` or space. Ours are UUID4 hex (32 characters).
 
 Keys are derived by the service, never taken from the tenant: a submission naming a key outside its
-own prefix is refused with :class:`ForeignKeyRefused`.
+own prefix is refused with :class:`ForeignKeyRefused`. A tenant id is checked once where it comes
+in, into a :class:`TenantId`, which :func:`validate_tenant_id` below trusts as it is.
 
 Errors::
 
@@ -89,23 +89,34 @@ def shown_value(value: object, limit: int = ECHO_MAX_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def validate_tenant_id(tenant_id: object) -> str:
-    """Return ``tenant_id`` if it is canonical.
+class TenantId(str):
+    """A canonical tenant id, checked when made: ``TenantId(value)`` raises as
+    :func:`validate_tenant_id` does. One in hand needs no check again (module docstring)."""
+
+    __slots__ = ()
+
+    def __new__(cls, value: object) -> "TenantId":
+        if isinstance(value, str) and not _TENANT_ID.fullmatch(value):
+            if value.isascii() and _TENANT_ID.fullmatch(value.lower()):
+                raise NonCanonicalTenantId(value)
+        if not isinstance(value, str) or not _TENANT_ID.fullmatch(value):
+            raise InvalidTenantId(
+                f"tenant_id={shown_value(value)}: must be 1–{TENANT_ID_MAX_LEN} characters from [a-z0-9._-], "
+                "starting with a letter or digit"
+            )
+        return super().__new__(cls, value)
+
+
+def validate_tenant_id(tenant_id: object) -> TenantId:
+    """``tenant_id`` as a :class:`TenantId`: returned as it is if it is one already (checked when it
+    was made), else checked now.
 
     Raises:
         NonCanonicalTenantId: it would be canonical in lower case (the message names that form).
         InvalidTenantId: it is not a string of 1–121 characters from ``[a-z0-9._-]`` starting
             with a letter or digit (limit derived from SQS's 128-character MessageGroupId).
     """
-    if isinstance(tenant_id, str) and not _TENANT_ID.fullmatch(tenant_id):
-        if tenant_id.isascii() and _TENANT_ID.fullmatch(tenant_id.lower()):
-            raise NonCanonicalTenantId(tenant_id)
-    if not isinstance(tenant_id, str) or not _TENANT_ID.fullmatch(tenant_id):
-        raise InvalidTenantId(
-            f"tenant_id={shown_value(tenant_id)}: must be 1–{TENANT_ID_MAX_LEN} characters from [a-z0-9._-], "
-            "starting with a letter or digit"
-        )
-    return tenant_id
+    return tenant_id if isinstance(tenant_id, TenantId) else TenantId(tenant_id)
 
 
 def validate_job_id(job_id: object) -> str:

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from pynamodb.exceptions import DoesNotExist
 
 from imposition import admission
-from imposition.admission import AdmissionRefused, DuplicateJobId, DuplicateSubmission
+from imposition.admission import AdmissionRefused, AdmissionUnavailable, DuplicateJobId, DuplicateSubmission
 from imposition.admission.claims import read_claim
 from imposition.admission.control import in_flight_key, job_key, rate_key, token_hash, token_key
 from imposition.admission.limits import set_limits
@@ -139,6 +139,23 @@ def test_a_lost_answer_to_the_claim_transaction_is_read_back_one_job(redis_db, u
     assert read_claim(tenant, "ambiguous").job_id == job_id
     assert [j.job_id for j in jobs_of(tenant)] == [job_id]
     assert queue_messages(_queue()) == 1
+
+
+def test_contention_past_the_retries_fails_closed_and_leaves_nothing(redis_db, uploaded, new_tenant):
+    from tests.support.dynamo_faults import DynamoFaults
+
+    tenant = new_tenant()
+    key = uploaded(tenant)
+    with DynamoFaults(rate=1.0, seed=1, kinds=("conflict",), operations={"TransactWriteItems"}) as faults:
+        with pytest.raises(AdmissionUnavailable) as unavailable:
+            submit_job(tenant_id=tenant, token="busy", input_key=key, layout=LAYOUT)
+    assert faults.injected["conflict"] == get_settings().lease_conflict_attempts
+    assert "nothing published" in str(unavailable.value)
+    assert jobs_of(tenant) == [] and read_claim(tenant, "busy") is None
+    assert admission.in_flight(tenant) == 0 and redis_db.get(token_key(tenant, "busy")) is None
+    assert queue_messages(_queue()) == 0
+    job_id = submit_job(tenant_id=tenant, token="busy", input_key=key, layout=LAYOUT)  # the same token, later
+    assert [j.job_id for j in jobs_of(tenant)] == [job_id]
 
 
 def test_failed_publish_undoes_the_claim_with_the_job(redis_db, uploaded, new_tenant):

@@ -52,8 +52,8 @@ def test_every_key_the_service_writes_parses_as_a_known_kind(redis_db, new_tenan
     import redis as redis_lib
 
     tenant = new_tenant()
-    admission.admit(tenant, "tok", "job-1")
-    admission.admit(tenant, "tok-2", "rate")
+    admission.reserve(tenant, "tok", "job-1")
+    admission.reserve(tenant, "tok-2", "rate")
     admission.get_admission().remember_token(tenant, "tok-3", "job-3", ttl_s=60)
     recent.record("cap_defer", tenant)
     recent.record("lease_recovered", tenant)

@@ -16,7 +16,7 @@ from tests.conftest import REDIS_NAMESPACE
 
 def test_admission_keys_live_under_the_configured_namespace(redis_db, new_tenant):
     tenant = new_tenant()
-    admission.admit(tenant, "tok", "job-1")
+    admission.reserve(tenant, "tok", "job-1")
     keys = redis_db.keys(f"{REDIS_NAMESPACE}:*")
     assert token_key(tenant, "tok") in keys
     assert keys and all(k.startswith(f"{REDIS_NAMESPACE}:admission:") for k in keys)

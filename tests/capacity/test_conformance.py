@@ -28,6 +28,7 @@ from leases.errors import CapReached
 from leases.models import JobItem, TenantItem
 from leases.tenants import set_cap
 from imposition.common.settings import get_settings
+from tests.leases.helpers import claim_of
 
 LAYOUT = {"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape"}
 SLOTS = 4
@@ -44,9 +45,9 @@ class RealLayer:
     def submit(self, tenant: str, job: str) -> tuple[bool, list]:
         ensure_tenant(tenant)
         woken: list = []
-        queued = waiting.admit(JobItem(job, tenant_id=tenant, token=f"tok-{job}", max_attempts=3, layout=LAYOUT,
-                                       input_key=f"tenants/{tenant}/jobs/{job}/input.pdf", submitted_at=time.time()),
-                               door=self.waiting_policy == "handoff")
+        item = JobItem(job, tenant_id=tenant, token=f"tok-{job}", max_attempts=3, layout=LAYOUT,
+                       input_key=f"tenants/{tenant}/jobs/{job}/input.pdf", submitted_at=time.time())
+        queued = waiting.admit(item, claim_of(item), door=self.waiting_policy == "handoff")
         if not queued:
             waiting.wake(tenant, publish=lambda t, j: woken.append((t, j)), reason="door")
         return queued, woken

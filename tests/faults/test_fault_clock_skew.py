@@ -8,14 +8,22 @@ Shown here: the node reports its clock in its registry heartbeat; the sweeper me
 warns about it, exports ``imposition_node_clock_skew_seconds{worker}``; the alert fires on that value
 (``promtool test rules``) and not on a small one; the sweeper holds the node's leases instead of
 reclaiming them; every job ran once through the engine.
+
+And the other way round (issue 42): just after a DynamoDB stall, a reading taken through the stalled
+endpoint (a real one: :class:`devstack.fault_proxy.FaultProxy` holding the answer) has an error bound
+above the skew bound; it says nothing, so an in-sync node is neither warned about, nor exported,
+nor held.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import subprocess
+import threading
+import time
 import urllib.request
 import uuid
 
@@ -23,9 +31,12 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from devstack.fault_proxy import FaultProxy
+from imposition.common import aws
 from imposition.common.clocks import get_clocks
 from imposition.common.settings import get_settings
-from leases import nodes, skew
+from leases import nodes, signals, skew
+from leases.models import reset_connections
 from tests.conftest import reset_aws
 from tests.observability.support import free_port
 from tests.support.cluster import Cluster
@@ -36,6 +47,9 @@ pytestmark = pytest.mark.file_duration_s(45)
 #: How far the skewed node's clock is behind, seconds: more than the session's lease TTL (9 s).
 SKEW_S = 20.0
 PROMTOOL = shutil.which("promtool")
+#: How long the endpoint holds the sweeper's reading, seconds: half of it is the reading's error
+#: bound, above the skew bound of the session's clocks (lease TTL 9 s / 4 = 2.25 s).
+STALL_S = 6.0
 
 
 def shifted_clock_env(shift_s: float) -> dict[str, str]:
@@ -117,3 +131,43 @@ def test_a_node_behind_by_more_than_the_lease_ttl_is_seen_alerted_and_runs_each_
     assert done.returncode == 0, done.stdout + done.stderr
     cluster.settle()
     assert json.dumps(rule).count("docs/operations.md") >= 1  # the runbook is named
+
+
+def test_a_reading_through_a_stalled_endpoint_says_nothing(local_aws, monkeypatch, caplog):
+    node = f"in-sync-{uuid.uuid4().hex[:8]}@host"
+    nodes.register(node, 1, clock=skew.ClockReading(offset_s=0.0, error_s=0.05, at=time.time()))
+    nodes.live_nodes()  # this process's table clients exist before the endpoint moves: they stay on moto
+    sent: list[dict] = []
+
+    def exported(sender=None, skews=None, **_: object) -> None:
+        sent.append(dict(skews or {}))
+
+    signals.node_clock_skew.connect(exported)
+    try:
+        with FaultProxy(local_aws.dynamodb.url) as proxy:
+            monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", proxy.url)  # the sweeper's reading goes through it
+            aws.reset()
+            proxy.set_mode("stall")
+            threading.Timer(STALL_S, proxy.set_mode, args=("forward",)).start()
+            now = time.time()
+            with caplog.at_level(logging.INFO, logger="leases.skew"):
+                kept = skew.refresh(now)
+            assert proxy.faults["stall"] == 1
+    finally:
+        signals.node_clock_skew.disconnect(exported)
+        monkeypatch.undo()
+        aws.reset()
+        reset_connections()
+        nodes.deregister(node)
+
+    # it says nothing: no warning, no exported skew (the gauge), no hold of its leases or registration
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and node in r.getMessage()] == []
+    assert node not in kept
+    assert sent and all(node not in skews for skews in sent), sent
+    assert not skew.held_by_skew(now - 1, f"{node}/123", now)
+    assert not skew.registration_held(now - 1, node, now)
+    # and the reading was the probe's: a skew beyond the bound, with an error bound beyond it too
+    bound_s = get_clocks().clock_skew_warn_s
+    said = re.search(rf"{re.escape(node)} ([+-][\d.]+) s \(±([\d.]+) s\)", caplog.text)
+    assert said, caplog.text
+    assert abs(float(said[1])) > bound_s and float(said[2]) > bound_s, said[0]

@@ -247,7 +247,7 @@ def test_raising_the_cap_while_jobs_wait_wakes_them_at_once(cluster):
 
 def test_a_parked_job_withdrawn_before_publishing_leaves_the_counters_exact(cluster):
     """The submission's undo path (a publish that failed) through the lease layer itself."""
-    from tests.leases.helpers import LAYOUT
+    from tests.leases.helpers import LAYOUT, claim_of
 
     tenant = new_tenant("undo")
     set_cap(tenant, 1)
@@ -255,9 +255,9 @@ def test_a_parked_job_withdrawn_before_publishing_leaves_the_counters_exact(clus
     _wait_running([holder])
     job = JobItem(uuid.uuid4().hex, tenant_id=tenant, token="t", max_attempts=3, layout=LAYOUT,
                   input_key=f"tenants/{tenant}/x", submitted_at=time.time())
-    assert waiting.admit(job) is False  # the tenant is full: parked at the door
+    assert waiting.admit(job, claim_of(job)) is False  # the tenant is full: parked at the door
     assert int(TenantItem.get(tenant, consistent_read=True).waiting) == 1
-    assert waiting.withdraw(job) is True
+    assert waiting.withdraw(job, claim_of(job)) is True
     assert int(TenantItem.get(tenant, consistent_read=True).waiting) == 0
     _release_hold(cluster, holder)
     assert cluster.final(holder).status == "succeeded"

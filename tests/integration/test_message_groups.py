@@ -19,6 +19,7 @@ from tasks.sweeper import sweep
 from tasks.messages import publish_job
 from tasks.submission import submit
 from tests.conftest import reset_aws
+from tests.leases.helpers import claim_of
 from tests.support.processes import wait_for
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "cases" / "a5_8p.pdf"
@@ -74,7 +75,7 @@ def test_sweeper_republish_carries_the_group():
     tenants.ensure_tenant("initech")
     job = JobItem("job-swept", tenant_id="initech", token="t", max_attempts=3, layout=LAYOUT,
                   input_key="tenants/initech/jobs/job-swept/input.pdf", submitted_at=time.time())
-    waiting.admit(job, door=False)
+    waiting.admit(job, claim_of(job), door=False)
     # A lease taken long ago by a worker that died: expired now.
     transactions.acquire("job-swept", "initech", "dead-worker/1", now=time.time() - 3600)
     result = sweep.run()

@@ -6,26 +6,32 @@ from __future__ import annotations
 import time
 import uuid
 
+from imposition.admission.claims import token_claim
+from imposition.common.settings import get_settings
 from leases import transactions, waiting, tenants
 from leases.models import JobItem, TenantItem
 
 LAYOUT = {"layout": "saddle_stitch", "sheet": "A4", "orientation": "landscape"}
 
 
+def claim_of(job: JobItem) -> waiting.Claim:
+    """The claim of ``job``'s token as a submission makes it (the default idempotency TTL), for
+    :func:`leases.waiting.admit` and :func:`leases.waiting.withdraw`."""
+    return token_claim(job, ttl_s=get_settings().idempotency_ttl_s)
+
+
 def make_job(tenant_id: str, job_id: str | None = None, *, max_attempts: int = 3) -> str:
     """A ``queued`` job item of ``tenant_id``, counted in its tenants ``queued`` (no message, no input:
     the lease layer needs neither)."""
-    job_id = job_id or uuid.uuid4().hex
     tenants.ensure_tenant(tenant_id)
-    waiting.admit(JobItem(job_id, tenant_id=tenant_id, token=f"tok-{job_id}", max_attempts=max_attempts,
-                          layout=LAYOUT, input_key=f"tenants/{tenant_id}/jobs/{job_id}/input.pdf",
-                          submitted_at=time.time()), door=False)
-    return job_id
+    job = new_job(tenant_id, max_attempts=max_attempts, job_id=job_id)
+    waiting.admit(job, claim_of(job), door=False)
+    return job.job_id
 
 
-def new_job(tenant_id: str, *, max_attempts: int = 3) -> JobItem:
+def new_job(tenant_id: str, *, max_attempts: int = 3, job_id: str | None = None) -> JobItem:
     """A job item of ``tenant_id``, not yet written (for :func:`leases.waiting.admit`)."""
-    job_id = uuid.uuid4().hex
+    job_id = job_id or uuid.uuid4().hex
     return JobItem(job_id, tenant_id=tenant_id, token=f"tok-{job_id}", max_attempts=max_attempts, layout=LAYOUT,
                    input_key=f"tenants/{tenant_id}/jobs/{job_id}/input.pdf", submitted_at=time.time())
 
@@ -35,7 +41,7 @@ def running(tenant_id: str, n: int, worker: str = "w") -> list[transactions.Leas
     leases = []
     for _ in range(n):
         job = new_job(tenant_id)
-        waiting.admit(job, door=False)
+        waiting.admit(job, claim_of(job), door=False)
         leases.append(transactions.acquire(job.job_id, tenant_id, worker))
     return leases
 
@@ -45,7 +51,7 @@ def parked(tenant_id: str, n: int) -> list[str]:
     ids = []
     for _ in range(n):
         job = new_job(tenant_id)
-        assert waiting.admit(job) is False, "the door queued it: the tenant had room"
+        assert waiting.admit(job, claim_of(job)) is False, "the door queued it: the tenant had room"
         ids.append(job.job_id)
     return ids
 

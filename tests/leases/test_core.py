@@ -21,7 +21,7 @@ from leases.errors import CapReached, JobNotQueued, LeaseLost
 from leases.models import JobItem
 from leases.tenants import set_cap
 from imposition.common.clocks import get_clocks
-from tests.leases.helpers import counters, make_job, new_job, parked, running, statuses
+from tests.leases.helpers import claim_of, counters, make_job, new_job, parked, running, statuses
 from tests.support.together import together
 from tests.support.dynamo_faults import DynamoFaults, LostResponses
 from tests.support.recording import DynamoRecording
@@ -184,7 +184,7 @@ def test_racing_acquires_for_the_last_slot_one_wins_the_other_parks(fresh_aws):
     set_cap(tenant, 1)
     jobs = [new_job(tenant) for _ in range(2)]
     for job in jobs:
-        waiting.admit(job, door=False)
+        waiting.admit(job, claim_of(job), door=False)
 
     def deliver(job_id: str) -> str:
         try:
@@ -201,7 +201,7 @@ def test_racing_acquires_for_the_last_slot_one_wins_the_other_parks(fresh_aws):
 def test_racing_duplicate_deliveries_run_a_job_once(fresh_aws):
     tenant = _tenant("race-dup")
     job = new_job(tenant)
-    waiting.admit(job, door=False)
+    waiting.admit(job, claim_of(job), door=False)
 
     def deliver() -> str:
         try:
@@ -229,7 +229,7 @@ def test_a_killed_holders_place_is_recovered_by_one_sweep(fresh_aws):
     tenant = _tenant("killed")
     set_cap(tenant, 1)
     job = new_job(tenant)
-    waiting.admit(job, door=False)
+    waiting.admit(job, claim_of(job), door=False)
     line = parked(tenant, 1)
     holder = subprocess.Popen([sys.executable, "-c", _HOLDER, job.job_id, tenant], stdout=subprocess.PIPE,
                               env=os.environ.copy())
@@ -277,7 +277,7 @@ def test_a_release_hands_on_to_a_job_the_lagging_index_does_not_show_yet(lagging
     set_cap(tenant, 1)
     [lease] = running(tenant, 1)
     job = new_job(tenant)
-    waiting.admit(job, door=False)
+    waiting.admit(job, claim_of(job), door=False)
     with pytest.raises(CapReached):
         transactions.acquire(job.job_id, tenant, "w")
     assert waiting.park(job.job_id, tenant)
@@ -310,7 +310,7 @@ class _Model:
     def submit(self) -> None:
         job = new_job(self.tenant, max_attempts=2)
         self.jobs.append(job.job_id)
-        if waiting.admit(job):
+        if waiting.admit(job, claim_of(job)):
             self.publish(self.tenant, job.job_id)
         else:
             waiting.wake(self.tenant, publish=self.publish, reason="door")

@@ -12,6 +12,7 @@ from leases.models import JobItem
 from leases.tenants import set_cap
 from imposition.common.settings import get_settings
 from tests.leases.helpers import counters as _counters
+from tests.leases.helpers import claim_of
 from tests.leases.helpers import new_job as _new_job
 from tests.leases.helpers import parked as _parked
 from tests.leases.helpers import running as _running
@@ -27,7 +28,7 @@ def _queued(tenant_id: str, n: int) -> list[str]:
     ids = []
     for _ in range(n):
         job = _new_job(tenant_id)
-        assert waiting.admit(job, door=False) is True
+        assert waiting.admit(job, claim_of(job), door=False) is True
         ids.append(job.job_id)
     return ids
 
@@ -104,10 +105,10 @@ def test_the_door_queues_a_borrowing_tier_at_its_cap_while_a_slot_is_free_to_bor
     set_cap(tenant, 1, burst_cap=3)
     _running(tenant, 1)
     job = _new_job(tenant)
-    assert waiting.admit(job) is True
+    assert waiting.admit(job, claim_of(job)) is True
     assert JobItem.get(job.job_id, consistent_read=True).status == "queued"
     _running(filler, 1)  # busy 2 = borrowable: nothing to borrow
     later = _new_job(tenant)
-    assert waiting.admit(later) is False
+    assert waiting.admit(later, claim_of(later)) is False
     assert _counters(tenant) == {"in_flight": 1, "queued": 1, "waiting": 1, "occupied": 2}
     assert audit([tenant, filler]).clean

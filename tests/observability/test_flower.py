@@ -21,6 +21,7 @@ from leases.models import JobItem
 from leases.tenants import set_cap
 from devstack.stack import ManagedProcess, flower_command
 from tests.conftest import reset_aws
+from tests.leases.helpers import claim_of
 from tests.observability.support import CASES, N_UP, free_port
 from tests.support.inputs import submit_uploaded
 from tests.support.processes import start_worker, wait_for
@@ -96,8 +97,9 @@ def test_a_park_is_a_retry_in_flower_and_only_runs_count_as_processed(flower):
     set_cap(tenant, 0)  # paused: its delivery will find the cap full at the acquire
     job_id = uuid.uuid4().hex
     storage.upload(CASES / "a5_8p.pdf", input_key(tenant, job_id))
-    waiting.admit(JobItem(job_id, tenant_id=tenant, token=job_id, max_attempts=3, layout=N_UP,
-                          input_key=input_key(tenant, job_id), submitted_at=time.time()), door=False)
+    job = JobItem(job_id, tenant_id=tenant, token=job_id, max_attempts=3, layout=N_UP,
+                  input_key=input_key(tenant, job_id), submitted_at=time.time())
+    waiting.admit(job, claim_of(job), door=False)
     before = wait_for(lambda: worker_counts(flower), 30, what="the imposer in Flower")
     publish_job(tenant, job_id)
     wait_for(lambda: JobItem.get(job_id, consistent_read=True).status == "waiting", 60, what="the park")

@@ -17,6 +17,7 @@ from imposition.observability.status import collect, render
 from imposition.common import aws
 from imposition.cli.main import main
 from imposition.common.settings import get_settings
+from tests.leases.helpers import claim_of
 
 
 def save_job(tenant: str, *, submitted_at: float, status: str = "queued", started_at: float | None = None,
@@ -28,9 +29,9 @@ def save_job(tenant: str, *, submitted_at: float, status: str = "queued", starte
                   attempts=attempts, submitted_at=submitted_at, first_received_at=started_at, started_at=started_at,
                   finished_at=finished_at)
     if status == "queued":
-        waiting.admit(job, door=False)
+        waiting.admit(job, claim_of(job), door=False)
     elif status == "waiting":
-        assert waiting.admit(job) is False, "the tenant had room: the job was not parked"
+        assert waiting.admit(job, claim_of(job)) is False, "the tenant had room: the job was not parked"
     else:
         job.save()
     return job_id

@@ -29,6 +29,7 @@ from tasks import storage
 from tasks.messages import publish_job
 from tasks.submission import submit
 from tests.conftest import reset_aws
+from tests.leases.helpers import claim_of
 from tests.observability.support import CASES, N_UP, final_job, free_port
 from tests.support.inputs import submit_uploaded
 from tests.support.processes import start_beat, start_worker, wait_for
@@ -118,16 +119,17 @@ def test_cap_defers_count_exactly_the_parks_recorded_on_the_jobs(stack, tenant):
     imposer, _ = stack
     set_cap(tenant, 1)
     holder = uuid.uuid4().hex
-    waiting.admit(JobItem(holder, tenant_id=tenant, token="holder", max_attempts=3, layout=parse_layout(N_UP)
-                          .model_dump(mode="json"), input_key=input_key(tenant, holder), submitted_at=time.time()),
-                  door=False)
+    job = JobItem(holder, tenant_id=tenant, token="holder", max_attempts=3, layout=parse_layout(N_UP)
+                  .model_dump(mode="json"), input_key=input_key(tenant, holder), submitted_at=time.time())
+    waiting.admit(job, claim_of(job), door=False)
     lease = transactions.acquire(holder, tenant, "test/holder")  # the tenant's one slot, held here
     at_door = submit(CASES / "a5_8p.pdf", tenant_id=tenant, token="door", layout=N_UP)  # parked at the door
     at_acquire = uuid.uuid4().hex  # queued past the door: its worker finds the cap full and parks it
     storage.upload(CASES / "a5_8p.pdf", input_key(tenant, at_acquire))
-    waiting.admit(JobItem(at_acquire, tenant_id=tenant, token="acquire", max_attempts=3,
-                          layout=parse_layout(N_UP).model_dump(mode="json"), input_key=input_key(tenant, at_acquire),
-                          submitted_at=time.time()), door=False)
+    job = JobItem(at_acquire, tenant_id=tenant, token="acquire", max_attempts=3,
+                  layout=parse_layout(N_UP).model_dump(mode="json"), input_key=input_key(tenant, at_acquire),
+                  submitted_at=time.time())
+    waiting.admit(job, claim_of(job), door=False)
     publish_job(tenant, at_acquire)
     wait_for(lambda: imposer.value("imposition_cap_defers_total", tenant=tenant), 30, what="a cap deferral on the imposer")
     transactions.fail_job(lease, error="released by the test", error_code="test")

@@ -38,6 +38,7 @@ def upload_failed(cause: BaseException) -> S3UploadFailedError:
     client_error("RequestTimeout", 400), EndpointConnectionError(endpoint_url="http://127.0.0.1:1"),
     ReadTimeoutError(endpoint_url="http://127.0.0.1:1"), ConnectionClosedError(endpoint_url="http://127.0.0.1:1"),
     upload_failed(client_error("ServiceUnavailable", 503)), RetriesExceededError(ConnectionError("reset")),
+    client_error("NoSuchBucket", 404), upload_failed(client_error("NoSuchBucket", 404)),
 ])
 def test_an_endpoint_or_network_failure_is_the_infrastructures(exc):
     assert is_infrastructure(exc)

@@ -23,7 +23,7 @@ from imposition.webhooks.tasks import publish_delivery
 def _admitted_finished_job(tenant_id: str, *, status: str = "succeeded") -> str:
     """A finished job that its tenant's admission counts as in flight (as a real submission leaves it)."""
     job_id = finished_job(tenant_id, status=status)
-    admission.admit(tenant_id, f"tok-{job_id}", job_id)
+    admission.reserve(tenant_id, f"tok-{job_id}", job_id)
     return job_id
 
 

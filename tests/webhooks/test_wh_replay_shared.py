@@ -23,7 +23,7 @@ from imposition.webhooks.events import encode, event_id, job_event
 def _admitted_event(tenant: str) -> tuple[str, bytes]:
     """An admitted finished job of ``tenant`` (in flight until confirmed) and its event body."""
     job_id = finished_job(tenant)
-    admission.admit(tenant, f"tok-{job_id}", job_id)
+    admission.reserve(tenant, f"tok-{job_id}", job_id)
     return job_id, encode(job_event(job_item(job_id)))
 
 
