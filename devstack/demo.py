@@ -55,6 +55,7 @@ from devstack.stack import (
     Supervisor,
     beat_command,
     flower_command,
+    flower_login,
     poll_stale_after_s,
     prometheus_command,
     relay_make_signals,
@@ -69,6 +70,8 @@ if TYPE_CHECKING:  # imported where the stack starts
 RUN_DIR = REPO / ".run"
 #: What each prefork child of a worker logs once its AWS clients are open (tasks.celery_app).
 SLOT_WARM = "slot warmed up"
+#: The user of the local Flower's login; its password is generated at each start and printed.
+FLOWER_USER = "operator"
 OUT_DIR = REPO / "out"
 SAMPLES = REPO / "samples"
 
@@ -307,8 +310,9 @@ class Demo:
         self.start("beat", beat_command(RUN_DIR / "beat-schedule"), BEAT_READY,
                    {**env, "IMPOSITION_METRICS_PORT": str(beat_port)})
         port = _free_port()
-        # Flower binds 127.0.0.1 here, so its HTTP API may answer without authentication (Flower 2.x).
-        self.flower = self.start("flower", flower_command(port), None, {**env, "FLOWER_UNAUTHENTICATED_API": "true"})
+        # Flower on 127.0.0.1 behind a login made now, sealed with the local KMS key, as in production
+        flower_env, password = flower_login(port, FLOWER_USER)
+        self.flower = self.start("flower", flower_command(), None, {**env, **flower_env})
         self.prometheus_url = self.start_prometheus(env, ports)
         # Submit only once every slot has its AWS clients: a fair start for every tenant.
         wait_for(lambda: imposer.log().count(SLOT_WARM) >= s.slots_per_node, 60, what="warm slots")
@@ -324,7 +328,7 @@ class Demo:
             self.say(f"• Prometheus: {self.prometheus_url} (scrapes both nodes, alert rules loaded: "
                      f"{self.alerts_url()})")
         self.say(f"• in another terminal: . {(RUN_DIR / 'env').relative_to(REPO)} && .venv/bin/imposition status")
-        return f"http://127.0.0.1:{port}/"
+        return f"http://127.0.0.1:{port}/ (log in as {FLOWER_USER}, password {password})"
 
     def alerts_url(self) -> str:
         """Prometheus's page of the alert rules: ``/alerts``, or ``/classic/alerts`` on the 2.x

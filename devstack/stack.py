@@ -26,8 +26,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from imposition.observability.events import FLOWER_OPTIONS
-from imposition.common.settings import get_settings
 from imposition.common.tenancy import validate_tenant_id
 from imposition.webhooks.receiver import CONFIRMATIONS_PATH, HOOK_PATH, READY_MARKER
 
@@ -402,21 +400,22 @@ BEAT_READY = "beat: Starting"
 PROMETHEUS_READY = "Server is ready to receive web requests."
 
 
-def flower_command(port: int, *, address: str = "127.0.0.1", app: str = "tasks") -> list[str]:
-    """Command line of Flower reading the events side channel: ``celery -A tasks --broker=<events URL>
-    flower --port=… --address=… --enable_events=False``.
+def flower_command() -> list[str]:
+    """``imposition process run flower`` with this interpreter (:mod:`tasks.processes`): Flower on the
+    events side channel behind its login, listening where the settings in its environment say
+    (``IMPOSITION_FLOWER_ADDRESS``, ``IMPOSITION_FLOWER_PORT``); :func:`flower_login` makes the login."""
+    return [sys.executable, "-m", "imposition.cli.main", "process", "run", "flower"]
 
-    Flower's HTTP API (``/api/...``) also needs authentication or ``FLOWER_UNAUTHENTICATED_API=true``
-    in its environment (Flower 2.x).
 
-    Raises:
-        ValueError: ``events_url`` is empty (no side channel configured).
-    """
-    url = get_settings().events_url
-    if not url:
-        raise ValueError("events_url is empty: Flower needs the events side channel (IMPOSITION_EVENTS_URL)")
-    return celery_command(f"--broker={url}", "flower", f"--port={port}", f"--address={address}",
-                          *FLOWER_OPTIONS, app=app)
+def flower_login(port: int, user: str = "operator") -> tuple[dict[str, str], str]:
+    """A local Flower's settings: 127.0.0.1:``port`` and a new login for ``user`` sealed with the local
+    stack's KMS key (:func:`imposition.observability.flower.new_login`); returns (its environment, the
+    password)."""
+    from imposition.observability.flower import CIPHERTEXT_ENV, new_login  # noqa: PLC0415 - KMS when started
+
+    ciphertext, password = new_login(user)
+    return {"IMPOSITION_FLOWER_ADDRESS": "127.0.0.1", "IMPOSITION_FLOWER_PORT": str(port),
+            CIPHERTEXT_ENV: ciphertext}, password
 
 
 class ReceiverProcess:

@@ -11,7 +11,8 @@ maintenance  celery worker -Q maintenance -c 1      receive close + stop margin 
 notifier     celery worker -Q notifications         a round's hard time limit + receive close    /healthz
              -c notifier_concurrency                + stop margin
 beat         celery beat                            stop margin (it holds no work)               /healthz
-flower       celery flower (events side channel)    stop margin                                  Flower's
+flower       celery flower (events side channel,    stop margin                                  Flower's
+             its login unsealed, loopback)                                                      (no login)
 ===========  ===================================  ===========================================  ==========
 
 A planned stop is SIGTERM to the main process only (systemd ``KillMode=mixed``; in a container
@@ -34,7 +35,7 @@ from pathlib import Path
 
 from imposition.common.clocks import Clocks
 from imposition.common.settings import Settings, get_settings
-from imposition.observability.events import FLOWER_OPTIONS
+from imposition.observability import flower
 from imposition.observability.health import HEALTH_PATH
 from imposition.webhooks.delivery import round_time_limits
 
@@ -43,8 +44,6 @@ WORKER_FLAGS = ("--without-gossip", "--without-mingle", "--without-heartbeat")
 #: The metrics port (and /healthz) of each role but Flower in the units (one host may run them all)
 #: and the image.
 METRICS_PORTS = {"imposer": 9101, "maintenance": 9102, "notifier": 9103, "beat": 9104}
-#: Flower's port when FLOWER_PORT is not set (Flower's own default).
-FLOWER_DEFAULT_PORT = 5555
 
 
 class UnknownRole(ValueError):
@@ -104,7 +103,7 @@ def celery_args(name: str, s: Settings | None = None) -> list[str]:
         return ["-A", "tasks", "beat", "-l", "info", "-s", s.beat_schedule_path, "--pidfile="]
     if not s.events_url:
         raise ValueError("events_url is empty: Flower needs the events side channel (IMPOSITION_EVENTS_URL)")
-    return ["-A", "tasks", f"--broker={s.events_url}", "flower", *FLOWER_OPTIONS]
+    return ["-A", "tasks", f"--broker={s.events_url}", "flower", *flower.options(s)]
 
 
 def stop_timeout_s(name: str, s: Settings | None = None) -> int:
@@ -129,14 +128,19 @@ def stop_timeout_s(name: str, s: Settings | None = None) -> int:
 def run(name: str) -> None:
     """Replace this process with role ``name``'s (``exec``: the platform's signals reach Celery).
     A role without ``IMPOSITION_METRICS_PORT`` gets its port of :data:`METRICS_PORTS`, so its
-    /healthz answers where the health check asks.
+    /healthz answers where the health check asks. Flower gets its login, unsealed here, in its
+    environment (:mod:`imposition.observability.flower`).
 
     Raises:
         UnknownRole: no such role.
+        ValueError: flower without ``events_url``.
+        imposition.observability.flower.FlowerLoginError: flower without a login KMS opens.
     """
     args = celery_args(name)
     if name in METRICS_PORTS:
         os.environ.setdefault("IMPOSITION_METRICS_PORT", str(METRICS_PORTS[name]))
+    if name == "flower":
+        os.environ.update(flower.environment())
     os.execv(sys.executable, [sys.executable, "-m", "celery", *args])
 
 
@@ -148,7 +152,7 @@ def health_url(name: str, s: Settings | None = None) -> str:
     """
     s = s or get_settings()
     if role(name).name == "flower":
-        return f"http://127.0.0.1:{os.environ.get('FLOWER_PORT', FLOWER_DEFAULT_PORT)}/healthcheck"
+        return f"{flower.local_url(s)}/healthcheck"  # Flower's own, answered without the login
     return f"http://127.0.0.1:{s.metrics_port or METRICS_PORTS[name]}{HEALTH_PATH}"
 
 

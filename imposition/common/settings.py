@@ -504,6 +504,19 @@ class Settings(BaseSettings):
         "worker node: two workers on one host need two ports.",
     )
     metrics_address: str = Field(default="0.0.0.0", description="Address the metrics endpoint binds.")
+    flower_address: str = Field(
+        default="127.0.0.1",
+        description="Address Flower binds (`imposition process run flower`): loopback, so only this host reaches "
+        "it (an SSH tunnel, a reverse proxy); 0.0.0.0 publishes it (a container's port). It always asks for "
+        "its login (imposition.observability.flower).",
+    )
+    flower_port: int = Field(default=5555, ge=1, le=65_535, description="Port Flower listens on.")
+    flower_login_ciphertext: str = Field(
+        default="", repr=False,
+        description="Flower's HTTP basic-auth login (user:password) sealed with KMS under "
+        "webhook_secret_kms_key_id, base64; `imposition process flower-login USER` makes it. Flower does "
+        "not start without it.",
+    )
     metrics_dir: str = Field(
         default_factory=lambda: os.path.join(tempfile.gettempdir(), "imposition-metrics"),
         description="Parent of each worker node's prometheus-client multiprocess directory (one "

@@ -18,6 +18,7 @@ from pydantic_core import PydanticUndefined
 
 from imposition.common.clocks import Clocks
 from imposition.common.settings import Settings, get_settings
+from imposition.observability import flower
 from tasks.processes import ROLES, render_unit, stop_timeout_s
 from tests.conftest import reset_aws
 from tests.observability.support import free_port
@@ -131,3 +132,27 @@ def test_beat_is_healthy_while_its_loop_turns_stalled_when_it_does_not_and_gone_
     finally:
         os.kill(sqs, signal.SIGCONT)
         beat.stop()
+
+
+def test_flower_does_not_start_without_its_login_and_an_operator_makes_one():
+    """``imposition process run flower`` refuses to start without a login (it would show every job's
+    tenant to anyone); ``imposition process flower-login`` prints the environment line, sealed with
+    the local KMS key, and the generated password once; the login unseals to ``user:password``."""
+    env = {**os.environ, "IMPOSITION_FLOWER_LOGIN_CIPHERTEXT": ""}
+    refused = subprocess.run([IMPOSITION, "process", "run", "flower"], env=env, capture_output=True, text=True,
+                             timeout=60)
+    assert refused.returncode == 1 and "imposition process flower-login USER" in refused.stderr, refused.stderr
+    made = subprocess.run([IMPOSITION, "process", "flower-login", "ops"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert made.returncode == 0, made.stderr
+    name, _, ciphertext = made.stdout.strip().partition("=")
+    assert name == flower.CIPHERTEXT_ENV and ciphertext
+    password = made.stderr.split("password ")[1].split()[0]
+    assert len(password) >= flower.MIN_PASSWORD_CHARS and password not in made.stdout
+    assert flower.login(Settings(flower_login_ciphertext=ciphertext)) == f"ops:{password}"
+    given = subprocess.run([IMPOSITION, "process", "flower-login", "ops", "--password-env", "PW"],
+                           env={**env, "PW": "short"}, capture_output=True, text=True, timeout=60)
+    assert given.returncode == 1 and "at least 16 characters" in given.stderr, given.stderr
+    bad = Settings(flower_login_ciphertext="not base64!")
+    with pytest.raises(flower.FlowerLoginError, match="IMPOSITION_FLOWER_LOGIN_CIPHERTEXT: not base64"):
+        flower.login(bad)
