@@ -139,6 +139,7 @@ class ManagedProcess:
         log_path: file that receives stdout and stderr (emptied first: its "ready" line must be new).
         env: extra environment variables on top of this process's environment.
         ready_marker: text whose appearance in the log means "ready" (None: don't wait).
+        cwd: its working directory (default: the repository; ``python -m`` puts it on the path).
         ready_timeout_s: how long to wait for it.
 
     Raises:
@@ -148,8 +149,9 @@ class ManagedProcess:
     """
 
     def __init__(self, cmd: Sequence[str], log_path: Path, *, env: dict[str, str] | None = None,
-                 ready_marker: str | None = None, ready_timeout_s: float = 60.0) -> None:
+                 ready_marker: str | None = None, ready_timeout_s: float = 60.0, cwd: Path | None = None) -> None:
         self.cmd = list(cmd)
+        self.cwd = cwd or REPO
         self.log_path = log_path
         self.env = dict(env or {})
         self.ready_marker = ready_marker
@@ -158,7 +160,7 @@ class ManagedProcess:
         self._log = open(log_path, "wb")
         self.started_at = time.time()
         self.proc = subprocess.Popen(
-            self.cmd, cwd=REPO, env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
+            self.cmd, cwd=self.cwd, env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             preexec_fn=_parent_death_signal(),
         )
@@ -230,7 +232,7 @@ class ManagedProcess:
             n += 1
         self.log_path.rename(self.log_path.with_name(f"{self.log_path.name}.{n}"))
         return type(self)(self.cmd, self.log_path, env=self.env, ready_marker=self.ready_marker,
-                          ready_timeout_s=self.ready_timeout_s)
+                          ready_timeout_s=self.ready_timeout_s, cwd=self.cwd)
 
 
 class SupervisionFailed(RuntimeError):
@@ -397,6 +399,7 @@ def prometheus_command(config_path: Path, data_dir: Path, port: int, *, retentio
 #: What each process prints once it is ready.
 WORKER_READY = "ready."
 BEAT_READY = "beat: Starting"
+FLOWER_READY = "Visit me at"
 PROMETHEUS_READY = "Server is ready to receive web requests."
 
 
