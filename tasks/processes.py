@@ -172,11 +172,58 @@ def healthcheck(name: str, *, timeout_s: float = 5.0) -> tuple[bool, str]:
         return False, f"{url}: {exc}"
 
 
+#: The sandbox of every unit (``systemd-analyze security --offline=true`` rates it; the test
+#: tests/integration/test_processes.py holds every shipped unit to :data:`MAX_UNIT_EXPOSURE`). What
+#: the roles need stays allowed: their state directory (beat's schedule, pdfToolbox's own files in
+#: the user's home), a private /tmp (the engine's work folders, the Prometheus multiprocess files),
+#: Internet and local sockets (AWS, Redis, the licence server, the metrics port), child processes
+#: (the pool, the engine's child, pdfToolbox) and lowering their own limits (the engine child's
+#: address-space and CPU limits: glibc's setrlimit is the prlimit64 call, which @system-service
+#: keeps). Left out: MemoryDenyWriteExecute (pdfToolbox's JavaScript runlists may compile code),
+#: PrivateUsers (a licence's files and sockets keep their owners), PrivateNetwork, IPAddressDeny
+#: (AWS endpoints have no fixed addresses).
+UNIT_HARDENING = """\
+# The sandbox (docs/deploy-processes.md, "systemd"): read-only but for the state directory and a
+# private /tmp; no privileges, capabilities, devices, kernel or clock changes; sockets and system
+# calls limited to what a service uses.
+StateDirectory=imposition
+StateDirectoryMode=0750
+UMask=0027
+ProtectSystem=strict
+ProtectHome=yes
+PrivateTmp=yes
+PrivateDevices=yes
+PrivateMounts=yes
+NoNewPrivileges=yes
+CapabilityBoundingSet=
+RestrictSUIDSGID=yes
+ProtectClock=yes
+ProtectHostname=yes
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectKernelLogs=yes
+ProtectControlGroups=yes
+ProtectProc=invisible
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6
+RestrictNamespaces=yes
+RestrictRealtime=yes
+LockPersonality=yes
+RemoveIPC=yes
+SystemCallArchitectures=native
+SystemCallFilter=@system-service
+SystemCallFilter=~@privileged @resources
+SystemCallErrorNumber=EPERM
+"""
+#: The most exposure a shipped unit may have in ``systemd-analyze security`` (0 safest, 10 least safe).
+MAX_UNIT_EXPOSURE = 4.0
+
+
 def render_unit(name: str, s: Settings | None = None) -> str:
     """The systemd unit of role ``name``, in the style of Celery's ``extra/systemd`` units: an
     ``EnvironmentFile`` (``/etc/conf.d/imposition``), a dedicated user, the command in the
     foreground (``Type=simple``), SIGTERM to the main process only (``KillMode=mixed``: its pool
-    children finish their jobs) and ``TimeoutStopSec`` = :func:`stop_timeout_s`."""
+    children finish their jobs), ``TimeoutStopSec`` = :func:`stop_timeout_s`, and the sandbox
+    :data:`UNIT_HARDENING`."""
     s = s or get_settings()
     r = role(name)
     environment = ""
@@ -200,7 +247,7 @@ KillMode=mixed
 TimeoutStopSec={stop_timeout_s(name, s)}
 Restart=always
 RestartSec=5
-
+{UNIT_HARDENING}
 [Install]
 WantedBy=multi-user.target
 """
