@@ -39,7 +39,8 @@ ENV PATH=/opt/imposition/bin:$PATH \
 USER imposition
 WORKDIR /var/lib/imposition
 # Metrics and /healthz: imposer 9101, maintenance 9102, notifier 9103, beat 9104 (tasks.processes.METRICS_PORTS);
-# Flower 5555.
+# Flower 5555, on loopback and behind its login unless IMPOSITION_FLOWER_ADDRESS=0.0.0.0 publishes it
+# (docs/deploy.md, "Flower").
 EXPOSE 9101 9102 9103 9104 5555
 STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=30s --timeout=10s --start-period=90s --retries=3 \

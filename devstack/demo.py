@@ -56,6 +56,7 @@ from devstack.stack import (
     beat_command,
     flower_command,
     flower_login,
+    free_port,
     poll_stale_after_s,
     prometheus_command,
     relay_make_signals,
@@ -298,7 +299,7 @@ class Demo:
         self.say(f"• starting celery worker -Q {s.imposition_queue} -c {s.slots_per_node}, "
                  f"a maintenance worker, a notifications worker, beat, Flower and a webhook receiver …")
         # observability: one metrics port per worker node; Flower on the events side channel
-        ports = {"imposer": _free_port(), "maintenance": _free_port()}
+        ports = {"imposer": free_port(), "maintenance": free_port()}
         self.metrics_urls = {node: f"http://127.0.0.1:{p}/metrics" for node, p in ports.items()}
         imposer = self.start("worker-imposition", worker_command(s.imposition_queue, s.slots_per_node, "imposer"),
                              WORKER_READY, {**env, "IMPOSITION_METRICS_PORT": str(ports["imposer"])}, consumer=True)
@@ -306,10 +307,10 @@ class Demo:
                    {**env, "IMPOSITION_METRICS_PORT": str(ports["maintenance"])}, consumer=True)
         self.start("worker-notifications", worker_command(s.notifications_queue, 2, "notifier"), WORKER_READY, env,
                    consumer=True)
-        beat_port = _free_port()  # beat's /healthz (not scraped: its /metrics has only process metrics)
+        beat_port = free_port()  # beat's /healthz (not scraped: its /metrics has only process metrics)
         self.start("beat", beat_command(RUN_DIR / "beat-schedule"), BEAT_READY,
                    {**env, "IMPOSITION_METRICS_PORT": str(beat_port)})
-        port = _free_port()
+        port = free_port()
         # Flower on 127.0.0.1 behind a login made now, sealed with the local KMS key, as in production
         flower_env, password = flower_login(port, FLOWER_USER)
         self.flower = self.start("flower", flower_command(), None, {**env, **flower_env})
@@ -357,7 +358,7 @@ class Demo:
                                          {node: f"127.0.0.1:{port}" for node, port in ports.items()})
         data_dir = RUN_DIR / "prometheus-data"
         shutil.rmtree(data_dir, ignore_errors=True)  # this run's series only
-        port = _free_port()
+        port = free_port()
         retention = f"{s.capacity_weeks * 7 + 7}d"
         self.start("prometheus", prometheus_command(config, data_dir, port, retention=retention),
                    PROMETHEUS_READY, env)
@@ -607,12 +608,6 @@ def outcome_lines(metrics_texts: list[str]) -> list[str]:
             for outcome, count in sorted(counts.items()) if count]
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _raise_keyboard_interrupt(signum, frame):

@@ -365,6 +365,15 @@ def stop_all(processes: Sequence[ManagedProcess], timeout_s: float = 20.0) -> No
         proc.stop(max(0.0, deadline - time.monotonic()))
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel's choice)."""
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def celery_command(*args: str, app: str = "tasks") -> list[str]:
     """``python -m celery -A <app> <args…>`` with this interpreter."""
     return [sys.executable, "-m", "celery", "-A", app, *args]
