@@ -488,9 +488,17 @@ class Settings(BaseSettings):
         "takes no jobs. None: not checked (a credit cartridge or a local licence without a process limit).",
     )
     pdftoolbox_check_interval_s: float = Field(
-        default=30.0, gt=0,
+        default=300.0, gt=0,
         description="How often an imposition worker of the pdftoolbox engine checks its engine and licence "
-        "(a canary run); a node that fails the check takes no jobs until one passes.",
+        "with a canary run, which spends a licence run (a process of the cartridge for its length, or its "
+        "credits): never more often than this. A node that fails the check takes no jobs until one passes.",
+    )
+    pdftoolbox_closed_check_interval_s: float = Field(
+        default=30.0, gt=0,
+        description="How soon a node closed by a check that spent no licence run (the licence was refused, "
+        "or more slots than the licence allows) checks again, so that it reopens "
+        "soon after the licence is back; at most pdftoolbox_check_interval_s. A check that ran pdfToolbox "
+        "and failed waits the full pdftoolbox_check_interval_s.",
     )
     pdftoolbox_check_time_limit_s: float = Field(
         default=30.0, gt=0,
