@@ -16,10 +16,7 @@
    container of the image: every role healthy, a job run, each stopped with status 0. Where
    systemd does not come up in a container, it says so and the image's result stands.
 
-Containers get ``--ulimit`` options no higher than this process's own hard limits
-(:func:`ulimit_options`): podman asks for 1,048,576 open files by default, which a sandbox that
-refuses to raise a limit does not grant, and one sandbox refused more than about 32,000 processes
-even below its hard limit.
+Containers get ``--ulimit`` options within this process's own hard limits (:func:`ulimit_options`).
 
 Exit status: 0 the image passed; 1 it did not (the build or the check failed: the output says
 where); 3 this machine cannot build or run containers (no podman, no debootstrap and no base
@@ -88,7 +85,9 @@ CONTAINER_NPROC = 4096
 
 def ulimit_options() -> list[str]:
     """``--ulimit`` options no higher than this process's own hard limits: open files at the hard
-    limit, processes at :data:`CONTAINER_NPROC` (or the hard limit, if lower)."""
+    limit, processes at :data:`CONTAINER_NPROC` (or the hard limit, if lower). Podman asks for
+    1,048,576 open files by default, which a sandbox that may not raise a limit refuses; one such
+    sandbox also refused more than about 32,000 processes below its hard limit."""
     def cap(limit: int, most: int) -> int:
         hard = resource.getrlimit(limit)[1]
         return most if hard == resource.RLIM_INFINITY else min(hard, most)
