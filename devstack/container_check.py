@@ -59,9 +59,9 @@ def _role_check(engine: list[str], args: argparse.Namespace, env: dict[str, str]
            *(o for option in args.run_option for o in shlex.split(option)),
            *(f"--env={k}={v}" for k, v in role_env.items()), args.image]
     started = time.monotonic()
-    subprocess.run(run, check=True, capture_output=True, text=True)
     outcome: dict = {}
     try:
+        subprocess.run(run, check=True, capture_output=True, text=True)
         wait_for(lambda: subprocess.run([*engine, "exec", name, "imposition", "process", "healthcheck"],
                                         capture_output=True).returncode == 0, 120, 1.0, f"{role}'s health check")
         outcome["ready_s"] = round(time.monotonic() - started, 1)
@@ -110,9 +110,10 @@ def main(argv: list[str] | None = None) -> int:
                *(o for option in args.run_option for o in shlex.split(option)),
                *(f"--env={k}={v}" for k, v in container_env.items()), args.image]
         started = time.monotonic()
-        subprocess.run(run, check=True, capture_output=True, text=True)
         result: dict = {"image": args.image}
         try:
+            subprocess.run(run, check=True, capture_output=True, text=True)  # in the try: a failed run is removed too
+
             def healthy() -> str | None:
                 done = subprocess.run([*engine, "exec", name, "imposition", "process", "healthcheck"],
                                       capture_output=True, text=True)

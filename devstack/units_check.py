@@ -155,11 +155,11 @@ def main(argv: list[str] | None = None) -> int:
         env_file = RUN_DIR / "imposition.env"
         env_file.write_text("".join(f"{k}={v}\n" for k, v in {**env, **flower_login(free_port())[0]}.items()))
         name = f"imposition-units-{uuid.uuid4().hex[:6]}"
-        subprocess.run([*engine, "run", "-d", "--name", name, "--privileged", "--systemd=always", "--network=host",
-                        "--no-healthcheck", *(o for option in args.run_option for o in shlex.split(option)),
-                        "-v", f"{env_file}:/etc/conf.d/imposition:ro", tag], check=True, capture_output=True)
         result: dict = {"image": tag}
         try:
+            subprocess.run([*engine, "run", "-d", "--name", name, "--privileged", "--systemd=always", "--network=host",
+                            "--no-healthcheck", *(o for option in args.run_option for o in shlex.split(option)),
+                            "-v", f"{env_file}:/etc/conf.d/imposition:ro", tag], check=True, capture_output=True)
             result["systemd"] = _wait_for_systemd([*engine, "exec", name])
             if result["systemd"] not in ("running", "degraded"):
                 print(json.dumps(result))
