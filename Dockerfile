@@ -20,12 +20,15 @@ RUN apt-get update \
 # A build behind a TLS-intercepting proxy mounts the proxy's CA bundle and names it here
 # (podman build --volume /etc/ssl/certs/ca-certificates.crt:/run/build-ca.crt:ro --build-arg PIP_CERT=/run/build-ca.crt).
 ARG PIP_CERT=
-COPY pyproject.toml /src/
+# Everything the wheel holds (pyproject.toml: the packages and celeryconfig.py), and the versions
+# `make test` passed with: the install is pinned to constraints.txt. tests/integration/test_wheel.py
+# builds the wheel from exactly these COPY lines and starts every role from it.
+COPY pyproject.toml constraints.txt celeryconfig.py /src/
 COPY imposition /src/imposition
 COPY tasks /src/tasks
 COPY leases /src/leases
 RUN python3 -m venv /opt/imposition \
- && /opt/imposition/bin/pip install --no-cache-dir ${PIP_CERT:+--cert "$PIP_CERT"} /src \
+ && /opt/imposition/bin/pip install --no-cache-dir ${PIP_CERT:+--cert "$PIP_CERT"} -c /src/constraints.txt /src \
  && rm -rf /src
 
 ENV PATH=/opt/imposition/bin:$PATH \
@@ -36,7 +39,8 @@ ENV PATH=/opt/imposition/bin:$PATH \
 USER imposition
 WORKDIR /var/lib/imposition
 # Metrics and /healthz: imposer 9101, maintenance 9102, notifier 9103, beat 9104 (tasks.processes.METRICS_PORTS);
-# Flower 5555.
+# Flower 5555, on loopback and behind its login unless IMPOSITION_FLOWER_ADDRESS=0.0.0.0 publishes it
+# (docs/deploy.md, "Flower").
 EXPOSE 9101 9102 9103 9104 5555
 STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=30s --timeout=10s --start-period=90s --retries=3 \

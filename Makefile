@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-stamp
 
-.PHONY: venv run lint test test-unit bench bench-sched bench-sim soak clean prometheus
+.PHONY: venv run lint test test-unit bench bench-sched bench-sim soak clean prometheus container-tools image-check
 
 ## Debian's prometheus package: promtool for the alert-rule tests (`make test`), the server for
 ## `make run`. Installed with apt-get when missing and this is a root shell on Debian; otherwise a
@@ -47,6 +47,22 @@ test: lint prometheus
 ## The unit tier alone: pure tests, no server (tests/unit, under a minute).
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -m unit tests/unit
+
+## Debian's podman, runc and debootstrap for `make image-check`: installed with apt-get when missing and
+## this is a root shell on Debian; otherwise the check says it cannot run here.
+container-tools:
+	@command -v podman >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  echo "installing Debian's podman, runc and debootstrap ..." && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman runc debootstrap uidmap >/dev/null 2>&1 || \
+	    { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman runc debootstrap uidmap >/dev/null 2>&1; }; }; } || true
+
+## The real image (not in `make test`): built with podman on a debootstrap base and run on the local
+## stack by devstack/container_check.py (devstack/image_check.py; about 10 minutes the first time on 2
+## cores, the base image is kept). Exit 3 when this machine cannot run containers;
+## IMAGE_CHECK_ARGS=--skip-unavailable makes that a clear SKIPPED line and exit 0 (.ci/run).
+IMAGE_CHECK_ARGS ?=
+image-check: $(STAMP) container-tools
+	$(BIN)/python -m devstack.image_check $(IMAGE_CHECK_ARGS)
 
 ## The engine benchmark (not in `make test`): our engine against pdfimpose and a plain pikepdf page
 ## copy, as external commands and in-process; tables printed and written to out/bench/ (a few minutes

@@ -1,11 +1,14 @@
 """``python -m devstack.container_check IMAGE``: the service's image run as a platform would, on the local stack.
 
-Not in ``make test`` (it needs a container engine: podman, which this machine may not have). Starts
-the embedded AWS endpoint (moto) and provisions it, runs the imposer role from ``IMAGE`` with the
-host's network (the endpoint and Redis on 127.0.0.1), asks the image's health check inside the
-container (``imposition process healthcheck``), submits a job from the host and waits for it to
-succeed, then stops the container with its role's stop timeout (``podman stop -t``) while a second
-job runs, and checks that the stop drained it: the job succeeded on its first attempt, nothing lost.
+Not in ``make test`` (it needs a container engine); ``make image-check`` builds the image and runs
+this (:mod:`devstack.image_check`). Starts the embedded AWS endpoint (moto) and provisions it, runs
+the imposer role from ``IMAGE`` with the host's network (the endpoint and Redis on 127.0.0.1), asks
+the image's health check inside the container (``imposition process healthcheck``), submits a job
+from the host and waits for it to succeed, then stops the container with its role's stop timeout
+(``podman stop -t``) while a second job runs, and checks that the stop drained it: the job succeeded
+on its first attempt, nothing lost. Then it starts each other role from the image (maintenance,
+notifier, beat, Flower with a login sealed by the local KMS key) until its health check passes, and
+stops it: each must exit with status 0.
 
 ``--engine-option`` passes options to ``podman`` itself and ``--run-option`` to ``podman run`` (a
 sandbox that forbids raising resource limits needs ``--ulimit nofile=N:N --ulimit nproc=N:N``).
@@ -38,6 +41,45 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+#: The roles checked after the imposer: each started from the image until healthy, then stopped.
+OTHER_ROLES = ("maintenance", "notifier", "beat", "flower")
+
+
+def _role_check(engine: list[str], args: argparse.Namespace, env: dict[str, str], role: str) -> dict:
+    """Run ``role`` from the image until ``imposition process healthcheck`` passes inside it, stop it
+    with its stop timeout; what happened (``ready_s``, ``exit_code``, or ``error`` and the log's tail)."""
+    from devstack.stack import flower_login, free_port, wait_for  # noqa: PLC0415
+    from tasks.processes import stop_timeout_s  # noqa: PLC0415
+
+    port = free_port()
+    role_env = {**env, "IMPOSITION_PROCESS_ROLE": role}
+    role_env.update(flower_login(port)[0] if role == "flower" else {"IMPOSITION_METRICS_PORT": str(port)})
+    name = f"imposition-check-{role}-{uuid.uuid4().hex[:6]}"
+    run = [*engine, "run", "-d", "--name", name, "--network=host", "--no-healthcheck",
+           *(o for option in args.run_option for o in shlex.split(option)),
+           *(f"--env={k}={v}" for k, v in role_env.items()), args.image]
+    started = time.monotonic()
+    outcome: dict = {}
+    try:
+        subprocess.run(run, check=True, capture_output=True, text=True)
+        wait_for(lambda: subprocess.run([*engine, "exec", name, "imposition", "process", "healthcheck"],
+                                        capture_output=True).returncode == 0, 120, 1.0, f"{role}'s health check")
+        outcome["ready_s"] = round(time.monotonic() - started, 1)
+        subprocess.run([*engine, "stop", "-t", str(stop_timeout_s(role)), name], check=True, capture_output=True)
+        state = subprocess.run([*engine, "inspect", name, "--format", "{{.State.ExitCode}}"],
+                               capture_output=True, text=True).stdout.strip()
+        outcome["exit_code"] = int(state)
+    except (TimeoutError, subprocess.CalledProcessError, ValueError) as exc:
+        outcome["error"] = str(exc)
+    finally:
+        logs = subprocess.run([*engine, "logs", name], capture_output=True, text=True)
+        (RUN_DIR / f"container-{role}.log").write_text(logs.stdout + logs.stderr)
+        if "exit_code" not in outcome:
+            outcome["log_tail"] = (logs.stdout + logs.stderr)[-1500:]
+        subprocess.run([*engine, "rm", "-f", name], capture_output=True)
+    return outcome
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     RUN_DIR.mkdir(parents=True, exist_ok=True)
@@ -68,9 +110,10 @@ def main(argv: list[str] | None = None) -> int:
                *(o for option in args.run_option for o in shlex.split(option)),
                *(f"--env={k}={v}" for k, v in container_env.items()), args.image]
         started = time.monotonic()
-        subprocess.run(run, check=True, capture_output=True, text=True)
         result: dict = {"image": args.image}
         try:
+            subprocess.run(run, check=True, capture_output=True, text=True)  # in the try: a failed run is removed too
+
             def healthy() -> str | None:
                 done = subprocess.run([*engine, "exec", name, "imposition", "process", "healthcheck"],
                                       capture_output=True, text=True)
@@ -102,8 +145,10 @@ def main(argv: list[str] | None = None) -> int:
                 subprocess.run([*engine, "logs", name], capture_output=True, text=True).stdout
                 + subprocess.run([*engine, "logs", name], capture_output=True, text=True).stderr)
             subprocess.run([*engine, "rm", "-f", name], capture_output=True)
+        result["roles"] = {role: _role_check(engine, args, env, role) for role in OTHER_ROLES}
     ok = (result.get("uid", 0) != 0 and result.get("exit_code") == 0
-          and result.get("jobs") == [("succeeded", 1, None)] * 2 and result["health"]["status"] == "ok")
+          and result.get("jobs") == [("succeeded", 1, None)] * 2 and result["health"]["status"] == "ok"
+          and all(r.get("exit_code") == 0 for r in result["roles"].values()))
     result["ok"] = ok
     print(json.dumps(result))
     return 0 if ok else 1

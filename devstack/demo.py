@@ -55,6 +55,8 @@ from devstack.stack import (
     Supervisor,
     beat_command,
     flower_command,
+    flower_login,
+    free_port,
     poll_stale_after_s,
     prometheus_command,
     relay_make_signals,
@@ -69,6 +71,8 @@ if TYPE_CHECKING:  # imported where the stack starts
 RUN_DIR = REPO / ".run"
 #: What each prefork child of a worker logs once its AWS clients are open (tasks.celery_app).
 SLOT_WARM = "slot warmed up"
+#: The user of the local Flower's login; its password is generated at each start and printed.
+FLOWER_USER = "operator"
 OUT_DIR = REPO / "out"
 SAMPLES = REPO / "samples"
 
@@ -295,7 +299,7 @@ class Demo:
         self.say(f"• starting celery worker -Q {s.imposition_queue} -c {s.slots_per_node}, "
                  f"a maintenance worker, a notifications worker, beat, Flower and a webhook receiver …")
         # observability: one metrics port per worker node; Flower on the events side channel
-        ports = {"imposer": _free_port(), "maintenance": _free_port()}
+        ports = {"imposer": free_port(), "maintenance": free_port()}
         self.metrics_urls = {node: f"http://127.0.0.1:{p}/metrics" for node, p in ports.items()}
         imposer = self.start("worker-imposition", worker_command(s.imposition_queue, s.slots_per_node, "imposer"),
                              WORKER_READY, {**env, "IMPOSITION_METRICS_PORT": str(ports["imposer"])}, consumer=True)
@@ -303,12 +307,13 @@ class Demo:
                    {**env, "IMPOSITION_METRICS_PORT": str(ports["maintenance"])}, consumer=True)
         self.start("worker-notifications", worker_command(s.notifications_queue, 2, "notifier"), WORKER_READY, env,
                    consumer=True)
-        beat_port = _free_port()  # beat's /healthz (not scraped: its /metrics has only process metrics)
+        beat_port = free_port()  # beat's /healthz (not scraped: its /metrics has only process metrics)
         self.start("beat", beat_command(RUN_DIR / "beat-schedule"), BEAT_READY,
                    {**env, "IMPOSITION_METRICS_PORT": str(beat_port)})
-        port = _free_port()
-        # Flower binds 127.0.0.1 here, so its HTTP API may answer without authentication (Flower 2.x).
-        self.flower = self.start("flower", flower_command(port), None, {**env, "FLOWER_UNAUTHENTICATED_API": "true"})
+        port = free_port()
+        # Flower on 127.0.0.1 behind a login made now, sealed with the local KMS key, as in production
+        flower_env, password = flower_login(port, FLOWER_USER)
+        self.flower = self.start("flower", flower_command(), None, {**env, **flower_env})
         self.prometheus_url = self.start_prometheus(env, ports)
         # Submit only once every slot has its AWS clients: a fair start for every tenant.
         wait_for(lambda: imposer.log().count(SLOT_WARM) >= s.slots_per_node, 60, what="warm slots")
@@ -324,7 +329,7 @@ class Demo:
             self.say(f"• Prometheus: {self.prometheus_url} (scrapes both nodes, alert rules loaded: "
                      f"{self.alerts_url()})")
         self.say(f"• in another terminal: . {(RUN_DIR / 'env').relative_to(REPO)} && .venv/bin/imposition status")
-        return f"http://127.0.0.1:{port}/"
+        return f"http://127.0.0.1:{port}/ (log in as {FLOWER_USER}, password {password})"
 
     def alerts_url(self) -> str:
         """Prometheus's page of the alert rules: ``/alerts``, or ``/classic/alerts`` on the 2.x
@@ -353,7 +358,7 @@ class Demo:
                                          {node: f"127.0.0.1:{port}" for node, port in ports.items()})
         data_dir = RUN_DIR / "prometheus-data"
         shutil.rmtree(data_dir, ignore_errors=True)  # this run's series only
-        port = _free_port()
+        port = free_port()
         retention = f"{s.capacity_weeks * 7 + 7}d"
         self.start("prometheus", prometheus_command(config, data_dir, port, retention=retention),
                    PROMETHEUS_READY, env)
@@ -603,12 +608,6 @@ def outcome_lines(metrics_texts: list[str]) -> list[str]:
             for outcome, count in sorted(counts.items()) if count]
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _raise_keyboard_interrupt(signum, frame):

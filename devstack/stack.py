@@ -26,8 +26,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from imposition.observability.events import FLOWER_OPTIONS
-from imposition.common.settings import get_settings
 from imposition.common.tenancy import validate_tenant_id
 from imposition.webhooks.receiver import CONFIRMATIONS_PATH, HOOK_PATH, READY_MARKER
 
@@ -141,6 +139,7 @@ class ManagedProcess:
         log_path: file that receives stdout and stderr (emptied first: its "ready" line must be new).
         env: extra environment variables on top of this process's environment.
         ready_marker: text whose appearance in the log means "ready" (None: don't wait).
+        cwd: its working directory (default: the repository; ``python -m`` puts it on the path).
         ready_timeout_s: how long to wait for it.
 
     Raises:
@@ -150,8 +149,9 @@ class ManagedProcess:
     """
 
     def __init__(self, cmd: Sequence[str], log_path: Path, *, env: dict[str, str] | None = None,
-                 ready_marker: str | None = None, ready_timeout_s: float = 60.0) -> None:
+                 ready_marker: str | None = None, ready_timeout_s: float = 60.0, cwd: Path | None = None) -> None:
         self.cmd = list(cmd)
+        self.cwd = cwd or REPO
         self.log_path = log_path
         self.env = dict(env or {})
         self.ready_marker = ready_marker
@@ -160,7 +160,7 @@ class ManagedProcess:
         self._log = open(log_path, "wb")
         self.started_at = time.time()
         self.proc = subprocess.Popen(
-            self.cmd, cwd=REPO, env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
+            self.cmd, cwd=self.cwd, env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             preexec_fn=_parent_death_signal(),
         )
@@ -232,7 +232,7 @@ class ManagedProcess:
             n += 1
         self.log_path.rename(self.log_path.with_name(f"{self.log_path.name}.{n}"))
         return type(self)(self.cmd, self.log_path, env=self.env, ready_marker=self.ready_marker,
-                          ready_timeout_s=self.ready_timeout_s)
+                          ready_timeout_s=self.ready_timeout_s, cwd=self.cwd)
 
 
 class SupervisionFailed(RuntimeError):
@@ -365,6 +365,15 @@ def stop_all(processes: Sequence[ManagedProcess], timeout_s: float = 20.0) -> No
         proc.stop(max(0.0, deadline - time.monotonic()))
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel's choice)."""
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def celery_command(*args: str, app: str = "tasks") -> list[str]:
     """``python -m celery -A <app> <args…>`` with this interpreter."""
     return [sys.executable, "-m", "celery", "-A", app, *args]
@@ -399,24 +408,26 @@ def prometheus_command(config_path: Path, data_dir: Path, port: int, *, retentio
 #: What each process prints once it is ready.
 WORKER_READY = "ready."
 BEAT_READY = "beat: Starting"
+FLOWER_READY = "Visit me at"
 PROMETHEUS_READY = "Server is ready to receive web requests."
 
 
-def flower_command(port: int, *, address: str = "127.0.0.1", app: str = "tasks") -> list[str]:
-    """Command line of Flower reading the events side channel: ``celery -A tasks --broker=<events URL>
-    flower --port=… --address=… --enable_events=False``.
+def flower_command() -> list[str]:
+    """``imposition process run flower`` with this interpreter (:mod:`tasks.processes`): Flower on the
+    events side channel behind its login, listening where the settings in its environment say
+    (``IMPOSITION_FLOWER_ADDRESS``, ``IMPOSITION_FLOWER_PORT``); :func:`flower_login` makes the login."""
+    return [sys.executable, "-m", "imposition.cli.main", "process", "run", "flower"]
 
-    Flower's HTTP API (``/api/...``) also needs authentication or ``FLOWER_UNAUTHENTICATED_API=true``
-    in its environment (Flower 2.x).
 
-    Raises:
-        ValueError: ``events_url`` is empty (no side channel configured).
-    """
-    url = get_settings().events_url
-    if not url:
-        raise ValueError("events_url is empty: Flower needs the events side channel (IMPOSITION_EVENTS_URL)")
-    return celery_command(f"--broker={url}", "flower", f"--port={port}", f"--address={address}",
-                          *FLOWER_OPTIONS, app=app)
+def flower_login(port: int, user: str = "operator") -> tuple[dict[str, str], str]:
+    """A local Flower's settings: 127.0.0.1:``port`` and a new login for ``user`` sealed with the local
+    stack's KMS key (:func:`imposition.observability.flower.new_login`); returns (its environment, the
+    password)."""
+    from imposition.observability.flower import CIPHERTEXT_ENV, new_login  # noqa: PLC0415 - KMS when started
+
+    ciphertext, password = new_login(user)
+    return {"IMPOSITION_FLOWER_ADDRESS": "127.0.0.1", "IMPOSITION_FLOWER_PORT": str(port),
+            CIPHERTEXT_ENV: ciphertext}, password
 
 
 class ReceiverProcess:

@@ -8,8 +8,14 @@ imposition queue. In the worker's main process::
                     ├─ passes ─► the node consumes as usual; imposition_engine_ready{engine} = 1
                     └─ fails ──► cancel_task_queue(imposition): nothing is received; the reason is
                                  logged at ERROR; imposition_engine_ready = 0, imposition_engine_check_failures_total{reason} + 1
-    every pdftoolbox_check_interval_s (a daemon thread) ─► check again; a change is applied on the
-                    worker's event loop: add_task_queue once a check passes, cancel again once one fails
+    then again (a daemon thread) ─► a change is applied on the worker's event loop: add_task_queue
+                    once a check passes, cancel again once one fails
+
+A canary run that gets its licence spends a licence run, so checks are at most every
+``pdftoolbox_check_interval_s`` (5 minutes by default; every 30 s was 2,880 runs a node a day).
+A node closed by a check that spent none (:data:`FREE_FAILURES`: the licence refused, too many
+slots) checks again after ``pdftoolbox_closed_check_interval_s``, so it reopens within that of the
+licence's return (:meth:`EngineGate.next_check_s`).
 
 ``worker_ready`` is sent after the consumer is set up and before its event loop receives the first
 message, so a node whose first check fails never receives a job. A job that meets a licence outage
@@ -33,6 +39,12 @@ from imposition.observability.metrics import get_metrics
 
 log = logging.getLogger(__name__)
 
+#: Reasons of a failed check that spent no licence run: pdfToolbox refused by the licence servers
+#: (exit code 100: it ran nothing), or not started because the worker's slots exceed the licence. An
+#: ``installation`` failure may come from a run that had its licence (exit codes 101 to 104), so it
+#: waits the full interval, as ``engine`` does.
+FREE_FAILURES = frozenset({"licence", "processes"})
+
 
 class EngineGate:
     """The gate of one node: applies each :class:`EngineCheck` to the consumer of the imposition queue.
@@ -49,12 +61,15 @@ class EngineGate:
         self.engine = engine
         #: True while the node consumes the imposition queue.
         self.open = True
+        #: The reason of the last check's verdict (``ok`` or a failure's).
+        self.last_reason = "ok"
         self._last_detail: str | None = None
         self._lock = threading.Lock()
 
     def apply(self, verdict: EngineCheck) -> None:
         """Open or close the node for ``verdict`` (on the event loop, or before it runs), record the
         metrics and log a change (a failure at ERROR, naming its reason and what failed)."""
+        self.last_reason = verdict.reason
         try:
             self._switch(verdict)
         except Exception as exc:  # noqa: BLE001 - on the event loop: never stop the worker; the next check retries
@@ -80,12 +95,21 @@ class EngineGate:
                 self._last_detail = verdict.detail
                 log.error("engine check failed again (%s), still taking no jobs: %s", verdict.reason, verdict.detail)
 
-    def recheck_forever(self, pool_processes: int, stop: threading.Event) -> None:
-        """Check every ``pdftoolbox_check_interval_s`` until ``stop``; each verdict is handed to the
-        event loop (the consumer is not thread-safe), or applied here when the worker has none."""
+    def next_check_s(self) -> float:
+        """Seconds from the last check to the next: ``pdftoolbox_check_interval_s``, or
+        ``pdftoolbox_closed_check_interval_s`` (never longer) after a failure that spent no licence
+        run (:data:`FREE_FAILURES`)."""
         settings = get_settings()
-        while not stop.wait(settings.pdftoolbox_check_interval_s):
+        if self.last_reason in FREE_FAILURES:
+            return min(settings.pdftoolbox_closed_check_interval_s, settings.pdftoolbox_check_interval_s)
+        return settings.pdftoolbox_check_interval_s
+
+    def recheck_forever(self, pool_processes: int, stop: threading.Event) -> None:
+        """Check again :meth:`next_check_s` after each check until ``stop``; each verdict is handed to
+        the event loop (the consumer is not thread-safe), or applied here when the worker has none."""
+        while not stop.wait(self.next_check_s()):
             verdict = checked(pool_processes)
+            self.last_reason = verdict.reason  # here too: the event loop may apply it after the next wait began
             hub = getattr(self.consumer, "hub", None)
             if hub is not None:
                 hub.call_soon(self.apply, verdict)

@@ -11,7 +11,8 @@ maintenance  celery worker -Q maintenance -c 1      receive close + stop margin 
 notifier     celery worker -Q notifications         a round's hard time limit + receive close    /healthz
              -c notifier_concurrency                + stop margin
 beat         celery beat                            stop margin (it holds no work)               /healthz
-flower       celery flower (events side channel)    stop margin                                  Flower's
+flower       celery flower (events side channel,    stop margin                                  Flower's
+             its login unsealed, loopback)                                                      (no login)
 ===========  ===================================  ===========================================  ==========
 
 A planned stop is SIGTERM to the main process only (systemd ``KillMode=mixed``; in a container
@@ -34,7 +35,7 @@ from pathlib import Path
 
 from imposition.common.clocks import Clocks
 from imposition.common.settings import Settings, get_settings
-from imposition.observability.events import FLOWER_OPTIONS
+from imposition.observability import flower
 from imposition.observability.health import HEALTH_PATH
 from imposition.webhooks.delivery import round_time_limits
 
@@ -43,8 +44,6 @@ WORKER_FLAGS = ("--without-gossip", "--without-mingle", "--without-heartbeat")
 #: The metrics port (and /healthz) of each role but Flower in the units (one host may run them all)
 #: and the image.
 METRICS_PORTS = {"imposer": 9101, "maintenance": 9102, "notifier": 9103, "beat": 9104}
-#: Flower's port when FLOWER_PORT is not set (Flower's own default).
-FLOWER_DEFAULT_PORT = 5555
 
 
 class UnknownRole(ValueError):
@@ -104,7 +103,7 @@ def celery_args(name: str, s: Settings | None = None) -> list[str]:
         return ["-A", "tasks", "beat", "-l", "info", "-s", s.beat_schedule_path, "--pidfile="]
     if not s.events_url:
         raise ValueError("events_url is empty: Flower needs the events side channel (IMPOSITION_EVENTS_URL)")
-    return ["-A", "tasks", f"--broker={s.events_url}", "flower", *FLOWER_OPTIONS]
+    return ["-A", "tasks", f"--broker={s.events_url}", "flower", *flower.options(s)]
 
 
 def stop_timeout_s(name: str, s: Settings | None = None) -> int:
@@ -129,14 +128,19 @@ def stop_timeout_s(name: str, s: Settings | None = None) -> int:
 def run(name: str) -> None:
     """Replace this process with role ``name``'s (``exec``: the platform's signals reach Celery).
     A role without ``IMPOSITION_METRICS_PORT`` gets its port of :data:`METRICS_PORTS`, so its
-    /healthz answers where the health check asks.
+    /healthz answers where the health check asks. Flower gets its login, unsealed here, in its
+    environment (:mod:`imposition.observability.flower`).
 
     Raises:
         UnknownRole: no such role.
+        ValueError: flower without ``events_url``.
+        imposition.observability.flower.FlowerLoginError: flower without a login KMS opens.
     """
     args = celery_args(name)
     if name in METRICS_PORTS:
         os.environ.setdefault("IMPOSITION_METRICS_PORT", str(METRICS_PORTS[name]))
+    if name == "flower":
+        os.environ.update(flower.environment())
     os.execv(sys.executable, [sys.executable, "-m", "celery", *args])
 
 
@@ -148,7 +152,7 @@ def health_url(name: str, s: Settings | None = None) -> str:
     """
     s = s or get_settings()
     if role(name).name == "flower":
-        return f"http://127.0.0.1:{os.environ.get('FLOWER_PORT', FLOWER_DEFAULT_PORT)}/healthcheck"
+        return f"{flower.local_url(s)}/healthcheck"  # Flower's own, answered without the login
     return f"http://127.0.0.1:{s.metrics_port or METRICS_PORTS[name]}{HEALTH_PATH}"
 
 
@@ -168,11 +172,58 @@ def healthcheck(name: str, *, timeout_s: float = 5.0) -> tuple[bool, str]:
         return False, f"{url}: {exc}"
 
 
+#: The sandbox of every unit (``systemd-analyze security --offline=true`` rates it; the test
+#: tests/integration/test_processes.py holds every shipped unit to :data:`MAX_UNIT_EXPOSURE`). What
+#: the roles need stays allowed: their state directory (beat's schedule, pdfToolbox's own files in
+#: the user's home), a private /tmp (the engine's work folders, the Prometheus multiprocess files),
+#: Internet and local sockets (AWS, Redis, the licence server, the metrics port), child processes
+#: (the pool, the engine's child, pdfToolbox) and lowering their own limits (the engine child's
+#: address-space and CPU limits: glibc's setrlimit is the prlimit64 call, which @system-service
+#: keeps). Left out: MemoryDenyWriteExecute (pdfToolbox's JavaScript runlists may compile code),
+#: PrivateUsers (a licence's files and sockets keep their owners), PrivateNetwork, IPAddressDeny
+#: (AWS endpoints have no fixed addresses).
+UNIT_HARDENING = """\
+# The sandbox (docs/deploy-processes.md, "systemd"): read-only but for the state directory and a
+# private /tmp; no privileges, capabilities, devices, kernel or clock changes; sockets and system
+# calls limited to what a service uses.
+StateDirectory=imposition
+StateDirectoryMode=0750
+UMask=0027
+ProtectSystem=strict
+ProtectHome=yes
+PrivateTmp=yes
+PrivateDevices=yes
+PrivateMounts=yes
+NoNewPrivileges=yes
+CapabilityBoundingSet=
+RestrictSUIDSGID=yes
+ProtectClock=yes
+ProtectHostname=yes
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectKernelLogs=yes
+ProtectControlGroups=yes
+ProtectProc=invisible
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6
+RestrictNamespaces=yes
+RestrictRealtime=yes
+LockPersonality=yes
+RemoveIPC=yes
+SystemCallArchitectures=native
+SystemCallFilter=@system-service
+SystemCallFilter=~@privileged @resources
+SystemCallErrorNumber=EPERM
+"""
+#: The most exposure a shipped unit may have in ``systemd-analyze security`` (0 safest, 10 least safe).
+MAX_UNIT_EXPOSURE = 4.0
+
+
 def render_unit(name: str, s: Settings | None = None) -> str:
     """The systemd unit of role ``name``, in the style of Celery's ``extra/systemd`` units: an
     ``EnvironmentFile`` (``/etc/conf.d/imposition``), a dedicated user, the command in the
     foreground (``Type=simple``), SIGTERM to the main process only (``KillMode=mixed``: its pool
-    children finish their jobs) and ``TimeoutStopSec`` = :func:`stop_timeout_s`."""
+    children finish their jobs), ``TimeoutStopSec`` = :func:`stop_timeout_s`, and the sandbox
+    :data:`UNIT_HARDENING`."""
     s = s or get_settings()
     r = role(name)
     environment = ""
@@ -196,7 +247,7 @@ KillMode=mixed
 TimeoutStopSec={stop_timeout_s(name, s)}
 Restart=always
 RestartSec=5
-
+{UNIT_HARDENING}
 [Install]
 WantedBy=multi-user.target
 """

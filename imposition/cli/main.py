@@ -284,6 +284,8 @@ LAZY_COMMANDS = {
 
 
 @click.group(cls=ServiceGroup, lazy_subcommands=LAZY_COMMANDS["imposition"])
+@click.version_option(package_name="fair-imposition", prog_name="imposition",
+                      message="%(prog)s %(version)s")  # the installed distribution's version
 def main() -> None:
     """Fair, multi-tenant PDF imposition service."""
 

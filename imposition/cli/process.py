@@ -26,9 +26,13 @@ def process_group() -> None:
 def run_command(role: str) -> None:
     """Become ROLE's process (exec: SIGTERM reaches Celery; a planned stop drains). ROLE defaults to
     $IMPOSITION_PROCESS_ROLE."""
+    from imposition.observability.flower import FlowerLoginError  # noqa: PLC0415
     from tasks.processes import run  # noqa: PLC0415 - Celery only for this command
 
-    run(role)
+    try:
+        run(role)
+    except FlowerLoginError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 @process_group.command("healthcheck")
@@ -55,6 +59,32 @@ def units_command(directory: Path) -> None:
 
     for path in write_units(directory):
         click.echo(f"wrote {path}")
+
+
+@process_group.command("flower-login")
+@click.argument("user")
+@click.option("--password-env", metavar="NAME", default=None,
+              help="Take the password from this environment variable; without it one is generated and shown once.")
+def flower_login_command(user: str, password_env: str | None) -> None:
+    """Make Flower's login for USER, sealed with the service's KMS key: prints the line
+    IMPOSITION_FLOWER_LOGIN_CIPHERTEXT=... for the environment file of Flower's host (stdout), and a
+    generated password once (stderr). Needs kms:Encrypt (the operator's role)."""
+    import os  # noqa: PLC0415
+
+    from imposition.observability.flower import CIPHERTEXT_ENV, FlowerLoginError, new_login  # noqa: PLC0415
+
+    password = None
+    if password_env is not None:
+        password = os.environ.get(password_env)
+        if not password:
+            raise click.UsageError(f"--password-env {password_env}: that environment variable is empty or unset")
+    try:
+        ciphertext, password = new_login(user, password)
+    except FlowerLoginError as exc:  # a malformed user or password, or KMS refused
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"{CIPHERTEXT_ENV}={ciphertext}")
+    if password_env is None:
+        click.echo(f"Flower login: user {user}, password {password} (generated; shown only now)", err=True)
 
 
 @process_group.command("stop-timeouts")

@@ -38,6 +38,7 @@ from pynamodb.models import Model
 from imposition.common.aws_quotas import CLOUDFORMATION_RESOURCES, IAM_TRUST_POLICY, policy_characters
 from imposition.common.clocks import Clocks
 from imposition.common.retention import JOB_OBJECTS_PREFIX, cloudformation_lifecycle_rules
+from imposition.common.secrets import FLOWER_LOGIN_CONTEXT
 from imposition.common.settings import Settings
 from imposition.observability.alerts import runbook_url
 from leases.models import ALL_MODELS, TTL_ATTRIBUTES, ClusterItem, JobItem, LeaseItem, TenantItem, TokenClaimItem
@@ -209,6 +210,9 @@ def roles(settings: Settings) -> tuple[Role, ...]:
         Role("Flower", "Flower: reads the monitoring events (Redis) and the work queues' depth", (
             urls,
             _allow(("sqs:GetQueueAttributes",), all_queues),
+            # its login, sealed with the webhook key under a context of its own (imposition.observability.flower)
+            {**_allow(("kms:Decrypt",), [_arn("WebhookSecretsKey")]), "Condition": {"StringEquals": {
+                f"kms:EncryptionContext:{key}": value for key, value in FLOWER_LOGIN_CONTEXT.items()}}},
         )),
         Role("Operator", "the imposition command line of an operator: tenants, jobs, dead-letter queues, "
              "audit, status", (

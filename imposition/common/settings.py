@@ -533,9 +533,17 @@ class Settings(BaseSettings):
         "takes no jobs. None: not checked (a credit cartridge or a local licence without a process limit).",
     )
     pdftoolbox_check_interval_s: float = Field(
-        default=30.0, gt=0,
+        default=300.0, gt=0,
         description="How often an imposition worker of the pdftoolbox engine checks its engine and licence "
-        "(a canary run); a node that fails the check takes no jobs until one passes.",
+        "with a canary run, which spends a licence run (a process of the cartridge for its length, or its "
+        "credits): never more often than this. A node that fails the check takes no jobs until one passes.",
+    )
+    pdftoolbox_closed_check_interval_s: float = Field(
+        default=30.0, gt=0,
+        description="How soon a node closed by a check that spent no licence run (the licence was refused, "
+        "or more slots than the licence allows) checks again, so that it reopens "
+        "soon after the licence is back; at most pdftoolbox_check_interval_s. A check that ran pdfToolbox "
+        "and failed waits the full pdftoolbox_check_interval_s.",
     )
     pdftoolbox_check_time_limit_s: float = Field(
         default=30.0, gt=0,
@@ -549,6 +557,19 @@ class Settings(BaseSettings):
         "worker node: two workers on one host need two ports.",
     )
     metrics_address: str = Field(default="0.0.0.0", description="Address the metrics endpoint binds.")
+    flower_address: str = Field(
+        default="127.0.0.1",
+        description="Address Flower binds (`imposition process run flower`): loopback, so only this host reaches "
+        "it (an SSH tunnel, a reverse proxy); 0.0.0.0 publishes it (a container's port). It always asks for "
+        "its login (imposition.observability.flower).",
+    )
+    flower_port: int = Field(default=5555, ge=1, le=65_535, description="Port Flower listens on.")
+    flower_login_ciphertext: str = Field(
+        default="", repr=False,
+        description="Flower's HTTP basic-auth login (user:password) sealed with KMS under "
+        "webhook_secret_kms_key_id, base64; `imposition process flower-login USER` makes it. Flower does "
+        "not start without it.",
+    )
     metrics_dir: str = Field(
         default_factory=lambda: os.path.join(tempfile.gettempdir(), "imposition-metrics"),
         description="Parent of each worker node's prometheus-client multiprocess directory (one "

@@ -1,11 +1,12 @@
 """Tenants' webhook signing secrets, encrypted with KMS: the tenants table holds only ciphertext.
 
-A secret is encrypted with ``kms:Encrypt`` under ``Settings.webhook_secret_kms_key_id`` and the
-encryption context ``{"tenant_id": <tenant>}`` (so one tenant's ciphertext copied onto another's
-item does not decrypt), and stored as ``TenantItem.webhook_secret_ciphertext``. Whoever may read the
+A secret is sealed with KMS (:mod:`imposition.common.secrets`: ``Settings.webhook_secret_kms_key_id``)
+under the encryption context ``{"tenant_id": <tenant>}`` (so one tenant's ciphertext copied onto
+another's item does not decrypt), and stored as ``TenantItem.webhook_secret_ciphertext``. Whoever may read the
 tenants table, but not ``kms:Decrypt`` with that key, cannot sign a webhook: only the notifier (to
 sign) and the operator (to verify, ``imposition tenant``) need Decrypt. KMS encrypts up to 4,096
-bytes directly (KMS ``Encrypt`` API reference); a secret is far shorter (:data:`MAX_SECRET_BYTES`).
+bytes directly (KMS ``Encrypt`` API reference); a secret is far shorter
+(:data:`imposition.common.secrets.MAX_SECRET_BYTES`).
 
 Decrypted secrets are cached per process by ciphertext (a new secret is a new ciphertext), so a
 delivery round costs no KMS call after the tenant's first.
@@ -24,15 +25,13 @@ from dataclasses import dataclass, field
 from botocore.exceptions import ClientError
 from pynamodb.exceptions import UpdateError
 
-from imposition.common import aws
+from imposition.common import aws, secrets
 from imposition.common.settings import Settings, get_settings
 from imposition.webhooks.errors import WebhookConfigError
 from leases.models import TenantItem
 
 log = logging.getLogger(__name__)
 
-#: KMS ``Encrypt`` takes at most 4,096 bytes of plaintext.
-MAX_SECRET_BYTES = 4096
 _CONTEXT_KEY = "tenant_id"
 
 
@@ -50,20 +49,17 @@ def encrypt(tenant_id: str, secret: str, s: Settings | None = None) -> bytes:
     """``secret`` encrypted for ``tenant_id`` (KMS ciphertext blob).
 
     Raises:
-        WebhookConfigError: the secret is longer than :data:`MAX_SECRET_BYTES` in UTF-8.
+        WebhookConfigError: the secret is longer than KMS encrypts (4,096 bytes in UTF-8).
         SecretUnavailable: KMS refused (names the key and its answer).
     """
     s = s or get_settings()
-    data = secret.encode()
-    if len(data) > MAX_SECRET_BYTES:
-        raise WebhookConfigError(f"webhook secret: {len(data)} bytes is more than the {MAX_SECRET_BYTES} KMS encrypts")
     try:
-        answer = aws.client("kms").encrypt(KeyId=s.webhook_secret_kms_key_id, Plaintext=data,
-                                           EncryptionContext=_context(tenant_id))
+        return secrets.seal(secret, _context(tenant_id), s)
+    except ValueError as exc:
+        raise WebhookConfigError(f"webhook secret: {exc}") from None
     except ClientError as exc:
         raise SecretUnavailable(f"tenant {tenant_id!r}: KMS key {s.webhook_secret_kms_key_id!r} refused to encrypt "
                                 f"its webhook secret: {exc.response.get('Error', {}).get('Code')}: {exc}") from exc
-    return answer["CiphertextBlob"]
 
 
 def decrypt(tenant_id: str, ciphertext: bytes) -> str:
@@ -79,11 +75,10 @@ def decrypt(tenant_id: str, ciphertext: bytes) -> str:
 @functools.lru_cache(maxsize=4096)
 def _decrypt(tenant_id: str, ciphertext: bytes) -> str:
     try:
-        answer = aws.client("kms").decrypt(CiphertextBlob=ciphertext, EncryptionContext=_context(tenant_id))
+        return secrets.unseal(ciphertext, _context(tenant_id))
     except ClientError as exc:
         raise SecretUnavailable(f"tenant {tenant_id!r}: KMS refused to decrypt its webhook secret: "
                                 f"{exc.response.get('Error', {}).get('Code')}: {exc}") from exc
-    return answer["Plaintext"].decode()
 
 
 def secret_of(item: TenantItem) -> str | None:

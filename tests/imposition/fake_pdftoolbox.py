@@ -22,7 +22,9 @@ as variables:
 * ``standin_signal:<number>`` kill itself with that signal (a crash);
 * ``standin_sleep_s:<s>`` sleep first (a slow job);
 * ``standin_grandchild_pid_file:<path>`` start a grandchild (``sleep 600``) and write its pid there,
-  so a test can check the whole process group dies.
+  so a test can check the whole process group dies;
+* ``standin_run_log:<path>`` append one JSON line per run there, ``{"start": t, "end": t, "exit":
+  code}`` (Unix times), so a test can count the runs that got a licence (every exit but 100).
 """
 
 import json
@@ -33,8 +35,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-import pikepdf
 
 #: callas License Server's default port, and pdfToolbox's default wait for a licence (s).
 LICENCE_PORT = 1400
@@ -107,6 +107,8 @@ def main(argv: list[str]) -> int:
         grandchild = subprocess.Popen(["sleep", "600"])
         Path(variables["standin_grandchild_pid_file"]).write_text(str(grandchild.pid))
     time.sleep(float(variables.get("standin_sleep_s", 0)))
+    import pikepdf  # here: a run refused its licence ends without it, and a run's start is logged before it
+
     try:
         source = pikepdf.open(source_path)
     except OSError:
@@ -136,5 +138,16 @@ def main(argv: list[str]) -> int:
     return int(variables.get("standin_exit_after_output", 0))
 
 
+def logged_main(argv: list[str]) -> int:
+    """:func:`main`, with its run appended to ``standin_run_log`` when that variable is given."""
+    start = time.time()
+    code = main(argv)
+    log = parse(argv)[3].get("standin_run_log")
+    if log:
+        with open(log, "a", encoding="utf-8") as runs:
+            runs.write(json.dumps({"start": start, "end": time.time(), "exit": code}) + "\n")
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(logged_main(sys.argv[1:]))

@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -31,6 +32,7 @@ from devstack.localaws import MotoProcess
 from devstack.stack import BEAT_READY, WORKER_READY, ReceiverProcess, stop_all
 from imposition.cli.template import roles
 from imposition.common.clocks import Clocks
+from imposition.common.secrets import FLOWER_LOGIN_CONTEXT
 from imposition.common.settings import Settings
 from leases.models import ALL_MODELS
 from tests.admission.helpers import SAMPLE_PDF, free_port
@@ -185,10 +187,11 @@ def test_each_process_kind_does_its_work_under_its_own_role(deployed, tmp_path):
     receiver = ReceiverProcess(tmp_path / "receiver.log", env=endpoint_env(deployed.url, deployed.admin))
     port = free_port()
     variables = {"TENANT": tenant, "HOOK_URL": receiver.url(tenant), "HOOK_SECRET": SECRET,
-                 "INPUT_PDF": str(SAMPLE_PDF), "FLOWER_PORT": str(port), "STATE_DIRECTORY": str(tmp_path)}
+                 "INPUT_PDF": str(SAMPLE_PDF), "IMPOSITION_FLOWER_PORT": str(port), "STATE_DIRECTORY": str(tmp_path)}
     processes: dict[str, CeleryProcess] = {}
     try:
-        run_block("operator", {**deployed.env("operator"), **variables}, tmp_path)
+        for nth in (0, 1):  # Flower's login; the tenant
+            run_block("operator", {**deployed.env("operator"), **variables}, tmp_path, nth=nth)
         for role, lines in doc_blocks("process"):
             assert len(lines) == 1, f"docs/deploy.md, process {role}: one command a block"
             process = CeleryProcess(["bash", "-c", f"exec {lines[0]}"], tmp_path / f"{role}.log",
@@ -211,7 +214,7 @@ def test_each_process_kind_does_its_work_under_its_own_role(deployed, tmp_path):
         assert job()["status"]["S"] == "succeeded"
         assert receiver.tenant_counts(tenant)["confirmed"] == 1
         assert "imposer@" in job()["worker"]["S"]  # the doc's node name, under the imposer role
-        shown = run_block("operator", {**deployed.env("operator"), **variables}, tmp_path, nth=1)
+        shown = run_block("operator", {**deployed.env("operator"), **variables}, tmp_path, nth=2)
         assert job_id in shown and "succeeded" in shown
         # the caller reads its job and downloads its plate with its own role
         for args in (("job", "show", job_id), ("job", "download", job_id, "-o", str(tmp_path / "plate.pdf"))):
@@ -225,6 +228,8 @@ def test_each_process_kind_does_its_work_under_its_own_role(deployed, tmp_path):
             wait_for(lambda ran=ran: ran.search(maintenance.log()), 30, what=f"{task} run by the maintenance worker")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthcheck", timeout=10) as answer:
             assert answer.read() == b"OK"
+        with pytest.raises(urllib.error.HTTPError, match="401"):  # its pages ask for the login it unsealed
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/tasks", timeout=10)
         for process in processes.values():  # a refusal a process caught and logged would show here
             assert "AccessDenied" not in process.log() and "not authorized" not in process.log(), process.log()[-3000:]
     finally:
@@ -315,13 +320,30 @@ def test_the_webhook_key_encrypts_for_the_operator_and_decrypts_for_the_notifier
         assert "not authorized to perform: kms:" in str(denied.value), (role, denied.value)
 
 
+def test_flower_decrypts_its_login_and_only_under_its_context(deployed):
+    """Flower's role may decrypt with the webhook key (its login, imposition.observability.flower); a
+    caller may not. moto does not evaluate IAM conditions, so that the decrypt is allowed only under
+    the login's encryption context (imposition.common.secrets.FLOWER_LOGIN_CONTEXT), not a tenant's
+    webhook secret, is checked in the rendered policy."""
+    key = settings().webhook_secret_kms_key_id
+    operator, flower, caller = (deployed.client("kms", deployed.roles[role]) for role in ("operator", "flower", "caller"))
+    login = operator.encrypt(KeyId=key, Plaintext=b"ops:" + SECRET.encode(),
+                             EncryptionContext=FLOWER_LOGIN_CONTEXT)["CiphertextBlob"]
+    assert flower.decrypt(CiphertextBlob=login, EncryptionContext=FLOWER_LOGIN_CONTEXT)["Plaintext"].startswith(b"ops:")
+    with pytest.raises(ClientError, match="not authorized to perform: kms:Decrypt"):
+        caller.decrypt(CiphertextBlob=login, EncryptionContext=FLOWER_LOGIN_CONTEXT)
+    (decrypt,) = [statement for role in roles(settings()) if role.name == "Flower" for statement in role.statements
+                  if "kms:Decrypt" in statement["Action"]]
+    assert decrypt["Condition"] == {"StringEquals": {"kms:EncryptionContext:purpose": "flower-login"}}
+
+
 def test_the_capacity_envelope_of_the_deploy_doc(deployed, tmp_path):
     """The doc's envelope commands (section 9): the slot counter binds first, at 94 nodes; in 16
     items the give way's read of 200 waiting tenants binds first, at 450, and the counter at 600
     (25 ms transactions)."""
     production = {"IMPOSITION_SLOTS_PER_NODE": "8", "IMPOSITION_HEARTBEAT_INTERVAL_S": "60",
                   "IMPOSITION_LEASE_TTL_S": "600", "IMPOSITION_NODE_TTL_S": "180"}  # the session's are short
-    lines = run_block("operator", {**deployed.env("operator"), **production}, tmp_path, nth=2).splitlines()
+    lines = run_block("operator", {**deployed.env("operator"), **production}, tmp_path, nth=3).splitlines()
     one, sixteen = lines[1:9], lines[10:]
     assert lines[9].startswith("limit") and len(sixteen) == 8, lines
     assert one[0].startswith("cluster item 'slots' (transaction conflicts)") and one[0].split()[-1] == "94", lines

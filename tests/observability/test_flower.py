@@ -1,8 +1,8 @@
 """Flower over the Redis events side channel while the jobs themselves run on SQS.
 
-A real worker consumes SQS; Flower is started as operators start it (``celery -A tasks
---broker=<events URL> flower``, :func:`devstack.stack.flower_command`); jobs are submitted
-from this process (a publisher: its ``task-sent`` goes through the side channel too). Flower's HTTP
+A real worker consumes SQS; Flower is started as operators start it (``imposition process run
+flower``, :func:`devstack.stack.flower_command`: on 127.0.0.1, behind a login sealed with the local
+KMS key, which it refuses every page and API call without); jobs are submitted from this process (a publisher: its ``task-sent`` goes through the side channel too). Flower's HTTP
 API must show each job under its job id, with its tenant in the kwargs (a column of the task list)
 and its final state; a delivery that parks its job is a retry there, a spare delivery nothing, so
 the worker's "Processed" and "Succeeded" count runs of jobs.
@@ -10,16 +10,21 @@ the worker's "Processed" and "Succeeded" count runs of jobs.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
+import urllib.error
 import urllib.request
 import uuid
+from dataclasses import dataclass
+from email.message import Message
 
+import psutil
 import pytest
 
 from leases.models import JobItem
 from leases.tenants import set_cap
-from devstack.stack import ManagedProcess, flower_command
+from devstack.stack import ManagedProcess, flower_command, flower_login
 from tests.conftest import reset_aws
 from tests.leases.helpers import claim_of
 from tests.observability.support import CASES, N_UP, free_port
@@ -32,29 +37,77 @@ from tests.support.processes import start_worker, wait_for
 WORKER = f"imposer-flower-{uuid.uuid4().hex[:8]}"
 
 
+@dataclass(frozen=True)
+class Flower:
+    """A running Flower: its base URL, its login, and its process."""
+
+    url: str
+    user: str
+    password: str
+    process: ManagedProcess
+
+    def get(self, path: str, *, login: tuple[str, str] | None = None) -> tuple[int, Message, bytes]:
+        """GET ``path`` with ``login`` (user, password) as HTTP basic authentication, or none:
+        (status, headers, body)."""
+        request = urllib.request.Request(f"{self.url}{path}")
+        if login is not None:
+            request.add_header("Authorization", "Basic " + base64.b64encode(":".join(login).encode()).decode())
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, response.headers, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.headers, error.read()
+
+    def read(self, path: str) -> bytes:
+        """The body of ``path``, fetched with the login (fails the test on any status but 200)."""
+        status, _, body = self.get(path, login=(self.user, self.password))
+        assert status == 200, (path, status, body[:300])
+        return body
+
+
 @pytest.fixture(scope="module")
 def flower(tmp_path_factory):
-    """A worker on SQS and Flower on the events channel; yields Flower's base URL."""
+    """A worker on SQS and Flower on the events channel; yields (:class:`Flower`, the worker)."""
     reset_aws()
     tmp = tmp_path_factory.mktemp("flower")
     port = free_port()
-    ui = ManagedProcess(flower_command(port), tmp / "flower.log", env={"FLOWER_UNAUTHENTICATED_API": "true"},
-                        ready_marker="Visit me at")
+    env, password = flower_login(port, "operator")
+    ui = ManagedProcess(flower_command(), tmp / "flower.log", env=env, ready_marker="Visit me at")
     # A node name of its own: every session's workers send their events to the same Redis channel,
     # so an "imposer@" of a test in another xdist process would be counted here too.
     worker = start_worker(tmp, concurrency=2, name=WORKER)
-    yield f"http://127.0.0.1:{port}", worker
+    yield Flower(f"http://127.0.0.1:{port}", "operator", password, ui), worker
     worker.stop()
     ui.stop()
 
 
-def flower_tasks(base: str, **query: str) -> dict:
+def flower_tasks(flower: Flower, **query: str) -> dict:
     qs = "&".join(f"{k}={v}" for k, v in query.items())
-    with urllib.request.urlopen(f"{base}/api/tasks?{qs}", timeout=10) as response:
-        return json.loads(response.read())
+    return json.loads(flower.read(f"/api/tasks?{qs}"))
 
 
-def final_state(base: str, job_id: str) -> dict | None:
+def test_flower_refuses_every_page_and_api_call_without_its_login(flower):
+    flower, _ = flower
+    for path in ("/", "/tasks", "/workers?json=1", "/api/tasks"):
+        status, headers, _ = flower.get(path)
+        assert status == 401, (path, status)
+        if not path.startswith("/api/"):  # a browser asks for the login (Flower's API answers 401 bare)
+            assert headers.get("WWW-Authenticate", "").startswith("Basic"), (path, dict(headers))
+        status, _, _ = flower.get(path, login=(flower.user, flower.password + "x"))
+        assert status == 401, (path, status)
+        status, _, _ = flower.get(path, login=("someone", flower.password))
+        assert status == 401, (path, status)
+        status, _, _ = flower.get(path, login=(flower.user, flower.password))
+        assert status == 200, (path, status)
+    # the platform's health check needs no login (Flower's own /healthcheck)
+    assert flower.get("/healthcheck")[::2] == (200, b"OK")
+    # and it listens on loopback only (Settings.flower_address)
+    listening = {c.laddr.ip for c in psutil.Process(flower.process.pid).net_connections("inet")
+                 if c.status == psutil.CONN_LISTEN}
+    assert listening == {"127.0.0.1"}, listening
+
+
+def final_state(base: Flower, job_id: str) -> dict | None:
     task = flower_tasks(base).get(job_id)
     return task if task and task["state"] in ("SUCCESS", "FAILURE") else None
 
@@ -78,10 +131,9 @@ def test_a_job_run_from_sqs_shows_in_flower_with_its_tenant_and_final_state(flow
     assert all(f"'tenant_id': '{tenant}'" in t["kwargs"] for t in found.values())
 
 
-def worker_counts(base: str) -> dict:
+def worker_counts(flower: Flower) -> dict:
     """Flower's per-worker event counts (its workers page: "Processed" is ``task-received``) of the imposer."""
-    with urllib.request.urlopen(f"{base}/workers?json=1", timeout=10) as response:
-        rows = json.loads(response.read())["data"]
+    rows = json.loads(flower.read("/workers?json=1"))["data"]
     row = next(r for r in rows if r.get("hostname", "").startswith(f"{WORKER}@"))
     return {k: int(row.get(k) or 0) for k in ("task-received", "task-started", "task-succeeded", "task-retried")}
 
@@ -119,6 +171,5 @@ def test_a_park_is_a_retry_in_flower_and_only_runs_count_as_processed(flower):
     assert delta == {"task-received": 1, "task-started": 1, "task-succeeded": 1, "task-retried": 1}, delta
     task = flower_tasks(flower)[job_id]
     assert task["state"] == "SUCCESS" and task["received"] is not None and task["started"] is not None
-    with urllib.request.urlopen(f"{flower}/tasks", timeout=10) as response:
-        page = response.read().decode()
+    page = flower.read("/tasks").decode()
     assert 'data-column="kwargs"' in page  # the task list shows each task's tenant
