@@ -201,7 +201,9 @@ def roles(settings: Settings) -> tuple[Role, ...]:
             _allow(DYNAMODB_READ, _table_arns(TenantItem)),
             _allow(DYNAMODB_READ + ("dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"), _table_arns(JobItem)),
             _allow(SQS_CONSUME + SQS_SEND, [queue[notifications]]),
-            _allow(("kms:Decrypt",), [_arn("WebhookSecretsKey")]),
+            # tenants' webhook secrets only: a ciphertext sealed under a tenant's context (imposition.common.secrets)
+            {**_allow(("kms:Decrypt",), [_arn("WebhookSecretsKey")]),
+             "Condition": {"Null": {"kms:EncryptionContext:tenant_id": "false"}}},
         )),
         Role("Beat", "celery beat: publishes the periodic maintenance tasks", (
             urls,

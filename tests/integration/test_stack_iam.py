@@ -322,7 +322,7 @@ def test_the_webhook_key_encrypts_for_the_operator_and_decrypts_for_the_notifier
 
 def test_flower_decrypts_its_login_and_only_under_its_context(deployed):
     """Flower's role may decrypt with the webhook key (its login, imposition.observability.flower); a
-    caller may not. moto does not evaluate IAM conditions, so that the decrypt is allowed only under
+    caller may not; the notifier only under a tenant's context. moto does not evaluate IAM conditions, so that the decrypt is allowed only under
     the login's encryption context (imposition.common.secrets.FLOWER_LOGIN_CONTEXT), not a tenant's
     webhook secret, is checked in the rendered policy."""
     key = settings().webhook_secret_kms_key_id
@@ -335,6 +335,10 @@ def test_flower_decrypts_its_login_and_only_under_its_context(deployed):
     (decrypt,) = [statement for role in roles(settings()) if role.name == "Flower" for statement in role.statements
                   if "kms:Decrypt" in statement["Action"]]
     assert decrypt["Condition"] == {"StringEquals": {"kms:EncryptionContext:purpose": "flower-login"}}
+    (notifier_decrypt,) = [statement for role in roles(settings()) if role.name == "Notifier"
+                           for statement in role.statements if "kms:Decrypt" in statement["Action"]]
+    assert notifier_decrypt["Condition"] == {"Null": {"kms:EncryptionContext:tenant_id": "false"}}, (
+        "the notifier decrypts tenants' secrets only, never Flower's login")
 
 
 def test_the_capacity_envelope_of_the_deploy_doc(deployed, tmp_path):
