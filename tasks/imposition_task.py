@@ -53,12 +53,12 @@ from imposition.common.tenancy import (
     validate_job_id,
     validate_tenant_id,
 )
-from tasks import storage
-from tasks.base import FairTask, JobResult
-from tasks.celery_app import app
-from tasks.outcomes import INFRASTRUCTURE_ERRORS
-from tasks.results import ImpositionResult, SubmissionRequired
-from tasks.submission import submit_job
+from . import storage
+from .base import FairTask, JobResult
+from .celery_app import app
+from .outcomes import INFRASTRUCTURE_ERRORS
+from .results import ImpositionResult, SubmissionRequired
+from .submission import submit_job
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ def cancel(job_id: str) -> JobItem:
     from leases.reads import read_job
     from leases import signals
     from leases.signals import JobOutcome
-    from tasks import app
-    from tasks.messages import publish_job
-    from tasks.wiring import install
+    from . import app
+    from .messages import publish_job
+    from .wiring import install
 
     install(app)  # this process's job_finished receivers: the webhook (idempotent)
 
@@ -68,7 +68,7 @@ def retry(job_id: str, *, max_attempts: int | None = None) -> Outcome:
     from leases import lifecycle
     from leases.errors import WrongJobStatus
     from leases.reads import read_job
-    from tasks.messages import publish_job
+    from .messages import publish_job
 
     job = read_job(job_id)
     if job.status not in lifecycle.RETRYABLE:  # refused as such, before any admission is spent

@@ -150,6 +150,6 @@ class ImpositionResult(AsyncResult):
                 job is never interrupted (``terminate`` is refused the same way).
             pynamodb.exceptions.DoesNotExist: no such job.
         """
-        from tasks.jobs import cancel  # noqa: PLC0415 - tasks.jobs imports the app's task modules
+        from .jobs import cancel  # noqa: PLC0415 - tasks.jobs imports the app's task modules
 
         cancel(self.id)
