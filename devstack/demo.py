@@ -3,11 +3,10 @@
 1. starts the local AWS endpoint (moto servers for SQS, S3 and DynamoDB) and checks Redis;
 2. provisions queues (with dead-letter queues), tables and bucket from the CloudFormation template;
 3. starts the processes of docs/design.md §7: an imposition worker (``-c 8``), a maintenance worker, a
-   notifications worker (webhooks), beat, Flower (reading monitoring events from the Redis side
-   channel), a local webhook receiver that verifies each tenant's signed webhooks and confirms
-   the jobs (lowering the tenant's admission in-flight count), and, where Debian's ``prometheus``
-   package is installed, a Prometheus server scraping every worker node's metrics endpoint and
-   loading the shipped alert rules (:mod:`imposition.observability.alerts`);
+   notifications worker (webhooks), beat, Flower (on the Redis events channel), a local webhook
+   receiver that verifies each tenant's signed webhooks and confirms the jobs, and, where Debian's
+   ``prometheus`` package is installed, a Prometheus server scraping every worker node and loading
+   the shipped alert rules (:mod:`imposition.observability.alerts`);
 4. submits a real multi-tenant workload: ``acme`` 40 jobs at once, then ``globex``, ``initech`` and
    ``umbrella`` 3 each, over the multi-page PDFs in ``samples/``;
 5. shows progress until every job is final, then prints the per-tenant table, writes the plate
@@ -21,11 +20,9 @@ restarted, up to ``Settings.supervise_max_restarts`` times; then, or if the webh
 embedded AWS endpoint dies (neither can be restarted without losing what the run needs), the run
 fails with exit 1 and the last log lines.
 
-Logs of every process go to ``.run/`` (``--run-dir``). One run at a time holds that directory
-(:class:`devstack.stack.RunDirectory`): a second ``make run`` in the same checkout, while one runs
-or keeps its stack up, refuses before it touches anything, naming the first (its pid, how it was
-started, how to stop it). Exit status: 0 when every job succeeded and every plate checked out, 1
-otherwise (also a refused second run).
+Logs go to ``.run/`` (``--run-dir``), held by one run at a time (:class:`devstack.stack.RunDirectory`):
+a second run there refuses before it touches anything, naming the first. Exit status: 0 when every
+job succeeded and every plate checked out, 1 otherwise (a refused second run too).
 """
 
 from __future__ import annotations
@@ -555,7 +552,8 @@ class Demo:
         png = write_png(report, OUT_DIR / "capacity-report.png")
         self.say(f"\n• capacity report ({len(report.days)} working days; "
                  f"`imposition capacity-report` for the daily table; chart {shown_path(png)}):")
-        for line in (*report.condition_lines(), report.verdict):
+        hours = report.hours.label() if report.hours is not None else "as given"
+        for line in (f"working hours: {hours}", *report.condition_lines(), report.verdict):
             self.say(f"  {line}")
 
     def keep_running(self) -> None:

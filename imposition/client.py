@@ -6,30 +6,22 @@
 
     result = client.submit_file("order-17.pdf", tenant_id="acme", token="order-17",
                                 layout={"layout": "saddle_stitch", "sheet": "A4"})
-    result.id                       # the job id
-    plate = result.get(timeout=300) # {"plate_key", "sheets", "sides", "warnings", ...}, or the job's typed error
-    client.result(job_id).state     # later, in any process: PENDING, STARTED, SUCCESS, FAILURE, REVOKED
+    plate = result.get(timeout=300)  # {"plate_key", "sheets", "sides", ...}, or the job's typed error
+    client.result(result.id).state   # later, in any process: PENDING, STARTED, SUCCESS, FAILURE, REVOKED
 
-:func:`submit` takes an input already in the bucket (``input_key``), :func:`submit_file` a local PDF
-(checked, then uploaded). Both run the service's admission and return the job's Celery
-``AsyncResult``, read from the jobs table (:mod:`tasks.results`); a refusal raises before anything
-is written (:mod:`imposition.admission`'s errors, ``InvalidLayout``, ``SubmissionFieldError``).
+:func:`submit` takes an input already in the bucket (``input_key``), :func:`submit_file` a local PDF.
+Both run the service's admission and return the job's ``AsyncResult``, read from the jobs table; a
+refusal raises before anything is written.
 
-**It imports no generic top-level name.** The service's Celery side is the top-level package
-``tasks`` and its Celery configuration the module ``celeryconfig``, the names Celery users expect.
-A calling Celery project often has its own ``tasks.py`` and ``celeryconfig.py``, first on
-``sys.path``. This module therefore:
+**It imports no generic top-level name.** A calling Celery project often has its own ``tasks.py``
+and ``celeryconfig.py`` first on ``sys.path``. So this module reads the service's configuration from
+the ``celeryconfig.py`` installed beside ``imposition``, by its file (unless ``CELERY_CONFIG_MODULE``
+names one, or the app is configured already), and uses the service's ``tasks`` package by that name
+only where the name is the service's; elsewhere it loads the same package as :data:`PRIVATE_NAME`
+(its modules import each other relatively). The caller's ``tasks`` and ``celeryconfig`` stay theirs,
+imported before or after. Why: docs/design.md, "The layout".
 
-* reads the service's configuration from the ``celeryconfig.py`` installed beside ``imposition``,
-  by its file, unless ``CELERY_CONFIG_MODULE`` names one (an override, as for every process of the
-  service) or the app is configured already; never another ``celeryconfig`` the path finds;
-* uses the service's ``tasks`` package under that name only where the name is the service's (in
-  the service's own processes); elsewhere it loads the same package under the private name
-  :data:`PRIVATE_NAME` (its modules import each other relatively), so the caller's ``tasks``
-  stays theirs, imported before or after this module.
-
-Settings come from ``IMPOSITION_*`` and AWS's own variables, as for every process of the service.
-Loading happens on the first call, never at import.
+Settings come from ``IMPOSITION_*`` and AWS's own variables. Loading happens on the first call.
 """
 
 from __future__ import annotations
