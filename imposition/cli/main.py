@@ -10,22 +10,30 @@ pattern), so ``imposition impose`` does not import the service stack.
 
 Exit status of every command (docs/operations.md, "Exit codes", the table a test runs): 0 ok; 1
 the command's own failure (no such job, drift left by ``audit``); 2 a refused or malformed request
-(an unknown tenant, ``refused: unknown_tenant: ...`` in every command; click's usage errors,
-``Error: ...`` first; a refused submission); 3 a service the command needs is unreachable (AWS
-endpoint, Redis, missing AWS credentials) or lacks a queue, table or bucket that ``imposition
-provision`` creates, reported in one line by :class:`ServiceGroup`, never as a traceback.
+(an unknown tenant, ``unknown_tenant: ...`` in every command; a usage error; a refused submission);
+3 a service the command needs is unreachable (AWS endpoint, Redis, missing AWS credentials) or
+lacks a queue, table or bucket that ``imposition provision`` creates. Every failure is one line,
+``Error: <what was wrong, the field, the limit>`` (:mod:`imposition.cli.failures`), never a traceback.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from imposition.cli.failures import (
+    ConfigurationError,
+    Refused,
+    ServiceUnavailable,
+    UsageFirst,
+    reason,
+    usage_first,
+    warn,
+)
 from imposition.engine.cli import layout_text, skip_exit_collection
 from imposition.common.tenancy import TenancyError, shown_value, validate_job_id, validate_tenant_id
 
@@ -90,13 +98,6 @@ TENANT_ID = IdentifierParam("tenant_id", validate_tenant_id)
 JOB_ID = IdentifierParam("job_id", validate_job_id)
 
 
-class ServiceUnavailable(click.ClickException):
-    """A service a command needs could not be reached, or lacks a resource that ``imposition
-    provision`` creates: one line on stderr, exit status 3."""
-
-    exit_code = 3
-
-
 #: AWS error codes of a queue, table or bucket that does not exist (was never provisioned, or the
 #: endpoint restarted empty): DynamoDB; SQS (query protocol, JSON protocol); S3.
 NOT_PROVISIONED_CODES = frozenset({
@@ -157,38 +158,6 @@ def settings_problem(exc: BaseException) -> str | None:
         hint = f" ({info.description})" if info is not None and info.description else ""
         lines.append(f"{prefix}{field.upper()}={shown_value(error.get('input'))}: {error['msg']}{hint}")
     return "invalid configuration: " + "; ".join(lines)
-
-
-class ConfigurationError(click.ClickException):
-    """A setting read from the environment is invalid: one line naming the variable, exit status 2."""
-
-    exit_code = 2
-
-
-class Refused(click.ClickException):
-    """The service refused the request (an unknown tenant, a refused submission): one line
-    ``refused: <message>`` on stderr, exit status 2."""
-
-    exit_code = 2
-
-    def show(self, file=None) -> None:
-        click.echo(f"refused: {self.format_message()}", err=file is None, file=file)
-
-
-class UsageFirst(click.UsageError):
-    """A usage error shown with the line that matters first: ``Error: <message>``, then click's
-    usage line and help hint (click itself puts those two lines first). Exit status 2."""
-
-    def show(self, file=None) -> None:
-        click.echo(f"Error: {self.format_message()}", err=file is None, file=file)
-        if self.ctx is not None:
-            hint = f"Try '{self.ctx.command_path} --help' for help." if self.ctx.command.get_help_option(self.ctx) else ""
-            click.echo(f"{self.ctx.get_usage()}\n{hint}".rstrip(), err=file is None, file=file)
-
-
-def usage_first(exc: click.UsageError) -> UsageFirst:
-    """``exc`` as a :class:`UsageFirst` (same message and context)."""
-    return exc if isinstance(exc, UsageFirst) else UsageFirst(exc.format_message(), exc.ctx)
 
 
 def require_known_tenant(tenant_id: str) -> None:
@@ -330,11 +299,9 @@ def submit(tenant_id: str, token: str, layout_option: str, max_attempts: int | N
     except UnknownTenant:  # ServiceGroup's one refusal line, as every command says it
         raise
     except (ValueError, LookupError, AdmissionRefused, ImpositionError) as exc:  # typed refusals
-        click.echo(f"refused: {type(exc).__name__}: {exc}", err=True)
-        sys.exit(2)
+        raise Refused(reason(exc)) from exc
     except AdmissionUnavailable as exc:
-        click.echo(f"unavailable: {exc}", err=True)
-        sys.exit(3)
+        raise ServiceUnavailable(reason(exc)) from exc
     click.echo(job_id)
 
 
@@ -361,7 +328,8 @@ def tenant_set_cap(tenant_id: str, cap: int | None, use_default: bool, burst_cap
     CAP is 0 to Settings.max_cap (1000 by default); 0 pauses the tenant until its cap is raised.
     Lowering a cap below the tenant's current in-flight count stops nothing that runs; the tenant
     is admitted again once its in-flight count drops below the new cap. Raising it wakes as many
-    of the tenant's waiting jobs as the new room allows, at once.
+    of the tenant's waiting jobs as the new room allows, at once. A cap (or burst) above the
+    cluster's live slots is accepted with a warning naming them: the slots bind until nodes join.
     """
     from leases import waiting
     from leases.tenants import set_cap
@@ -381,9 +349,24 @@ def tenant_set_cap(tenant_id: str, cap: int | None, use_default: bool, burst_cap
                          on_woken=lambda job: signals.job_woken.send(sender=None, job=job, reason="cap_change"))
     if woken:
         click.echo(f"woke {len(woken)} waiting job(s) of {tenant_id}", err=True)
+    _warn_above_live_slots(tenant_id, cap, burst_cap)
     from leases.tenants import describe_tenant
 
     click.echo(json.dumps(describe_tenant(tenant_id), indent=2, sort_keys=True))
+
+
+def _warn_above_live_slots(tenant_id: str, cap: int | None, burst_cap: int | None) -> None:
+    """Warn when a cap or burst just set exceeds the cluster's live slots (they bind first)."""
+    from leases import nodes  # noqa: PLC0415 (imported when run)
+
+    live = nodes.live_nodes()
+    slots = nodes.slots_total(live)
+    over = [f"{name} {value}" for name, value in (("cap", cap), ("burst", burst_cap)) if value is not None and value > slots]
+    if over:
+        where = (", ".join(f"{node} {n}" for node, n in sorted(live.items())) if live
+                 else "no node registered: capacity_nodes × slots_per_node")
+        warn(f"{' and '.join(over)} of {tenant_id} is above the cluster's {slots} live slots ({where}): "
+             f"{tenant_id} holds at most {slots} leases until nodes join")
 
 
 def run() -> None:
