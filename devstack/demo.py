@@ -321,12 +321,7 @@ class Demo:
         self.prometheus_url = self.start_prometheus(env, ports)
         # Submit only once every slot has its AWS clients: a fair start for every tenant.
         wait_for(lambda: imposer.log().count(SLOT_WARM) >= s.slots_per_node, 60, what="warm slots")
-        # The operator's shell is production-like: an unregistered (or mistyped) tenant is refused.
-        operator_env = {**env, "IMPOSITION_AUTO_REGISTER_TENANTS": "false",  # even if the shell says true
-                        "IMPOSITION_EVENTS_URL": s.events_url,
-                        "IMPOSITION_BEAT_SCHEDULE_PATH": str(self.run_dir.resolve() / "beat-schedule-operator")}
-        (self.run_dir / "env").write_text("".join(f"export {k}={v}\n" for k, v in operator_env.items())
-                                     + f'export PATH="{Path(sys.executable).parent}:$PATH"\n')  # the venv's commands
+        (self.run_dir / "env").write_text(env_file_text(operator_environment(env, s.events_url, self.run_dir)))
         self.say("• metrics: " + ", ".join(f"{node} {url}" for node, url in self.metrics_urls.items())
                  + f"; beat's health http://127.0.0.1:{beat_port}/healthz")
         if self.prometheus_url:
@@ -624,6 +619,20 @@ def _free_port() -> int:
 def _raise_keyboard_interrupt(signum, frame):
     STOP_REQUESTED.set()  # raised again by the next wait if Python swallows this one
     raise KeyboardInterrupt
+
+
+def operator_environment(env: dict[str, str], events_url: str, run_dir: Path) -> dict[str, str]:
+    """What ``.run/env`` sets for an operator's shell: the stack's ``env`` (endpoints, namespace), the
+    events channel, and, as in production, no auto-registration: an unregistered (or mistyped)
+    tenant is refused, even if the shell says otherwise (README, "Operating it")."""
+    return {**env, "IMPOSITION_AUTO_REGISTER_TENANTS": "false", "IMPOSITION_EVENTS_URL": events_url,
+            "IMPOSITION_BEAT_SCHEDULE_PATH": str(run_dir.resolve() / "beat-schedule-operator")}
+
+
+def env_file_text(variables: dict[str, str]) -> str:
+    """``.run/env``: an ``export`` line per variable, then the venv's commands first on ``PATH``."""
+    return ("".join(f"export {k}={v}\n" for k, v in variables.items())
+            + f'export PATH="{Path(sys.executable).parent}:$PATH"\n')
 
 
 def shown_path(path: Path) -> Path:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import click
 
 from imposition.cli.failures import (
+    CommandFailed,
     ConfigurationError,
     Refused,
     ServiceUnavailable,
@@ -279,14 +280,21 @@ def provision() -> None:
               help="Attempt budget, up to Settings.max_attempts_limit (default: Settings.max_attempts).")
 @click.option("--on-duplicate", type=click.Choice(["raise", "return"]), default="raise", show_default=True,
               help="A token already submitted: refuse (exit 2), or print the job id that holds it.")
+@click.option("--wait", "wait", is_flag=True,
+              help="After printing the job id, wait until the job ends and say how (exit 1 if it failed).")
+@click.option("--wait-timeout", "wait_timeout_s", type=click.FloatRange(min=0), default=600.0, show_default=True,
+              help="Seconds --wait waits at most.")
 @click.argument("input_pdf", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def submit(tenant_id: str, token: str, layout_option: str, max_attempts: int | None, on_duplicate: OnDuplicate,
-           input_pdf: Path) -> None:
-    """Upload INPUT_PDF under the tenant's prefix, submit it, and print the job id.
+           wait: bool, wait_timeout_s: float, input_pdf: Path) -> None:
+    """Upload INPUT_PDF under the tenant's prefix, submit it, and print the job id. With --wait, then
+    wait for the job's end and say it on stderr (its plate, or its typed error).
 
-    Exit status 2: refused (tenancy: a malformed or upper-case tenant id, an unknown tenant; layout;
-    an input that is empty, not a PDF, damaged, encrypted, without pages or over max_input_bytes:
-    nothing uploaded; admission: duplicate, rate limit, in-flight cap); 3: admission unavailable (Redis unreachable; nothing was published).
+    Exit status 1 (--wait): the job failed, was cancelled, or had not ended in time; 2: refused
+    (tenancy: a malformed or upper-case tenant id, an unknown tenant; layout; an input that is
+    empty, not a PDF, damaged, encrypted, without pages or over max_input_bytes: nothing uploaded;
+    admission: duplicate, rate limit, in-flight cap); 3: admission unavailable (Redis unreachable;
+    nothing was published).
     """
     from imposition.admission import AdmissionRefused, AdmissionUnavailable, UnknownTenant
     from imposition.engine import ImpositionError
@@ -303,6 +311,31 @@ def submit(tenant_id: str, token: str, layout_option: str, max_attempts: int | N
     except AdmissionUnavailable as exc:
         raise ServiceUnavailable(reason(exc)) from exc
     click.echo(job_id)
+    if wait:
+        _wait_for_job(job_id, wait_timeout_s)
+
+
+def _wait_for_job(job_id: str, timeout_s: float) -> None:
+    """Wait for ``job_id`` through its result (the jobs table) and say how it ended, on stderr.
+
+    Raises:
+        CommandFailed: it failed or was cancelled (its typed error), or it had not ended in time.
+    """
+    from celery.exceptions import TaskRevokedError, TimeoutError as ResultTimeout  # noqa: PLC0415 (when run)
+
+    from imposition import client  # noqa: PLC0415
+    from imposition.engine.errors import ImpositionError  # noqa: PLC0415
+
+    result = client.result(job_id)
+    try:
+        plate = result.get(timeout=timeout_s, interval=0.5)
+    except ResultTimeout:
+        raise CommandFailed(f"job {job_id} had not ended after --wait-timeout={timeout_s:g} s: it is "
+                            f"{(result.info or {}).get('status', 'pending')}; `imposition job show {job_id}`") from None
+    except (ImpositionError, TaskRevokedError, client.JobFailed, client.SubmissionRequired) as exc:  # the job's own
+        raise CommandFailed(f"job {job_id} failed: {reason(exc)}") from exc
+    click.echo(f"job {job_id} succeeded: {plate['sheets']} sheet(s), {plate['sides']} side(s); plate "
+               f"{plate['plate_key']} (`imposition job download {job_id}`)", err=True)
 
 
 @main.group(cls=LazyGroup, lazy_subcommands=LAZY_COMMANDS["job"])

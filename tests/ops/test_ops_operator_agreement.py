@@ -230,3 +230,16 @@ def test_a_cap_above_the_live_slots_is_set_with_a_warning_naming_them(new_tenant
                              f"registered: capacity_nodes × slots_per_node): {tenant} holds at most {slots} leases "
                              "until nodes join\n")
     assert cli("tenant", "set-cap", tenant, "4").stderr == ""  # within the slots: no warning
+
+
+def test_submit_wait_says_when_the_job_has_not_ended(new_tenant, registration_required):
+    from leases.tenants import set_cap
+
+    tenant = new_tenant("paused")
+    set_cap(tenant, 0)  # its jobs wait: --wait gives up after its timeout, saying where the job is
+    result = cli("submit", "--tenant", tenant, "--token", "w1", "--layout", LAYOUT_TEXT, str(SAMPLE_PDF), "--wait",
+                 "--wait-timeout", "1", expect=1)
+    job_id = result.stdout.strip()
+    assert result.stderr == (f"Error: job {job_id} had not ended after --wait-timeout=1 s: it is waiting; "
+                             f"`imposition job show {job_id}`\n")
+    cli("job", "cancel", "w1")
