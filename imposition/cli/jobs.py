@@ -170,7 +170,7 @@ def jobs_list(tenant_id: str | None, status: str | None, since_s: float | None, 
     """Jobs, newest first: job, tenant, status, submitted (UTC), waited and ran (s), sheets, error
     code, file name. ``--token`` and ``--file`` find a job by what a shop knows of it.
 
-    Exit status 2: an unknown tenant (``refused: unknown_tenant: ...``), a malformed option."""
+    Exit status 2: an unknown tenant (``Error: unknown_tenant: ...``), a malformed option."""
     from imposition.cli.main import require_known_tenant
 
     if tenant_id is not None:

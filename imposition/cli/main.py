@@ -167,7 +167,7 @@ def require_known_tenant(tenant_id: str) -> None:
 
     Raises:
         imposition.admission.UnknownTenant: not registered (shown by :class:`ServiceGroup` as
-            ``refused: unknown_tenant: ...``, exit 2).
+            ``Error: unknown_tenant: ...``, exit 2).
     """
     from imposition.admission.errors import UnknownTenant  # noqa: PLC0415 (imported when run)
     from imposition.admission.limits import forget_cached_limits, limits_for  # noqa: PLC0415
