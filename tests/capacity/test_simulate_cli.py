@@ -269,3 +269,9 @@ def test_simulate_from_history_judges_the_capacity_reports_working_days(fresh_aw
     measured = json.loads(invoke("capacity-report", "--weeks", "1", "--json").output)
     simulated = json.loads(invoke("simulate", "--from-history", "--weeks", "1", "--json").output)
     assert simulated["runs"][0]["working_days"] == len(measured["days"]) >= 4  # 5, less today if it is young
+    # the same hours as the report, and the run's own span named as such (issue 42: "0.0 % in working
+    # hours … 8.9 % over the whole run" compared four weeks of working days with a one-minute run)
+    assert simulated["runs"][0]["working_hours"] == measured["working_hours"]
+    text = invoke("simulate", "--from-history", "--weeks", "1", "--nodes", "1").output
+    assert f"working hours: {measured['working_hours']['label']}" in text
+    assert "% in working hours over " in text and "% from the first arrival to the last finish (" in text
