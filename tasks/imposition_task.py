@@ -18,7 +18,7 @@ publish a job message directly, always with its ``MessageGroupId``.
 
 One door cannot be closed at the caller: ``app.send_task("imposition.impose", kwargs={...})``, the
 usual call between services, publishes without running any task code. A worker that receives
-such a message (no ``job_id``) records it as a failed job under its task id
+such a message (:func:`called_by_name`) records it as a failed job under its task id
 (:func:`leases.lifecycle.record_unsubmitted`, error code ``submission_required``) and acks it:
 the caller's ``AsyncResult.get()`` raises :class:`SubmissionRequired` saying how to submit, and
 nothing reaches the dead-letter queue. Other services submit with :mod:`imposition.client`.
@@ -103,10 +103,10 @@ class ImposeTask(FairTask):
                 f"{sorted(kwargs)}{', callbacks ' + ', '.join(callbacks) if callbacks else ''}")
 
     def before_start(self, task_id: str, args: tuple, kwargs: dict) -> None:
-        """A message without ``job_id`` was never submitted (sent by name: ``app.send_task``, or
-        published raw): end it (:meth:`_end_unsubmitted`). Every other message is a job's
-        (:meth:`FairTask.before_start <tasks.base.FairTask.before_start>`)."""
-        if "job_id" not in (kwargs or {}):
+        """A call by name (:func:`called_by_name`: ``app.send_task`` with a submission's arguments)
+        was never submitted: end it (:meth:`_end_unsubmitted`). Every other message is a job's
+        (:meth:`FairTask.before_start <tasks.base.FairTask.before_start>`), or poison."""
+        if called_by_name(args, kwargs):
             self._end_unsubmitted(task_id, args, kwargs or {})
         super().before_start(task_id, args, kwargs)
 
@@ -202,6 +202,21 @@ class ImposeTask(FairTask):
         return JobResult(output_key=key, sheets=report.sheets, sides=report.sides,
                          warnings=tuple(w.to_json() for w in warnings), preview_keys=preview_keys,
                          jdf_key=jdf)
+
+
+#: The keyword arguments of a submission (``impose.delay(...)``'s).
+SUBMISSION_FIELDS = ("tenant_id", "token", "input_key", "layout")
+
+
+def called_by_name(args: Any, kwargs: Any) -> bool:
+    """True for a message of ``imposition.impose`` that a caller sent by name (``app.send_task``)
+    with a submission's arguments instead of submitting: no ``job_id``, and a submission field
+    among its kwargs or positional arguments alone. Other messages without ``job_id`` (``{"self":
+    1}``, garbage) stay poison for the dead-letter queue."""
+    if not isinstance(kwargs, dict) or "job_id" in kwargs:
+        return False
+    return any(name in kwargs for name in SUBMISSION_FIELDS) or (
+        not kwargs and isinstance(args, (list, tuple)) and len(args) > 0)
 
 
 def _named_fields(kwargs: dict, job_id: str) -> tuple[str, str, str]:
