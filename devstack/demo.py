@@ -3,11 +3,10 @@
 1. starts the local AWS endpoint (moto servers for SQS, S3 and DynamoDB) and checks Redis;
 2. provisions queues (with dead-letter queues), tables and bucket from the CloudFormation template;
 3. starts the processes of docs/design.md §7: an imposition worker (``-c 8``), a maintenance worker, a
-   notifications worker (webhooks), beat, Flower (reading monitoring events from the Redis side
-   channel), a local webhook receiver that verifies each tenant's signed webhooks and confirms
-   the jobs (lowering the tenant's admission in-flight count), and, where Debian's ``prometheus``
-   package is installed, a Prometheus server scraping every worker node's metrics endpoint and
-   loading the shipped alert rules (:mod:`imposition.observability.alerts`);
+   notifications worker (webhooks), beat, Flower (on the Redis events channel), a local webhook
+   receiver that verifies each tenant's signed webhooks and confirms the jobs, and, where Debian's
+   ``prometheus`` package is installed, a Prometheus server scraping every worker node and loading
+   the shipped alert rules (:mod:`imposition.observability.alerts`);
 4. submits a real multi-tenant workload: ``acme`` 40 jobs at once, then ``globex``, ``initech`` and
    ``umbrella`` 3 each, over the multi-page PDFs in ``samples/``;
 5. shows progress until every job is final, then prints the per-tenant table, writes the plate
@@ -21,8 +20,9 @@ restarted, up to ``Settings.supervise_max_restarts`` times; then, or if the webh
 embedded AWS endpoint dies (neither can be restarted without losing what the run needs), the run
 fails with exit 1 and the last log lines.
 
-Logs of every process go to ``.run/``. Exit status: 0 when every job succeeded and every plate
-checked out, 1 otherwise.
+Logs go to ``.run/`` (``--run-dir``), held by one run at a time (:class:`devstack.stack.RunDirectory`):
+a second run there refuses before it touches anything, naming the first. Exit status: 0 when every
+job succeeded and every plate checked out, 1 otherwise (a refused second run too).
 """
 
 from __future__ import annotations
@@ -50,15 +50,20 @@ from devstack.stack import (
     REPO,
     WORKER_READY,
     ManagedProcess,
+    STOP_REQUESTED,
     ReceiverProcess,
+    RunDirectory,
+    RunDirectoryTaken,
     SupervisionFailed,
     Supervisor,
     beat_command,
     flower_command,
     flower_login,
     free_port,
+    how_this_run_started,
     poll_stale_after_s,
     prometheus_command,
+    raise_if_stop_requested,
     relay_make_signals,
     stop_all,
     wait_for,
@@ -68,6 +73,7 @@ from devstack.stack import (
 if TYPE_CHECKING:  # imported where the stack starts
     from devstack.localaws import LocalAws
 
+#: The run directory of ``make run``: logs, poll stamps, the ``env`` file, Prometheus' data.
 RUN_DIR = REPO / ".run"
 #: What each prefork child of a worker logs once its AWS clients are open (tasks.celery_app).
 SLOT_WARM = "slot warmed up"
@@ -166,8 +172,9 @@ def percentile(values: list[float], q: float) -> float:
 class Demo:
     """The whole ``make run`` session; :meth:`run` returns the exit status."""
 
-    def __init__(self, *, keep: bool = False) -> None:
+    def __init__(self, *, keep: bool = False, run_dir: Path = RUN_DIR) -> None:
         self.keep = keep  # the stack stays up after the workload (``make run KEEP=1``)
+        self.run_dir = run_dir  # claimed by main() before the run starts (one run per directory)
         self.processes: list[ManagedProcess] = []
         self.local_aws: LocalAws | None = None
         self.run_id = uuid.uuid4().hex[:8]
@@ -187,9 +194,9 @@ class Demo:
     def start_stack(self) -> dict[str, str]:
         from devstack.localaws import LocalAws
 
-        RUN_DIR.mkdir(exist_ok=True)
+        self.run_dir.mkdir(exist_ok=True)
         self.say("• starting the local AWS endpoint (moto server: SQS, S3, DynamoDB) …")
-        local_aws = self.local_aws = LocalAws(log_path=RUN_DIR / "moto.log")
+        local_aws = self.local_aws = LocalAws(log_path=self.run_dir / "moto.log")
         local_aws.start()
         env = {
             **local_aws.env,
@@ -201,7 +208,7 @@ class Demo:
             # The metrics endpoints of the local stack answer on loopback only, and their
             # multiprocess files are this checkout's own (two runs never share a node's files).
             "IMPOSITION_METRICS_ADDRESS": "127.0.0.1",
-            "IMPOSITION_METRICS_DIR": str(RUN_DIR / "metrics"),
+            "IMPOSITION_METRICS_DIR": str(self.run_dir / "metrics"),
             # The demo's tenants are not created first: they register on their first submission.
             "IMPOSITION_AUTO_REGISTER_TENANTS": "true",
         }
@@ -250,11 +257,11 @@ class Demo:
         poll stamp, so that one that stops polling is noticed too)."""
         from imposition.common.settings import get_settings
 
-        stamp = RUN_DIR / f"{name}.polled" if consumer else None
+        stamp = self.run_dir / f"{name}.polled" if consumer else None
         if stamp is not None:
             stamp.unlink(missing_ok=True)
             env = {**env, "IMPOSITION_POLL_STAMP_PATH": str(stamp)}
-        proc = ManagedProcess(cmd, RUN_DIR / f"{name}.log", env=env, ready_marker=ready, ready_timeout_s=90)
+        proc = ManagedProcess(cmd, self.run_dir / f"{name}.log", env=env, ready_marker=ready, ready_timeout_s=90)
         self.processes.append(proc)
         self.supervised().add(name, proc, poll_stamp=stamp, max_restarts=get_settings().supervise_max_restarts)
         return proc
@@ -280,17 +287,19 @@ class Demo:
 
         Raises:
             SupervisionFailed: a process kept dying or stopped polling past its restarts.
+            KeyboardInterrupt: a stop signal arrived and was not handled yet.
         """
+        raise_if_stop_requested()  # a stop signal swallowed while a process was forked
         if self.supervisor is not None and self.supervisor.failure is not None:
             raise self.supervisor.failure
         assert self.local_aws is not None, "check_supervision() before start_stack()"
         for name, server in (("moto SQS/S3 server", self.local_aws.main), ("moto DynamoDB server", self.local_aws.dynamodb)):
             if server is not None and server.proc.poll() is not None:
                 # Not restarted: the embedded endpoint keeps every queue, table and object in memory.
-                tail = "\n".join((RUN_DIR / "moto.log").read_text(errors="replace").splitlines()[-20:])
+                tail = "\n".join((self.run_dir / "moto.log").read_text(errors="replace").splitlines()[-20:])
                 raise SupervisionFailed(f"the {name} exited with status {server.proc.returncode}; restarting it "
                                         f"would lose every queue, table and object; the last lines of "
-                                        f"{RUN_DIR / 'moto.log'}:\n{tail}")
+                                        f"{self.run_dir / 'moto.log'}:\n{tail}")
 
     def start_processes(self, env: dict[str, str]) -> str:
         from imposition.common.settings import get_settings
@@ -308,7 +317,7 @@ class Demo:
         self.start("worker-notifications", worker_command(s.notifications_queue, 2, "notifier"), WORKER_READY, env,
                    consumer=True)
         beat_port = free_port()  # beat's /healthz (not scraped: its /metrics has only process metrics)
-        self.start("beat", beat_command(RUN_DIR / "beat-schedule"), BEAT_READY,
+        self.start("beat", beat_command(self.run_dir / "beat-schedule"), BEAT_READY,
                    {**env, "IMPOSITION_METRICS_PORT": str(beat_port)})
         port = free_port()
         # Flower on 127.0.0.1 behind a login made now, sealed with the local KMS key, as in production
@@ -317,18 +326,13 @@ class Demo:
         self.prometheus_url = self.start_prometheus(env, ports)
         # Submit only once every slot has its AWS clients: a fair start for every tenant.
         wait_for(lambda: imposer.log().count(SLOT_WARM) >= s.slots_per_node, 60, what="warm slots")
-        # The operator's shell is production-like: an unregistered (or mistyped) tenant is refused.
-        operator_env = {**env, "IMPOSITION_AUTO_REGISTER_TENANTS": "false",  # even if the shell says true
-                        "IMPOSITION_EVENTS_URL": s.events_url,
-                        "IMPOSITION_BEAT_SCHEDULE_PATH": str(RUN_DIR.resolve() / "beat-schedule-operator")}
-        (RUN_DIR / "env").write_text("".join(f"export {k}={v}\n" for k, v in operator_env.items())
-                                     + f'export PATH="{Path(sys.executable).parent}:$PATH"\n')  # the venv's commands
+        (self.run_dir / "env").write_text(env_file_text(operator_environment(env, s.events_url, self.run_dir)))
         self.say("• metrics: " + ", ".join(f"{node} {url}" for node, url in self.metrics_urls.items())
                  + f"; beat's health http://127.0.0.1:{beat_port}/healthz")
         if self.prometheus_url:
             self.say(f"• Prometheus: {self.prometheus_url} (scrapes both nodes, alert rules loaded: "
                      f"{self.alerts_url()})")
-        self.say(f"• in another terminal: . {(RUN_DIR / 'env').relative_to(REPO)} && .venv/bin/imposition status")
+        self.say(f"• in another terminal: . {shown_path(self.run_dir / 'env')} && .venv/bin/imposition status")
         return f"http://127.0.0.1:{port}/ (log in as {FLOWER_USER}, password {password})"
 
     def alerts_url(self) -> str:
@@ -354,9 +358,9 @@ class Demo:
                      "`make run` installs it when it can)")
             return None
         s = get_settings()
-        config = write_prometheus_config(RUN_DIR / "prometheus.yml",
+        config = write_prometheus_config(self.run_dir / "prometheus.yml",
                                          {node: f"127.0.0.1:{port}" for node, port in ports.items()})
-        data_dir = RUN_DIR / "prometheus-data"
+        data_dir = self.run_dir / "prometheus-data"
         shutil.rmtree(data_dir, ignore_errors=True)  # this run's series only
         port = free_port()
         retention = f"{s.capacity_weeks * 7 + 7}d"
@@ -370,7 +374,7 @@ class Demo:
 
         from imposition.webhooks.endpoints import set_webhook
 
-        receiver = self.receiver = ReceiverProcess(RUN_DIR / "receiver.log", env=env)
+        receiver = self.receiver = ReceiverProcess(self.run_dir / "receiver.log", env=env)
         self.processes.append(receiver.process)
         # Not restarted: a new receiver would listen on another port than the tenants' webhook URLs.
         self.supervised().add("webhook receiver", receiver.process, max_restarts=0)
@@ -511,12 +515,12 @@ class Demo:
         self.table(items, sampler)
         problems = self.fetch_plates(items, submitted)
         n_plates = sum((OUT_DIR / item.tenant_id / f"{item.job_id}.pdf").is_file() for item in items)
-        self.say(f"\n• {n_plates} plate files in {OUT_DIR.relative_to(REPO)}/ (each opened with pikepdf, sides checked)")
+        self.say(f"\n• {n_plates} plate files in {shown_path(OUT_DIR)}/ (each opened with pikepdf, sides checked)")
         for p in problems:
             self.say(f"  PROBLEM: {p}")
         self.outcomes()
         self.capacity_report()
-        self.say(f"• Flower {'is' if self.keep else 'was'} at {flower_url}; process logs are in {RUN_DIR.relative_to(REPO)}/")
+        self.say(f"• Flower {'is' if self.keep else 'was'} at {flower_url}; process logs are in {shown_path(self.run_dir)}/")
         if self.prometheus_url:
             self.say(f"• Prometheus {'is' if self.keep else 'was'} at {self.prometheus_url} "
                      f"(alerts: {self.alerts_url()})")
@@ -547,13 +551,14 @@ class Demo:
         report = build_report()
         png = write_png(report, OUT_DIR / "capacity-report.png")
         self.say(f"\n• capacity report ({len(report.days)} working days; "
-                 f"`imposition capacity-report` for the daily table; chart {png.relative_to(REPO)}):")
-        for line in (*report.condition_lines(), report.verdict):
+                 f"`imposition capacity-report` for the daily table; chart {shown_path(png)}):")
+        hours = report.hours.label() if report.hours is not None else "as given"
+        for line in (f"working hours: {hours}", *report.condition_lines(), report.verdict):
             self.say(f"  {line}")
 
     def keep_running(self) -> None:
         """Leave the stack up for the command line and Flower until Ctrl-C (``make run KEEP=1``)."""
-        self.say(f"\n• the stack stays up: in another terminal `. {(RUN_DIR / 'env').relative_to(REPO)}` and use "
+        self.say(f"\n• the stack stays up: in another terminal `. {shown_path(self.run_dir / 'env')}` and use "
                  "`.venv/bin/imposition` (status, job show, tenant show, audit, submit …); Ctrl-C stops it")
         while True:
             self.check_supervision()
@@ -583,7 +588,7 @@ class Demo:
             finally:
                 if self.local_aws is not None:
                     self.local_aws.stop()
-                (RUN_DIR / "env").unlink(missing_ok=True)  # its endpoints are gone
+                (self.run_dir / "env").unlink(missing_ok=True)  # its endpoints are gone
         self.say("• stopped every process this run started")
 
 
@@ -611,31 +616,72 @@ def outcome_lines(metrics_texts: list[str]) -> list[str]:
 
 
 def _raise_keyboard_interrupt(signum, frame):
+    STOP_REQUESTED.set()  # raised again by the next wait if Python swallows this one
     raise KeyboardInterrupt
+
+
+def operator_environment(env: dict[str, str], events_url: str, run_dir: Path) -> dict[str, str]:
+    """What ``.run/env`` sets for an operator's shell: the stack's ``env`` (endpoints, namespace), the
+    events channel, and, as in production, no auto-registration: an unregistered (or mistyped)
+    tenant is refused, even if the shell says otherwise (README, "Operating it")."""
+    return {**env, "IMPOSITION_AUTO_REGISTER_TENANTS": "false", "IMPOSITION_EVENTS_URL": events_url,
+            "IMPOSITION_BEAT_SCHEDULE_PATH": str(run_dir.resolve() / "beat-schedule-operator")}
+
+
+def env_file_text(variables: dict[str, str]) -> str:
+    """``.run/env``: an ``export`` line per variable, then the venv's commands first on ``PATH``."""
+    return ("".join(f"export {k}={v}\n" for k, v in variables.items())
+            + f'export PATH="{Path(sys.executable).parent}:$PATH"\n')
+
+
+def shown_path(path: Path) -> Path:
+    """``path`` relative to the checkout when it lies inside it (``.run/env``), else as given."""
+    try:
+        return path.resolve().relative_to(REPO)
+    except ValueError:
+        return path
+
+
+def _stop_hint(keep: bool) -> str:
+    """How to stop this run, as a second run's refusal says it."""
+    how = f"Ctrl-C in its terminal, or `kill {os.getpid()}` (SIGTERM, the same clean stop)"
+    return how if keep else how + ", or wait: it ends by itself after its workload"
 
 
 @click.command()
 @click.option("--timeout", "timeout_s", default=420.0, show_default=True, help="Seconds to wait for the jobs.")
 @click.option("--keep", is_flag=True, help="Keep the stack running after the workload, until Ctrl-C.")
-def main(timeout_s: float, keep: bool) -> None:
-    """Run the demo workload on the embedded stack (see module docstring)."""
+@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), default=str(RUN_DIR),
+              show_default=True, help="The run directory: logs, poll stamps, the env file (one run at a time).")
+def main(timeout_s: float, keep: bool, run_dir: Path) -> None:
+    """Run the demo workload on the embedded stack (see module docstring).
+
+    Exit status 1 also when another run holds the run directory (it is named; nothing of it changed).
+    """
+    try:  # before anything: a second run must not touch the first run's files
+        claim = RunDirectory(run_dir).claim(started_by=how_this_run_started(), stop_hint=_stop_hint(keep))
+    except RunDirectoryTaken as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(1)
     # Ctrl-C and SIGTERM: the same clean stop (set explicitly: a shell may start us with SIGINT ignored).
     signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     relay_make_signals()  # a SIGINT sent to `make run` itself stops us too (GNU make does not pass it on)
-    demo = Demo(keep=keep)
+    demo = Demo(keep=keep, run_dir=run_dir)
     status = 1
     try:
         status = demo.run(timeout_s)
         if keep:
             demo.keep_running()
     except KeyboardInterrupt:
+        STOP_REQUESTED.clear()  # handled: the stop below must not be interrupted by it again
         click.echo("\n• interrupted")
     except SupervisionFailed as exc:
         click.echo(f"\n• the run failed: {exc}")
         status = 1
     finally:
         demo.stop()
+        claim.release()
     sys.exit(status)
 
 

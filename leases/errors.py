@@ -173,3 +173,17 @@ class WrongJobStatus(LeaseError):
         self.job_id = job_id
         self.status = status
         self.allowed = allowed
+
+
+class NeverSubmitted(WrongJobStatus):
+    """The job item records a message that no submission wrote (``error_code``
+    ``submission_required``, :func:`leases.lifecycle.record_unsubmitted`): there is no job to retry;
+    nothing was written.
+    """
+
+    def __init__(self, job_id: str, operation: str, **kw) -> None:
+        LeaseError.__init__(self, f"job {job_id!r} was never submitted (submission_required): {operation} applies "
+                            "only to a submitted job; submit it (imposition.client.submit, imposition submit)", **kw)
+        self.job_id = job_id
+        self.status = "failed"
+        self.allowed = ("failed",)

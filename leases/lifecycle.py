@@ -9,6 +9,9 @@
              attempt budget renewed (max_attempts = charged attempts + budget), the failed run kept in
              ``history``; then the caller: publish (queued) or wake(tenant) (waiting)
 
+A third, :func:`record_unsubmitted`, writes the failed job item of a message no submission wrote
+(``imposition.impose`` sent by name), so its caller's result ends instead of staying pending.
+
 Both are conditional on the status read, so a job that moved meanwhile (woken, started by a worker)
 is read again and the decision taken again, at most ``Settings.lease_conflict_attempts`` times. A
 queued job's message stays in SQS after a cancel; the worker that receives it finds the job
@@ -21,10 +24,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from pynamodb.exceptions import TransactWriteError
+from pynamodb.exceptions import PutError, TransactWriteError
 
 from leases import outbox
-from leases.errors import WrongJobStatus
+from leases.errors import NeverSubmitted, WrongJobStatus
 from leases.models import JobItem, JobStatus, TenantItem
 from leases.waiting import counter_actions, queues_at_door
 from leases.reads import read_tenant
@@ -32,6 +35,8 @@ from leases.dynamo import (
     AMBIGUOUS,
     CANCELLED,
     RETRY,
+    _CONDITION_FAILED_EXCEPTION,
+    error_code,
     NamedTransaction,
     Retryable,
     classify,
@@ -39,10 +44,16 @@ from leases.dynamo import (
     with_conflict_retries,
 )
 from leases.reads import read_job
+from imposition.common.retention import job_expires_at
 from imposition.common.settings import get_settings
 
 #: ``error_code`` of a job cancelled by an operator.
 CANCELLED_CODE = "cancelled"
+#: ``error_code`` of the job item that records a message no submission wrote (:func:`record_unsubmitted`).
+SUBMISSION_REQUIRED_CODE = "submission_required"
+#: ``tenant_id`` of such a record when its message named no valid tenant: a value the tenancy rules
+#: refuse, so it is never a tenant's partition.
+NO_TENANT = "(none)"
 CANCELLABLE = (JobStatus.QUEUED.value, JobStatus.WAITING.value)
 RETRYABLE = (JobStatus.FAILED.value,)
 
@@ -135,7 +146,8 @@ def retry(job_id: str, *, max_attempts: int | None = None) -> Outcome:
     Raises:
         ValueError: ``max_attempts`` is not an integer from 1 to ``Settings.max_attempts_limit``.
         pynamodb.exceptions.DoesNotExist: no such job.
-        WrongJobStatus: the job is not ``failed`` (nothing written).
+        WrongJobStatus: the job is not ``failed`` (nothing written); :class:`NeverSubmitted` for the
+            record of a message no submission wrote.
         LeaseContention: as :func:`cancel`.
     """
     s = get_settings()
@@ -145,6 +157,7 @@ def retry(job_id: str, *, max_attempts: int | None = None) -> Outcome:
                          f"max_attempts_limit={s.max_attempts_limit}")
 
     def write(job: JobItem, t: float) -> str:
+        check_submitted(job, "retry")
         queued = s.waiting_policy != "handoff" or queues_at_door(read_tenant(job.tenant_id))
         attempts = int(job.attempts or 0)
         entry = {"retried_at": t, "attempts": attempts, "max_attempts": int(job.max_attempts),
@@ -180,3 +193,48 @@ def _same_finish(job: JobItem):
     if job.finished_at is None:
         return JobItem.finished_at.does_not_exist()
     return JobItem.finished_at == job.finished_at
+
+
+def check_submitted(job: JobItem, operation: str) -> None:
+    """Refuse ``operation`` on the record of a message no submission wrote (:func:`record_unsubmitted`).
+
+    Raises:
+        NeverSubmitted: ``job`` is such a record (it never changes: no race with the check).
+    """
+    if job.error_code == SUBMISSION_REQUIRED_CODE:
+        raise NeverSubmitted(job.job_id, operation)
+
+
+def record_unsubmitted(job_id: str, *, tenant_id: str, token: str, input_key: str, error: str,
+                       now: float | None = None) -> bool:
+    """Write job ``job_id`` as ``failed`` with ``error_code`` :data:`SUBMISSION_REQUIRED_CODE`: the
+    record of a job message that no submission wrote (``app.send_task("imposition.impose", ...)``),
+    so that its caller's ``AsyncResult``, read from the jobs table, ends in that typed failure.
+
+    One conditional put: written only if no item has ``job_id``, so a submitted job's item is never
+    overwritten. Nothing else: no tenant counter, lease, token claim, attempt or webhook, since
+    nothing was admitted. The record keeps the job's retention (``expires_at``), is never a
+    ``wait`` of the capacity report (it never started) and refuses ``job retry``
+    (:func:`check_submitted`).
+
+    Args:
+        tenant_id: the tenant the message named, if a valid id, else :data:`NO_TENANT`.
+        token, input_key: what the message named (for ``jobs list --token``), already bounded.
+        error: the explanation the caller's ``get()`` raises, saying how to submit.
+
+    Returns True if written, False if an item with ``job_id`` existed.
+
+    Raises:
+        pynamodb.exceptions.PutError: DynamoDB refused or did not answer (retry the message).
+    """
+    t = time.time() if now is None else now
+    item = JobItem(job_id, tenant_id=tenant_id, token=token, status=JobStatus.FAILED.value, attempts=0,
+                   max_attempts=0, layout={}, input_key=input_key, submitted_at=t, finished_at=t, error=error,
+                   error_code=SUBMISSION_REQUIRED_CODE, expires_at=job_expires_at(t))
+    try:
+        item.save(condition=JobItem.job_id.does_not_exist())
+    except PutError as exc:
+        if error_code(exc) == _CONDITION_FAILED_EXCEPTION:
+            return False
+        raise
+    return True

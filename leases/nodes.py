@@ -145,6 +145,13 @@ def live_nodes(*, now: float | None = None) -> dict[str, int]:
     return {n.key[len(NODE_KEY_PREFIX):]: int(n.slots or 0) for n in _nodes() if float(n.expires_at or 0) >= t}
 
 
+def slots_total(live: dict[str, int]) -> int:
+    """The cluster's slots: the live nodes' (:func:`live_nodes`), or ``capacity_nodes ×
+    slots_per_node`` while none is registered."""
+    s = get_settings()
+    return sum(live.values()) or s.capacity_nodes * s.slots_per_node
+
+
 def drop_dead(now: float) -> list[str]:
     """Remove every node whose registration expired before ``now`` (through the expiry index, no
     scan), but one whose expiry has not passed by its own clock (:func:`leases.skew.registration_held`);

@@ -4,10 +4,10 @@
 and :func:`tasks.wiring.install` applied (metrics, webhooks, events, the node registry).
 """
 
-from tasks.celery_app import app
-from tasks.imposition_task import impose
-from tasks.sweeper import sweep
-from tasks.wiring import install
+from .celery_app import app
+from .imposition_task import impose
+from .sweeper import sweep
+from .wiring import install
 
 install(app)
 

@@ -42,11 +42,11 @@ from imposition.common.clocks import get_clocks
 from imposition.common.settings import get_settings
 from leases import signals
 from leases.signals import JobOutcome
-from tasks import lost_attempts
-from tasks.heartbeat import Heartbeat
-from tasks.sqs_task import SqsTask
-from tasks.outcomes import INFRASTRUCTURE_ERRORS, JobFailed, JobResult, is_duplicate, is_infrastructure_failure
-from tasks.messages import publish_job
+from . import lost_attempts
+from .heartbeat import Heartbeat
+from .sqs_task import SqsTask
+from .outcomes import INFRASTRUCTURE_ERRORS, JobFailed, JobResult, is_duplicate, is_infrastructure_failure
+from .messages import publish_job
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class FairTask(SqsTask):
     #: The worker's consumer sends no ``task-received``/``task-started`` for this task: the job
     #: sends both once it has its lease (:mod:`imposition.observability.events`), so Flower counts
     #: runs, not deliveries that park or are spare.
-    Strategy = "tasks.worker:run_reported_strategy"
+    Strategy = f"{__package__}.worker:run_reported_strategy"
 
     def worker_name(self) -> str:
         """``<node name>/<pid>``: which process holds a lease."""

@@ -16,8 +16,8 @@ from leases.models import ALL_MODELS, reset_connections
 from leases.dynamo import tx_connection
 from imposition.common import aws
 from imposition.common.settings import get_settings
-from tasks.config import bind_queue_urls, derived
-from tasks.results import ImpositionResult
+from .config import bind_queue_urls, derived
+from .results import ImpositionResult
 
 log = logging.getLogger(__name__)
 

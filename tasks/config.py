@@ -23,7 +23,7 @@ from imposition.common import aws
 from imposition.common.clocks import get_clocks
 from imposition.common.settings import get_settings
 from imposition.common.tenancy import MAINTENANCE_GROUP
-from tasks import sqs_transport
+from . import sqs_transport
 
 def derived() -> dict[str, Any]:
     """The Celery settings computed from the service's settings and clocks (no I/O).
@@ -61,7 +61,7 @@ def derived() -> dict[str, Any]:
         "worker_proc_alive_timeout": settings.worker_process_start_timeout_s,
         "worker_send_task_events": bool(settings.events_url),
         # beat's scheduler loop stamps each turn for its /healthz (tasks.beat)
-        "beat_scheduler": "tasks.beat:HealthScheduler",
+        "beat_scheduler": f"{__package__}.beat:HealthScheduler",
         "beat_max_loop_interval": settings.beat_max_loop_interval_s,
         "beat_schedule": {
             "sweep-expired-leases": {"task": "imposition.sweep", "schedule": settings.sweep_interval_s,

@@ -15,6 +15,13 @@ the same way; whatever would publish a job message without submission (no ``toke
 arguments, a ``chain``/``link``/``chord`` callback that submission cannot keep) raises
 :class:`SubmissionRequired`. Only our own publishers (:func:`tasks.messages.publish_job`, retries)
 publish a job message directly, always with its ``MessageGroupId``.
+
+One door cannot be closed at the caller: ``app.send_task("imposition.impose", kwargs={...})``, the
+usual call between services, publishes without running any task code. A worker that receives
+such a message (:func:`called_by_name`) records it as a failed job under its task id
+(:func:`leases.lifecycle.record_unsubmitted`, error code ``submission_required``) and acks it:
+the caller's ``AsyncResult.get()`` raises :class:`SubmissionRequired` saying how to submit, and
+nothing reaches the dead-letter queue. Other services submit with :mod:`imposition.client`.
 """
 
 from __future__ import annotations
@@ -25,30 +32,35 @@ import threading
 import unicodedata
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, NoReturn
 
+from celery.exceptions import Ignore, Reject
 from celery.result import AsyncResult as CeleryResult
 from celery.signals import worker_process_init, worker_process_shutdown
 
 from imposition.engine import SlugInfo, get_engine, isolation, parse_layout
 from imposition.engine.errors import PlateWarning, PreviewFailed
-from leases import renewal
+from leases import lifecycle, renewal
 from leases.models import JobItem
 from leases.transactions import Lease
-from imposition.common.settings import get_settings
-from imposition.common.tenancy import jdf_key, plate_key, preview_key, shown_value
-from tasks import storage
-from tasks.base import FairTask, JobResult
-from tasks.celery_app import app
-from tasks.results import ImpositionResult
-from tasks.submission import submit_job
+from imposition.common.settings import S3_KEY_MAX_BYTES, get_settings
+from imposition.common.tenancy import (
+    TenancyError,
+    jdf_key,
+    plate_key,
+    preview_key,
+    shown_value,
+    validate_job_id,
+    validate_tenant_id,
+)
+from . import storage
+from .base import FairTask, JobResult
+from .celery_app import app
+from .outcomes import INFRASTRUCTURE_ERRORS
+from .results import ImpositionResult, SubmissionRequired
+from .submission import submit_job
 
 log = logging.getLogger(__name__)
-
-
-class SubmissionRequired(TypeError):
-    """A Celery call that would publish an imposition message without submission (no job item, no
-    admission, no ``MessageGroupId``): the message says what to pass instead."""
 
 
 #: Celery options that ask for work after the task; a submitted job's message cannot carry them.
@@ -89,6 +101,45 @@ class ImposeTask(FairTask):
                 "(impose.apply_async(kwargs={...}), impose.delay(...) or tasks.submission.submit_job), "
                 f"no positional arguments and no callbacks; got args={shown_value(args)}, kwargs "
                 f"{sorted(kwargs)}{', callbacks ' + ', '.join(callbacks) if callbacks else ''}")
+
+    def before_start(self, task_id: str, args: tuple, kwargs: dict) -> None:
+        """A call by name (:func:`called_by_name`: ``app.send_task`` with a submission's arguments)
+        was never submitted: end it (:meth:`_end_unsubmitted`). Every other message is a job's
+        (:meth:`FairTask.before_start <tasks.base.FairTask.before_start>`), or poison."""
+        if called_by_name(args, kwargs):
+            self._end_unsubmitted(task_id, args, kwargs or {})
+        super().before_start(task_id, args, kwargs)
+
+    def _end_unsubmitted(self, task_id: str, args: tuple, kwargs: dict) -> NoReturn:
+        """Record the message as a failed job under its task id, so that its caller's
+        ``AsyncResult.get()`` raises :class:`SubmissionRequired` saying how to submit, and ack it
+        (nothing reaches the dead-letter queue; nothing was admitted, so nothing else changes).
+
+        Raises:
+            celery.exceptions.Ignore: recorded (or its task id names a job already): acked.
+            celery.exceptions.Reject: DynamoDB did not answer (SQS redelivers the message), or a
+                task id that cannot name a job (to the dead-letter queue as ``invalid_fields``).
+        """
+        try:
+            job_id = validate_job_id(task_id)
+        except TenancyError as exc:
+            self._reject_as_poison(f"a message without job_id, whose task id cannot name its record: {exc}")
+        error = (f"{self.name} was called by name (app.send_task) or its message published without "
+                 "submission: nothing admitted it and it did not run. Submit with imposition.client.submit("
+                 "tenant_id=..., token=..., input_key=..., layout=...), which runs admission and returns "
+                 f"the job's result; got args={shown_value(args)}, kwargs {sorted(map(str, kwargs))}")
+        try:
+            tenant_id, token, input_key = _named_fields(kwargs, job_id)
+            written = lifecycle.record_unsubmitted(job_id, tenant_id=tenant_id, token=token, input_key=input_key,
+                                                   error=error)
+        except INFRASTRUCTURE_ERRORS as exc:  # unrecorded: SQS keeps the message and redelivers it
+            log.error("message %s of %s without submission could not be recorded (%s); left to SQS", job_id,
+                      self.name, exc)
+            raise Reject(exc, requeue=False) from exc
+        log.warning("message %s of %s was never submitted (sent by name?): %s", job_id, self.name,
+                    "recorded as failed (submission_required); its caller's get() raises SubmissionRequired"
+                    if written else "a job with that id exists already, dropped")
+        raise Ignore()
 
     def apply_async(self, args: Any = None, kwargs: dict | None = None, task_id: str | None = None,
                     producer: Any = None, link: Any = None, link_error: Any = None, shadow: Any = None,
@@ -151,6 +202,38 @@ class ImposeTask(FairTask):
         return JobResult(output_key=key, sheets=report.sheets, sides=report.sides,
                          warnings=tuple(w.to_json() for w in warnings), preview_keys=preview_keys,
                          jdf_key=jdf)
+
+
+#: The keyword arguments of a submission (``impose.delay(...)``'s).
+SUBMISSION_FIELDS = ("tenant_id", "token", "input_key", "layout")
+
+
+def called_by_name(args: Any, kwargs: Any) -> bool:
+    """True for a message of ``imposition.impose`` that a caller sent by name (``app.send_task``)
+    with a submission's arguments instead of submitting: no ``job_id``, and a submission field
+    among its kwargs or positional arguments alone. Other messages without ``job_id`` (``{"self":
+    1}``, garbage) stay poison for the dead-letter queue."""
+    if not isinstance(kwargs, dict) or "job_id" in kwargs:
+        return False
+    return any(name in kwargs for name in SUBMISSION_FIELDS) or (
+        not kwargs and isinstance(args, (list, tuple)) and len(args) > 0)
+
+
+def _named_fields(kwargs: dict, job_id: str) -> tuple[str, str, str]:
+    """``(tenant_id, token, input_key)`` a message never submitted names, kept on its record where
+    each is within its submission bound; else :data:`leases.lifecycle.NO_TENANT`, the task id and
+    an empty key."""
+    try:
+        tenant_id = validate_tenant_id(kwargs.get("tenant_id"))
+    except TenancyError:
+        tenant_id = lifecycle.NO_TENANT
+    token, key = kwargs.get("token"), kwargs.get("input_key")
+    if not (isinstance(token, str) and token.strip() and len(token) <= get_settings().idempotency_token_max_len
+            and token.isprintable()):
+        token = job_id
+    if not (isinstance(key, str) and key.isprintable() and len(key.encode("utf-8", "replace")) <= S3_KEY_MAX_BYTES):
+        key = ""
+    return tenant_id, token, key
 
 
 #: The media type of a JDF ticket (registered with IANA by CIP4).

@@ -30,9 +30,9 @@ def cancel(job_id: str) -> JobItem:
     from leases.reads import read_job
     from leases import signals
     from leases.signals import JobOutcome
-    from tasks import app
-    from tasks.messages import publish_job
-    from tasks.wiring import install
+    from . import app
+    from .messages import publish_job
+    from .wiring import install
 
     install(app)  # this process's job_finished receivers: the webhook (idempotent)
 
@@ -56,7 +56,8 @@ def retry(job_id: str, *, max_attempts: int | None = None) -> Outcome:
 
     Raises:
         pynamodb.exceptions.DoesNotExist: no such job.
-        leases.errors.WrongJobStatus: the job is not failed (nothing admitted or written).
+        leases.errors.WrongJobStatus: the job is not failed, or never was a submitted job
+            (:class:`leases.errors.NeverSubmitted`); nothing admitted or written.
         admission.RateLimited, admission.InFlightLimitReached: refused by admission (nothing written).
         admission.AdmissionUnavailable: Redis unreachable (fails closed, nothing written).
         everything :func:`leases.lifecycle.retry` raises (nothing written then, the readmission
@@ -67,11 +68,12 @@ def retry(job_id: str, *, max_attempts: int | None = None) -> Outcome:
     from leases import lifecycle
     from leases.errors import WrongJobStatus
     from leases.reads import read_job
-    from tasks.messages import publish_job
+    from .messages import publish_job
 
     job = read_job(job_id)
     if job.status not in lifecycle.RETRYABLE:  # refused as such, before any admission is spent
         raise WrongJobStatus(job_id, "retry", job.status, lifecycle.RETRYABLE)
+    lifecycle.check_submitted(job, "retry")  # the record of a call by name: nothing to retry
     door = admission.get_admission()
     added = door.readmit(job.tenant_id, job_id)
     try:

@@ -14,7 +14,7 @@ from imposition.common.clocks import get_clocks
 from leases import attempts, signals
 from leases.errors import AcquireUnresolved
 from leases.transactions import Lease
-from tasks.outcomes import INFRASTRUCTURE_ERRORS
+from .outcomes import INFRASTRUCTURE_ERRORS
 
 log = logging.getLogger(__name__)
 

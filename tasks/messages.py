@@ -26,7 +26,7 @@ def publish_job(tenant_id: str, job_id: str, *, delay_s: int = 0, after_attempt:
         ValueError: ``delay_s`` is outside 0–900 (the SQS DelaySeconds limit).
         kombu.exceptions.OperationalError, botocore.exceptions.ClientError: the publish failed.
     """
-    from tasks.imposition_task import impose  # noqa: PLC0415 (the task module imports this one)
+    from .imposition_task import impose  # noqa: PLC0415 (the task module imports this one)
 
     delay_s = delay_seconds(delay_s)
     kwargs: dict = {"tenant_id": tenant_id, "job_id": job_id}

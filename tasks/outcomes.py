@@ -13,7 +13,7 @@ from pynamodb.exceptions import PynamoDBException
 from imposition.common.tenancy import shown_value, validate_job_id, validate_tenant_id
 from leases.errors import JobNotQueued, LeaseContention
 from leases.models import JobStatus
-from tasks import storage
+from . import storage
 
 #: Errors of the AWS SDKs and the broker client that say nothing about the job itself.
 INFRASTRUCTURE_ERRORS = (PynamoDBException, BotoCoreError, ClientError, KombuError, OSError)

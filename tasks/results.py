@@ -15,6 +15,8 @@ no such job                     ``PENDING``  ``None``
                                              "jdf_key"}`` (None: the engine wrote no JDF)
 ``failed``                      ``FAILURE``  the job's typed error, raised by ``.get()``
 ``failed``, code ``cancelled``  ``REVOKED``  :class:`celery.exceptions.TaskRevokedError`
+``failed``, code                ``FAILURE``  :class:`SubmissionRequired`: the message was sent
+``submission_required``                      by name (``send_task``), never submitted
 =============================  ===========  ==================================================
 
 A failed job's error is rebuilt from its ``error_code``: the engine's class
@@ -34,12 +36,26 @@ from celery.exceptions import TaskRevokedError
 from celery.result import AsyncResult
 
 from imposition.engine.errors import ERRORS_BY_CODE
-from leases.lifecycle import CANCELLED_CODE
+from leases.lifecycle import CANCELLED_CODE, SUBMISSION_REQUIRED_CODE
 from leases.models import JobItem, JobStatus
 
 _STATES = {JobStatus.QUEUED: states.PENDING, JobStatus.WAITING: states.PENDING,
            JobStatus.RUNNING: states.STARTED, JobStatus.SUCCEEDED: states.SUCCESS,
            JobStatus.FAILED: states.FAILURE}
+
+
+class SubmissionRequired(TypeError):
+    """``imposition.impose`` was called, or its message published, without submission (no job item,
+    no admission, no ``MessageGroupId``). Raised at once by a call of our app that would publish
+    such a message (``impose.delay()`` without a token, positional arguments, a canvas callback),
+    and by ``AsyncResult.get()`` of a message that reached a worker anyway
+    (``app.send_task("imposition.impose", kwargs=...)``): the message says how to submit.
+
+    Attributes:
+        code: ``submission_required`` (as ``imposition job show`` prints it).
+    """
+
+    code = SUBMISSION_REQUIRED_CODE
 
 
 class JobFailed(Exception):
@@ -61,6 +77,8 @@ def job_error(job: JobItem) -> BaseException:
     code, message = job.error_code or "failed", job.error or "the job failed"
     if code == CANCELLED_CODE:
         return TaskRevokedError(f"job {job.job_id} was cancelled: {message}")
+    if code == SUBMISSION_REQUIRED_CODE:
+        return SubmissionRequired(message)
     cls = ERRORS_BY_CODE.get(code)
     return cls(message) if cls is not None else JobFailed(code, message)
 
@@ -132,6 +150,6 @@ class ImpositionResult(AsyncResult):
                 job is never interrupted (``terminate`` is refused the same way).
             pynamodb.exceptions.DoesNotExist: no such job.
         """
-        from tasks.jobs import cancel  # noqa: PLC0415 - tasks.jobs imports the app's task modules
+        from .jobs import cancel  # noqa: PLC0415 - tasks.jobs imports the app's task modules
 
         cancel(self.id)

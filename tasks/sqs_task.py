@@ -14,8 +14,8 @@ from celery.exceptions import Reject
 from imposition.common.settings import get_settings
 from imposition.common.sqs import backoff_s, delay_seconds
 from imposition.common.tenancy import message_group_id
-from tasks.outcomes import message_fields
-from tasks.worker import expedite_to_dead_letter_queue
+from .outcomes import message_fields
+from .worker import expedite_to_dead_letter_queue
 
 log = logging.getLogger(__name__)
 

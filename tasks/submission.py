@@ -48,8 +48,8 @@ from imposition.common.tenancy import (
     validate_tenant_id,
 )
 from leases import signals
-from tasks import storage
-from tasks.messages import publish_job
+from . import storage
+from .messages import publish_job
 
 log = logging.getLogger(__name__)
 

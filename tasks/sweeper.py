@@ -13,8 +13,8 @@ from leases.models import LeaseItem
 from imposition.common import aws
 from imposition.common.settings import get_settings
 from leases import signals
-from tasks.celery_app import app
-from tasks.messages import publish_job
+from .celery_app import app
+from .messages import publish_job
 
 log = logging.getLogger(__name__)
 

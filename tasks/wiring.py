@@ -20,7 +20,7 @@ from __future__ import annotations
 from celery import Celery
 
 from imposition.observability import events, exporter, metrics, sampler
-from tasks import engine_gate, nodes
+from . import engine_gate, nodes
 from imposition.webhooks import tasks as webhook_tasks
 
 

@@ -10,7 +10,8 @@
     └── AdmissionUnavailable            Redis (or the tenant's limits) could not be read: fail closed,
                                         nothing was published unchecked
 
-Every refusal names the tenant, the value and the limit; none carries a secret.
+Every refusal names the tenant, the value and the limit, and has a stable ``code`` (the class name in
+snake case, ``unknown_tenant``, ``rate_limited``, …); none carries a secret.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class DuplicateSubmission(AdmissionRefused):
         job_id: the job the token belongs to (in flight or completed).
     """
 
+    #: Stable code of the refusal (``imposition submit`` prints it first).
+    code = "duplicate_submission"
+
     def __init__(self, tenant_id: str, job_id: str) -> None:
         super().__init__(tenant_id, f"tenant {tenant_id!r}: token already submitted as job {job_id}")
         self.job_id = job_id
@@ -70,6 +74,9 @@ class DuplicateJobId(AdmissionRefused):
         job_id: the refused job id (canonical, at most 64 characters).
     """
 
+    #: Stable code of the refusal (``imposition submit`` prints it first).
+    code = "duplicate_job_id"
+
     def __init__(self, tenant_id: str, job_id: str) -> None:
         super().__init__(tenant_id, f"tenant {tenant_id!r}: job id {job_id!r} is already taken; choose another "
                                     "or let the service choose one")
@@ -83,6 +90,9 @@ class RateLimited(AdmissionRefused):
         retry_after_s: seconds until one more submission would be admitted (> 0).
         limit: the tenant's limit, jobs per minute.
     """
+
+    #: Stable code of the refusal (``imposition submit`` prints it first).
+    code = "rate_limited"
 
     def __init__(self, tenant_id: str, retry_after_s: float, limit: int) -> None:
         super().__init__(
@@ -100,6 +110,9 @@ class InFlightLimitReached(AdmissionRefused):
         in_flight: the tenant's unconfirmed jobs now.
         cap: the tenant's admission in-flight cap.
     """
+
+    #: Stable code of the refusal (``imposition submit`` prints it first).
+    code = "in_flight_limit_reached"
 
     def __init__(self, tenant_id: str, in_flight: int, cap: int) -> None:
         super().__init__(

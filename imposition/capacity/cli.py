@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,6 +18,9 @@ from imposition.capacity.results import Summary, render, summarise, tier_words, 
 from imposition.capacity.simulator import POLICIES, ModelParams, simulate
 from imposition.capacity.workload import Workload, from_history, load_spec
 from imposition.common.settings import get_settings
+
+if TYPE_CHECKING:
+    from imposition.observability.capacity import MeasuredWindow
 
 
 class InputError(click.ClickException):
@@ -72,12 +76,12 @@ def default_tier(policy: str, cap: int | None = None, burst_cap: int | None = No
 
 def run_nodes(workload: Workload, nodes: list[int], *, policy: str, cap: int | None = None,
               burst_cap: int | None = None, order: str | None = None,
-              days: list | None = None) -> tuple[list[Summary], dict[int, dict[str, list[float]]]]:
+              window: MeasuredWindow | None = None) -> tuple[list[Summary], dict[int, dict[str, list[float]]]]:
     """Simulate ``workload`` once per node count; the summaries and each run's waits per tenant.
 
     Tenants without a tier of their own get :func:`default_tier`'s (``cap``; under ``borrow`` also
-    its burst cap). ``days``: the working days to judge over (the measured report's window), else
-    the run's own span.
+    its burst cap). ``window``: the measured window whose working days and hours to judge over (the
+    capacity report's), else the run's own span and the hours set or inferred from its arrivals.
 
     Raises:
         WorkloadError: as :func:`default_tier` and :func:`imposition.capacity.simulator.simulate`.
@@ -93,7 +97,8 @@ def run_nodes(workload: Workload, nodes: list[int], *, policy: str, cap: int | N
     for n in nodes:
         run = simulate(workload.jobs(), nodes=n, policy_name=policy, params=params, tiers=tiers,
                        keep_intervals=False)
-        summaries.append(summarise(run, s, days=days, tier=tier))
+        summaries.append(summarise(run, s, days=window.days if window else None, hours=window.hours if window else None,
+                                   tier=tier))
         waits: dict[str, list[float]] = {}
         for job in run.jobs:
             if job.wait_s is not None:
@@ -102,21 +107,22 @@ def run_nodes(workload: Workload, nodes: list[int], *, policy: str, cap: int | N
     return summaries, samples
 
 
-def _workload(workload_path: Path | None, from_hist: bool, weeks: int | None) -> tuple[Workload, list | None]:
-    """The workload, and the working days to judge it over: the capacity report's window for
-    ``--from-history`` (the days ``capacity-report`` measures), None (the run's own span) for a file."""
+def _workload(workload_path: Path | None, from_hist: bool, weeks: int | None) -> tuple[Workload, MeasuredWindow | None]:
+    """The workload, and the measured window to judge it over: the capacity report's for
+    ``--from-history`` (its days and working hours), None (the run's own span) for a file."""
     if (workload_path is None) == (not from_hist):
-        raise InputError("give exactly one of --workload FILE and --from-history")
+        raise InputError("give exactly one of --workload FILE and --from-history (e.g. --workload "
+                         "samples/workloads/four-weeks.toml)")
     s = get_settings()
     if workload_path is not None:
         return load_spec(workload_path, job_overhead_s=s.sim_job_overhead_s), None
-    from imposition.observability.capacity import ReportWindowError, report_days  # noqa: PLC0415
+    from imposition.observability.capacity import ReportWindowError, measured_window  # noqa: PLC0415
 
     try:
-        days, end = report_days(weeks=weeks)
+        window = measured_window(weeks=weeks)
     except ReportWindowError as exc:
-        raise WorkloadError(str(exc)) from exc
-    return from_history(s.capacity_weeks if weeks is None else weeks, until=end), days
+        raise WorkloadError(f"--weeks: {exc}") from exc
+    return from_history(window, weeks=s.capacity_weeks if weeks is None else weeks), window
 
 
 @click.command("simulate")
@@ -124,7 +130,8 @@ def _workload(workload_path: Path | None, from_hist: bool, weeks: int | None) ->
               help="A workload spec file (TOML; see imposition/capacity/workload.py).")
 @click.option("--from-history", "from_hist", is_flag=True, help="Replay the jobs table's arrivals and durations.")
 @click.option("--weeks", type=int, default=None, help="History window in weeks (default: capacity_weeks, 4).")
-@click.option("--nodes", "nodes_text", default=None, help="Node counts to compare, e.g. 1,2,3 (default: capacity_nodes).")
+@click.option("--nodes", "nodes_text", default=None,
+              help="Node counts to compare, e.g. 1,2,3 (default: the licensed nodes, capacity_nodes, and one more).")
 @click.option("--cap", type=int, default=None,
               help="Cap of tenants without a tier (default: default_cap); honoured under every policy.")
 @click.option("--burst-cap", type=int, default=None,
@@ -139,14 +146,18 @@ def _workload(workload_path: Path | None, from_hist: bool, weeks: int | None) ->
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of the text.")
 def simulate_command(workload_path, from_hist, weeks, nodes_text, cap, burst_cap, policy, order, png_path,
                      as_json) -> None:
-    """Predict each tenant's waits, slot utilisation and the licence verdict for each node count."""
+    """Predict each tenant's waits, slot utilisation and the licence verdict for each node count
+    (--nodes; by default the licensed nodes and one more: what would a second licence change?).
+
+    Give the load: --workload FILE (a planned load, e.g. samples/workloads/four-weeks.toml) or
+    --from-history (the jobs table's last weeks)."""
     s = get_settings()
     policy = policy or s.waiting_policy
-    nodes = parse_nodes(nodes_text) if nodes_text is not None else [s.capacity_nodes]
+    nodes = parse_nodes(nodes_text) if nodes_text is not None else [s.capacity_nodes, s.capacity_nodes + 1]
     try:
-        workload, days = _workload(workload_path, from_hist, weeks)
+        workload, window = _workload(workload_path, from_hist, weeks)
         summaries, samples = run_nodes(workload, nodes, policy=policy, cap=cap, burst_cap=burst_cap, order=order,
-                                       days=days)
+                                       window=window)
     except WorkloadError as exc:
         raise InputError(str(exc)) from exc
     if as_json:
@@ -205,18 +216,21 @@ def _capacity_report_command() -> click.Command:
         from zoneinfo import ZoneInfo  # noqa: PLC0415
 
         until = measured.parse_until(kwargs["until"], ZoneInfo(s.capacity_timezone))
-        try:  # one window for both parts: the measured report's working days
-            days, end = measured.report_days(weeks=kwargs["weeks"], until=until)
-            report = measured.build_report(weeks=kwargs["weeks"], until=end, nodes=kwargs["nodes"])
+        try:  # one window for both parts: the measured report's jobs, working days and hours
+            if kwargs["nodes"] is not None and kwargs["nodes"] < 1:
+                raise measured.ReportWindowError(f"nodes={kwargs['nodes']}: must be >= 1")
+            window = measured.measured_window(weeks=kwargs["weeks"], until=until)
+            report = measured.report_of(window, nodes=kwargs["nodes"])
         except measured.ReportWindowError as exc:
             raise InputError(str(exc)) from exc
+        days = window.days
         now_nodes = kwargs["nodes"] or s.capacity_nodes
         policy = changes.get("policy", s.waiting_policy)
         try:
-            workload = from_history(kwargs["weeks"] or s.capacity_weeks, until=end)
+            workload = from_history(window, weeks=kwargs["weeks"] or s.capacity_weeks)
             summaries, _ = run_nodes(workload, sorted({now_nodes, *changes.get("nodes", [now_nodes])}),
                                      policy=policy, cap=changes.get("cap"), burst_cap=changes.get("burst_cap"),
-                                     days=days)
+                                     window=window)
         except WorkloadError as exc:
             raise InputError(str(exc)) from exc
         if kwargs["as_json"]:

@@ -17,9 +17,11 @@ from imposition.observability.capacity import (
     CapacityReport,
     Thresholds,
     WorkingDay,
+    WorkingHours,
     compute_report,
+    percent,
     working_days,
-    working_hours_label,
+    working_hours,
 )
 from imposition.observability.history import percentile
 from imposition.common.settings import Settings, get_settings
@@ -53,25 +55,32 @@ class Summary:
     tier: dict = field(default_factory=dict)
 
     @property
+    def hours(self) -> WorkingHours:
+        """The working hours the run was judged in (set, or inferred from the arrivals)."""
+        assert self.report.hours is not None, "summarise() always gives the report its hours"
+        return self.report.hours
+
+    @property
     def working_day_utilisation(self) -> float | None:
-        """Busy ÷ available slot-seconds over the working days, between the configured hours (the
-        licence rule's hours, :func:`imposition.observability.capacity.working_hours_label`); None if
-        the run's window holds no working hour."""
+        """Busy ÷ available slot-seconds over the working days, in the working hours (the licence
+        rule's, :attr:`hours`); None if the run's window holds no working hour."""
         capacity = sum(d.capacity_slot_s for d in self.report.days)
         return sum(d.busy_slot_s for d in self.report.days) / capacity if capacity else None
 
     def utilisation_line(self) -> str:
-        """``utilisation 35.5% in working hours (Mon–Fri 00:00–24:00 UTC; 27.2% over the whole run)``."""
-        hours = working_hours_label()
+        """``utilisation 78.1% in working hours over 20 working days; 27.2% from the first arrival to
+        the last finish (25.4 days)``: two figures over two spans, each named (the second counts the
+        nights and weekends inside the run too). The hours are :attr:`hours` (said once, above)."""
+        span = f"{self.utilisation:.1%} from the first arrival to the last finish ({_duration(self.makespan_s)})"
         within = self.working_day_utilisation
         if within is None:
-            return f"utilisation {self.utilisation:.1%} over the whole run (no working hours, {hours}, in its window)"
-        return f"utilisation {within:.1%} in working hours ({hours}; {self.utilisation:.1%} over the whole run)"
+            return f"utilisation {span}; no working hour in its window"
+        return f"utilisation {percent(within)} in working hours over {len(self.report.days)} working days; {span}"
 
     def as_dict(self) -> dict:
         """JSON-ready form."""
         return {"nodes": self.nodes, "slots_total": self.slots_total, "utilisation": self.utilisation,
-                "working_day_utilisation": self.working_day_utilisation, "working_hours": working_hours_label(),
+                "working_day_utilisation": self.working_day_utilisation, "working_hours": self.hours.as_dict(),
                 "working_days": len(self.report.days), **self.tier,
                 "makespan_s": self.makespan_s, "unfinished": self.unfinished,
                 "tenants": [t.__dict__ for t in self.tenants],
@@ -81,11 +90,12 @@ class Summary:
 
 
 def summarise(run: RunResult, settings: Settings | None = None, *, days: list[WorkingDay] | None = None,
-              tier: dict | None = None) -> Summary:
-    """Waits per tenant, utilisation, and the licence conditions of ``run``, over ``days`` (the
-    working days of a window: ``capacity-report --what-if`` passes the measured report's, so both
-    parts speak of the same days), else over the working days the run spans. ``tier`` is kept
-    as :attr:`Summary.tier`."""
+              hours: WorkingHours | None = None, tier: dict | None = None) -> Summary:
+    """Waits per tenant, utilisation, and the licence conditions of ``run``, over ``days`` in
+    ``hours`` (the working days of a measured window: ``capacity-report --what-if`` and ``simulate
+    --from-history`` pass the measured report's, so both parts speak of the same days and hours),
+    else over the working days the run spans, in the hours set or inferred from the run's arrivals
+    (:func:`imposition.observability.capacity.working_hours`). ``tier`` is kept as :attr:`Summary.tier`."""
     s = settings or get_settings()
     by_tenant: dict[str, list[float]] = {}
     for job in run.jobs:
@@ -99,18 +109,26 @@ def summarise(run: RunResult, settings: Settings | None = None, *, days: list[Wo
     last = max(finished) if finished else first
     span = max(last - first, 1e-9)
     tz = ZoneInfo(s.capacity_timezone)
-    if days is None:
+    if days is None or hours is None:
+        hours = working_hours((j.submitted_at for j in run.jobs), s)
         days = working_days(dt.datetime.fromtimestamp(first, tz).date(), dt.datetime.fromtimestamp(last, tz).date(),
-                            tz=tz, start_hour=s.capacity_day_start_hour, end_hour=s.capacity_day_end_hour,
-                            until=last + 1)
+                            tz=tz, start_hour=hours.start_hour, end_hour=hours.end_hour, until=last + 1)
     report = compute_report(run.jobs, days=days, tz=tz, slots_total=run.slots_total, now=last,
-                            thresholds=Thresholds.from_settings(s))
+                            thresholds=Thresholds.from_settings(s), hours=hours, nodes=run.nodes)
     return Summary(run.nodes, run.slots_total, tenants, run.busy_slot_s / (run.slots_total * span), last - first,
                    len(run.jobs) - len(finished), report, dict(tier or {}))
 
 
 def _f(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f}"
+
+
+def _duration(seconds: float) -> str:
+    """``31 s``, ``12.5 min``, ``3.2 h``, ``25.4 days``."""
+    for unit, size in (("days", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
 
 
 def tier_words(tier: dict) -> str:
@@ -128,9 +146,11 @@ def render(summaries: list[Summary], *, policy: str, source: str, max_tenants: i
     """The text form: per node count, one line per tenant, utilisation, the two conditions."""
     tier = tier_words(summaries[0].tier) if summaries else ""
     lines = [f"simulation of {source}, policy {policy}" + (f"; tenants without a tier: {tier}" if tier else "")]
+    if summaries:
+        lines.append(f"working hours: {summaries[0].hours.label()}")
     for sm in summaries:
-        lines += ["", f"{sm.nodes} node(s), {sm.slots_total} slots: {sm.utilisation_line()}, "
-                      f"makespan {sm.makespan_s:.1f} s" + (f", {sm.unfinished} jobs never finished" if sm.unfinished else ""),
+        lines += ["", f"{sm.nodes} node(s), {sm.slots_total} slots: {sm.utilisation_line()}"
+                      + (f"; {sm.unfinished} jobs never finished" if sm.unfinished else ""),
                   f"  {'tenant':24} {'jobs':>7} {'p50 s':>8} {'p95 s':>8} {'max s':>8} {'leases':>6}"]
         shown = sorted(sm.tenants, key=lambda t: -t.jobs)[:max_tenants]
         for t in sorted(shown, key=lambda t: t.tenant):
@@ -139,7 +159,27 @@ def render(summaries: list[Summary], *, policy: str, source: str, max_tenants: i
         if len(sm.tenants) > len(shown):
             lines.append(f"  ({len(sm.tenants) - len(shown)} smaller tenants not shown; --json has all)")
         lines += [f"  {line}" for line in sm.report.condition_lines()] + [f"  {sm.report.verdict}"]
+    if len(summaries) > 1:
+        lines += ["", *comparison_lines(summaries)]
     return "\n".join(lines)
+
+
+def comparison_lines(summaries: list[Summary]) -> list[str]:
+    """What each further node count changes against the first: long waits and the worst tenant's p95
+    wait (does a licence shorten the waits, or do they wait for a cap?)."""
+    first = summaries[0]
+
+    def worst(sm: Summary) -> TenantWaits | None:
+        return max((t for t in sm.tenants if t.p95_s is not None), key=lambda t: t.p95_s or 0.0, default=None)
+
+    lines = []
+    for sm in summaries[1:]:
+        a, b = worst(first), worst(sm)
+        tail = (f"; worst tenant p95 wait {_f(a.p95_s)} s ({a.tenant}) → {_f(b.p95_s)} s ({b.tenant})"
+                if a is not None and b is not None else "")
+        lines.append(f"{first.nodes} → {sm.nodes} node(s): long waits {percent(first.report.long_wait_share)} → "
+                     f"{percent(sm.report.long_wait_share)} of jobs{tail}")
+    return lines
 
 
 def write_png(summaries: list[Summary], path: Path, *, policy: str, wait_samples: dict[int, dict[str, list[float]]],
@@ -167,7 +207,7 @@ def write_png(summaries: list[Summary], path: Path, *, policy: str, wait_samples
     ax_wait.legend(fontsize="x-small", ncol=2)
     th = summaries[0].report.thresholds
     ax_util.plot(nodes, [100 * (sm.working_day_utilisation or 0.0) for sm in summaries], marker="o",
-                 label=f"in working hours ({working_hours_label()})")
+                 label=f"in working hours ({summaries[0].hours.span()})")
     ax_util.plot(nodes, [100 * sm.report.busy_day_share for sm in summaries], marker="^",
                  label=f"share of working days above {th.utilisation:.0%}")
     ax_util.axhline(100 * th.busy_day_share, color="black", linestyle="--", label="busy-day share needed")

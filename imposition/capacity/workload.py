@@ -33,7 +33,7 @@ import statistics
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -41,7 +41,9 @@ from imposition.capacity.core import Tier
 from imposition.capacity.errors import WorkloadError
 from imposition.capacity.simulator import SimJob
 
-_DAY_S = 86_400.0
+if TYPE_CHECKING:
+    from imposition.observability.capacity import MeasuredWindow
+
 DEFAULT_START = dt.datetime(2026, 1, 5, tzinfo=dt.timezone.utc)  # a Monday
 
 
@@ -238,31 +240,17 @@ def from_jobs(jobs, tiers: dict[str, Tier], *, source: str) -> Workload:
     return Workload(rows, tiers, source)
 
 
-def from_history(weeks: int, *, until: float | None = None) -> Workload:
-    """The last ``weeks`` of the jobs table (every tenant; the capacity report's window and reads)
-    with the tenants' tiers from the tenants table.
+def from_history(window: MeasuredWindow, *, weeks: int) -> Workload:
+    """The jobs of a measured window (:func:`imposition.observability.capacity.measured_window`: the
+    capacity report's window and reads, every tenant) with the tenants' tiers from the tenants table.
 
     Raises:
-        WorkloadError: ``weeks`` < 1 or no job in the window.
+        WorkloadError: no job in the window.
         pynamodb.exceptions.PynamoDBException: DynamoDB refused a read.
     """
-    import time  # noqa: PLC0415
-    from zoneinfo import ZoneInfo  # noqa: PLC0415
-
     from leases.models import TenantItem  # noqa: PLC0415 (the simulator itself needs no AWS)
-    from imposition.observability.capacity import load_jobs, report_window  # noqa: PLC0415
-    from imposition.observability.errors import ReportWindowError  # noqa: PLC0415
-    from imposition.common.settings import get_settings  # noqa: PLC0415
 
-    s = get_settings()
-    end = time.time() if until is None else until
-    try:
-        days = report_window(weeks, end, ZoneInfo(s.capacity_timezone), s)
-    except ReportWindowError as exc:
-        raise WorkloadError(f"--weeks: {exc}") from exc
-    start = days[0].start if days else end - weeks * 7 * _DAY_S
-    jobs = load_jobs(start, end)
     tiers = {t.tenant_id: Tier(cap=None if t.cap is None else int(t.cap),
                                burst_cap=None if t.burst_cap is None else int(t.burst_cap))
              for t in TenantItem.scan(attributes_to_get=["tenant_id", "cap", "burst_cap"])}
-    return from_jobs(jobs, tiers, source=f"history ({weeks} weeks)")
+    return from_jobs(window.jobs, tiers, source=f"history ({weeks} weeks)")

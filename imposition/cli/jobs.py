@@ -22,7 +22,6 @@ import json
 import operator
 import logging
 import re
-import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -32,7 +31,8 @@ from typing import Any
 
 import click
 
-from imposition.cli.main import JOB_ID, TENANT_ID
+from imposition.cli.failures import CommandFailed, Refused, ServiceUnavailable, reason
+from imposition.cli.main import TENANT_ID
 from imposition.engine.cli import check_output_path
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,7 @@ def jobs_list(tenant_id: str | None, status: str | None, since_s: float | None, 
     """Jobs, newest first: job, tenant, status, submitted (UTC), waited and ran (s), sheets, error
     code, file name. ``--token`` and ``--file`` find a job by what a shop knows of it.
 
-    Exit status 2: an unknown tenant (``refused: unknown_tenant: ...``), a malformed option."""
+    Exit status 2: an unknown tenant (``Error: unknown_tenant: ...``), a malformed option."""
     from imposition.cli.main import require_known_tenant
 
     if tenant_id is not None:
@@ -182,19 +182,57 @@ def jobs_list(tenant_id: str | None, status: str | None, since_s: float | None, 
         click.echo(json.dumps([job_view(job) for job in jobs], indent=2, sort_keys=True, default=str))
         return
     header = ["job", "tenant", "status", "submitted", "waited_s", "ran_s", "sheets", "error", "file"]
-    click.echo(table(header, [_row(job) for job in jobs]) if jobs else "no jobs")
+    click.echo(table(header, [_row(job) for job in jobs]) if jobs else
+               "no jobs " + searched(tenant_id=tenant_id, status=status, since_s=since_s, token=token,
+                                     file_name=file_name))
 
 
-def _job_or_exit(job_id: str):
-    from pynamodb.exceptions import DoesNotExist
+def searched(*, tenant_id: str | None, status: str | None, since_s: float | None, token: str | None,
+             file_name: str | None) -> str:
+    """What an empty ``jobs list`` looked for, in words: ``of tenant acme with token 'x', submitted
+    in the last 2h``; a file name without an extension gets the hint that names match exactly."""
+    from leases.models import TenantItem
 
-    from leases.models import JobItem
+    if tenant_id is not None:
+        parts = [f"of tenant {tenant_id}"]
+    else:
+        tenants = sorted(t.tenant_id for t in TenantItem.scan(attributes_to_get=["tenant_id"]))
+        parts = [f"of any of the {len(tenants)} tenants ({', '.join(tenants[:8])}{', …' if len(tenants) > 8 else ''})"
+                 if tenants else "(no tenant is registered)"]
+    if status is not None:
+        parts.append(f"in status {status}")
+    if token is not None:
+        parts.append(f"with token {token!r}")
+    if file_name is not None:
+        parts.append(f"with file name {file_name!r}" + ("" if "." in file_name else
+                     " (names match exactly as submitted, extension included: "
+                     f"{file_name + '.pdf'!r}?)"))
+    parts.append("submitted at any time" if since_s is None else f"submitted in the last {_duration(since_s)}")
+    return ", ".join(parts)
 
-    try:
-        return JobItem.get(job_id, consistent_read=True)
-    except DoesNotExist:
-        click.echo(f"no job {job_id!r}", err=True)
-        sys.exit(1)
+
+def _duration(seconds: float) -> str:
+    """``90s``, ``30m``, ``2h``, ``7d``: ``seconds`` in the largest unit that divides it, as --since takes it."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def job_by_ref(job_ref: str, *, tenant_id: str | None = None):
+    """The job named by ``job_ref``, its id or the idempotency token it was submitted with
+    (:func:`find_job`).
+
+    Raises:
+        CommandFailed: no such job (exit status 1).
+        click.UsageError: the token names several jobs, or ``job_ref`` is empty.
+    """
+    if not job_ref.strip():
+        raise click.BadParameter("must be a job id or an idempotency token, not empty", param_hint="JOB_ID_OR_TOKEN")
+    job = find_job(job_ref, tenant_id=tenant_id)
+    if job is None:
+        raise CommandFailed(f"no job with id or token {job_ref!r}")
+    return job
 
 
 def find_job(job_id_or_token: str, *, tenant_id: str | None = None):
@@ -235,69 +273,73 @@ def job_show(job_ref: str, tenant_id: str | None, as_json: bool) -> None:
     Exit status 1: no such job; 2: an unknown tenant, a token that names several jobs."""
     from imposition.cli.main import require_known_tenant
 
-    if not job_ref.strip():
-        raise click.BadParameter("must be a job id or an idempotency token, not empty", param_hint="JOB_ID_OR_TOKEN")
     if tenant_id is not None:
         require_known_tenant(tenant_id)
-    job = find_job(job_ref, tenant_id=tenant_id)
-    if job is None:
-        click.echo(f"no job with id or token {job_ref!r}", err=True)
-        sys.exit(1)
+    job = job_by_ref(job_ref, tenant_id=tenant_id)
     click.echo(json.dumps(job_view(job), indent=2, sort_keys=True, default=str))
 
 
+#: Where ``job download`` writes without ``-o``: ``out/<tenant>/<job id>.pdf`` under the current
+#: folder, as ``make run`` writes its plates (the folders are created).
+DOWNLOAD_DIR = Path("out")
+
+_JOB_REF = click.argument("job_ref", metavar="JOB_ID_OR_TOKEN")
+
+
 @click.command("download")
-@click.argument("job_id", type=JOB_ID)
+@_JOB_REF
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="File to write (default: ./<job id>.pdf).")
+              help="File to write, in an existing folder (default: out/<tenant>/<job id>.pdf, folders created).")
 @click.option("--previews", "previews_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
               default=None, help="Existing folder for the plate's PNG previews (<job id>-preview-<n>.png).")
 @click.option("--jdf", "with_jdf", is_flag=True, help="Also the plate's JDF Layout, beside it (<plate>.jdf).")
-def job_download(job_id: str, output: Path | None, previews_dir: Path | None, with_jdf: bool) -> None:
-    """Download the plate file of a succeeded job, with ``--previews`` its PNG previews (one per
-    side, as ``job show`` names them in ``preview_keys``), with ``--jdf`` its JDF Layout (``jdf_key``).
+def job_download(job_ref: str, output: Path | None, previews_dir: Path | None, with_jdf: bool) -> None:
+    """Download the plate file of a succeeded job (named by its id or its token), with
+    ``--previews`` its PNG previews (one per side, as ``job show`` names them in
+    ``preview_keys``), with ``--jdf`` its JDF Layout (``jdf_key``). Each file written is named with
+    its full path.
 
     Exit status 1: no such job, the job has no plate (not succeeded), the plate or a preview object
     is missing, ``--previews`` of a job that has none, ``--jdf`` of a job that has none, or the file
-    cannot be written (its folder does not exist or is not a folder)."""
+    cannot be written (an ``-o`` folder that does not exist or is not a folder)."""
     from imposition.engine.backends.base import jdf_beside
     from tasks import storage
 
-    job = _job_or_exit(job_id)
+    job = job_by_ref(job_ref)
+    job_id = job.job_id
     if job.status != "succeeded" or not job.output_key:
-        raise click.ClickException(f"job {job_id} has no plate: it is {job.status}"
-                                   + (f" ({job.error_code})" if job.error_code else ""))
+        raise CommandFailed(f"job {job_id} has no plate: it is {job.status}"
+                            + (f" ({job.error_code})" if job.error_code else ""))
     preview_keys = list(job.preview_keys or [])
     if previews_dir is not None and not preview_keys:
         warned = [w["code"] for w in job.warnings or [] if w.get("code") == "preview_failed"]
-        raise click.ClickException(f"job {job_id} has no previews" + (" (preview_failed: see job show)" if warned else ""))
+        raise CommandFailed(f"job {job_id} has no previews" + (" (preview_failed: see job show)" if warned else ""))
     if with_jdf and not job.jdf_key:
-        raise click.ClickException(f"job {job_id} has no JDF Layout (its engine writes none)")
-    target = output if output is not None else Path(f"{job_id}.pdf")
-    check_output_path(target, what="the plate file")
-    downloads = [(job.output_key, target, "plate")]
+        raise CommandFailed(f"job {job_id} has no JDF Layout (its engine writes none)")
+    if output is None:
+        output = DOWNLOAD_DIR / job.tenant_id / f"{job_id}.pdf"
+        output.parent.mkdir(parents=True, exist_ok=True)
+    check_output_path(output, what="the plate file")
+    downloads = [(job.output_key, output, "plate")]
     if with_jdf:
-        downloads.append((job.jdf_key, jdf_beside(target), "JDF Layout"))
+        downloads.append((job.jdf_key, jdf_beside(output), "JDF Layout"))
     if previews_dir is not None:
         downloads += [(key, previews_dir / f"{job_id}-{key.rsplit('/', 1)[-1]}", "preview") for key in preview_keys]
     for key, path, what in downloads:
         try:
             storage.download_object(key, path)
         except storage.StorageError as exc:
-            raise click.ClickException(str(exc)) from exc
-        click.echo(f"{path}: {what} of job {job_id} ({path.stat().st_size} bytes)")
-
-
-def _refused(exc: Exception) -> None:
-    click.echo(f"refused: {exc}", err=True)
-    sys.exit(2)
+            raise CommandFailed(str(exc)) from exc
+        click.echo(f"wrote the {what} of job {job_id} ({job.tenant_id}) to {path.resolve()} "
+                   f"({path.stat().st_size} bytes)")
 
 
 @click.command("cancel")
-@click.argument("job_id", type=JOB_ID)
-def job_cancel(job_id: str) -> None:
-    """Cancel a queued or waiting job: it ends failed with error code ``cancelled``, its tenant's
-    counters and admission in-flight count go down, and its tenant's webhook is sent.
+@_JOB_REF
+def job_cancel(job_ref: str) -> None:
+    """Cancel a queued or waiting job (named by its id or its token): it ends failed with error code
+    ``cancelled``, its tenant's counters and admission in-flight count go down, and its tenant's
+    webhook is sent.
 
     Exit status 1: no such job; 2: the job is running or finished (nothing changed)."""
     from pynamodb.exceptions import DoesNotExist
@@ -305,28 +347,29 @@ def job_cancel(job_id: str) -> None:
     from leases.errors import WrongJobStatus
     from tasks.jobs import cancel
 
+    job_id = job_by_ref(job_ref).job_id
     try:
         job = cancel(job_id)
-    except DoesNotExist:
-        click.echo(f"no job {job_id!r}", err=True)
-        sys.exit(1)
+    except DoesNotExist:  # gone meanwhile (its retention ended)
+        raise CommandFailed(f"no job with id {job_id!r}") from None
     except WrongJobStatus as exc:
-        _refused(exc)
+        raise Refused(reason(exc)) from exc
     click.echo(f"cancelled job {job_id} of {job.tenant_id}")
 
 
 @click.command("retry")
-@click.argument("job_id", type=JOB_ID)
+@_JOB_REF
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None,
               help="New attempt budget, up to Settings.max_attempts_limit (default: Settings.max_attempts).")
-def job_retry(job_id: str, max_attempts: int | None) -> None:
-    """Run a failed job again (same job id, a new attempt budget, the failed run kept in its
-    ``history``): queued and published if its tenant has room, else waiting.
+def job_retry(job_ref: str, max_attempts: int | None) -> None:
+    """Run a failed job (named by its id or its token) again: same job id, a new attempt budget,
+    the failed run kept in its ``history``; queued and published if its tenant has room, else waiting.
 
     Admission applies as to a submission: the tenant's rate limit and in-flight cap.
 
-    Exit status 1: no such job; 2: the job is not failed, the budget is out of range, or admission
-    refused it (rate limit, in-flight cap: the typed reason); 3: Redis unreachable."""
+    Exit status 1: no such job; 2: the job is not failed (or was never submitted), the budget is
+    out of range, or admission refused it (rate limit, in-flight cap: the typed reason); 3: Redis
+    unreachable."""
     from pynamodb.exceptions import DoesNotExist
 
     from imposition import admission
@@ -334,14 +377,13 @@ def job_retry(job_id: str, max_attempts: int | None) -> None:
     from leases.errors import WrongJobStatus
     from tasks.jobs import retry
 
+    job_id = job_by_ref(job_ref).job_id
     try:
         outcome = retry(job_id, max_attempts=max_attempts)
-    except DoesNotExist:
-        click.echo(f"no job {job_id!r}", err=True)
-        sys.exit(1)
+    except DoesNotExist:  # gone meanwhile (its retention ended)
+        raise CommandFailed(f"no job with id {job_id!r}") from None
     except (WrongJobStatus, ValueError, admission.AdmissionRefused) as exc:
-        _refused(exc)
+        raise Refused(reason(exc)) from exc
     except admission.AdmissionUnavailable as exc:
-        click.echo(f"unavailable: {exc}", err=True)
-        sys.exit(3)
+        raise ServiceUnavailable(reason(exc)) from exc
     click.echo(f"retrying job {job_id} of {outcome.job.tenant_id}: {outcome.status}")

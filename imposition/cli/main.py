@@ -10,22 +10,31 @@ pattern), so ``imposition impose`` does not import the service stack.
 
 Exit status of every command (docs/operations.md, "Exit codes", the table a test runs): 0 ok; 1
 the command's own failure (no such job, drift left by ``audit``); 2 a refused or malformed request
-(an unknown tenant, ``refused: unknown_tenant: ...`` in every command; click's usage errors,
-``Error: ...`` first; a refused submission); 3 a service the command needs is unreachable (AWS
-endpoint, Redis, missing AWS credentials) or lacks a queue, table or bucket that ``imposition
-provision`` creates, reported in one line by :class:`ServiceGroup`, never as a traceback.
+(an unknown tenant, ``unknown_tenant: ...`` in every command; a usage error; a refused submission);
+3 a service the command needs is unreachable (AWS endpoint, Redis, missing AWS credentials) or
+lacks a queue, table or bucket that ``imposition provision`` creates. Every failure is one line,
+``Error: <what was wrong, the field, the limit>`` (:mod:`imposition.cli.failures`), never a traceback.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from imposition.cli.failures import (
+    CommandFailed,
+    ConfigurationError,
+    Refused,
+    ServiceUnavailable,
+    UsageFirst,
+    reason,
+    usage_first,
+    warn,
+)
 from imposition.engine.cli import layout_text, skip_exit_collection
 from imposition.common.tenancy import TenancyError, shown_value, validate_job_id, validate_tenant_id
 
@@ -90,13 +99,6 @@ TENANT_ID = IdentifierParam("tenant_id", validate_tenant_id)
 JOB_ID = IdentifierParam("job_id", validate_job_id)
 
 
-class ServiceUnavailable(click.ClickException):
-    """A service a command needs could not be reached, or lacks a resource that ``imposition
-    provision`` creates: one line on stderr, exit status 3."""
-
-    exit_code = 3
-
-
 #: AWS error codes of a queue, table or bucket that does not exist (was never provisioned, or the
 #: endpoint restarted empty): DynamoDB; SQS (query protocol, JSON protocol); S3.
 NOT_PROVISIONED_CODES = frozenset({
@@ -159,45 +161,13 @@ def settings_problem(exc: BaseException) -> str | None:
     return "invalid configuration: " + "; ".join(lines)
 
 
-class ConfigurationError(click.ClickException):
-    """A setting read from the environment is invalid: one line naming the variable, exit status 2."""
-
-    exit_code = 2
-
-
-class Refused(click.ClickException):
-    """The service refused the request (an unknown tenant, a refused submission): one line
-    ``refused: <message>`` on stderr, exit status 2."""
-
-    exit_code = 2
-
-    def show(self, file=None) -> None:
-        click.echo(f"refused: {self.format_message()}", err=file is None, file=file)
-
-
-class UsageFirst(click.UsageError):
-    """A usage error shown with the line that matters first: ``Error: <message>``, then click's
-    usage line and help hint (click itself puts those two lines first). Exit status 2."""
-
-    def show(self, file=None) -> None:
-        click.echo(f"Error: {self.format_message()}", err=file is None, file=file)
-        if self.ctx is not None:
-            hint = f"Try '{self.ctx.command_path} --help' for help." if self.ctx.command.get_help_option(self.ctx) else ""
-            click.echo(f"{self.ctx.get_usage()}\n{hint}".rstrip(), err=file is None, file=file)
-
-
-def usage_first(exc: click.UsageError) -> UsageFirst:
-    """``exc`` as a :class:`UsageFirst` (same message and context)."""
-    return exc if isinstance(exc, UsageFirst) else UsageFirst(exc.format_message(), exc.ctx)
-
-
 def require_known_tenant(tenant_id: str) -> None:
     """For a command that reads a tenant (``tenant show``, ``jobs list --tenant``): refuse one that
     is not registered, whatever ``Settings.auto_register_tenants`` says (reading registers nothing).
 
     Raises:
         imposition.admission.UnknownTenant: not registered (shown by :class:`ServiceGroup` as
-            ``refused: unknown_tenant: ...``, exit 2).
+            ``Error: unknown_tenant: ...``, exit 2).
     """
     from imposition.admission.errors import UnknownTenant  # noqa: PLC0415 (imported when run)
     from imposition.admission.limits import forget_cached_limits, limits_for  # noqa: PLC0415
@@ -312,14 +282,21 @@ def provision() -> None:
               help="Attempt budget, up to Settings.max_attempts_limit (default: Settings.max_attempts).")
 @click.option("--on-duplicate", type=click.Choice(["raise", "return"]), default="raise", show_default=True,
               help="A token already submitted: refuse (exit 2), or print the job id that holds it.")
+@click.option("--wait", "wait", is_flag=True,
+              help="After printing the job id, wait until the job ends and say how (exit 1 if it failed).")
+@click.option("--wait-timeout", "wait_timeout_s", type=click.FloatRange(min=0), default=600.0, show_default=True,
+              help="Seconds --wait waits at most.")
 @click.argument("input_pdf", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def submit(tenant_id: str, token: str, layout_option: str, max_attempts: int | None, on_duplicate: OnDuplicate,
-           input_pdf: Path) -> None:
-    """Upload INPUT_PDF under the tenant's prefix, submit it, and print the job id.
+           wait: bool, wait_timeout_s: float, input_pdf: Path) -> None:
+    """Upload INPUT_PDF under the tenant's prefix, submit it, and print the job id. With --wait, then
+    wait for the job's end and say it on stderr (its plate, or its typed error).
 
-    Exit status 2: refused (tenancy: a malformed or upper-case tenant id, an unknown tenant; layout;
-    an input that is empty, not a PDF, damaged, encrypted, without pages or over max_input_bytes:
-    nothing uploaded; admission: duplicate, rate limit, in-flight cap); 3: admission unavailable (Redis unreachable; nothing was published).
+    Exit status 1 (--wait): the job failed, was cancelled, or had not ended in time; 2: refused
+    (tenancy: a malformed or upper-case tenant id, an unknown tenant; layout; an input that is
+    empty, not a PDF, damaged, encrypted, without pages or over max_input_bytes: nothing uploaded;
+    admission: duplicate, rate limit, in-flight cap); 3: admission unavailable (Redis unreachable;
+    nothing was published).
     """
     from imposition.admission import AdmissionRefused, AdmissionUnavailable, UnknownTenant
     from imposition.engine import ImpositionError
@@ -332,12 +309,35 @@ def submit(tenant_id: str, token: str, layout_option: str, max_attempts: int | N
     except UnknownTenant:  # ServiceGroup's one refusal line, as every command says it
         raise
     except (ValueError, LookupError, AdmissionRefused, ImpositionError) as exc:  # typed refusals
-        click.echo(f"refused: {type(exc).__name__}: {exc}", err=True)
-        sys.exit(2)
+        raise Refused(reason(exc)) from exc
     except AdmissionUnavailable as exc:
-        click.echo(f"unavailable: {exc}", err=True)
-        sys.exit(3)
+        raise ServiceUnavailable(reason(exc)) from exc
     click.echo(job_id)
+    if wait:
+        _wait_for_job(job_id, wait_timeout_s)
+
+
+def _wait_for_job(job_id: str, timeout_s: float) -> None:
+    """Wait for ``job_id`` through its result (the jobs table) and say how it ended, on stderr.
+
+    Raises:
+        CommandFailed: it failed or was cancelled (its typed error), or it had not ended in time.
+    """
+    from celery.exceptions import TaskRevokedError, TimeoutError as ResultTimeout  # noqa: PLC0415 (when run)
+
+    from imposition import client  # noqa: PLC0415
+    from imposition.engine.errors import ImpositionError  # noqa: PLC0415
+
+    result = client.result(job_id)
+    try:
+        plate = result.get(timeout=timeout_s, interval=0.5)
+    except ResultTimeout:
+        raise CommandFailed(f"job {job_id} had not ended after --wait-timeout={timeout_s:g} s: it is "
+                            f"{(result.info or {}).get('status', 'pending')}; `imposition job show {job_id}`") from None
+    except (ImpositionError, TaskRevokedError, client.JobFailed, client.SubmissionRequired) as exc:  # the job's own
+        raise CommandFailed(f"job {job_id} failed: {reason(exc)}") from exc
+    click.echo(f"job {job_id} succeeded: {plate['sheets']} sheet(s), {plate['sides']} side(s); plate "
+               f"{plate['plate_key']} (`imposition job download {job_id}`)", err=True)
 
 
 @main.group(cls=LazyGroup, lazy_subcommands=LAZY_COMMANDS["job"])
@@ -363,7 +363,8 @@ def tenant_set_cap(tenant_id: str, cap: int | None, use_default: bool, burst_cap
     CAP is 0 to Settings.max_cap (1000 by default); 0 pauses the tenant until its cap is raised.
     Lowering a cap below the tenant's current in-flight count stops nothing that runs; the tenant
     is admitted again once its in-flight count drops below the new cap. Raising it wakes as many
-    of the tenant's waiting jobs as the new room allows, at once.
+    of the tenant's waiting jobs as the new room allows, at once. A cap (or burst) above the
+    cluster's live slots is accepted with a warning naming them: the slots bind until nodes join.
     """
     from leases import waiting
     from leases.tenants import set_cap
@@ -383,9 +384,24 @@ def tenant_set_cap(tenant_id: str, cap: int | None, use_default: bool, burst_cap
                          on_woken=lambda job: signals.job_woken.send(sender=None, job=job, reason="cap_change"))
     if woken:
         click.echo(f"woke {len(woken)} waiting job(s) of {tenant_id}", err=True)
+    _warn_above_live_slots(tenant_id, cap, burst_cap)
     from leases.tenants import describe_tenant
 
     click.echo(json.dumps(describe_tenant(tenant_id), indent=2, sort_keys=True))
+
+
+def _warn_above_live_slots(tenant_id: str, cap: int | None, burst_cap: int | None) -> None:
+    """Warn when a cap or burst just set exceeds the cluster's live slots (they bind first)."""
+    from leases import nodes  # noqa: PLC0415 (imported when run)
+
+    live = nodes.live_nodes()
+    slots = nodes.slots_total(live)
+    over = [f"{name} {value}" for name, value in (("cap", cap), ("burst", burst_cap)) if value is not None and value > slots]
+    if over:
+        where = (", ".join(f"{node} {n}" for node, n in sorted(live.items())) if live
+                 else "no node registered: capacity_nodes × slots_per_node")
+        warn(f"{' and '.join(over)} of {tenant_id} is above the cluster's {slots} live slots ({where}): "
+             f"{tenant_id} holds at most {slots} leases until nodes join")
 
 
 def run() -> None:

@@ -111,7 +111,7 @@ def tenant_show(tenant_id: str) -> None:
     URL (the secret never: ``webhook_secret_set``), in flight, queued, waiting, live leases, and
     ``admission_in_flight`` (admitted, unconfirmed; ``null`` if Redis cannot be reached).
 
-    Exit status 2: no such tenant (``refused: unknown_tenant: ...``, as every command says it)."""
+    Exit status 2: no such tenant (``Error: unknown_tenant: ...``, as every command says it)."""
     from imposition.cli.main import require_known_tenant
 
     require_known_tenant(tenant_id)

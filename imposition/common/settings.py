@@ -656,8 +656,17 @@ class Settings(BaseSettings):
     capacity_long_wait_share_threshold: float = Field(
         default=0.2, ge=0, lt=1, description="Second licence needs long waits on more than this share of jobs."
     )
-    capacity_day_start_hour: int = Field(default=0, ge=0, le=23, description="Working day starts (report tz).")
-    capacity_day_end_hour: int = Field(default=24, ge=1, le=24, description="Working day ends (report tz).")
+    capacity_day_start_hour: int | None = Field(
+        default=None, ge=0, le=23,
+        description="The shop's working day starts at this hour (report tz). Unset (with the end): inferred "
+        "from the arrivals, and the capacity report says so.")
+    capacity_day_end_hour: int | None = Field(
+        default=None, ge=1, le=24,
+        description="The shop's working day ends at this hour (report tz); set with the start, or neither.")
+    capacity_inferred_hours_share: float = Field(
+        default=0.95, gt=0, le=1,
+        description="Working hours left unset are the shortest span of whole hours holding this share of the "
+        "working days' arrivals (capacity report, simulate).")
     capacity_timezone: str = Field(default="UTC", description="IANA zone the report's days are counted in.")
     # --- the simulator (imposition simulate; calibrated by make bench-sched) -----------------------
     sim_poll_latency_s: float = Field(
@@ -797,8 +806,14 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _capacity_day_is_sane(self) -> "Settings":
-        """Reject a working day that ends before it starts (observability's capacity report)."""
-        if self.capacity_day_start_hour >= self.capacity_day_end_hour:
+        """Reject a working day that ends before it starts, or half set (observability's capacity report)."""
+        if (self.capacity_day_start_hour is None) != (self.capacity_day_end_hour is None):
+            raise ValueError(
+                f"capacity_day_start_hour={self.capacity_day_start_hour} and capacity_day_end_hour="
+                f"{self.capacity_day_end_hour}: set both (the shop's hours) or neither (inferred from the arrivals)"
+            )
+        if self.capacity_day_start_hour is not None and self.capacity_day_end_hour is not None \
+                and self.capacity_day_start_hour >= self.capacity_day_end_hour:
             raise ValueError(
                 f"capacity_day_start_hour={self.capacity_day_start_hour} must be < "
                 f"capacity_day_end_hour={self.capacity_day_end_hour}"

@@ -193,5 +193,5 @@ def check_own_key(tenant_id: str, key: str) -> str:
         raise InvalidKey(f"input_key: a control character at position {control} (none allowed)")
     prefix = tenant_prefix(tenant_id)
     if not isinstance(key, str) or not key.startswith(prefix) or ".." in key.split("/"):
-        raise ForeignKeyRefused(f"input_key={shown_value(key)} is outside tenant {tenant_id!r}'s prefix {prefix!r}")
+        raise ForeignKeyRefused(f"input_key={shown_value(key)}: outside the prefix {prefix!r} of tenant {tenant_id!r}")
     return key

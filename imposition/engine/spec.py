@@ -548,6 +548,71 @@ def _describe(error: Any) -> str:
     return clipped(f"{'.'.join(loc) or 'layout'}{value_part}: {rule}", PROBLEM_LIMIT_CHARS)
 
 
+#: pydantic error types saying a value is not of a union member's type (not a limit it broke).
+_MISMATCH_TYPES = frozenset({"literal_error", "model_type", "model_attributes_type", "is_instance_of", "enum"})
+
+
+def _mismatch(error: Any) -> bool:
+    return error["type"] in _MISMATCH_TYPES or error["type"].endswith(("_type", "_parsing"))
+
+
+def _untagged(error: Any, obj: Any) -> tuple[tuple, tuple | None]:
+    """``(loc without pydantic's union member tags, the loc of the union field or None)``. A tag is
+    a loc part the input has no key for at that point (``margin_mm.constrained-float``,
+    ``margin_mm.Margins.top_mm``), unless it is the missing field a ``missing`` error names."""
+    parts = list(error["loc"])
+    if parts and parts[0] in LAYOUTS:  # the discriminator tag pydantic puts first
+        parts = parts[1:]
+    kept: list = []
+    union_at = None
+    value = obj
+    for n, part in enumerate(parts):
+        if isinstance(value, dict) and part in value or isinstance(value, list) and isinstance(part, int) \
+                and 0 <= part < len(value):
+            kept.append(part)
+            value = value[part]
+        elif error["type"] == "missing" and n == len(parts) - 1 or union_at is not None:
+            kept.append(part)
+        else:
+            union_at = tuple(kept)
+    return tuple(kept), union_at
+
+
+def _member_rule(error: Any) -> str:
+    """What one union member would take, from its mismatch error: ``a valid number``, ``an object
+    of top_mm, right_mm, bottom_mm, left_mm``."""
+    if error["type"] == "model_type":
+        model = globals().get(str(error.get("ctx", {}).get("class_name", "")))
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            return f"an object of {', '.join(model.model_fields)}"
+    return str(error["msg"]).removeprefix("Input should be ")
+
+
+def _one_per_union_field(errors: list, obj: Any) -> list:
+    """pydantic reports a value that fits no member of a union (``margin_mm``: a number, or
+    :class:`Margins`) once per member, under tags of its own. Give each such field its errors in the
+    member the value has the type of (``margin_mm=-3``: the number's limit), else one error naming
+    what each member would take; every loc without the tags."""
+    out: list = []
+    unions: dict[tuple, list] = {}
+    for error in errors:
+        loc, union_at = _untagged(error, obj)
+        error = {**error, "loc": loc}
+        if union_at is None:
+            out.append(error)
+        else:
+            unions.setdefault(union_at, []).append(error)
+    for union_at, found in unions.items():
+        limits = [e for e in found if not _mismatch(e) or e["loc"] != union_at]
+        if limits:
+            out += limits
+        else:
+            rules = " or ".join(dict.fromkeys(_member_rule(e) for e in found))
+            out.append({"type": "union_mismatch", "loc": union_at, "input": found[0].get("input"),
+                        "msg": f"Input should be {rules}"})
+    return out
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object's members as a dict (``json.loads``' ``object_pairs_hook``).
 
@@ -610,7 +675,7 @@ def parse_layout(obj: dict[str, Any] | str | bytes) -> LayoutSpec:
     try:
         return _ADAPTER.validate_python(obj)
     except pydantic.ValidationError as exc:
-        errors = exc.errors(include_url=False)
+        errors = _one_per_union_field(exc.errors(include_url=False), obj)
         problems = [_describe(error) for error in errors[:MAX_PROBLEMS_SHOWN]]
         if len(errors) > MAX_PROBLEMS_SHOWN:
             problems.append(f"and {len(errors) - MAX_PROBLEMS_SHOWN} more problems")

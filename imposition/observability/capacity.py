@@ -8,10 +8,15 @@ The seed's rule, every threshold a setting:
                   longer than ``capacity_long_wait_s`` (3 min),
                   both in the same window (``capacity_weeks``, 4 weeks).
 
-Otherwise the report names the condition that holds, if any, and calls it a transient burst. Both
-figures come from the job items (:func:`compute_report` defines them), over the working days of
-:func:`report_window`. The PNG (matplotlib, no display needed) plots the daily utilisation against
-the utilisation line and the daily share of long waits against the share line.
+The verdict names each condition with its value against its threshold, whether it held and by how
+much, and what the rule concludes from the pair (:attr:`CapacityReport.verdict`). Both figures come
+from the job items (:func:`compute_report` defines them), over the working days of the window, in
+the shop's working hours (:class:`WorkingHours`): the hours set (``capacity_day_start_hour``,
+``capacity_day_end_hour``) or, left unset, inferred from the arrivals (:func:`infer_hours`), and the
+report says which. Counting a day-shift shop's idle night as working time would halve its
+utilisation and the condition could hardly ever hold. The PNG (matplotlib, no display needed) plots
+the daily utilisation against the utilisation line and the daily share of long waits against the
+share line.
 """
 
 from __future__ import annotations
@@ -54,6 +59,81 @@ class Thresholds:
                    s.capacity_long_wait_share_threshold)
 
 
+#: Where a report's working hours came from (:attr:`WorkingHours.source`).
+HOURS_SET, HOURS_INFERRED, HOURS_WHOLE_DAY = "set", "inferred", "whole_day"
+
+
+@dataclass(frozen=True)
+class WorkingHours:
+    """The hours of a working day (Monday–Friday, ``start_hour`` to ``end_hour`` in ``timezone``) that
+    utilisation is counted over, and where they came from: ``set`` (the settings),
+    ``inferred`` (from ``arrivals`` job submissions, :func:`infer_hours`) or ``whole_day`` (unset,
+    and no arrival to infer them from)."""
+
+    start_hour: int
+    end_hour: int
+    timezone: str
+    source: str
+    arrivals: int = 0
+
+    def span(self) -> str:
+        """``Mon–Fri 07:00–17:00 UTC``."""
+        return f"Mon–Fri {self.start_hour:02d}:00–{self.end_hour:02d}:00 {self.timezone}"
+
+    def label(self) -> str:
+        """The span and where it came from, as every figure "in working hours" says it."""
+        if self.source == HOURS_SET:
+            return f"{self.span()}, the shop's hours as set"
+        if self.source == HOURS_INFERRED:
+            return (f"{self.span()}, inferred from {self.arrivals:,} arrivals: the shop's hours are unset "
+                    "(IMPOSITION_CAPACITY_DAY_START_HOUR, _END_HOUR)")
+        return (f"{self.span()}, the whole day: the shop's hours are unset "
+                "(IMPOSITION_CAPACITY_DAY_START_HOUR, _END_HOUR) and no arrival to infer them from")
+
+    def as_dict(self) -> dict:
+        """JSON-ready form."""
+        return {**asdict(self), "label": self.label()}
+
+
+def infer_hours(submitted_at: Iterable[float], *, tz: ZoneInfo, share: float) -> tuple[int, int, int] | None:
+    """``(start_hour, end_hour, arrivals)``: the shortest span of whole hours (``0 <= start < end <=
+    24``, the earliest of equals) holding at least ``share`` of the arrivals (epoch s) that fall on
+    working days (Monday–Friday in ``tz``), and how many those are; None if there are none. A night
+    shift across midnight is not inferred: set the hours."""
+    counts = [0] * 24
+    for at in submitted_at:
+        moment = dt.datetime.fromtimestamp(float(at), tz)
+        if moment.weekday() in WORKING_WEEKDAYS:
+            counts[moment.hour] += 1
+    total = sum(counts)
+    if not total:
+        return None
+    need = share * total
+    best = (0, 24)
+    for start in range(24):
+        held = 0
+        for end in range(start + 1, 25):
+            held += counts[end - 1]
+            if held >= need:
+                if end - start < best[1] - best[0]:
+                    best = (start, end)
+                break
+    return best[0], best[1], total
+
+
+def working_hours(submitted_at: Iterable[float], settings: Settings | None = None) -> WorkingHours:
+    """The working hours of a report: the settings' if set, else inferred from ``submitted_at``
+    (:func:`infer_hours`), else the whole day."""
+    s = settings or get_settings()
+    if s.capacity_day_start_hour is not None and s.capacity_day_end_hour is not None:
+        return WorkingHours(s.capacity_day_start_hour, s.capacity_day_end_hour, s.capacity_timezone, HOURS_SET)
+    inferred = infer_hours(submitted_at, tz=ZoneInfo(s.capacity_timezone), share=s.capacity_inferred_hours_share)
+    if inferred is None:
+        return WorkingHours(0, 24, s.capacity_timezone, HOURS_WHOLE_DAY)
+    start, end, arrivals = inferred
+    return WorkingHours(start, end, s.capacity_timezone, HOURS_INFERRED, arrivals)
+
+
 @dataclass(frozen=True)
 class DayUsage:
     """One working day: occupied and available slot-seconds, jobs submitted and long waits."""
@@ -84,6 +164,17 @@ class CapacityReport:
     slots_total: int
     thresholds: Thresholds
     days: list[DayUsage] = field(default_factory=list)
+    #: The hours the days were counted in (None: as given by whoever built the days).
+    hours: WorkingHours | None = None
+    #: Licensed nodes the slots total stands for (None: one): the verdict asks about one more.
+    nodes: int | None = None
+
+    @property
+    def licence(self) -> str:
+        """The licence the verdict is about: ``a second licence`` (one node now), else ``a licence
+        for node 3`` and so on."""
+        n = self.nodes or 1
+        return "a second licence" if n == 1 else f"a licence for node {n + 1}"
 
     @property
     def jobs(self) -> int:
@@ -126,29 +217,34 @@ class CapacityReport:
         return self.utilisation_condition and self.wait_condition
 
     def condition_lines(self) -> list[str]:
-        """One line per condition, with its numbers and whether it holds."""
+        """One line per condition: its value against its threshold, whether it holds and by how much."""
         th = self.thresholds
         return [
-            f"utilisation > {th.utilisation:.0%} on {self.busy_days} of {len(self.days)} working days "
-            f"({self.busy_day_share:.0%}; needs more than {th.busy_day_share:.0%}): "
-            f"{'holds' if self.utilisation_condition else 'does not hold'}",
-            f"waits > {th.long_wait_s:g} s for {self.long_waits} of {self.jobs} jobs "
-            f"({self.long_wait_share:.0%}; needs more than {th.long_wait_share:.0%}): "
-            f"{'holds' if self.wait_condition else 'does not hold'}",
+            f"busy slots: utilisation above {th.utilisation:.0%} on {self.busy_days} of {len(self.days)} working "
+            f"days, {percent(self.busy_day_share)}; the rule needs more than {th.busy_day_share:.0%}: "
+            f"{_held(self.busy_day_share, th.busy_day_share)}",
+            f"long waits: {self.long_waits:,} of {self.jobs:,} jobs waited over {th.long_wait_s:g} s, "
+            f"{percent(self.long_wait_share)}; the rule needs more than {th.long_wait_share:.0%}: "
+            f"{_held(self.long_wait_share, th.long_wait_share)}",
         ]
 
     @property
     def verdict(self) -> str:
-        """The one-line conclusion."""
+        """The conclusion the rule draws from the two conditions, each named with its value."""
+        th = self.thresholds
+        busy = f"busy slots on {percent(self.busy_day_share)} of working days (needs more than {th.busy_day_share:.0%})"
+        waits = f"long waits for {percent(self.long_wait_share)} of jobs (needs more than {th.long_wait_share:.0%})"
+        refused = f"VERDICT: no {self.licence.removeprefix('a ')}"
         if self.warranted:
-            return "VERDICT: a second licence is warranted (both conditions hold in the same window)"
-        if self.utilisation_condition:
-            return ("VERDICT: no second licence: only the utilisation condition holds; waits stay short, "
-                    "a transient burst")
+            return f"VERDICT: {self.licence} is warranted: both conditions hold in the same window, {busy} and {waits}"
         if self.wait_condition:
-            return ("VERDICT: no second licence: only the long-wait condition holds; the slots are not busy "
-                    "on most days, a transient burst")
-        return "VERDICT: no second licence: neither condition holds"
+            return (f"{refused}. The rule needs both conditions; only the long-wait condition holds: {waits}, but "
+                    f"{busy}. Jobs waited while slots were free, so not for slots: for their tenant's cap or in a "
+                    "transient burst (see each tenant's waits; a cap or borrowing is the lever, not a licence)")
+        if self.utilisation_condition:
+            return (f"{refused}. The rule needs both conditions; only the utilisation condition holds: {busy}, but "
+                    f"{waits}. The slots are busy and keep up: waits stay short")
+        return f"{refused}: neither condition holds, {busy}, {waits}"
 
     def as_dict(self) -> dict:
         """JSON-ready form."""
@@ -162,7 +258,24 @@ class CapacityReport:
             "long_waits": self.long_waits, "long_wait_share": self.long_wait_share,
             "utilisation_condition": self.utilisation_condition, "wait_condition": self.wait_condition,
             "warranted": self.warranted, "verdict": self.verdict,
+            "working_hours": self.hours.as_dict() if self.hours is not None else None,
         }
+
+
+def percent(share: float) -> str:
+    """A share (0–1) as a percentage, small non-zero ones not shown as 0 (``<0.1 %``)."""
+    return "<0.1%" if 0 < share < 0.0005 else f"{share:.1%}".replace(".0%", "%")
+
+
+def _held(value: float, threshold: float) -> str:
+    """``holds (31 points above)`` or ``does not hold (35 points below)``: the condition ``value >
+    threshold`` and its distance in percentage points."""
+    points = abs(value - threshold) * 100
+    distance = f"{points:.0f}" if points >= 1 else f"{points:.1f}"
+    if value > threshold:
+        return f"holds ({distance} points above)"
+    return "does not hold (at the threshold: it needs more)" if value == threshold else \
+        f"does not hold ({distance} points below)"
 
 
 @dataclass(frozen=True)
@@ -196,11 +309,12 @@ def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
 
 
 def compute_report(jobs: Iterable[JobTimes], *, days: list[WorkingDay], tz: ZoneInfo, slots_total: int,
-                   now: float, thresholds: Thresholds) -> CapacityReport:
+                   now: float, thresholds: Thresholds, hours: WorkingHours | None = None,
+                   nodes: int | None = None) -> CapacityReport:
     """The report for ``jobs`` over the working ``days`` (pure: no I/O).
 
-    * **slot utilisation of a working day** (Monday–Friday in ``capacity_timezone``, between
-      ``capacity_day_start_hour`` and ``capacity_day_end_hour``) = slot-seconds occupied by jobs
+    * **slot utilisation of a working day** (Monday–Friday in ``capacity_timezone``, in the working
+      hours ``days`` were cut to: ``hours``, kept on the report) = slot-seconds occupied by jobs
       (``[started_at, finished_at)``, a running job up to ``now``) ÷ (``slots_total`` × the day's
       length; today's length only up to now). The command's slots total is ``capacity_nodes ×
       slots_per_node``. A job item keeps only its last attempt's times, so earlier attempts of
@@ -243,7 +357,7 @@ def compute_report(jobs: Iterable[JobTimes], *, days: list[WorkingDay], tz: Zone
     usage = [DayUsage(d.day, busy[i], slots_total * (d.end - d.start), measured[i], long_waits[i])
              for i, d in enumerate(days)]
     return CapacityReport(days[0].start if days else now, days[-1].end if days else now, slots_total,
-                          thresholds, usage)
+                          thresholds, usage, hours, nodes)
 
 
 def _still_waiting(job: JobTimes) -> bool:
@@ -253,8 +367,8 @@ def _still_waiting(job: JobTimes) -> bool:
 # --- reading the window, the command ---------------------------------------------------------------
 
 
-def report_window(weeks: int, until: float, tz: ZoneInfo, settings: Settings) -> list[WorkingDay]:
-    """The working days of the ``weeks`` × 7 calendar days ending with the day of ``until``.
+def window_dates(weeks: int, until: float, tz: ZoneInfo) -> tuple[dt.date, dt.date]:
+    """The first and last calendar day of the ``weeks`` × 7 days ending with the day of ``until``.
 
     Raises:
         ReportWindowError: ``weeks`` < 1.
@@ -262,36 +376,61 @@ def report_window(weeks: int, until: float, tz: ZoneInfo, settings: Settings) ->
     if weeks < 1:
         raise ReportWindowError(f"weeks={weeks}: must be >= 1")
     last = dt.datetime.fromtimestamp(until, tz).date()
-    first = last - dt.timedelta(days=7 * weeks - 1)
-    return working_days(first, last, tz=tz, start_hour=settings.capacity_day_start_hour,
-                        end_hour=settings.capacity_day_end_hour, until=until)
+    return last - dt.timedelta(days=7 * weeks - 1), last
 
 
-def report_days(*, weeks: int | None = None, until: float | None = None,
-                settings: Settings | None = None) -> tuple[list[WorkingDay], float]:
-    """The report's working days and its end (epoch s: ``until``, at most now): the one window of
-    the measured report and of ``--what-if``'s simulated part.
+@dataclass(frozen=True)
+class MeasuredWindow:
+    """What the measured report and its simulated replay (``--what-if``, ``simulate
+    --from-history``) share: the job items read, the working hours, the working days in them, and
+    the window's end (epoch s)."""
 
-    Raises:
-        ReportWindowError: ``weeks`` < 1.
-    """
-    s = settings or get_settings()
-    end = time.time() if until is None else min(until, time.time())
-    return report_window(s.capacity_weeks if weeks is None else weeks, end, ZoneInfo(s.capacity_timezone), s), end
-
-
-def working_hours_label(settings: Settings | None = None) -> str:
-    """The configured working hours in words, e.g. ``Mon–Fri 09:00–17:00 Europe/Berlin``: what
-    "in working hours" means in every figure that says it."""
-    s = settings or get_settings()
-    return (f"Mon–Fri {s.capacity_day_start_hour:02d}:00–{s.capacity_day_end_hour:02d}:00 "
-            f"{s.capacity_timezone}")
+    jobs: list
+    hours: WorkingHours
+    days: list[WorkingDay]
+    end: float
 
 
 def load_jobs(start: float, end: float) -> list:
     """Job items of every tenant submitted in ``[start − 1 day, end)``: a job submitted the day
     before the window may still have run inside it."""
     return [job for tenant in tenant_ids() for job in jobs_submitted(tenant, start - _DAY_S, end)]
+
+
+def measured_window(*, weeks: int | None = None, until: float | None = None,
+                    settings: Settings | None = None) -> MeasuredWindow:
+    """Read the window's job items once (``weeks``, default ``capacity_weeks``, ending with the day of
+    ``until``, at most now) and find its working hours (:func:`working_hours`, from the arrivals
+    inside the window) and working days.
+
+    Raises:
+        ReportWindowError: ``weeks`` < 1.
+        pynamodb.exceptions.PynamoDBException: DynamoDB refused a read.
+    """
+    s = settings or get_settings()
+    tz = ZoneInfo(s.capacity_timezone)
+    end = time.time() if until is None else min(until, time.time())
+    first, last = window_dates(s.capacity_weeks if weeks is None else weeks, end, tz)
+    start = dt.datetime.combine(first, dt.time(0), tzinfo=tz).timestamp()
+    jobs = load_jobs(start, end)
+    hours = working_hours((float(j.submitted_at) for j in jobs if float(j.submitted_at) >= start), s)
+    days = working_days(first, last, tz=tz, start_hour=hours.start_hour, end_hour=hours.end_hour, until=end)
+    return MeasuredWindow(jobs, hours, days, end)
+
+
+def report_of(window: MeasuredWindow, *, nodes: int | None = None, settings: Settings | None = None) -> CapacityReport:
+    """The report of a :class:`MeasuredWindow` for ``nodes`` licensed nodes (default ``capacity_nodes``).
+
+    Raises:
+        ReportWindowError: ``nodes`` below 1.
+    """
+    s = settings or get_settings()
+    n = s.capacity_nodes if nodes is None else nodes
+    if n < 1:
+        raise ReportWindowError(f"nodes={n}: must be >= 1")
+    return compute_report(window.jobs, days=window.days, tz=ZoneInfo(s.capacity_timezone),
+                          slots_total=n * s.slots_per_node, now=window.end, thresholds=Thresholds.from_settings(s),
+                          hours=window.hours, nodes=n)
 
 
 def build_report(*, weeks: int | None = None, until: float | None = None, nodes: int | None = None,
@@ -303,21 +442,17 @@ def build_report(*, weeks: int | None = None, until: float | None = None, nodes:
         pynamodb.exceptions.PynamoDBException: DynamoDB refused a read.
     """
     s = settings or get_settings()
-    tz = ZoneInfo(s.capacity_timezone)
-    n = s.capacity_nodes if nodes is None else nodes
-    if n < 1:
-        raise ReportWindowError(f"nodes={n}: must be >= 1")
-    days, end = report_days(weeks=weeks, until=until, settings=s)
-    jobs = load_jobs(days[0].start, end) if days else []
-    return compute_report(jobs, days=days, tz=tz, slots_total=n * s.slots_per_node, now=end,
-                          thresholds=Thresholds.from_settings(s))
+    if nodes is not None and nodes < 1:  # before reading four weeks of jobs
+        raise ReportWindowError(f"nodes={nodes}: must be >= 1")
+    return report_of(measured_window(weeks=weeks, until=until, settings=s), nodes=nodes, settings=s)
 
 
 def render(report: CapacityReport) -> str:
     """The text form: one line per working day, the two conditions, the verdict."""
     th = report.thresholds
-    lines = [f"capacity report: {len(report.days)} working days ({working_hours_label()}), "
-             f"{report.slots_total} slots",
+    hours = report.hours.label() if report.hours is not None else "working hours as given"
+    lines = [f"capacity report: {len(report.days)} working days, {report.slots_total} slots",
+             f"  working hours: {hours}",
              f"  {'day':10} {'util':>6} {'jobs':>6} {'long waits':>10}"]
     for d in report.days:
         mark = "*" if d.utilisation > th.utilisation else " "

@@ -190,7 +190,7 @@ def collect(now: float | None = None) -> Status:
         window_s=s.status_window_s,
         tenants=[tenant_status(i, now=t, window_s=s.status_window_s, default_cap=s.default_cap) for i in tenants],
         queues=queue_status(read_queues()),
-        cluster=ClusterStatus(busy, sum(live.values()) or s.capacity_nodes * s.slots_per_node, live),
+        cluster=ClusterStatus(busy, nodes.slots_total(live), live),
         consistency=Consistency(snapshot.reads, sum(int(i.in_flight or 0) for i in tenants), busy),
     )
 

@@ -119,13 +119,13 @@ def test_cli_submit_reports_refusals_and_returns_duplicates(redis_db, fresh_aws,
     assert first.exit_code == 0, first.output
     job_id = first.output.strip()
     again = runner.invoke(cli, args)
-    assert again.exit_code == 2 and "DuplicateSubmission" in again.output and job_id in again.output
+    assert again.exit_code == 2 and again.output.startswith("Error: duplicate_submission: ") and job_id in again.output
     returned = runner.invoke(cli, [*args[:-1], "--on-duplicate", "return", str(SAMPLE_PDF)])
     assert returned.exit_code == 0 and returned.output.strip() == job_id
     limits = runner.invoke(cli, ["tenant", "set-limits", tenant, "--rate-limit-per-min", "1"])
     assert limits.exit_code == 0 and json.loads(limits.output)["rate_limit_per_min"] == 1
     limited = runner.invoke(cli, [*args[:4], "cli-2", *args[5:]])
-    assert limited.exit_code == 2 and "RateLimited" in limited.output and "retry after" in limited.output
+    assert limited.exit_code == 2 and limited.output.startswith("Error: rate_limited: ") and "retry after" in limited.output
 
 
 def test_submit_refuses_a_truncated_pdf_at_the_door_naming_the_callers_file(redis_db, fresh_aws, new_tenant,

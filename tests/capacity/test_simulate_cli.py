@@ -116,10 +116,10 @@ def test_what_if_puts_the_simulated_verdict_beside_the_measured_one(fresh_aws):
                                        "--what-if", "nodes=2"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     measured, _, simulated = result.output.partition("what-if, simulated")
-    assert "waits > 180 s for 200 of 200 jobs" in measured
+    assert "200 of 200 jobs waited over 180 s" in measured
     assert "1 node(s) (as measured: the model's check)" in simulated and "2 node(s)" in simulated
     assert simulated.count("VERDICT:") == 2
-    assert "waits > 180 s for 0 of 200 jobs" in simulated  # 45 s jobs every 30 s never queue in the model
+    assert "0 of 200 jobs waited over 180 s" in simulated  # 45 s jobs every 30 s never queue in the model
     doc = json.loads(CliRunner().invoke(main, ["capacity-report", "--weeks", "1", "--until", "2025-03-21",
                                                "--what-if", "nodes=2", "--json"], catch_exceptions=False).output)
     assert doc["measured"]["jobs"] == 200 and [r["nodes"] for r in doc["what_if"]["runs"]] == [1, 2]
@@ -159,27 +159,79 @@ def test_cap_is_honoured_under_every_policy_and_the_burst_cap_is_its_own_option_
                                 "--burst-cap", "2"), "--burst-cap=2", "must be >= the cap")
 
 
-def test_working_hours_are_the_configured_ones_and_named(spec_file, tmp_path, monkeypatch):
-    """The figure "in working hours" is over the configured hours and says which; a run with no
-    working hour in its window says so instead of printing 0.0 %."""
+@pytest.fixture
+def shop_hours(monkeypatch):
+    """``shop_hours(start, end)`` sets the shop's working hours for this test (unset by default)."""
     from imposition.common.settings import get_settings
 
-    monkeypatch.setenv("IMPOSITION_CAPACITY_DAY_START_HOUR", "9")
-    monkeypatch.setenv("IMPOSITION_CAPACITY_DAY_END_HOUR", "17")
+    def set_hours(start: int, end: int) -> None:
+        monkeypatch.setenv("IMPOSITION_CAPACITY_DAY_START_HOUR", str(start))
+        monkeypatch.setenv("IMPOSITION_CAPACITY_DAY_END_HOUR", str(end))
+        get_settings.cache_clear()
+
     get_settings.cache_clear()
+    yield set_hours
+    monkeypatch.undo()
+    get_settings.cache_clear()
+
+
+def test_working_hours_set_are_used_and_named(spec_file, tmp_path, shop_hours):
+    """The figure "in working hours" is over the hours set and says so; a run with no working hour in
+    its window says so instead of printing 0.0 %."""
+    shop_hours(9, 17)
     at_ten = tmp_path / "at-ten.toml"  # the same burst at 10:00 of the spec's first day (a Monday)
     at_ten.write_text(SPEC.replace("at_s = 0 }", "at_s = 36000 }").replace("[5, 6, 7]", "[36005, 36006]"))
-    try:
-        night = json.loads(invoke("simulate", "--workload", str(spec_file), "--json").output)["runs"][0]
-        assert (night["working_hours"], night["working_day_utilisation"]) == ("Mon–Fri 09:00–17:00 UTC", None)
-        assert "no working hours, Mon–Fri 09:00–17:00 UTC, in its window" in invoke(
-            "simulate", "--workload", str(spec_file)).output
-        day = json.loads(invoke("simulate", "--workload", str(at_ten), "--json").output)["runs"][0]
-        assert 0 < day["working_day_utilisation"] < day["utilisation"]  # 8 h of a day, not the run's 5 min
-        assert f"{day['working_day_utilisation']:.1%} in working hours (Mon–Fri 09:00–17:00 UTC;" in invoke(
-            "simulate", "--workload", str(at_ten)).output
-    finally:
-        get_settings.cache_clear()
+    night = json.loads(invoke("simulate", "--workload", str(spec_file), "--nodes", "1", "--json").output)["runs"][0]
+    assert night["working_day_utilisation"] is None
+    assert (night["working_hours"]["start_hour"], night["working_hours"]["end_hour"],
+            night["working_hours"]["source"]) == (9, 17, "set")
+    text = invoke("simulate", "--workload", str(spec_file), "--nodes", "1").output
+    assert "working hours: Mon–Fri 09:00–17:00 UTC, the shop's hours as set" in text
+    assert "no working hour in its window" in text
+    day = json.loads(invoke("simulate", "--workload", str(at_ten), "--nodes", "1", "--json").output)["runs"][0]
+    assert 0 < day["working_day_utilisation"] < day["utilisation"]  # 8 h of a day, not the run's 5 min
+
+
+#: A day shift (08:00–17:00) that keeps one node's 8 slots busy while it works, idle at night:
+#: 1,000 jobs an hour of 30 s is 8.3 slots' worth, a little more than the node has.
+DAY_SHIFT = """
+seed = 3
+[[tenants]]
+name = "shop-a"
+arrivals = { pattern = "poisson", rate_per_h = 500, from_h = 8, for_h = 9, days = 5 }
+duration = { distribution = "fixed", s = 30 }
+[[tenants]]
+name = "shop-b"
+arrivals = { pattern = "poisson", rate_per_h = 500, from_h = 8, for_h = 9, days = 5 }
+duration = { distribution = "fixed", s = 30 }
+"""
+
+
+def test_a_day_shift_is_judged_in_its_own_hours_inferred_from_the_arrivals_and_said(tmp_path, shop_hours):
+    """Issue 42: with the whole day as working time, a shop busy all day read half busy and the
+    utilisation condition could hardly hold. Unset hours are inferred from the arrivals."""
+    workload = tmp_path / "day-shift.toml"
+    workload.write_text(DAY_SHIFT)
+    inferred = json.loads(invoke("simulate", "--workload", str(workload), "--nodes", "1", "--json").output)["runs"][0]
+    assert inferred["working_hours"]["source"] == "inferred"
+    assert (inferred["working_hours"]["start_hour"], inferred["working_hours"]["end_hour"]) == (8, 17)
+    assert inferred["working_day_utilisation"] > 0.9 and inferred["utilisation_condition"]
+    text = invoke("simulate", "--workload", str(workload), "--nodes", "1").output
+    assert "working hours: Mon–Fri 08:00–17:00 UTC, inferred from" in text and "the shop's hours are unset" in text
+    assert "busy slots: utilisation above 80% on 5 of 5 working days, 100%; the rule needs more than 50%: holds" in text
+    shop_hours(0, 24)  # the old default: the idle night counted as working time
+    whole_day = json.loads(invoke("simulate", "--workload", str(workload), "--nodes", "1", "--json").output)["runs"][0]
+    assert whole_day["working_day_utilisation"] < 0.5 and not whole_day["utilisation_condition"]
+
+
+def test_simulate_compares_the_licensed_nodes_with_one_more_by_default(spec_file):
+    """Its help says "for each node count": by default the licensed nodes (capacity_nodes, 1) and one more."""
+    result = invoke("simulate", "--workload", str(spec_file))
+    assert result.exit_code == 0, result.output
+    assert "1 node(s), 8 slots" in result.output and "2 node(s), 16 slots" in result.output
+    assert "licensed nodes, capacity_nodes, and one more" in " ".join(invoke("simulate", "--help").output.split())
+    comparison = result.output.strip().splitlines()[-1]
+    assert comparison.startswith("1 → 2 node(s): long waits ") and "worst tenant p95 wait" in comparison
 
 
 def test_what_if_measures_and_simulates_over_the_same_working_days(fresh_aws):
@@ -217,3 +269,9 @@ def test_simulate_from_history_judges_the_capacity_reports_working_days(fresh_aw
     measured = json.loads(invoke("capacity-report", "--weeks", "1", "--json").output)
     simulated = json.loads(invoke("simulate", "--from-history", "--weeks", "1", "--json").output)
     assert simulated["runs"][0]["working_days"] == len(measured["days"]) >= 4  # 5, less today if it is young
+    # the same hours as the report, and the run's own span named as such (issue 42: "0.0 % in working
+    # hours … 8.9 % over the whole run" compared four weeks of working days with a one-minute run)
+    assert simulated["runs"][0]["working_hours"] == measured["working_hours"]
+    text = invoke("simulate", "--from-history", "--weeks", "1", "--nodes", "1").output
+    assert f"working hours: {measured['working_hours']['label']}" in text
+    assert "% in working hours over " in text and "% from the first arrival to the last finish (" in text

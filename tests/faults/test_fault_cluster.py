@@ -350,7 +350,9 @@ def test_poison_messages_are_recorded_and_end_in_the_dead_letter_queue(cluster):
     aws.sqs().send_message(QueueUrl=url, MessageBody=base64.b64encode(json.dumps(envelope).encode()).decode(),
                            **group)
     app.send_task("imposition.no_such_task", kwargs={"tenant_id": tenant}, queue=queue, **group)
-    app.send_task("imposition.impose", kwargs={"tenant_id": tenant}, queue=queue, **group)  # no job_id
+    # a job message of ours with a malformed job id (a call by name, without job_id, ends in
+    # SubmissionRequired instead: tests/integration/test_celery_api.py)
+    app.send_task("imposition.impose", kwargs={"tenant_id": tenant, "job_id": "../x"}, queue=queue, **group)
 
     dead = _dead_letters(queue, 4)
     assert len(dead) == 4

@@ -135,3 +135,43 @@ def test_a_message_naming_a_missing_job_ends_in_the_dead_letter_queue_as_no_such
     log = imposition_worker.log()
     assert f"job {job_id} does not exist" in log and "(no_such_job)" in log
     assert f"dropping duplicate delivery of job {job_id}" not in log
+
+
+@pytest.mark.parametrize("named", ["submission kwargs", "positional args"])
+def test_send_task_by_name_ends_in_a_typed_failure_and_nothing_reaches_the_dead_letter_queue(
+        imposition_worker, tenant_id, named):
+    """Celery's usual call between services skips every task code of ours: the worker records the
+    message as a failed job under its task id, so the caller's result ends (issue 42, §3)."""
+    from leases.errors import NeverSubmitted
+    from leases.lifecycle import NO_TENANT
+    from tasks.jobs import retry
+
+    settings = get_settings()
+    queue, dlq = settings.imposition_queue, settings.dead_letter_queue(settings.imposition_queue)
+    wait_for(lambda: queue_messages(queue) == 0, 60, what="the queue to be empty before the call")
+    dead_before = queue_messages(dlq)
+    key = _uploaded(tenant_id)
+    fields = {"tenant_id": tenant_id, "token": "by-name", "input_key": key, "layout": LAYOUT}
+    if named == "submission kwargs":
+        result = app.send_task("imposition.impose", kwargs=fields)
+    else:
+        result = app.send_task("imposition.impose", args=list(fields.values()))
+    with pytest.raises(SubmissionRequired, match=r"called by name .* Submit with imposition\.client\.submit") as raised:
+        result.get(timeout=60, interval=0.2)
+    assert raised.value.code == "submission_required"
+    assert (result.state, result.ready(), result.successful()) == (states.FAILURE, True, False)
+    record = JobItem.get(result.id, consistent_read=True)
+    assert (record.status, record.error_code, record.attempts, record.started_at) == (
+        "failed", "submission_required", 0, None)
+    if named == "submission kwargs":  # what it named, for the operator's `jobs list --token by-name`
+        assert (record.tenant_id, record.token, record.input_key) == (tenant_id, "by-name", key)
+    else:
+        assert (record.tenant_id, record.token, record.input_key) == (NO_TENANT, result.id, "")
+    with pytest.raises(NeverSubmitted, match="never submitted"):
+        retry(result.id)  # nothing to retry: it was never a job
+    # acked, not dead-lettered: the queue drains and the DLQ stays as it was
+    wait_for(lambda: queue_messages(queue) == 0, 60, what="the message to be acked")
+    assert queue_messages(dlq) == dead_before
+    plate = aws.s3().list_objects_v2(Bucket=settings.bucket, Prefix=f"tenants/{tenant_id}/jobs/{result.id}/")
+    assert plate.get("KeyCount", 0) == 0  # nothing ran
+    assert "recorded as failed (submission_required)" in imposition_worker.log()

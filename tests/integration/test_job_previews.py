@@ -78,10 +78,11 @@ def test_a_job_stores_names_and_hands_out_a_preview_of_each_side(worker, tenant,
     previews.mkdir()
     output = cli("job", "download", job.job_id, "-o", str(tmp_path / "plate.pdf"), "--previews", str(previews),
                  "--jdf").output
-    assert (tmp_path / "plate.jdf").read_bytes().startswith(b"<?xml") and ": JDF Layout of job" in output
+    assert (tmp_path / "plate.jdf").read_bytes().startswith(b"<?xml")
+    assert f"wrote the JDF Layout of job {job.job_id} ({tenant}) to {tmp_path / 'plate.jdf'} (" in output
     names = sorted(p.name for p in previews.iterdir())
     assert names == [f"{job.job_id}-preview-{n}.png" for n in range(1, 5)]
-    assert output.count(": preview of job") == 4 and (tmp_path / "plate.pdf").stat().st_size > 0
+    assert output.count(f"wrote the preview of job {job.job_id}") == 4 and (tmp_path / "plate.pdf").stat().st_size > 0
     for name in names:
         with Image.open(previews / name) as image:
             width_px, height_px = image.size

@@ -79,12 +79,46 @@ def test_verdict_at_each_threshold(case, kwargs, util_holds, wait_holds):
     assert (r.utilisation_condition, r.wait_condition) == (util_holds, wait_holds)
     assert r.warranted == (util_holds and wait_holds)
     if util_holds and wait_holds:
-        assert "is warranted" in r.verdict
+        assert "is warranted: both conditions hold" in r.verdict
     elif util_holds or wait_holds:
-        assert "transient burst" in r.verdict
-        assert ("only the utilisation condition" if util_holds else "only the long-wait condition") in r.verdict
+        assert "no second licence. The rule needs both conditions" in r.verdict
+        assert ("only the utilisation condition holds" if util_holds else "only the long-wait condition holds") in r.verdict
     else:
         assert "neither condition holds" in r.verdict
+    # each signal with its value against its threshold, in the verdict and in its own line
+    busy_pct, wait_pct = f"{r.busy_day_share:.0%}", f"{r.long_wait_share:.0%}"
+    assert f"busy slots on {busy_pct} of working days (needs more than 50%)" in r.verdict, r.verdict
+    assert f"long waits for {wait_pct} of jobs (needs more than 20%)" in r.verdict, r.verdict
+    busy_line, wait_line = r.condition_lines()
+    assert f"on {r.busy_days} of 10 working days, {busy_pct}; the rule needs more than 50%: " \
+           f"{'holds' if util_holds else 'does not hold'}" in busy_line
+    assert f"{r.long_waits} of 100 jobs waited over 180 s, {wait_pct}; the rule needs more than 20%: " \
+           f"{'holds' if wait_holds else 'does not hold'}" in wait_line
+
+
+def test_each_condition_says_by_how_much_it_held_or_failed():
+    r = report(history(busy_days=2, busy_utilisation=0.95, long_waits=51))
+    busy_line, wait_line = r.condition_lines()
+    assert busy_line.endswith("does not hold (30 points below)"), busy_line  # 20 % of days against 50 %
+    assert wait_line.endswith("holds (31 points above)"), wait_line  # 51 % of jobs against 20 %
+    assert "Jobs waited while slots were free, so not for slots" in r.verdict
+
+
+def test_working_hours_are_inferred_from_the_arrivals_when_unset():
+    from imposition.observability.capacity import infer_hours, working_hours
+
+    monday_9 = dt.datetime(2025, 3, 17, 9, tzinfo=UTC).timestamp()
+    day_shift = [monday_9 + day * 86_400 + k * 300 for day in range(5) for k in range(96)]  # 09:00–17:00
+    night_strays = [monday_9 - 8 * 3600, monday_9 + 13 * 3600]  # 01:00 and 22:00, 2 of 482
+    saturday = [monday_9 + 5 * 86_400 + k for k in range(1000)]  # not a working day: not counted
+    assert infer_hours(day_shift + night_strays + saturday, tz=UTC, share=0.95) == (9, 17, 482)
+    assert infer_hours(day_shift + night_strays, tz=UTC, share=1.0) == (1, 23, 482)
+    assert infer_hours(saturday, tz=UTC, share=0.95) is None
+    hours = working_hours(day_shift)
+    assert (hours.start_hour, hours.end_hour, hours.source) == (9, 17, "inferred")
+    assert hours.label() == ("Mon–Fri 09:00–17:00 UTC, inferred from 480 arrivals: the shop's hours are unset "
+                             "(IMPOSITION_CAPACITY_DAY_START_HOUR, _END_HOUR)")
+    assert working_hours([]).source == "whole_day" and "no arrival to infer them from" in working_hours([]).label()
 
 
 def test_runs_crossing_midnight_and_weekends_count_only_inside_working_hours():
@@ -136,7 +170,25 @@ def test_png_shows_both_series(tmp_path):
     assert _colour_pixels(quiet, "top")["red"] < 50  # no day over the line: no red bar
 
 
-def test_command_reads_the_job_items_and_writes_the_png(fresh_aws, tmp_path):
+@pytest.fixture
+def shop_hours(monkeypatch):
+    """``shop_hours(start, end)`` sets the shop's working hours (None, None: unset) for this test."""
+    from imposition.common.settings import get_settings
+
+    def set_hours(start: int | None, end: int | None) -> None:
+        for name, value in (("IMPOSITION_CAPACITY_DAY_START_HOUR", start), ("IMPOSITION_CAPACITY_DAY_END_HOUR", end)):
+            if value is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, str(value))
+        get_settings.cache_clear()
+
+    yield set_hours
+    monkeypatch.undo()
+    get_settings.cache_clear()
+
+
+def test_command_reads_the_job_items_and_writes_the_png(fresh_aws, tmp_path, shop_hours):
     tenants = ("acme", "globex")
     for n, item in enumerate(history(busy_days=6, busy_utilisation=0.81, long_waits=21)):
         item.tenant_id = tenants[n % 2]
@@ -146,12 +198,15 @@ def test_command_reads_the_job_items_and_writes_the_png(fresh_aws, tmp_path):
     for tenant in tenants:
         ensure_tenant(tenant)
     png = tmp_path / "capacity.png"
-    # Settings: working day 00:00–24:00 and 8 slots per node, so the same runs are a smaller share.
+    # Settings: working day 00:00–24:00 (set) and 8 slots per node, so the same runs are a smaller share.
+    shop_hours(0, 24)
     result = CliRunner().invoke(main, ["capacity-report", "--weeks", "2", "--until", "2025-03-28", "--nodes", "1",
                                        "--png", str(png)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    assert "waits > 180 s for 21 of 100 jobs" in result.output
-    assert "VERDICT: no second licence: only the long-wait condition holds" in result.output
+    assert "working hours: Mon–Fri 00:00–24:00 UTC, the shop's hours as set" in result.output
+    assert "long waits: 21 of 100 jobs waited over 180 s, 21%; the rule needs more than 20%: holds" in result.output
+    assert "VERDICT: no second licence. The rule needs both conditions; only the long-wait condition holds" \
+        in result.output
     assert png.read_bytes()[:4] == b"\x89PNG"
     as_json = CliRunner().invoke(main, ["capacity-report", "--weeks", "2", "--until", "2025-03-28", "--json"],
                                  catch_exceptions=False)
@@ -159,6 +214,11 @@ def test_command_reads_the_job_items_and_writes_the_png(fresh_aws, tmp_path):
     assert (len(doc["days"]), doc["jobs"], doc["long_waits"], doc["warranted"]) == (10, 100, 21, False)
     # 2 slots' worth of 0.81 × 10 h on 8 slots × 24 h
     assert doc["days"][0]["utilisation"] == pytest.approx(0.81 * 2 * 10 / (8 * 24))
+    shop_hours(None, None)
+    unset = CliRunner().invoke(main, ["capacity-report", "--weeks", "2", "--until", "2025-03-28"],
+                               catch_exceptions=False).output
+    # every job arrives 08:00–08:09: the report counts that hour, and says the shop's hours are unset
+    assert "working hours: Mon–Fri 08:00–09:00 UTC, inferred from 100 arrivals: the shop's hours are unset" in unset
 
 
 def test_command_refuses_an_empty_window(fresh_aws):

@@ -164,6 +164,26 @@ def test_job_download_writes_the_plate_and_refuses_a_job_without_one(new_tenant,
     assert not (tmp_path / "no").exists()
 
 
+def test_job_download_by_token_writes_to_out_tenant_and_says_where(new_tenant, tmp_path, monkeypatch):
+    """Issue 42: without -o it wrote ``<id>.pdf`` into the current folder (the repository root in the
+    README's flow) and named it by a relative path."""
+    from leases import transactions
+    from tasks import storage
+
+    tenant = new_tenant()
+    job_id = _submit(tenant)
+    token = cli_json("job", "show", job_id)["token"]
+    lease = transactions.acquire(job_id, tenant, "w")
+    key = f"tenants/{tenant}/jobs/{job_id}/plate.pdf"
+    storage.upload(SAMPLE_PDF, key)
+    transactions.commit_success(lease, output_key=key, sheets=2, sides=4)
+    monkeypatch.chdir(tmp_path)
+    out = cli("job", "download", token).stdout
+    written = tmp_path / "out" / tenant / f"{job_id}.pdf"
+    assert written.read_bytes() == SAMPLE_PDF.read_bytes()
+    assert out == f"wrote the plate of job {job_id} ({tenant}) to {written} ({written.stat().st_size} bytes)\n"
+
+
 def test_job_download_of_previews_of_a_job_that_has_none_says_so(new_tenant, tmp_path):
     from leases import transactions
     from tasks import storage

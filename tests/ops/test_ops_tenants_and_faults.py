@@ -76,7 +76,7 @@ def test_submit_takes_layout_json_text_and_refuses_empty_or_non_pdf_files_before
         path = tmp_path / name
         path.write_bytes(data)
         result = cli("submit", "--tenant", tenant, "--token", name, "--layout", LAYOUT_TEXT, str(path), expect=2)
-        assert "NotAPdf" in result.output and str(path) in result.output
+        assert result.output.startswith("Error: not_a_pdf: input PDF ") and str(path) in result.output
     listing = aws.s3().list_objects_v2(Bucket=get_settings().bucket, Prefix=f"tenants/{tenant}/")
     assert len(listing.get("Contents", [])) == 1  # only the good one was uploaded
     assert len(jobs_of(tenant)) == 1

@@ -155,3 +155,19 @@ def test_room_in_one_orientation_is_enough_under_auto():
     spec = parse_layout({"layout": "n_up", "sheet": "A5", "columns": 1, "rows": 1, "margin_mm": {"left_mm": 150}})
     assert spec.orientation == "auto"
     assert isinstance(parse_layout({"layout": "n_up", "sheet": "A5", "columns": 3, "gutter_mm": 60}), NUp)  # simplex
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"margin_mm": -3}, "margin_mm=-3: Input should be greater than or equal to 0"),
+    ({"margin_mm": "x"}, "margin_mm='x': Input should be a valid number or an object of top_mm, right_mm, "
+                         "bottom_mm, left_mm"),
+    ({"margin_mm": {"top_mm": -1}}, "margin_mm.top_mm=-1: Input should be greater than or equal to 0"),
+    ({"duplex": "x"}, "duplex='x': Input should be 'simplex' or 'sheetwise', 'work_and_turn' or 'work_and_tumble'"),
+    ({"sheet": {"width_mm": -1, "height_mm": 3}}, "sheet.width_mm=-1: Input should be greater than 0"),
+])
+def test_a_union_field_is_one_problem_in_the_tenants_words_not_pydantics_member_tags(change, problem):
+    """Issue 42: ``margin_mm.constrained-float=…; margin_mm.Margins=…`` leaked pydantic's internals."""
+    layout = {"layout": "n_up", "sheet": "SRA3", "columns": 2, "rows": 2, **change}
+    with pytest.raises(InvalidLayout) as refused:
+        parse_layout(layout)
+    assert str(refused.value) == f"invalid layout: {problem}"
