@@ -223,6 +223,7 @@ def _named_fields(kwargs: dict, job_id: str) -> tuple[str, str, str]:
     """``(tenant_id, token, input_key)`` a message never submitted names, kept on its record where
     each is within its submission bound; else :data:`leases.lifecycle.NO_TENANT`, the task id and
     an empty key."""
+    tenant_id: str
     try:
         tenant_id = validate_tenant_id(kwargs.get("tenant_id"))
     except TenancyError:
