@@ -580,10 +580,10 @@ FoldLine = tuple[str, float, Rect]
 
 
 def _folds(layout: Layout, frame: _Frame, region: Rect, turned: bool, side: int) -> list[FoldLine]:
-    """The fold lines of a booklet side (when fold marks are asked for): the middle of the gap
-    between two columns or two rows of cells (each is a fold of the schemes of
-    :mod:`imposition.engine.folds`)."""
-    if not layout.fold_marks:
+    """The fold lines of a booklet side (when fold or crop marks are asked for: a crop mark never runs
+    along one): the middle of the gap between two columns or two rows of cells (each is a fold of the
+    schemes of :mod:`imposition.engine.folds`)."""
+    if not layout.booklet or not (layout.fold_marks or layout.crop_marks):
         return []
     first, last = frame.cell(region, 0, side), frame.cell(region, frame.columns * frame.rows - 1, side)
     block = Rect(first.x0, last.y0, last.x1, first.y1)
@@ -604,13 +604,17 @@ def _marks(
     missing: dict[tuple[str, str], float],
 ) -> list[Mark]:
     """The plate's marks as drawn; what the printable edge cut off the outer ones goes into
-    ``missing[(kind, edge)]`` (most pt)."""
+    ``missing[(kind, edge)]`` (most pt). No crop mark runs along a fold line or a page's spine edge:
+    a booklet is folded (or milled) there, never cut."""
     keep_clear = [p.clip for p in placements]
     length_pt = layout.crop_mark_length_pt
     offset_pt = layout.crop_mark_offset_pt
     candidates: list[Mark] = []
     if layout.crop_marks:
-        candidates += crop_marks([p.trim for p in placements], length_pt=length_pt, offset_pt=offset_pt)
+        spines = [p.trim.x0 if p.spine_edge == "left" else p.trim.x1 for p in placements if p.spine_edge]
+        candidates += crop_marks([p.trim for p in placements], length_pt=length_pt, offset_pt=offset_pt,
+                                 uncut_x=[at for axis, at, _ in folds if axis == "v"] + spines,
+                                 uncut_y=[at for axis, at, _ in folds if axis == "h"])
     if layout.fold_marks:
         candidates += fold_marks([(at, block) for axis, at, block in folds if axis == "v"],
                                  length_pt=length_pt, offset_pt=offset_pt)

@@ -1,0 +1,89 @@
+"""Plates a press operator signs off (issue 40), each rule read back from the plate and its JDF: no cut
+marked on a fold, every mark on the printable sheet, step-and-repeat grids that leave room for their
+marks, sizes kept unless shrinking is asked for, booklets within binding limits, and the smaller
+notices and warnings."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from imposition.engine import parse_layout
+from .imposition_pdfs import MM
+from .imposition_readback import placements, segments
+from .test_imp_jdf import MARK_KIND, NS, impose as impose_with_jdf, numbers, surfaces
+from .test_imp_samples import SAMPLES
+
+EXTENSION = "{urn:imposition:jdf:1}"
+JDF = "{http://www.CIP4.org/JDFSchema_1_1}"
+#: Two lengths on a plate agree to this (pt).
+CLOSE = 0.05
+
+
+def impose(engine, source, layout, tmp_path, name="plate.pdf"):
+    output = tmp_path / name
+    return output, engine.impose(source, parse_layout(layout), output)
+
+
+def on_vertical(drawn, x, *, dashed):
+    return [s for s in drawn if s.dashed == dashed and abs(s.x0 - x) < CLOSE and abs(s.x1 - x) < CLOSE]
+
+
+def on_horizontal(drawn, y, *, dashed):
+    return [s for s in drawn if s.dashed == dashed and abs(s.y0 - y) < CLOSE and abs(s.y1 - y) < CLOSE]
+
+
+def length_mm(segment) -> float:
+    return math.hypot(segment.x1 - segment.x0, segment.y1 - segment.y0) / MM
+
+
+# --- 1. a fold is never marked as a cut -----------------------------------------------------------------
+
+def test_a_gapless_saddle_marks_no_cut_on_the_fold_and_draws_the_fold_mark(tmp_path):
+    """Saddle stitch on SRA3, no spine gap, crop and fold marks: on every plate the spine (where the
+    two pages meet) carries the dashed fold mark above the head and below the foot and no solid mark;
+    the fore edges keep their crop marks. The JDF lists no CutMark on the spine and the fold mark as
+    an ``imp:FoldMark`` there."""
+    source = SAMPLES / "a5_16p.pdf"
+    layout = {"layout": "saddle_stitch", "sheet": "SRA3", "orientation": "landscape", "crop_marks": True,
+              "fold_marks": True}
+    plate, root, report = impose_with_jdf(tmp_path, source, layout)
+    assert report.warnings == ()
+    for index, ((_, _, _, surface), side) in enumerate(zip(surfaces(root), placements(plate, source), strict=True)):
+        left, right = sorted(side, key=lambda p: p.trim[0])
+        spine = left.trim[2]
+        assert right.trim[0] == pytest.approx(spine, abs=0.01)  # no gap: the pages meet at the fold
+        head, foot = max(p.trim[3] for p in side), min(p.trim[1] for p in side)
+        drawn = segments(plate, index)
+        assert on_vertical(drawn, spine, dashed=False) == [], f"plate {index + 1}: a cut mark on the fold"
+        folds = on_vertical(drawn, spine, dashed=True)
+        assert any(min(s.y0, s.y1) >= head for s in folds) and any(max(s.y0, s.y1) <= foot for s in folds)
+        for fore_edge in (left.trim[0], right.trim[2]):  # the face is cut: marked above and below
+            cuts = on_vertical(drawn, fore_edge, dashed=False)
+            assert any(min(s.y0, s.y1) >= head for s in cuts) and any(max(s.y0, s.y1) <= foot for s in cuts)
+        vertical_cuts = [numbers(cut.get("Position")) for cut in surface.iter(f"{JDF}CutMark")
+                         if "VerticalCutMark" in cut.get("MarkType")]
+        assert vertical_cuts and all(abs(x - spine) > CLOSE for x, _ in vertical_cuts)
+        (fold_object,) = [mark for mark in surface.findall("jdf:MarkObject", NS) if mark.get(MARK_KIND) == "fold"]
+        fold_marks = [(mark.get("MarkType"), numbers(mark.get("Position")))
+                      for mark in fold_object.iter(f"{EXTENSION}FoldMark")]
+        assert [kind for kind, _ in fold_marks] == ["VerticalFold", "VerticalFold"]
+        assert all(abs(x - spine) < CLOSE for _, (x, _) in fold_marks)
+        assert not list(fold_object.iter(f"{JDF}CutMark"))
+
+
+def test_a_cross_fold_where_the_heads_meet_is_not_marked_as_a_cut(engine, tmp_path):
+    """F8-7 with no head trim: the heads of the two rows meet at the cross fold, which gets the dashed
+    fold marks left and right, and no crop mark runs along it."""
+    source = SAMPLES / "a5_16p.pdf"
+    layout = {"layout": "saddle_stitch", "sheet": "SRA2", "orientation": "portrait", "fold_scheme": "F8-7",
+              "crop_marks": True, "fold_marks": True}
+    plate, report = impose(engine, source, layout, tmp_path)
+    assert report.warnings == ()
+    for index, side in enumerate(placements(plate, source)):
+        cross = sorted({round(y, 2) for p in side for y in (p.trim[1], p.trim[3])})[1]  # the rows meet here
+        drawn = segments(plate, index)
+        assert on_horizontal(drawn, cross, dashed=False) == []
+        assert len(on_horizontal(drawn, cross, dashed=True)) == 2
+
