@@ -41,7 +41,9 @@ from .budget import check_content_budget
 from .errors import DamagedPdf, ImpositionError, MemoryLimitExceeded, PlateWarning, PreviewFailed, departure_error
 from .job import ContentBudget, Layout, SlugInfo
 from .planning import plan_imposition
-from .source import content_damage, open_source, page_boxes, qpdf_message, read_pages, trim_fallback_warning
+from .source import (
+    content_damage, open_source, page_boxes, qpdf_message, read_pages, trim_clipped_warning, trim_fallback_warning,
+)
 
 #: What qpdf raises about a document it cannot make sense of: its PDF errors (PdfError and
 #: DataDecodingError), its runtime errors (QpdfRuntimeError, e.g. "/Count is wrong after flattening
@@ -106,15 +108,16 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
                                               pages).read_whole
         repaired = content_damage(pdf, path, open_warnings, pages, read_whole)
         fallbacks: dict[int, str] = {}
-        boxes = page_boxes(pdf, pages, fallbacks_out=fallbacks)
+        clipped: dict[int, str] = {}
+        boxes = page_boxes(pdf, pages, fallbacks_out=fallbacks, clipped_out=clipped)
         del pages
         if request["mode"] == "probe":  # the door's check: the file reads whole; the layout's fit is the job's
             return {"ok": True, "pages_in": len(boxes)}
         plan = plan_imposition(layout, boxes, slug=slug, max_cells_per_sheet=request.get("max_cells_per_sheet"),
                                max_cells_per_job=request.get("max_cells_per_job"))
-        fallback = trim_fallback_warning(path.name, fallbacks)
-        warnings = (([PlateWarning("repaired", repaired)] if repaired else []) + ([fallback] if fallback else [])
-                    + list(plan.warnings))
+        box_warnings = [w for w in (trim_fallback_warning(path.name, fallbacks),
+                                    trim_clipped_warning(path.name, clipped, boxes)) if w is not None]
+        warnings = (([PlateWarning("repaired", repaired)] if repaired else []) + box_warnings + list(plan.warnings))
         failure = departure_error(warnings) if layout.on_warning == "fail" else None
         if failure is not None:  # (None without warnings)
             raise failure
@@ -139,12 +142,21 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _naming(message: str, name: str) -> str:
+    """``message`` starting with the file's ``name`` (``cyclic-toc.pdf: …``): a ``damaged`` message
+    always names the file, whichever check found the damage."""
+    return message if message.startswith(f"{name}:") else f"{name}: {message}"
+
+
 def answer(request: dict[str, Any]) -> None:
-    """Run ``request`` and write its result file (success or a typed error); a bug propagates."""
+    """Run ``request`` and write its result file (success or a typed error; a ``damaged`` one names
+    the input file); a bug propagates."""
+    name = Path(request["input"]).name
     try:
         result = run(request)
     except ImpositionError as exc:
-        result = {"ok": False, "code": exc.code, "message": exc.message}
+        message = _naming(exc.message, name) if isinstance(exc, DamagedPdf) else exc.message
+        result = {"ok": False, "code": exc.code, "message": message}
     except MemoryError:
         error: ImpositionError = MemoryLimitExceeded("the engine ran out of its memory budget (engine_memory_limit_bytes)")
         result = {"ok": False, "code": error.code, "message": error.message}
@@ -155,7 +167,7 @@ def answer(request: dict[str, Any]) -> None:
                 f"the engine ran out of its memory budget (engine_memory_limit_bytes) reading the input: {message}"
             )
         else:
-            error = DamagedPdf(f"damaged beyond repair: {message}")
+            error = DamagedPdf(_naming(f"damaged beyond repair: {message}", name))
         result = {"ok": False, "code": error.code, "message": error.message}
     Path(request["result"]).write_text(json.dumps(result))
 

@@ -8,8 +8,8 @@
     │   └── Departure: a warning made a failure by the layout's ``on_warning: fail``
     │       └── Repaired repaired · ScaledToFit scaled_to_fit · NoRoomForMarks no_room_for_marks
     │           · BleedReduced bleed_reduced · NoRoomForSlug no_room_for_slug
-    │           · TrimBoxReplaced trim_box_replaced · PreflightErrors preflight_errors
-    │           · FixupFailed fixup_failed · PaddedWithBlanks padded_with_blanks
+    │           · TrimBoxReplaced trim_box_replaced · TrimBoxClipped trim_box_clipped
+    │           · PreflightErrors preflight_errors · FixupFailed fixup_failed · PaddedWithBlanks padded_with_blanks
     ├── LimitExceeded: the job breaks a limit of the service (never retried)
     │   └── InputTooLarge input_too_large · TooManyPages too_many_pages · TooManyCells too_many_cells
     │       · TimeLimitExceeded time_limit · MemoryLimitExceeded memory_limit · ContentTooLarge content_too_large
@@ -143,6 +143,14 @@ class TrimBoxReplaced(Departure):
     file and every such page."""
 
     code = "trim_box_replaced"
+
+
+class TrimBoxClipped(Departure):
+    """Pages whose TrimBox lies partly outside their MediaBox (or CropBox), or encloses it, were imposed
+    on the part inside: a trim smaller than the one the file states; the message names the file, the
+    pages and the trim they have."""
+
+    code = "trim_box_clipped"
 
 
 class PreflightErrors(Departure):

@@ -6,11 +6,15 @@ notices and warnings."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+import pikepdf
 import pytest
+from pikepdf import Array
 
 from imposition.engine import parse_layout
-from .imposition_pdfs import MM
+from imposition.engine.errors import DamagedPdf, TrimBoxClipped
+from .imposition_pdfs import MM, add_page, helvetica, labelled_pdf
 from .imposition_readback import placements, segments
 from .test_imp_jdf import MARK_KIND, NS, impose as impose_with_jdf, numbers, surfaces
 from .test_imp_samples import SAMPLES
@@ -87,3 +91,43 @@ def test_a_cross_fold_where_the_heads_meet_is_not_marked_as_a_cut(engine, tmp_pa
         assert on_horizontal(drawn, cross, dashed=False) == []
         assert len(on_horizontal(drawn, cross, dashed=True)) == 2
 
+
+# --- 6. the smaller ones -----------------------------------------------------------------------------------
+
+def test_a_trimbox_reaching_outside_or_enclosing_the_page_warns_naming_the_pages(any_engine, tmp_path):
+    """Page 2's TrimBox reaches 20 mm past its MediaBox's right edge, page 3's encloses the MediaBox:
+    both are imposed on the part inside, and one warning names them and the trim they have."""
+    width, height = 148 * MM, 210 * MM
+    with pikepdf.new() as pdf:
+        font = helvetica(pdf)
+        resources = pikepdf.Dictionary(Font=pikepdf.Dictionary(F1=font))
+        add_page(pdf, 1, resources=resources, TrimBox=Array([0, 0, width, height]))
+        add_page(pdf, 2, resources=resources, TrimBox=Array([10 * MM, 0, width + 20 * MM, height]))
+        add_page(pdf, 3, resources=resources, TrimBox=Array([-5, -5, width + 5, height + 5]))
+        pdf.save(tmp_path / "clipped.pdf")
+    layout = {"layout": "n_up", "sheet": "A3", "columns": 2, "rows": 2}
+    report = any_engine.impose(tmp_path / "clipped.pdf", parse_layout(layout), tmp_path / "plate.pdf")
+    (warning,) = [w for w in report.warnings if w.code == "trim_box_clipped"]
+    assert warning.message.startswith("clipped.pdf: the TrimBox of 2 pages (pages 2–3) reaches outside the page")
+    assert "138.0 × 210.0 mm" in warning.message and "148.0 × 210.0 mm" in warning.message
+    with pytest.raises(TrimBoxClipped):
+        any_engine.impose(tmp_path / "clipped.pdf", parse_layout({**layout, "on_warning": "fail"}),
+                          tmp_path / "strict.pdf")
+
+
+def test_every_damaged_file_message_names_the_file(engine, tmp_path):
+    """A damage the drawing finds (page 2's /Contents is a number) is reported with the file's name,
+    like every other damaged-file message."""
+    with pikepdf.open(labelled_pdf(tmp_path / "plain.pdf", 4)) as pdf:
+        pdf.pages[1].obj.Contents = 7
+        pdf.save(tmp_path / "cyclic-toc.pdf")
+    with pytest.raises(DamagedPdf) as caught:
+        engine.impose(tmp_path / "cyclic-toc.pdf", parse_layout({"layout": "n_up", "sheet": "A3", "columns": 2,
+                                                                 "rows": 1}), tmp_path / "plate.pdf")
+    assert str(caught.value).startswith("cyclic-toc.pdf: page 2: /Contents is 7")
+
+
+def test_the_docs_name_the_module_that_holds_the_infrastructure_rule():
+    engine_doc = (Path(__file__).resolve().parents[2] / "docs" / "engine.md").read_text()
+    assert "tasks.base.is_infrastructure_failure" not in engine_doc
+    assert "tasks.outcomes.is_infrastructure_failure" in engine_doc
