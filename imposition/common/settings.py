@@ -409,6 +409,24 @@ class Settings(BaseSettings):
         description="Most cells all sides of one job may hold (step and repeat multiplies pages by copies): "
         "about 5 s and 300 MiB of the engine's budget; more fails as too_many_cells before any is laid out.",
     )
+    # the sheet's non-printing edges when a layout names no press (docs/engine.md "Marks and the printable
+    # area"): marks, targets, the colour bar and the slug keep out of them; pages may use them. Sources: a
+    # sheet-fed offset gripper is about 10 mm (tillmann-druck.de, "Greiferrand": "in der Regel 10 mm");
+    # tail and sides 5 mm, at least the Speedmaster presets' side lays (imposition.engine.presses).
+    default_gripper_mm: float = Field(
+        default=10.0, ge=0, le=100,
+        description="With no press named and no gripper_mm: the strip at the sheet's lead edge (the foot of the "
+        "front; head and foot for work and tumble) that marks keep out of.",
+    )
+    default_tail_mm: float = Field(
+        default=5.0, ge=0, le=100,
+        description="With no press named and no margin_mm: the strip at the sheet's trailing edge (the head of "
+        "the front) that marks keep out of.",
+    )
+    default_side_mm: float = Field(
+        default=5.0, ge=0, le=100,
+        description="With no press named and no margin_mm: the strip at each side edge that marks keep out of.",
+    )
     # the content budget (imposition.engine.budget; docs/design.md "Bomb-proof input"): checked while decoding,
     # before anything is drawn; past it the job fails as content_too_large
     max_decoded_bytes_per_stream: int = Field(

@@ -82,7 +82,9 @@ class DamagedPdf(InputError):
 
 
 class PageTooLarge(InputError):
-    """A page does not fit its cell on the sheet and the layout forbids scaling (``scaling: none``)."""
+    """Pages do not fit their cell on the sheet and the layout does not ask to shrink them (``scaling:
+    none``, the default): the message names the pages, the cell and the scale ``scaling: fit`` would
+    give them."""
 
     code = "page_too_large"
 

@@ -17,7 +17,7 @@ from imposition.engine.errors import DamagedPdf
 from .imposition_readback import MM, Raster, big_labels, labels
 
 ONE_UP_A4 = {"layout": "n_up", "sheet": "A4", "orientation": "portrait", "columns": 1, "rows": 1}
-TWO_UP_A4 = {"layout": "n_up", "sheet": "A4", "orientation": "landscape", "columns": 2, "rows": 1}
+TWO_UP_A4 = {"layout": "n_up", "sheet": "A4", "orientation": "landscape", "columns": 2, "rows": 1, "scaling": "fit"}
 
 
 def build(path, pages):

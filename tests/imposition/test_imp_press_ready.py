@@ -12,10 +12,12 @@ import pikepdf
 import pytest
 from pikepdf import Array
 
+from imposition.common.settings import Settings
 from imposition.engine import parse_layout
-from imposition.engine.errors import DamagedPdf, TrimBoxClipped
+from imposition.engine.errors import DamagedPdf, NoRoomForMarks, PageTooLarge, TrimBoxClipped
 from .imposition_pdfs import MM, add_page, helvetica, labelled_pdf
-from .imposition_readback import placements, segments
+from .imposition_readback import circles, fills, labels, marks_extent, page_sizes_mm, placements, segments
+from .test_imp_geometry import bled_pdf
 from .test_imp_jdf import MARK_KIND, NS, impose as impose_with_jdf, numbers, surfaces
 from .test_imp_samples import SAMPLES
 
@@ -90,6 +92,104 @@ def test_a_cross_fold_where_the_heads_meet_is_not_marked_as_a_cut(engine, tmp_pa
         drawn = segments(plate, index)
         assert on_horizontal(drawn, cross, dashed=False) == []
         assert len(on_horizontal(drawn, cross, dashed=True)) == 2
+
+
+# --- 2. a printable area always -------------------------------------------------------------------------
+
+EVERY_MARK = {"layout": "n_up", "sheet": "SRA3", "columns": 2, "rows": 2, "gutter_mm": 6, "bleed_mm": 3,
+              "crop_marks": True, "registration_marks": True, "colour_bar": True, "slug": True}
+
+
+def assert_inside_default_edges(output, *, gripper_at_head=False):
+    defaults = Settings()
+    side, gripper, tail = defaults.default_side_mm, defaults.default_gripper_mm, defaults.default_tail_mm
+    head = gripper if gripper_at_head else tail
+    for index, (width, height) in enumerate(page_sizes_mm(output)):
+        x0, y0, x1, y1 = (v / MM for v in marks_extent(output, index))
+        assert x0 >= side - 0.01 and width - x1 >= side - 0.01, f"plate {index + 1}: {x0:.2f}, {width - x1:.2f} mm"
+        assert y0 >= gripper - 0.01 and height - y1 >= head - 0.01, f"plate {index + 1}: {y0:.2f}, {height - y1:.2f} mm"
+
+
+def test_with_no_press_every_mark_keeps_the_default_non_printing_edges(engine, tmp_path):
+    """SRA3 n-up with every mark asked and no press: bled A6 pages leave room, and every mark is drawn
+    whole at least the default edges (gripper 10 mm at the foot, tail 5 mm, sides 5 mm) from the
+    sheet's edges; A5 pages fill the sheet, and the marks the edges cannot hold are cut short or left
+    out, each with the typed warning naming the default edge."""
+    roomy = bled_pdf(tmp_path / "a6.pdf", 4, size_mm=(105.0, 148.0))
+    output, report = impose(engine, roomy, EVERY_MARK, tmp_path)
+    assert report.warnings == ()
+    assert len(circles(output, 0)) == 4 and len(fills(output, 0)) >= 9  # four targets, a run of the colour bar
+    assert [label.text for label in labels(output)[0] if label.text.startswith("job ")]
+    assert {round(length_mm(s), 2) for s in segments(output, 0) if s.x0 == s.x1 or s.y0 == s.y1} >= {5.0}
+    assert_inside_default_edges(output)
+
+    tight = bled_pdf(tmp_path / "a5.pdf", 4)
+    output, report = impose(engine, tight, EVERY_MARK, tmp_path, "tight.pdf")
+    assert_inside_default_edges(output)
+    missing = {w.message.split(" of the ")[0] for w in report.warnings if w.code == "no_room_for_marks"}
+    assert any("marks at the left" in m for m in missing) and any("target at the foot" in m for m in missing)
+    assert all("default" in w.message for w in report.warnings if w.code == "no_room_for_marks")
+    drawn_targets = len(circles(output, 0))
+    assert drawn_targets + sum("registration_marks" in m for m in missing) == 4  # drawn, or left out and said
+
+
+def test_work_and_tumble_keeps_marks_off_both_gripper_edges(engine, tmp_path):
+    source = bled_pdf(tmp_path / "a6.pdf", 4, size_mm=(105.0, 148.0))
+    output, report = impose(engine, source, {**EVERY_MARK, "rows": 1, "duplex": "work_and_tumble"}, tmp_path)
+    assert report.warnings == ()
+    assert_inside_default_edges(output, gripper_at_head=True)
+
+
+# --- 3. step-and-repeat leaves room for its marks -------------------------------------------------------
+
+CARDS = {"layout": "step_and_repeat", "sheet": "SRA3", "crop_marks": True, "registration_marks": True}
+
+
+def test_business_cards_with_marks_take_the_grid_that_leaves_room(engine, tmp_path):
+    """85 × 55 mm cards on SRA3 with crop and registration marks and ``on_warning: fail``: the plate
+    ships with fewer cards than fit edge to edge, every outer crop mark whole (5 mm), all four targets,
+    everything inside the default edges."""
+    card = labelled_pdf(tmp_path / "card.pdf", 1, (85 * MM, 55 * MM))
+    bare, _ = impose(engine, card, {"layout": "step_and_repeat", "sheet": "SRA3"}, tmp_path, "bare.pdf")
+    output, report = impose(engine, card, {**CARDS, "on_warning": "fail"}, tmp_path)
+    assert report.warnings == ()
+    copies, edge_to_edge = len(placements(output, card)[0]), len(placements(bare, card)[0])
+    assert 0 < copies < edge_to_edge
+    targets = circles(output, 0)
+    assert len(targets) == 4
+    centres = [(t.x, t.y) for t in targets]
+    crop = [s for s in segments(output, 0)  # a target's cross is centred on its circle
+            if not any(math.dist(((s.x0 + s.x1) / 2, (s.y0 + s.y1) / 2), c) < CLOSE for c in centres)]
+    assert crop and all(length_mm(s) == pytest.approx(5, abs=0.01) for s in crop)
+    assert_inside_default_edges(output)
+
+
+def test_a_grid_the_layout_fixes_keeps_its_warning_or_failure(engine, tmp_path):
+    card = labelled_pdf(tmp_path / "card.pdf", 1, (85 * MM, 55 * MM))
+    fixed = {**CARDS, "orientation": "landscape", "columns": 5, "rows": 5}
+    output, report = impose(engine, card, fixed, tmp_path)
+    assert len(placements(output, card)[0]) == 25
+    assert {w.code for w in report.warnings} == {"no_room_for_marks"}
+    with pytest.raises(NoRoomForMarks):
+        impose(engine, card, {**fixed, "on_warning": "fail"}, tmp_path, "strict.pdf")
+
+
+# --- 4. size kept unless shrinking is asked for ---------------------------------------------------------
+
+def test_a5_pages_in_cells_smaller_than_a5_fail_unless_scaling_fit(engine, tmp_path):
+    source = labelled_pdf(tmp_path / "a5.pdf", 4)
+    layout = {"layout": "n_up", "sheet": "A4", "orientation": "portrait", "columns": 2, "rows": 2}
+    output = tmp_path / "out" / "plate.pdf"
+    with pytest.raises(PageTooLarge) as caught:
+        engine.impose(source, parse_layout(layout), output)
+    assert caught.value.code == "page_too_large"
+    message = str(caught.value)
+    assert "pages 1–4 (trim 148.0 × 210.0 mm)" in message and "105.0 × 148.5 mm cell" in message
+    assert "scaling 'fit' would shrink them to 70.7 %" in message
+    assert not output.parent.exists() or list(output.parent.iterdir()) == []
+    output, report = impose(engine, source, {**layout, "scaling": "fit"}, tmp_path)
+    assert [w.code for w in report.warnings] == ["scaled_to_fit"]
+    assert all(p.scale == pytest.approx(0.707, abs=0.001) for p in placements(output, source)[0])
 
 
 # --- 6. the smaller ones -----------------------------------------------------------------------------------
