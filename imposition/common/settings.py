@@ -427,6 +427,17 @@ class Settings(BaseSettings):
         default=5.0, ge=0, le=100,
         description="With no press named and no margin_mm: the strip at each side edge that marks keep out of.",
     )
+    # binding limits of a saddle stitch (docs/engine.md "Binding limits"): past either the job fails as
+    # binding_limit. A stitching head secures up to about 30 sheets (colorvisionprinting.com, "What is the
+    # best page count for saddle stitch binding?": 30 sheets, 120 pages); 30 sheets of 0.1 mm paper are 6 mm.
+    saddle_stitch_max_sheets: int = Field(
+        default=30, ge=1, le=1000,
+        description="Most sheets a saddle stitch nests (4 pages each: a sheet folding N pages counts N / 4).",
+    )
+    saddle_stitch_max_thickness_mm: float = Field(
+        default=6.0, gt=0, le=100,
+        description="Thickest saddle-stitched booklet at the spine: sheets × 2 leaves × the layout's paper_caliper_mm.",
+    )
     # the content budget (imposition.engine.budget; docs/design.md "Bomb-proof input"): checked while decoding,
     # before anything is drawn; past it the job fails as content_too_large
     max_decoded_bytes_per_stream: int = Field(

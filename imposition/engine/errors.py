@@ -4,7 +4,7 @@
     ├── InputError: bad input, the tenant must fix the file or the layout (never retried)
     │   ├── NotAPdf not_a_pdf · NoPages no_pages · PasswordRequired password_required
     │   ├── DamagedPdf damaged · PageTooLarge page_too_large · InvalidLayout invalid_layout
-    │   │   · TrimSizeMismatch trim_size_mismatch
+    │   │   · TrimSizeMismatch trim_size_mismatch · BindingLimitExceeded binding_limit · CreepTooLarge creep_too_large
     │   └── Departure: a warning made a failure by the layout's ``on_warning: fail``
     │       └── Repaired repaired · ScaledToFit scaled_to_fit · NoRoomForMarks no_room_for_marks
     │           · BleedReduced bleed_reduced · NoRoomForSlug no_room_for_slug
@@ -100,6 +100,22 @@ class TrimSizeMismatch(InputError):
     layout's ``rotate_to_fit`` does not turn): the message names the pages, their sizes and the trim."""
 
     code = "trim_size_mismatch"
+
+
+class BindingLimitExceeded(InputError):
+    """A saddle stitch past what a stitcher binds: more nested sheets than
+    ``settings.saddle_stitch_max_sheets``, or thicker at the spine (sheets × 2 leaves ×
+    ``paper_caliper_mm``) than ``settings.saddle_stitch_max_thickness_mm``; the message names the
+    sheets, the thickness and the limit, and advises perfect binding."""
+
+    code = "binding_limit"
+
+
+class CreepTooLarge(InputError):
+    """``creep_mm`` would move pages' content toward the spine by more than ``spine_safe_area_mm``,
+    past the trim at the spine; the message names the pages and the millimetres."""
+
+    code = "creep_too_large"
 
 
 class Departure(InputError):

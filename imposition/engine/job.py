@@ -76,15 +76,18 @@ class ContentBudget:
 @dataclass(frozen=True)
 class ShopDefaults:
     """What the shop's settings add to every layout (``imposition.common.settings.Settings``, the fields
-    of the same names): the sheet's non-printing edges when a layout names no press. Lengths in mm."""
+    of the same names): the sheet's non-printing edges when a layout names no press, and the binder's
+    limits of a saddle stitch. Lengths in mm."""
 
     default_gripper_mm: float = 10.0
     default_tail_mm: float = 5.0
     default_side_mm: float = 5.0
+    saddle_stitch_max_sheets: int = 30
+    saddle_stitch_max_thickness_mm: float = 6.0
 
     @classmethod
     def of(cls, settings: object) -> "ShopDefaults":
-        """The defaults of ``settings`` (any object with the three attributes)."""
+        """The defaults of ``settings`` (any object with the five attributes)."""
         return cls(**{field.name: getattr(settings, field.name) for field in fields(cls)})
 
 
@@ -149,6 +152,11 @@ class Layout:
         saddle_lip_pt: saddle stitch: the low-folio half of each sheet this much longer (the lip).
         rotate_to_fit: ``none``, ``ccw``, ``cw``, ``spine`` or ``fore_edge``: how a page whose
             orientation differs from its cell's (booklets: from the booklet's trim) is turned 90°.
+        paper_caliper_mm: the thickness of one leaf of the paper (saddle stitch; 0 otherwise).
+        saddle_max_sheets, saddle_max_thickness_mm: a saddle stitch's binding limits
+            (:class:`ShopDefaults`); 0: none.
+        spine_safe_pt: booklets: the strip along a page's spine edge its content keeps clear of; creep
+            may move a page's content toward the spine by at most this much (0: no creep allowed).
     """
 
     kind: str
@@ -197,6 +205,10 @@ class Layout:
     grind_off_pt: float = 0.0
     saddle_lip_pt: float = 0.0
     rotate_to_fit: str = "none"
+    paper_caliper_mm: float = 0.0
+    saddle_max_sheets: int = 0
+    saddle_max_thickness_mm: float = 0.0
+    spine_safe_pt: float = 0.0
 
     @property
     def booklet(self) -> bool:

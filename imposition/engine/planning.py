@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING
 from pikepdf import Matrix
 
 from .errors import (
-    ImpositionError, InvalidLayout, PaddedWithBlanks, PageTooLarge, PlateWarning, TooManyCells, TrimSizeMismatch,
-    page_ranges, shown,
+    BindingLimitExceeded, CreepTooLarge, ImpositionError, InvalidLayout, PaddedWithBlanks, PageTooLarge, PlateWarning,
+    TooManyCells, TrimSizeMismatch, page_ranges, shown,
 )
 from .geometry import EPSILON_PT, PageBoxes, Rect, available_bleed, displayed_size, fit_scale, placement_matrix
 from .folds import FOLD_SCHEMES, SCHEME_FOR_SIGNATURE_PAGES
-from .job import PERFECT_BOUND, STEP_AND_REPEAT, Layout, SlugInfo
+from .job import PERFECT_BOUND, SADDLE_STITCH, STEP_AND_REPEAT, Layout, SlugInfo
 from .marks import (
     COLOUR_BAR_PATCHES, MARK_LINE_WIDTH_PT, SLUG_ASCENT_EM, SLUG_DESCENT_EM, SLUG_FONT_SIZE_PT, Mark, Patch, Target,
     colour_bar, crop_marks, fold_marks, fold_marks_across, ink_zone_bar, kept_marks, shortfalls, slug_text,
@@ -846,6 +846,8 @@ def plan_imposition(
         when the layout names no press (gripper, tail, sides: :attr:`Layout.mark_edges_pt`); cells are
         sized (and step-and-repeat copies counted) after the room the marks need there
         (:func:`_sizing_region`), and :func:`_shift` moves the block when that clears them.
+      * A saddle stitch within the binder's limits (:func:`_check_binding_limits`), creep within the
+        spine's safe area (:func:`_check_creep`).
       * Every departure from what was asked is a :class:`~imposition.engine.errors.PlateWarning` in the plan
         (:func:`plan_warnings`).
 
@@ -869,6 +871,8 @@ def plan_imposition(
         PageTooLarge: with ``scaling: none`` (the default), pages do not fit their cell in any allowed
             orientation; the message names them, the cell and the scale that would fit.
         TrimSizeMismatch: a booklet's pages cannot share one trim size (:func:`_booklet_trim`).
+        BindingLimitExceeded: a saddle stitch past ``saddle_max_sheets`` or ``saddle_max_thickness_mm``.
+        CreepTooLarge: creep would move pages' content further than ``spine_safe_pt``.
         TooManyCells: a side would hold more than ``max_cells_per_sheet`` cells in every allowed
             orientation (step and repeat of a tiny page), or the job more than ``max_cells_per_job``;
             found before the cells are laid out.
@@ -879,6 +883,8 @@ def plan_imposition(
     booklet_order: PageOrder | None = None
     if layout.booklet:
         booklet_order = page_order(layout, len(pages))
+        _check_binding_limits(layout, booklet_order, len(pages))
+        _check_creep(layout, booklet_order)
         pages = _booklet_pages(layout, pages, booklet_order)
         frame_sizes = [_booklet_trim(layout, [displayed_size(page) for page in pages])]
         frame_pages: list[Sequence[int]] = [range(1, len(pages) + 1)]
@@ -960,6 +966,59 @@ def _considered(layout: Layout, page_count: int) -> Sequence[int]:
         if number > page_count:
             raise InvalidLayout(f"{name}={shown(number)}: the document has only {page_count} pages")
     return sorted({number - 1 for _, number in listed})
+
+
+def _check_binding_limits(layout: Layout, order: PageOrder, page_count: int) -> None:
+    """A saddle stitch within what a stitcher binds: at most ``layout.saddle_max_sheets`` nested
+    sheets (4 pages each; a fold scheme's sheet of N pages counts N / 4) and at most
+    ``layout.saddle_max_thickness_mm`` at the spine (2 leaves a sheet × ``paper_caliper_mm``).
+
+    Raises:
+        BindingLimitExceeded: past either, naming the sheets, the thickness and the limits, and
+            advising perfect binding.
+    """
+    if layout.kind != SADDLE_STITCH or not layout.saddle_max_sheets:
+        return
+    padded = len(order.reading_order)
+    sheets = padded // 4
+    thickness_mm = 2 * sheets * layout.paper_caliper_mm
+    if sheets <= layout.saddle_max_sheets and thickness_mm <= layout.saddle_max_thickness_mm + 1e-9:
+        return
+    raise BindingLimitExceeded(
+        f"saddle_stitch: {page_count} pages ({padded} padded) nest {sheets} sheets, {thickness_mm:.1f} mm thick at "
+        f"the spine (2 leaves a sheet × paper_caliper_mm={layout.paper_caliper_mm:g}); a saddle stitch binds at most "
+        f"saddle_stitch_max_sheets={layout.saddle_max_sheets} sheets and "
+        f"saddle_stitch_max_thickness_mm={layout.saddle_max_thickness_mm:g}: bind it as perfect_bound"
+    )
+
+
+def _check_creep(layout: Layout, order: PageOrder) -> None:
+    """Creep moves a booklet page's content toward the spine by ``creep_pt`` per leaf outside its own
+    (:func:`_cells_of`); it may move it at most ``layout.spine_safe_pt``, the strip along the spine a
+    page's content keeps clear of: more would move content past the trim at the spine.
+
+    Raises:
+        CreepTooLarge: naming the pages that would move further, and the millimetres.
+    """
+    if not layout.creep_pt:
+        return
+    moved: dict[int, float] = {}
+    for sheet in order.sheets:
+        for side, slots in enumerate((sheet.front, sheet.back)):
+            if slots is None:
+                continue
+            for page, cell in zip(slots, _cells_of(layout, order, sheet, side)):
+                if page is not None and cell.creep_steps * layout.creep_pt > layout.spine_safe_pt + EPSILON_PT:
+                    moved[page] = cell.creep_steps * layout.creep_pt
+    if not moved:
+        return
+    least, most = pt_to_mm(min(moved.values())), pt_to_mm(max(moved.values()))
+    raise CreepTooLarge(
+        f"creep_mm={pt_to_mm(layout.creep_pt):g}: pages {page_ranges(p + 1 for p in moved)} would move "
+        f"{least:.1f}–{most:.1f} mm toward the spine, more than spine_safe_area_mm={pt_to_mm(layout.spine_safe_pt):g} "
+        f"(the strip along the spine their content keeps clear of): their content would pass the trim at the "
+        f"spine; give a smaller creep_mm, or a larger spine_safe_area_mm if the pages keep that much clear"
+    )
 
 
 #: Two trim sizes closer than this on each side (pt, about 0.35 mm) are one: page sizes written

@@ -310,6 +310,10 @@ class LayoutSpec(_Strict):
             grind_off_pt=mm_to_pt(getattr(self, "grind_off_mm", 0.0)),
             saddle_lip_pt=mm_to_pt(getattr(self, "saddle_lip_mm", 0.0)),
             rotate_to_fit=self.rotate_to_fit,
+            paper_caliper_mm=getattr(self, "paper_caliper_mm", 0.0),
+            saddle_max_sheets=defaults.saddle_stitch_max_sheets if self.layout == "saddle_stitch" else 0,
+            saddle_max_thickness_mm=defaults.saddle_stitch_max_thickness_mm if self.layout == "saddle_stitch" else 0.0,
+            spine_safe_pt=mm_to_pt(getattr(self, "spine_safe_area_mm", 0.0)),
         )
 
     def _grid_count(self, name: str, default: int) -> int:
@@ -354,7 +358,9 @@ class _Booklet(LayoutSpec):
     :data:`~imposition.engine.folds.SCHEME_FOR_SIGNATURE_PAGES` (F4-1, F8-7, F16-7, F32-5); the planner then
     fails the job (``invalid_layout`` naming ``signature_pages``) when the sheet cannot hold that
     scheme's pages at 100 %, never falling back to 2-up. ``creep_mm`` moves a page toward the spine by
-    that much per leaf outside it (per sheet, for nested sheets).
+    that much per leaf outside it (per sheet, for nested sheets), at most ``spine_safe_area_mm`` (3 mm:
+    the safe area designers keep clear of content inside the trim, 1/8 in; more would move content
+    past the trim at the spine: the job fails with ``creep_too_large`` naming the pages and the mm).
 
     Binder's geometry (millimetres): ``face_trim_mm``, ``head_trim_mm``, ``foot_trim_mm`` are the paper
     the trimmer cuts off beyond each page's trim at that edge; where two pages meet at that edge on
@@ -378,6 +384,7 @@ class _Booklet(LayoutSpec):
     binding: Binding = "left_to_right"
     blank_pages_at: BlankPagesAt = "end"
     creep_mm: float = Field(default=0.0, ge=0, le=5, description="shift toward the spine per sheet")
+    spine_safe_area_mm: float = Field(default=3.0, ge=0, le=50)
     fold_marks: bool = False
     fold_scheme: FoldSchemeOrSections | None = None
     signature_pages: Literal[4, 8, 16, 32] | None = None
@@ -430,10 +437,16 @@ class SaddleStitch(_Booklet):
     spine by that much more than the sheet outside it (shingling). ``saddle_lip_mm`` makes the
     low-folio half of each sheet (the half with the signature's first page) that much longer, the
     spine moved half of it toward the other half, so the stitcher's opener can catch the lip.
+
+    Binding limits: ``paper_caliper_mm`` is the thickness of one leaf (0.1 mm: 100 g/m² coated paper of
+    volume 1.0). A booklet of more sheets than ``settings.saddle_stitch_max_sheets``, or thicker at the
+    spine (sheets × 2 leaves × caliper) than ``settings.saddle_stitch_max_thickness_mm``, fails with
+    ``binding_limit`` naming the sheets, the thickness and the limit, and advising perfect binding.
     """
 
     layout: Literal["saddle_stitch"]
     saddle_lip_mm: float = Field(default=0.0, ge=0, le=30)
+    paper_caliper_mm: float = Field(default=0.1, gt=0, le=2)
 
     @model_validator(mode="after")
     def _lip_on_two_columns(self) -> "SaddleStitch":

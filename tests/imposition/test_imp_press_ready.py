@@ -14,7 +14,10 @@ from pikepdf import Array
 
 from imposition.common.settings import Settings
 from imposition.engine import parse_layout
-from imposition.engine.errors import DamagedPdf, NoRoomForMarks, PageTooLarge, TrimBoxClipped
+from imposition.engine.errors import (
+    BindingLimitExceeded, CreepTooLarge, DamagedPdf, NoRoomForMarks, PageTooLarge, TrimBoxClipped,
+)
+from imposition.engine.planning import plan_imposition
 from .imposition_pdfs import MM, add_page, helvetica, labelled_pdf
 from .imposition_readback import circles, fills, labels, marks_extent, page_sizes_mm, placements, segments
 from .test_imp_geometry import bled_pdf
@@ -190,6 +193,48 @@ def test_a5_pages_in_cells_smaller_than_a5_fail_unless_scaling_fit(engine, tmp_p
     output, report = impose(engine, source, {**layout, "scaling": "fit"}, tmp_path)
     assert [w.code for w in report.warnings] == ["scaled_to_fit"]
     assert all(p.scale == pytest.approx(0.707, abs=0.001) for p in placements(output, source)[0])
+
+
+# --- 5. binding limits -----------------------------------------------------------------------------------
+
+def test_a_400_page_saddle_stitch_fails_at_the_binding_limit_and_64_pages_bind(engine, tmp_path):
+    layout = {"layout": "saddle_stitch", "sheet": "SRA3", "orientation": "landscape"}
+    thick = labelled_pdf(tmp_path / "400.pdf", 400)
+    with pytest.raises(BindingLimitExceeded) as caught:
+        engine.impose(thick, parse_layout(layout), tmp_path / "thick.pdf")
+    assert caught.value.code == "binding_limit" and caught.value.retryable is False
+    message = str(caught.value)
+    assert "100 sheets, 20.0 mm thick" in message and "paper_caliper_mm=0.1" in message
+    assert "saddle_stitch_max_sheets=30" in message and "perfect_bound" in message
+    output, report = impose(engine, labelled_pdf(tmp_path / "64.pdf", 64), layout, tmp_path)
+    assert (report.sheets, report.warnings) == (16, ())
+
+
+def a5_boxes(count):
+    from imposition.engine.geometry import PageBoxes, Rect
+
+    a5 = Rect(0, 0, 148 * MM, 210 * MM)
+    return [PageBoxes(crop=a5, trim=a5, bleed=a5)] * count
+
+
+def test_a_thick_paper_reaches_the_thickness_limit_first():
+    spec = parse_layout({"layout": "saddle_stitch", "sheet": "SRA3", "paper_caliper_mm": 0.3})
+    assert plan_imposition(spec, a5_boxes(40)).sheets == 10  # 10 sheets, 6.0 mm: at the limit
+    with pytest.raises(BindingLimitExceeded, match=r"11 sheets, 6.6 mm thick .* saddle_stitch_max_thickness_mm=6"):
+        plan_imposition(spec, a5_boxes(44))
+
+
+def test_creep_past_the_spine_safe_area_is_refused_naming_pages_and_millimetres():
+    """24 pages are 6 nested sheets: creep 5 mm moves the inner sheets' pages 5–25 mm; 0.5 mm moves
+    them at most 2.5 mm, inside the default 3 mm safe area."""
+    layout = {"layout": "saddle_stitch", "sheet": "SRA3", "creep_mm": 5}
+    with pytest.raises(CreepTooLarge) as caught:
+        plan_imposition(parse_layout(layout), a5_boxes(24))
+    assert caught.value.code == "creep_too_large"
+    assert "pages 3–22 would move 5.0–25.0 mm toward the spine" in str(caught.value)
+    assert "spine_safe_area_mm=3" in str(caught.value)
+    assert plan_imposition(parse_layout({**layout, "creep_mm": 0.5}), a5_boxes(24)).sheets == 6
+    assert plan_imposition(parse_layout({**layout, "spine_safe_area_mm": 25}), a5_boxes(24)).sheets == 6
 
 
 # --- 6. the smaller ones -----------------------------------------------------------------------------------

@@ -61,6 +61,8 @@ NAMED = [
     ({"layout": "n_up", "sheet": "A4", "colums": 2}, ["colums=2", "Extra inputs are not permitted"]),
     ({"layout": "step_and_repeat", "sheet": "A4", "fold_marks": True}, ["fold_marks=True", "not permitted"]),
     ({"layout": "step_and_repeat", "sheet": "A4", "columns": 0}, ["columns=0", "greater than or equal to 1"]),
+    ({"layout": "saddle_stitch", "sheet": "A4", "paper_caliper_mm": 0}, ["paper_caliper_mm=0", "greater than 0"]),
+    ({"layout": "n_up", "sheet": "A4", "paper_caliper_mm": 0.1}, ["paper_caliper_mm=0.1", "not permitted"]),
     ({"layout": "fold_and_glue", "sheet": "A4"}, ["layout", "fold_and_glue", "saddle_stitch"]),
     ({"layout": "saddle_stitch", "sheet": "A4", "duplex": "simplex"}, ["duplex='simplex'", "sheetwise"]),
     ({"layout": "n_up", "sheet": "A4", "bleed_mm": -1}, ["bleed_mm=-1", "greater than or equal to 0"]),
