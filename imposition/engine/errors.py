@@ -14,14 +14,15 @@
     │   └── InputTooLarge input_too_large · TooManyPages too_many_pages · TooManyCells too_many_cells
     │       · TimeLimitExceeded time_limit · MemoryLimitExceeded memory_limit · ContentTooLarge content_too_large
     ├── EngineCancelled cancelled: the caller asked the engine to stop (not retried)
-    ├── PreviewFailed preview_failed: a warning, never a failed job
+    ├── Notice: reported beside the warnings, never a failed job (not even with ``on_warning: fail``)
+    │   └── PreviewFailed preview_failed · PagesTurned pages_turned
     └── EngineFailure: the engine itself failed
         ├── retryable: EngineCrashed engine_crashed · EngineAborted engine_aborted · OutputNotSaved output_not_saved
         └── EngineUnavailable (a ConnectionError: retried, no attempt charged): the node's, not the job's
             └── LicenceUnavailable licence · EngineConfigurationError engine_config
 
 ``retryable`` and ``code`` are class attributes; :func:`error_from_code` rebuilds a child's error,
-:func:`departure_error` a :class:`PlateWarning`'s. Why: docs/design.md, "Engine errors are typed by class".
+:func:`departure_error` a :class:`PlateWarning`'s (never a notice's). Why: docs/design.md.
 """
 
 from __future__ import annotations
@@ -208,9 +209,9 @@ class PlateWarning:
 
 
 def departure_error(warnings: Iterable[PlateWarning]) -> Departure | None:
-    """The error ``on_warning: fail`` raises for ``warnings``: the first one's class, every message
-    joined; None when there is no warning."""
-    warnings = list(warnings)
+    """The error ``on_warning: fail`` raises for ``warnings``: the first departure's class, every
+    departure's message joined; None when there is none (notices, :func:`is_notice`, never count)."""
+    warnings = [warning for warning in warnings if not is_notice(warning.code)]
     if not warnings:
         return None
     cls = ERRORS_BY_CODE.get(warnings[0].code, Departure)
@@ -275,11 +276,24 @@ class EngineCancelled(ImpositionError):
     code = "cancelled"
 
 
-class PreviewFailed(ImpositionError):
+class Notice(ImpositionError):
+    """Something the tenant should know that is not a departure from the layout: reported with the
+    warnings (a :class:`PlateWarning` of its code), never a failed job, whatever ``on_warning`` says."""
+
+    code = "notice"
+
+
+class PreviewFailed(Notice):
     """The plate's previews could not be rendered (pdfium refused it, or the preview ran out of its
     time or memory). Never fails a job: the engine reports it as a ``preview_failed`` warning."""
 
     code = "preview_failed"
+
+
+class PagesTurned(Notice):
+    """``rotate_to_fit`` turned pages 90°, as the layout asked: the notice names them and the turn."""
+
+    code = "pages_turned"
 
 
 class EngineFailure(ImpositionError):
@@ -390,6 +404,13 @@ def _all_error_classes(root: type[ImpositionError] = ImpositionError) -> list[ty
 
 #: Every error class by its ``code`` (used to rebuild an error reported by a child process).
 ERRORS_BY_CODE: dict[str, type[ImpositionError]] = {cls.code: cls for cls in _all_error_classes()}
+
+
+def is_notice(code: str) -> bool:
+    """True for the code of a :class:`Notice` (``preview_failed``, ``pages_turned``): reported with the
+    warnings, never made a failure by ``on_warning: fail``."""
+    cls = ERRORS_BY_CODE.get(code)
+    return cls is not None and issubclass(cls, Notice)
 
 
 def error_from_code(code: str, message: str) -> ImpositionError:

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 from pikepdf import Matrix
 
 from .errors import (
-    BindingLimitExceeded, CreepTooLarge, ImpositionError, InvalidLayout, PaddedWithBlanks, PageTooLarge, PlateWarning,
-    TooManyCells, TrimSizeMismatch, page_ranges, shown,
+    BindingLimitExceeded, CreepTooLarge, ImpositionError, InvalidLayout, PaddedWithBlanks, PagesTurned, PageTooLarge,
+    PlateWarning, TooManyCells, TrimSizeMismatch, page_ranges, shown,
 )
 from .geometry import EPSILON_PT, PageBoxes, Rect, available_bleed, displayed_size, fit_scale, placement_matrix
 from .folds import FOLD_SCHEMES, SCHEME_FOR_SIGNATURE_PAGES
@@ -847,7 +847,7 @@ def plan_imposition(
         sized (and step-and-repeat copies counted) after the room the marks need there
         (:func:`_sizing_region`), and :func:`_shift` moves the block when that clears them.
       * A saddle stitch within the binder's limits (:func:`_check_binding_limits`), creep within the
-        spine's safe area (:func:`_check_creep`).
+        spine's safe area (:func:`_check_creep`); pages ``rotate_to_fit`` turned are a notice.
       * Every departure from what was asked is a :class:`~imposition.engine.errors.PlateWarning` in the plan
         (:func:`plan_warnings`).
 
@@ -880,6 +880,7 @@ def plan_imposition(
     if not isinstance(layout, Layout):
         layout = layout.resolved()
     considered = _considered(layout, len(pages))
+    given = pages
     booklet_order: PageOrder | None = None
     if layout.booklet:
         booklet_order = page_order(layout, len(pages))
@@ -945,7 +946,8 @@ def plan_imposition(
                     slug_line = text
             plates.append(Plate(number, side, tuple(placements), tuple(marks), slug_line, origin,
                                 tuple(targets), tuple(patches), sheet.signature))
-    warnings = plan_warnings(layout, frame, found) + _padding_warnings(layout, order, len(pages))
+    warnings = (plan_warnings(layout, frame, found) + _padding_warnings(layout, order, len(pages))
+                + _turn_notice(layout, given, pages))
     return ImpositionPlan(
         frame.sheet.width, frame.sheet.height, tuple(plates), len(order.sheets), order.blank_pages, len(pages),
         warnings,
@@ -1019,6 +1021,22 @@ def _check_creep(layout: Layout, order: PageOrder) -> None:
         f"(the strip along the spine their content keeps clear of): their content would pass the trim at the "
         f"spine; give a smaller creep_mm, or a larger spine_safe_area_mm if the pages keep that much clear"
     )
+
+
+def _turn_notice(layout: Layout, given: Sequence[PageBoxes], placed: Sequence[PageBoxes]) -> tuple[PlateWarning, ...]:
+    """The ``pages_turned`` notice naming the pages ``rotate_to_fit`` turned (``placed`` differs from
+    ``given``), clockwise and counter-clockwise apart; none when it turned none."""
+    turned: dict[str, list[int]] = {"clockwise": [], "counter-clockwise": []}
+    for number, (before, after) in enumerate(zip(given, placed), start=1):
+        if after is not before:
+            way = (after.rotate_degrees_cw - before.rotate_degrees_cw) % 360
+            turned["clockwise" if way == 90 else "counter-clockwise"].append(number)
+    if not any(turned.values()):
+        return ()
+    what = "the booklet's trim" if layout.booklet else "their cells"
+    done = "; ".join(f"{'page' if len(numbers) == 1 else 'pages'} {page_ranges(numbers)} 90° {way}"
+                     for way, numbers in turned.items() if numbers)
+    return (PlateWarning(PagesTurned.code, f"rotate_to_fit={layout.rotate_to_fit!r}: turned {done} to {what}"),)
 
 
 #: Two trim sizes closer than this on each side (pt, about 0.35 mm) are one: page sizes written

@@ -14,7 +14,7 @@ from pikepdf import Array, Dictionary
 
 from imposition.common.settings import Settings
 from imposition.engine import parse_layout
-from imposition.engine.errors import InvalidLayout, PaddedWithBlanks, TrimSizeMismatch
+from imposition.engine.errors import InvalidLayout, PaddedWithBlanks, TrimSizeMismatch, is_notice
 from imposition.engine.folds import FOLD_SCHEMES
 from imposition.engine.presses import PRESSES
 from .imposition_pdfs import MM, add_page, helvetica, labelled_pdf
@@ -181,7 +181,10 @@ def test_mixed_orientation_booklet_turns_pages_by_the_rule_the_layout_names(engi
     source = bled_pdf(tmp_path / "mixed.pdf", 8, landscape_even=True)
     output, report = impose(engine, source, {"layout": "saddle_stitch", "sheet": "SRA3", "bleed_mm": 3,
                                              "rotate_to_fit": rule, "on_warning": "fail"}, tmp_path)
-    assert report.warnings == ()
+    (notice,) = report.warnings  # a notice, not a departure: on_warning fail still ships the plate
+    way = "clockwise" if verso_angle == 270 else "counter-clockwise"
+    assert notice.code == "pages_turned" and is_notice(notice.code)
+    assert notice.message == f"rotate_to_fit={rule!r}: turned pages 2, 4, 6, 8 90° {way} to the booklet's trim"
     angles = {label.text: label.angle_degrees_ccw for side in big_labels(output) for label in side}
     for side in placements(output, source):
         left, right = sorted(side, key=lambda p: p.trim[0])
@@ -198,7 +201,8 @@ def test_n_up_turns_a_page_of_the_other_orientation_to_fit_its_cell(engine, tmp_
     layout = {"layout": "n_up", "sheet": "SRA3", "orientation": "portrait", "columns": 2, "rows": 2}
     plain, _ = impose(engine, source, {**layout, "scaling": "fit"}, tmp_path, "plain.pdf")
     turned, report = impose(engine, source, {**layout, "rotate_to_fit": "ccw"}, tmp_path, "turned.pdf")
-    assert report.warnings == ()
+    assert [(w.code, w.message) for w in report.warnings] == [
+        ("pages_turned", "rotate_to_fit='ccw': turned pages 2, 4 90° counter-clockwise to their cells")]
     before = {p.label: p.scale for p in placements(plain, source)[0]}
     assert before["P2"] == pytest.approx(160 / 210, abs=0.001) and before["P1"] == pytest.approx(1)  # a 160 mm cell
     angles = {label.text: label.angle_degrees_ccw for label in big_labels(turned)[0]}
