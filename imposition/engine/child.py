@@ -32,6 +32,7 @@ import json
 import os
 import resource
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +87,25 @@ def render_previews(plate: Path, output_dir: Path, max_px: int) -> list[str]:
     return names
 
 
-def run(request: dict[str, Any]) -> dict[str, Any]:
-    """Carry out one request; returns the success result (typed errors propagate)."""
+class Laps:
+    """The CPU time (``time.process_time``) of each step of :func:`run`, added into ``into`` by step
+    name when given (the benchmark's ``steps``: what each check costs), nothing otherwise."""
+
+    def __init__(self, into: dict[str, float] | None) -> None:
+        self.into = into
+        self.at = time.process_time() if into is not None else 0.0
+
+    def __call__(self, step: str) -> None:
+        """The step that ends now is ``step``."""
+        if self.into is not None:
+            now = time.process_time()
+            self.into[step] = self.into.get(step, 0.0) + now - self.at
+            self.at = now
+
+
+def run(request: dict[str, Any], step_cpu_s: dict[str, float] | None = None) -> dict[str, Any]:
+    """Carry out one request; returns the success result (typed errors propagate). ``step_cpu_s``
+    receives each step's CPU seconds (:class:`Laps`)."""
     if request["mode"] == "preview":
         import pypdfium2
 
@@ -96,25 +114,32 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         except pypdfium2.PdfiumError as exc:
             raise PreviewFailed(f"pdfium could not render the plate: {exc}") from None
         return {"ok": True, "previews": names}
+    lap = Laps(step_cpu_s)
     layout = Layout.from_json(request["layout"])
     slug = SlugInfo(**request["slug"]) if request.get("slug") else None
     path = Path(request["input"])
     open_warnings: list[str] = []
     with open_source(path, max_pages=int(request["max_pages"]), warnings_out=open_warnings) as pdf:
+        lap("open")
         pages = read_pages(pdf)  # the page tree walked once for the three checks
+        lap("read the page tree")
         read_whole: frozenset[tuple[int, int]] = frozenset()
         if request.get("content_budget"):
             read_whole = check_content_budget(pdf, ContentBudget.from_json(request["content_budget"]), path,
                                               pages).read_whole
+        lap("content budget")
         repaired = content_damage(pdf, path, open_warnings, pages, read_whole)
+        lap("damage check")
         fallbacks: dict[int, str] = {}
         clipped: dict[int, str] = {}
         boxes = page_boxes(pdf, pages, fallbacks_out=fallbacks, clipped_out=clipped)
         del pages
+        lap("page boxes")
         if request["mode"] == "probe":  # the door's check: the file reads whole; the layout's fit is the job's
             return {"ok": True, "pages_in": len(boxes)}
         plan = plan_imposition(layout, boxes, slug=slug, max_cells_per_sheet=request.get("max_cells_per_sheet"),
                                max_cells_per_job=request.get("max_cells_per_job"))
+        lap("plan")
         box_warnings = [w for w in (trim_fallback_warning(path.name, fallbacks),
                                     trim_clipped_warning(path.name, clipped, boxes)) if w is not None]
         warnings = (([PlateWarning("repaired", repaired)] if repaired else []) + box_warnings + list(plan.warnings))
@@ -124,13 +149,15 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         if request["mode"] == "impose":
             from .drawing import draw_plan  # only the impose mode needs the drawing code (a serving child has it)
 
-            draw_plan(pdf, boxes, plan, Path(request["output"]))
+            draw_plan(pdf, boxes, plan, Path(request["output"]), lap)
             if request.get("jdf_output"):
                 from .jdf import layout_jdf
 
                 Path(request["jdf_output"]).write_bytes(layout_jdf(
                     plan, layout, boxes, job_id=slug.job_id if slug and slug.job_id != "-" else Path(request["plate_name"]).stem,
                     source_name=path.name, plate_name=request["plate_name"]))
+                lap("JDF")
+    lap("close")
     return {"ok": True, "sheets": plan.sheets, "sides": len(plan.plates), "pages_in": plan.pages_in,
             "blank_pages": plan.blank_pages, "warnings": [warning.to_json() for warning in warnings]}
 
