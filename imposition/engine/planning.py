@@ -423,13 +423,15 @@ def _booklet_gaps(layout: Layout) -> tuple[tuple[float, ...], tuple[float, ...],
     return column_gaps, row_gaps, first < columns / 2
 
 
-def _score(layout: Layout, frame: _Frame, page_sizes: Sequence[tuple[float, float]]) -> tuple[float, float, bool]:
-    """Larger is better: (copies per side for step and repeat, smallest page scale, room for every
-    mark asked: ``scaling: none`` places pages without it only where the sheet cannot hold both)."""
+def _score(layout: Layout, frame: _Frame, page_sizes: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
+    """Larger is better. Step and repeat: (room for every mark asked, copies per side, smallest page
+    scale): more copies never buy missing marks. The others: (smallest page scale, room for every mark
+    asked): ``scaling: none`` places pages without that room only where no orientation holds both."""
     cell = (frame.cell_width_pt, frame.cell_height_pt)
     smallest = min(fit_scale(size, cell) for size in page_sizes)
-    copies = frame.columns * frame.rows if layout.kind == STEP_AND_REPEAT else 0
-    return copies, smallest, frame.reserved
+    if layout.kind == STEP_AND_REPEAT:
+        return float(frame.reserved), frame.columns * frame.rows, smallest
+    return smallest, float(frame.reserved), 0.0
 
 
 def _choose_frame(
@@ -438,7 +440,7 @@ def _choose_frame(
     """The best frame of the orientations the layout allows; an orientation that cannot hold the
     pages is skipped, and when none can, the first one's error is raised (``page_too_large``: the
     orientation whose cell comes nearest to holding them)."""
-    best: tuple[tuple[float, float, bool], _Frame] | None = None
+    best: tuple[tuple[float, float, float], _Frame] | None = None
     first_error: ImpositionError | None = None
     for sheet_size in layout.sheet_sizes_pt():
         try:

@@ -167,6 +167,18 @@ def test_business_cards_with_marks_take_the_grid_that_leaves_room(engine, tmp_pa
     assert_inside_default_edges(output)
 
 
+def test_step_and_repeat_never_buys_copies_with_missing_marks(engine, tmp_path):
+    """A Letter page on SRA3: two copies fit the landscape sheet edge to edge, one the portrait sheet
+    with room for its crop marks and targets; with the marks asked, the one copy with every mark
+    wins over two without theirs."""
+    letter = labelled_pdf(tmp_path / "letter.pdf", 1, (612.0, 792.0))
+    bare, _ = impose(engine, letter, {"layout": "step_and_repeat", "sheet": "SRA3"}, tmp_path, "bare.pdf")
+    assert len(placements(bare, letter)[0]) == 2
+    output, report = impose(engine, letter, CARDS, tmp_path)
+    assert report.warnings == () and len(placements(output, letter)[0]) == 1
+    assert page_sizes_mm(output)[0] == pytest.approx((320, 450), abs=0.01) and len(circles(output, 0)) == 4
+
+
 def test_a_grid_the_layout_fixes_keeps_its_warning_or_failure(engine, tmp_path):
     card = labelled_pdf(tmp_path / "card.pdf", 1, (85 * MM, 55 * MM))
     fixed = {**CARDS, "orientation": "landscape", "columns": 5, "rows": 5}
