@@ -687,6 +687,8 @@ def _marks(
                                  length_pt=length_pt, offset_pt=offset_pt)
         candidates += fold_marks_across([(at, block) for axis, at, block in folds if axis == "h"],
                                         length_pt=length_pt, offset_pt=offset_pt)
+    if not candidates:
+        return []
     for key, amount in shortfalls(candidates, keep_clear, frame.marks_area).items():
         missing[key] = max(missing.get(key, 0.0), amount)
     return kept_marks(candidates, keep_clear, frame.marks_area)
@@ -931,7 +933,7 @@ def plan_imposition(
                 if placement.scale < 1.0:
                     found.scale[placement.page] = min(found.scale.get(placement.page, 1.0), placement.scale)
             marks = _marks(layout, frame, placements, folds, found.marks)
-            block = _extent(placements, marks)
+            block = _extent(placements, marks) if layout.registration_marks or layout.colour_bar else None
             targets = _targets(layout, frame.marks_area, block, found.marks)
             patches = _colour_bar(layout, frame.marks_area, block, max((t.bounds.y1 for t in targets), default=0.0),
                                   found.marks)
