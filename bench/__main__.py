@@ -78,6 +78,10 @@ IN_PROCESS_FROM_PAGES = 64
 PER_PLATE_OVER_BASELINE_GOAL = 1.10
 WORK_OVER_COPY_GOAL = 2.5
 WORK_GOAL_PAGES = 64
+#: Settings every contender runs with (the environment of their processes): the saddle stitches of
+#: 512 and 4,096 pages are far past what a stitcher binds (issue 40's binding limits refuse them);
+#: the bench measures the engine's cost, so it lifts the limits (a baseline ignores the names).
+BENCH_ENVIRONMENT = {"IMPOSITION_SADDLE_STITCH_MAX_SHEETS": "10000", "IMPOSITION_SADDLE_STITCH_MAX_THICKNESS_MM": "10000"}
 #: The steps of the work that are checks of the input (``imposition.engine.child.run``'s laps).
 CHECK_STEPS = ("read the page tree", "content budget", "damage check", "page boxes")
 #: Memory grows linearly when the MiB per 1,000 pages between the two largest inputs is at most this
@@ -497,6 +501,7 @@ def _refresh_results_doc(tables: str) -> None:
 
 
 def main() -> None:
+    os.environ.update(BENCH_ENVIRONMENT)
     WORK.mkdir(parents=True, exist_ok=True)
     pdfimpose = shutil.which("pdfimpose", path=str(Path(sys.executable).parent)) or "pdfimpose"
     _compile(ROOT, OUR_PACKAGES)

@@ -431,11 +431,11 @@ class Settings(BaseSettings):
     # binding_limit. A stitching head secures up to about 30 sheets (colorvisionprinting.com, "What is the
     # best page count for saddle stitch binding?": 30 sheets, 120 pages); 30 sheets of 0.1 mm paper are 6 mm.
     saddle_stitch_max_sheets: int = Field(
-        default=30, ge=1, le=1000,
+        default=30, ge=1, le=10_000,
         description="Most sheets a saddle stitch nests (4 pages each: a sheet folding N pages counts N / 4).",
     )
     saddle_stitch_max_thickness_mm: float = Field(
-        default=6.0, gt=0, le=100,
+        default=6.0, gt=0, le=10_000,
         description="Thickest saddle-stitched booklet at the spine: sheets × 2 leaves × the layout's paper_caliper_mm.",
     )
     # the content budget (imposition.engine.budget; docs/design.md "Bomb-proof input"): checked while decoding,
