@@ -13,15 +13,15 @@
   budget's check, open, plan, draw, save), ``json`` the layout specification, resolved before the
   clock by the engine it measures (:meth:`imposition.engine.spec.LayoutSpec.resolved`: a baseline's
   own); ``engine`` minus ``work`` is the child's start.
-* ``copy``: the copy floor, :func:`bench.copy_floor.copy_pages`.
-* ``rewrite``: the rewrite floor, :func:`bench.copy_floor.rewrite`.
+* ``steps``: ``work``, its CPU time split by step (:class:`imposition.engine.child.Laps`): what each check costs.
+* ``copy``, ``rewrite``: the floors, :func:`bench.copy_floor.copy_pages` and :func:`bench.copy_floor.rewrite`.
 
 The output file is removed before each run, outside the clock. Prints one JSON object: ``wall_s`` and
 ``cpu_s`` (user + system, this process and its children) per run; ``peak_rss_kib``: the largest
 resident set of the process that did the work (the engine's child for ``engine``, this process
 otherwise, its imports included; for ``warm``, whose child is reaped only at the end, this
-process's); and for the in-process contenders ``job_memory_kib``: how far one more run raised this
-process's resident set above where it stood (Linux; None elsewhere).
+process's); for the in-process contenders ``job_memory_kib``: how far one more run raised this
+process's resident set above where it stood (Linux; None elsewhere); ``step_cpu_s`` (``steps``).
 """
 
 from __future__ import annotations
@@ -48,6 +48,10 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+#: Each run's CPU seconds by step (``steps``), filled by the timed call.
+STEP_CPU_S: list[dict[str, float]] = []
+
+
 def _job(what: str, source: Path, output: Path, argument: str | None) -> tuple[Callable[[], object], int]:
     """The timed call, and which rusage holds its peak RSS."""
     if what in ("engine", "warm"):
@@ -60,7 +64,7 @@ def _job(what: str, source: Path, output: Path, argument: str | None) -> tuple[C
                                                      max_rss_bytes=settings.engine_child_max_rss_bytes))
         engine, spec = PikepdfEngine(settings), parse_layout(argument or "")
         return (lambda: engine.impose(source, spec, output)), resource.RUSAGE_CHILDREN
-    if what == "work":
+    if what in ("work", "steps"):
         import imposition.engine.drawing  # noqa: F401 (imported before the clock, as the child imports it before work)
         from imposition.engine.child import run
 
@@ -72,6 +76,12 @@ def _job(what: str, source: Path, output: Path, argument: str | None) -> tuple[C
         request = {"mode": "impose", "input": str(source), "output": str(output), "layout": parse_layout(argument or "").resolved().to_json(),
                    "slug": None, "max_pages": sys.maxsize, "result": None,
                    "content_budget": ContentBudget.of(get_settings()).to_json()}
+        if what == "steps":
+            def timed() -> object:
+                STEP_CPU_S.append({})
+                return run(request, STEP_CPU_S[-1])
+
+            return timed, resource.RUSAGE_SELF
         return (lambda: run(request)), resource.RUSAGE_SELF
     from bench.copy_floor import copy_pages, rewrite
 
@@ -116,6 +126,7 @@ def main(argv: list[str]) -> int:
         job()
     walls: list[float] = []
     cpus: list[float] = []
+    STEP_CPU_S.clear()  # the untimed first run's
     # A warm child's CPU time reaches this process's rusage only once it is reaped: its share is read
     # from the child's own clock (/proc, in 10 ms ticks), over all runs, and spread evenly over them.
     from imposition.engine import isolation
@@ -137,7 +148,7 @@ def main(argv: list[str]) -> int:
         isolation.stop_warm()
         peak_of = resource.RUSAGE_SELF
     print(json.dumps({"wall_s": walls, "cpu_s": cpus, "peak_rss_kib": resource.getrusage(peak_of).ru_maxrss,
-                      "job_memory_kib": job_memory_kib}))
+                      "job_memory_kib": job_memory_kib, "step_cpu_s": STEP_CPU_S or None}))
     return 0
 
 

@@ -454,6 +454,35 @@ class Settings(BaseSettings):
         description="Most cells all sides of one job may hold (step and repeat multiplies pages by copies): "
         "about 5 s and 300 MiB of the engine's budget; more fails as too_many_cells before any is laid out.",
     )
+    # the sheet's non-printing edges when a layout names no press (docs/engine.md "Marks and the printable
+    # area"): marks, targets, the colour bar and the slug keep out of them; pages may use them. Sources: a
+    # sheet-fed offset gripper is about 10 mm (tillmann-druck.de, "Greiferrand": "in der Regel 10 mm");
+    # tail and sides 5 mm, at least the Speedmaster presets' side lays (imposition.engine.presses).
+    default_gripper_mm: float = Field(
+        default=10.0, ge=0, le=100,
+        description="With no press named and no gripper_mm: the strip at the sheet's lead edge (the foot of the "
+        "front; head and foot for work and tumble) that marks keep out of.",
+    )
+    default_tail_mm: float = Field(
+        default=5.0, ge=0, le=100,
+        description="With no press named and no margin_mm: the strip at the sheet's trailing edge (the head of "
+        "the front) that marks keep out of.",
+    )
+    default_side_mm: float = Field(
+        default=5.0, ge=0, le=100,
+        description="With no press named and no margin_mm: the strip at each side edge that marks keep out of.",
+    )
+    # binding limits of a saddle stitch (docs/engine.md "Binding limits"): past either the job fails as
+    # binding_limit. A stitching head secures up to about 30 sheets (colorvisionprinting.com, "What is the
+    # best page count for saddle stitch binding?": 30 sheets, 120 pages); 30 sheets of 0.1 mm paper are 6 mm.
+    saddle_stitch_max_sheets: int = Field(
+        default=30, ge=1, le=10_000,
+        description="Most sheets a saddle stitch nests (4 pages each: a sheet folding N pages counts N / 4).",
+    )
+    saddle_stitch_max_thickness_mm: float = Field(
+        default=6.0, gt=0, le=10_000,
+        description="Thickest saddle-stitched booklet at the spine: sheets × 2 leaves × the layout's paper_caliper_mm.",
+    )
     # the content budget (imposition.engine.budget; docs/design.md "Bomb-proof input"): checked while decoding,
     # before anything is drawn; past it the job fails as content_too_large
     max_decoded_bytes_per_stream: int = Field(

@@ -32,6 +32,7 @@ import json
 import os
 import resource
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,9 @@ from .budget import check_content_budget
 from .errors import DamagedPdf, ImpositionError, MemoryLimitExceeded, PlateWarning, PreviewFailed, departure_error
 from .job import ContentBudget, Layout, SlugInfo
 from .planning import plan_imposition
-from .source import content_damage, open_source, page_boxes, qpdf_message, read_pages, trim_fallback_warning
+from .source import (
+    content_damage, open_source, page_boxes, qpdf_message, read_pages, trim_clipped_warning, trim_fallback_warning,
+)
 
 #: What qpdf raises about a document it cannot make sense of: its PDF errors (PdfError and
 #: DataDecodingError), its runtime errors (QpdfRuntimeError, e.g. "/Count is wrong after flattening
@@ -84,8 +87,25 @@ def render_previews(plate: Path, output_dir: Path, max_px: int) -> list[str]:
     return names
 
 
-def run(request: dict[str, Any]) -> dict[str, Any]:
-    """Carry out one request; returns the success result (typed errors propagate)."""
+class Laps:
+    """The CPU time (``time.process_time``) of each step of :func:`run`, added into ``into`` by step
+    name when given (the benchmark's ``steps``: what each check costs), nothing otherwise."""
+
+    def __init__(self, into: dict[str, float] | None) -> None:
+        self.into = into
+        self.at = time.process_time() if into is not None else 0.0
+
+    def __call__(self, step: str) -> None:
+        """The step that ends now is ``step``."""
+        if self.into is not None:
+            now = time.process_time()
+            self.into[step] = self.into.get(step, 0.0) + now - self.at
+            self.at = now
+
+
+def run(request: dict[str, Any], step_cpu_s: dict[str, float] | None = None) -> dict[str, Any]:
+    """Carry out one request; returns the success result (typed errors propagate). ``step_cpu_s``
+    receives each step's CPU seconds (:class:`Laps`)."""
     if request["mode"] == "preview":
         import pypdfium2
 
@@ -94,40 +114,50 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         except pypdfium2.PdfiumError as exc:
             raise PreviewFailed(f"pdfium could not render the plate: {exc}") from None
         return {"ok": True, "previews": names}
+    lap = Laps(step_cpu_s)
     layout = Layout.from_json(request["layout"])
     slug = SlugInfo(**request["slug"]) if request.get("slug") else None
     path = Path(request["input"])
     open_warnings: list[str] = []
     with open_source(path, max_pages=int(request["max_pages"]), warnings_out=open_warnings) as pdf:
+        lap("open")
         pages = read_pages(pdf)  # the page tree walked once for the three checks
+        lap("read the page tree")
         read_whole: frozenset[tuple[int, int]] = frozenset()
         if request.get("content_budget"):
             read_whole = check_content_budget(pdf, ContentBudget.from_json(request["content_budget"]), path,
                                               pages).read_whole
+        lap("content budget")
         repaired = content_damage(pdf, path, open_warnings, pages, read_whole)
+        lap("damage check")
         fallbacks: dict[int, str] = {}
-        boxes = page_boxes(pdf, pages, fallbacks_out=fallbacks)
+        clipped: dict[int, str] = {}
+        boxes = page_boxes(pdf, pages, fallbacks_out=fallbacks, clipped_out=clipped)
         del pages
+        lap("page boxes")
         if request["mode"] == "probe":  # the door's check: the file reads whole; the layout's fit is the job's
             return {"ok": True, "pages_in": len(boxes)}
         plan = plan_imposition(layout, boxes, slug=slug, max_cells_per_sheet=request.get("max_cells_per_sheet"),
                                max_cells_per_job=request.get("max_cells_per_job"))
-        fallback = trim_fallback_warning(path.name, fallbacks)
-        warnings = (([PlateWarning("repaired", repaired)] if repaired else []) + ([fallback] if fallback else [])
-                    + list(plan.warnings))
+        lap("plan")
+        box_warnings = [w for w in (trim_fallback_warning(path.name, fallbacks),
+                                    trim_clipped_warning(path.name, clipped, boxes)) if w is not None]
+        warnings = (([PlateWarning("repaired", repaired)] if repaired else []) + box_warnings + list(plan.warnings))
         failure = departure_error(warnings) if layout.on_warning == "fail" else None
         if failure is not None:  # (None without warnings)
             raise failure
         if request["mode"] == "impose":
             from .drawing import draw_plan  # only the impose mode needs the drawing code (a serving child has it)
 
-            draw_plan(pdf, boxes, plan, Path(request["output"]))
+            draw_plan(pdf, boxes, plan, Path(request["output"]), lap)
             if request.get("jdf_output"):
                 from .jdf import layout_jdf
 
                 Path(request["jdf_output"]).write_bytes(layout_jdf(
                     plan, layout, boxes, job_id=slug.job_id if slug and slug.job_id != "-" else Path(request["plate_name"]).stem,
                     source_name=path.name, plate_name=request["plate_name"]))
+                lap("JDF")
+    lap("close")
     return {"ok": True, "sheets": plan.sheets, "sides": len(plan.plates), "pages_in": plan.pages_in,
             "blank_pages": plan.blank_pages, "warnings": [warning.to_json() for warning in warnings]}
 
@@ -139,12 +169,21 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _naming(message: str, name: str) -> str:
+    """``message`` starting with the file's ``name`` (``cyclic-toc.pdf: …``): a ``damaged`` message
+    always names the file, whichever check found the damage."""
+    return message if message.startswith(f"{name}:") else f"{name}: {message}"
+
+
 def answer(request: dict[str, Any]) -> None:
-    """Run ``request`` and write its result file (success or a typed error); a bug propagates."""
+    """Run ``request`` and write its result file (success or a typed error; a ``damaged`` one names
+    the input file); a bug propagates."""
+    name = Path(request["input"]).name
     try:
         result = run(request)
     except ImpositionError as exc:
-        result = {"ok": False, "code": exc.code, "message": exc.message}
+        message = _naming(exc.message, name) if isinstance(exc, DamagedPdf) else exc.message
+        result = {"ok": False, "code": exc.code, "message": message}
     except MemoryError:
         error: ImpositionError = MemoryLimitExceeded("the engine ran out of its memory budget (engine_memory_limit_bytes)")
         result = {"ok": False, "code": error.code, "message": error.message}
@@ -155,7 +194,7 @@ def answer(request: dict[str, Any]) -> None:
                 f"the engine ran out of its memory budget (engine_memory_limit_bytes) reading the input: {message}"
             )
         else:
-            error = DamagedPdf(f"damaged beyond repair: {message}")
+            error = DamagedPdf(_naming(f"damaged beyond repair: {message}", name))
         result = {"ok": False, "code": error.code, "message": error.message}
     Path(request["result"]).write_text(json.dumps(result))
 

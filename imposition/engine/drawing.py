@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, cast
 
@@ -248,8 +249,11 @@ def _shared_resources(pdf: pikepdf.Pdf) -> tuple[pikepdf.Object, pikepdf.Object]
             pdf.make_indirect(Dictionary({SLUG_FONT: font})))
 
 
-def draw_plan(source: pikepdf.Pdf, boxes: list[PageBoxes], plan: ImpositionPlan, output_path: Path) -> None:
-    """Draw ``plan`` with the pages of ``source`` (whose boxes are ``boxes``) and save it to ``output_path``.
+def draw_plan(source: pikepdf.Pdf, boxes: list[PageBoxes], plan: ImpositionPlan, output_path: Path,
+              lap: Callable[[str], None] | None = None) -> None:
+    """Draw ``plan`` with the pages of ``source`` (whose boxes are ``boxes``) and save it to ``output_path``;
+    ``lap`` (the benchmark's step clock, :class:`imposition.engine.child.Laps`) is told when the forms,
+    the plates and the save end.
 
     ``source`` becomes the plate file: it is changed in place and should be closed afterwards. The
     output is the same bytes for the same input and plan (:func:`save_plate`: the /ID is a digest of
@@ -264,6 +268,8 @@ def draw_plan(source: pikepdf.Pdf, boxes: list[PageBoxes], plan: ImpositionPlan,
     _flatten_annotations(source)
     used = sorted({placement.page for plate in plan.plates for placement in plate.placements})
     forms = _Forms(source, boxes).forms_of(used)
+    if lap is not None:
+        lap("forms")
     _empty(source)
     colour_spaces, fonts = _shared_resources(source)
     contents: dict[bytes, pikepdf.Object] = {}
@@ -279,7 +285,11 @@ def draw_plan(source: pikepdf.Pdf, boxes: list[PageBoxes], plan: ImpositionPlan,
         sheet = source.add_blank_page(page_size=(plan.width_pt, plan.height_pt)).obj
         sheet[_RESOURCES] = Dictionary(XObject=xobjects, ColorSpace=colour_spaces, Font=fonts)
         sheet[_CONTENTS] = content
+    if lap is not None:
+        lap("plates")
     save_plate(source, output_path)
+    if lap is not None:
+        lap("save (and its /ID digest)")
 
 
 def save_plate(pdf: pikepdf.Pdf, path: Path) -> None:

@@ -4,24 +4,25 @@
     ├── InputError: bad input, the tenant must fix the file or the layout (never retried)
     │   ├── NotAPdf not_a_pdf · NoPages no_pages · PasswordRequired password_required
     │   ├── DamagedPdf damaged · PageTooLarge page_too_large · InvalidLayout invalid_layout
-    │   │   · TrimSizeMismatch trim_size_mismatch
+    │   │   · TrimSizeMismatch trim_size_mismatch · BindingLimitExceeded binding_limit · CreepTooLarge creep_too_large
     │   └── Departure: a warning made a failure by the layout's ``on_warning: fail``
     │       └── Repaired repaired · ScaledToFit scaled_to_fit · NoRoomForMarks no_room_for_marks
     │           · BleedReduced bleed_reduced · NoRoomForSlug no_room_for_slug
-    │           · TrimBoxReplaced trim_box_replaced · PreflightErrors preflight_errors
-    │           · FixupFailed fixup_failed · PaddedWithBlanks padded_with_blanks
+    │           · TrimBoxReplaced trim_box_replaced · TrimBoxClipped trim_box_clipped
+    │           · PreflightErrors preflight_errors · FixupFailed fixup_failed · PaddedWithBlanks padded_with_blanks
     ├── LimitExceeded: the job breaks a limit of the service (never retried)
     │   └── InputTooLarge input_too_large · TooManyPages too_many_pages · TooManyCells too_many_cells
     │       · TimeLimitExceeded time_limit · MemoryLimitExceeded memory_limit · ContentTooLarge content_too_large
     ├── EngineCancelled cancelled: the caller asked the engine to stop (not retried)
-    ├── PreviewFailed preview_failed: a warning, never a failed job
+    ├── Notice: reported beside the warnings, never a failed job (not even with ``on_warning: fail``)
+    │   └── PreviewFailed preview_failed · PagesTurned pages_turned
     └── EngineFailure: the engine itself failed
         ├── retryable: EngineCrashed engine_crashed · EngineAborted engine_aborted · OutputNotSaved output_not_saved
         └── EngineUnavailable (a ConnectionError: retried, no attempt charged): the node's, not the job's
             └── LicenceUnavailable licence · EngineConfigurationError engine_config
 
 ``retryable`` and ``code`` are class attributes; :func:`error_from_code` rebuilds a child's error,
-:func:`departure_error` a :class:`PlateWarning`'s. Why: docs/design.md, "Engine errors are typed by class".
+:func:`departure_error` a :class:`PlateWarning`'s (never a notice's). Why: docs/design.md.
 """
 
 from __future__ import annotations
@@ -82,7 +83,9 @@ class DamagedPdf(InputError):
 
 
 class PageTooLarge(InputError):
-    """A page does not fit its cell on the sheet and the layout forbids scaling (``scaling: none``)."""
+    """Pages do not fit their cell on the sheet and the layout does not ask to shrink them (``scaling:
+    none``, the default): the message names the pages, the cell and the scale ``scaling: fit`` would
+    give them."""
 
     code = "page_too_large"
 
@@ -98,6 +101,22 @@ class TrimSizeMismatch(InputError):
     layout's ``rotate_to_fit`` does not turn): the message names the pages, their sizes and the trim."""
 
     code = "trim_size_mismatch"
+
+
+class BindingLimitExceeded(InputError):
+    """A saddle stitch past what a stitcher binds: more nested sheets than
+    ``settings.saddle_stitch_max_sheets``, or thicker at the spine (sheets × 2 leaves ×
+    ``paper_caliper_mm``) than ``settings.saddle_stitch_max_thickness_mm``; the message names the
+    sheets, the thickness and the limit, and advises perfect binding."""
+
+    code = "binding_limit"
+
+
+class CreepTooLarge(InputError):
+    """``creep_mm`` would move pages' content toward the spine by more than ``spine_safe_area_mm``,
+    past the trim at the spine; the message names the pages and the millimetres."""
+
+    code = "creep_too_large"
 
 
 class Departure(InputError):
@@ -145,6 +164,14 @@ class TrimBoxReplaced(Departure):
     code = "trim_box_replaced"
 
 
+class TrimBoxClipped(Departure):
+    """Pages whose TrimBox lies partly outside their MediaBox (or CropBox), or encloses it, were imposed
+    on the part inside: a trim smaller than the one the file states; the message names the file, the
+    pages and the trim they have."""
+
+    code = "trim_box_clipped"
+
+
 class PreflightErrors(Departure):
     """pdfToolbox's process plan found hits of error severity (its exit code 3 or 8); the message
     gives the exit code and the end of its log."""
@@ -182,9 +209,9 @@ class PlateWarning:
 
 
 def departure_error(warnings: Iterable[PlateWarning]) -> Departure | None:
-    """The error ``on_warning: fail`` raises for ``warnings``: the first one's class, every message
-    joined; None when there is no warning."""
-    warnings = list(warnings)
+    """The error ``on_warning: fail`` raises for ``warnings``: the first departure's class, every
+    departure's message joined; None when there is none (notices, :func:`is_notice`, never count)."""
+    warnings = [warning for warning in warnings if not is_notice(warning.code)]
     if not warnings:
         return None
     cls = ERRORS_BY_CODE.get(warnings[0].code, Departure)
@@ -249,11 +276,24 @@ class EngineCancelled(ImpositionError):
     code = "cancelled"
 
 
-class PreviewFailed(ImpositionError):
+class Notice(ImpositionError):
+    """Something the tenant should know that is not a departure from the layout: reported with the
+    warnings (a :class:`PlateWarning` of its code), never a failed job, whatever ``on_warning`` says."""
+
+    code = "notice"
+
+
+class PreviewFailed(Notice):
     """The plate's previews could not be rendered (pdfium refused it, or the preview ran out of its
     time or memory). Never fails a job: the engine reports it as a ``preview_failed`` warning."""
 
     code = "preview_failed"
+
+
+class PagesTurned(Notice):
+    """``rotate_to_fit`` turned pages 90°, as the layout asked: the notice names them and the turn."""
+
+    code = "pages_turned"
 
 
 class EngineFailure(ImpositionError):
@@ -364,6 +404,13 @@ def _all_error_classes(root: type[ImpositionError] = ImpositionError) -> list[ty
 
 #: Every error class by its ``code`` (used to rebuild an error reported by a child process).
 ERRORS_BY_CODE: dict[str, type[ImpositionError]] = {cls.code: cls for cls in _all_error_classes()}
+
+
+def is_notice(code: str) -> bool:
+    """True for the code of a :class:`Notice` (``preview_failed``, ``pages_turned``): reported with the
+    warnings, never made a failure by ``on_warning: fail``."""
+    cls = ERRORS_BY_CODE.get(code)
+    return cls is not None and issubclass(cls, Notice)
 
 
 def error_from_code(code: str, message: str) -> ImpositionError:

@@ -16,12 +16,13 @@ Surface's ``SurfaceContentsBox`` is the whole sheet). Per placed page, a Content
   ``TrimSize`` its unscaled width and height) → the surface; ``TrimCTM`` maps
   ``0 0 TrimSize`` onto the page's trim on the sheet. ``ClipBox``: trim plus the bleed kept.
 
-A blank padding page has no ContentObject: JDF gives blank pages no Ord (a negative Ord counts from
-the RunList's end in an automated layout, so ``-1`` would name the last page), and the cell stays
-empty, as the plate leaves it. Marks are MarkObjects (``CTM`` identity: drawn in sheet space) with
-``ClipBox`` and their JDF subelements: ``CutMark`` (crop), ``RegisterMark``, ``ColorControlStrip``;
-fold and collation marks, which JDF 1.3 has no subelement for, say so in ``imp:MarkKind``
-(namespace :data:`EXTENSION_NAMESPACE`), as every MarkObject does.
+A blank padding page has no ContentObject (JDF has no Ord for a blank: a negative Ord counts from
+the RunList's end). Marks are MarkObjects (``CTM`` identity: drawn in sheet space) with
+``ClipBox`` and their JDF subelements: ``CutMark`` (crop marks: only at cuts, never on a fold, as the
+plate draws them), ``RegisterMark``, ``ColorControlStrip``; fold and collation marks, which JDF 1.3
+has no subelement for, say so in ``imp:MarkKind`` (namespace :data:`EXTENSION_NAMESPACE`), as every
+MarkObject does, and each fold mark is an ``imp:FoldMark`` (``MarkType`` ``VerticalFold`` or
+``HorizontalFold``, ``Position`` its end nearer the block, as a CutMark's).
 """
 
 from __future__ import annotations
@@ -107,6 +108,18 @@ def _cut_mark(parent: ET.Element, mark: Mark, centre: tuple[float, float]) -> No
     ET.SubElement(parent, _tag("CutMark"), {"MarkType": kind, "Position": _numbers(*position)})
 
 
+def _fold_mark(parent: ET.Element, mark: Mark, centre: tuple[float, float]) -> None:
+    """A fold mark as the extension element ``imp:FoldMark``: the fold line's direction and the mark's
+    end nearer the block (seen from the block's ``centre``), as :func:`_cut_mark` gives a CutMark's."""
+    if mark.x0 == mark.x1:
+        above = min(mark.y0, mark.y1) >= centre[1]
+        kind, position = "VerticalFold", (mark.x0, min(mark.y0, mark.y1) if above else max(mark.y0, mark.y1))
+    else:
+        right = min(mark.x0, mark.x1) >= centre[0]
+        kind, position = "HorizontalFold", (min(mark.x0, mark.x1) if right else max(mark.x0, mark.x1), mark.y0)
+    ET.SubElement(parent, f"{{{EXTENSION_NAMESPACE}}}FoldMark", {"MarkType": kind, "Position": _numbers(*position)})
+
+
 def _block_centre(plate: Plate, plan: ImpositionPlan) -> tuple[float, float]:
     """The centre of the plate's block of trims (the sheet's when it holds no page)."""
     trims = [p.trim for p in plate.placements]
@@ -122,9 +135,8 @@ def _marks(surface: ET.Element, plate: Plate, centre: tuple[float, float]) -> No
         lines = [m for m in plate.marks if m.kind == kind]
         if lines:
             mark_object = _mark_object(surface, kind, [_line_bounds(m) for m in lines])
-            if kind == "crop":
-                for mark in lines:
-                    _cut_mark(mark_object, mark, centre)
+            for mark in lines:
+                (_cut_mark if kind == "crop" else _fold_mark)(mark_object, mark, centre)
     if plate.targets:
         mark_object = _mark_object(surface, "registration", [t.bounds for t in plate.targets])
         for target in plate.targets:

@@ -74,6 +74,24 @@ class ContentBudget:
 
 
 @dataclass(frozen=True)
+class ShopDefaults:
+    """What the shop's settings add to every layout (``imposition.common.settings.Settings``, the fields
+    of the same names): the sheet's non-printing edges when a layout names no press, and the binder's
+    limits of a saddle stitch. Lengths in mm."""
+
+    default_gripper_mm: float = 10.0
+    default_tail_mm: float = 5.0
+    default_side_mm: float = 5.0
+    saddle_stitch_max_sheets: int = 30
+    saddle_stitch_max_thickness_mm: float = 6.0
+
+    @classmethod
+    def of(cls, settings: object) -> "ShopDefaults":
+        """The defaults of ``settings`` (any object with the five attributes)."""
+        return cls(**{field.name: getattr(settings, field.name) for field in fields(cls)})
+
+
+@dataclass(frozen=True)
 class Layout:
     """A validated layout in the planner's terms (built by :meth:`imposition.engine.spec.LayoutSpec.resolved`).
 
@@ -88,8 +106,8 @@ class Layout:
         gripper_pt: the press's gripper strip at the lead edge (the foot of the front), kept clear.
         margin_given: ``margin_mm`` as the specification gave it (for error messages).
         gutters_pt: ``(between columns, between rows)``; zero for the folded layouts.
-        columns, rows: the grid of one side (booklets 2 × 1, or their fold scheme's; step and repeat
-            computes its own).
+        columns, rows: the grid of one side (booklets 2 × 1, or their fold scheme's; step and repeat:
+            the layout's, or 0 where it leaves the planner to choose the largest that fits).
         duplex: ``simplex``, ``sheetwise``, ``work_and_turn`` or ``work_and_tumble``.
         binding: ``left_to_right`` or ``right_to_left``.
         blank_pages_at: where a booklet's padding blanks go (``end``, ``start``, ``before_back_cover``).
@@ -119,9 +137,12 @@ class Layout:
         press: the press preset named (:mod:`imposition.engine.presses`), or None.
         press_max_pt, press_min_pt: ``(across, around)`` sheet limits of the press: a plate is
             ``across`` wide (the gripper edge, its foot) and ``around`` high; None without a press.
-        mark_gripper_pt: a strip at the lead edge (both edges for work and tumble) that marks keep out
-            of although pages may use it: the default gripper when the layout names neither a press
-            nor ``gripper_mm`` (0 otherwise, the gripper then keeping everything out).
+        mark_edges_pt: ``(top, right, bottom, left)``: strips at the sheet's edges (as the front is
+            seen) that marks keep out of although pages may use them: the default non-printing edges
+            of a sheet whose layout names no press (:class:`ShopDefaults`): the gripper at the foot
+            unless ``gripper_mm`` is given (work and tumble: head and foot), the tail at the head and
+            the sides unless ``margin_mm`` is given; 0 where the layout or its press set the edge, the
+            printable area then keeping everything out.
         ink_zones, ink_zone_pt: the press's ink zones across the sheet; the colour bar carries a solid
             patch of each process ink in every zone (0: a bar of square patches over the block).
         face_trim_pt, head_trim_pt, foot_trim_pt: paper cut off beyond the trim at each edge of a
@@ -131,6 +152,11 @@ class Layout:
         saddle_lip_pt: saddle stitch: the low-folio half of each sheet this much longer (the lip).
         rotate_to_fit: ``none``, ``ccw``, ``cw``, ``spine`` or ``fore_edge``: how a page whose
             orientation differs from its cell's (booklets: from the booklet's trim) is turned 90°.
+        paper_caliper_mm: the thickness of one leaf of the paper (saddle stitch; 0 otherwise).
+        saddle_max_sheets, saddle_max_thickness_mm: a saddle stitch's binding limits
+            (:class:`ShopDefaults`); 0: none.
+        spine_safe_pt: booklets: the strip along a page's spine edge its content keeps clear of; creep
+            may move a page's content toward the spine by at most this much (0: no creep allowed).
     """
 
     kind: str
@@ -169,7 +195,7 @@ class Layout:
     press: str | None = None
     press_max_pt: tuple[float, float] | None = None
     press_min_pt: tuple[float, float] | None = None
-    mark_gripper_pt: float = 0.0
+    mark_edges_pt: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     ink_zones: int = 0
     ink_zone_pt: float = 0.0
     face_trim_pt: float = 0.0
@@ -179,6 +205,10 @@ class Layout:
     grind_off_pt: float = 0.0
     saddle_lip_pt: float = 0.0
     rotate_to_fit: str = "none"
+    paper_caliper_mm: float = 0.0
+    saddle_max_sheets: int = 0
+    saddle_max_thickness_mm: float = 0.0
+    spine_safe_pt: float = 0.0
 
     @property
     def booklet(self) -> bool:
@@ -220,12 +250,14 @@ class Layout:
 
     def mark_area_pt(self, width_pt: float, height_pt: float) -> tuple[float, float, float, float]:
         """The part of the printable area (:meth:`printable_pt`) that marks may use, ``(x0, y0, x1, y1)``:
-        clear of :attr:`mark_gripper_pt` at the lead edge (and at the head for work and tumble)."""
+        clear of :attr:`mark_edges_pt` (work and tumble: the larger of head and foot on both, as the
+        back is gripped by the head)."""
         x0, y0, x1, y1 = self.printable_pt(width_pt, height_pt)
-        y0 = max(y0, self.mark_gripper_pt)
+        top, right, bottom, left = self.mark_edges_pt
         if self.duplex == "work_and_tumble":
-            y1 = min(y1, height_pt - self.mark_gripper_pt)
-        return x0, y0, x1, max(y0, y1)
+            top = bottom = max(top, bottom)
+        x0, y0 = max(x0, left), max(y0, bottom)
+        return x0, y0, max(x0, min(x1, width_pt - right)), max(y0, min(y1, height_pt - top))
 
     def side_regions_pt(self, width_pt: float, height_pt: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """The front's and the back's regions of the printable area, each ``(x0, y0, x1, y1)``.
@@ -259,7 +291,7 @@ class Layout:
         if region_w <= EPSILON_PT or region_h <= EPSILON_PT:
             gripper = f" and gripper_mm={pt_to_mm(self.gripper_pt):g}" if self.gripper_pt else ""
             return f"margin_mm={self.margin_given}{gripper}: leaves no room on {sheet}"
-        columns, rows = (1, 1) if self.kind == STEP_AND_REPEAT else (self.columns, self.rows)
+        columns, rows = (self.columns or 1, self.rows or 1)  # step and repeat: 0 when computed
         for count, name, gutter_pt, room_pt, across in (
             (columns, "columns", self.gutters_pt[0], region_w, "width"),
             (rows, "rows", self.gutters_pt[1], region_h, "height"),

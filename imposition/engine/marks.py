@@ -4,8 +4,10 @@ PDF content-stream operators.
 Marks are drawn in the registration colour (a /Separation named /All, PDF 32000-1 §8.6.6.4: it
 prints on every plate), 0.25 pt wide: the usual hairline of prepress software. Crop marks start
 ``offset`` outside the trim corner and never cross any page's trim or kept bleed, nor leave the
-sheet's printable area (margins and gripper); fold marks are dashed and sit on the fold line outside
-the trim, at head and foot (and, for a horizontal fold, left and right). A mark that the printable
+marks area (the printable area less the sheet's non-printing edges); fold marks are dashed and sit on
+the fold line outside the trim, at head and foot (and, for a horizontal fold, left and right). A
+fold is never marked as a cut: no crop mark runs along a fold line or a booklet page's spine edge
+(folded or milled, never cut), and a fold mark is never dropped for a crop mark in its place. A mark that the printable
 edge cuts short is a shortfall (:func:`shortfalls`): the planner reports it. Registration targets
 (:class:`Target`, a circle and a cross) are in the registration colour too; a colour bar and the
 collation marks are filled patches (:class:`Patch`): process colours in DeviceCMYK, or the
@@ -94,12 +96,13 @@ def _clipped(mark: Mark, keep_clear: Sequence[Rect]) -> Mark | None:
 
 def kept_marks(candidates: Iterable[Mark], keep_clear: Sequence[Rect], printable: Rect) -> list[Mark]:
     """The candidates as drawn: each cut short before any area of ``keep_clear`` (trims plus kept
-    bleed) and the edge of ``printable``; shorter than 1 mm dropped; duplicates drawn once."""
-    kept: dict[tuple[float, ...], Mark] = {}
+    bleed) and the edge of ``printable``; shorter than 1 mm dropped; duplicates of a kind drawn once."""
+    kept: dict[tuple[object, ...], Mark] = {}
+    outside = _outside(printable)
     for candidate in candidates:
-        mark = _clipped(candidate, [*keep_clear, *_outside(printable)])
+        mark = _clipped(candidate, [*keep_clear, *outside])
         if mark is not None:
-            kept.setdefault(tuple(round(v, 2) for v in (mark.x0, mark.y0, mark.x1, mark.y1)), mark)
+            kept.setdefault((mark.kind, *(round(v, 2) for v in (mark.x0, mark.y0, mark.x1, mark.y1))), mark)
     return list(kept.values())
 
 
@@ -137,15 +140,23 @@ def _outside(printable: Rect) -> list[Rect]:
             Rect(-far, -far, far, printable.y0), Rect(-far, printable.y1, far, far)]
 
 
-def crop_marks(trims: Sequence[Rect], *, length_pt: float, offset_pt: float) -> list[Mark]:
+def crop_marks(trims: Sequence[Rect], *, length_pt: float, offset_pt: float,
+               uncut_x: Sequence[float] = (), uncut_y: Sequence[float] = ()) -> list[Mark]:
     """Two whole marks at every corner of every trim: one along each trim edge's extension, pointing
-    outward (candidates: :func:`kept_marks` cuts them to what the sheet and the pages leave)."""
+    outward (candidates: :func:`kept_marks` cuts them to what the sheet and the pages leave); none
+    along a line that is folded, not cut: a vertical one at an x of ``uncut_x``, a horizontal one at
+    a y of ``uncut_y`` (a booklet's fold lines and its pages' spine edges)."""
+    def cut(value: float, uncut: Sequence[float]) -> bool:
+        return all(abs(value - line) > EPSILON_PT for line in uncut)
+
     candidates = []
     for trim in trims:
         for x, dx in ((trim.x0, -1), (trim.x1, 1)):
             for y, dy in ((trim.y0, -1), (trim.y1, 1)):
-                candidates.append(Mark(x + dx * offset_pt, y, x + dx * (offset_pt + length_pt), y, "crop"))
-                candidates.append(Mark(x, y + dy * offset_pt, x, y + dy * (offset_pt + length_pt), "crop"))
+                if cut(y, uncut_y):
+                    candidates.append(Mark(x + dx * offset_pt, y, x + dx * (offset_pt + length_pt), y, "crop"))
+                if cut(x, uncut_x):
+                    candidates.append(Mark(x, y + dy * offset_pt, x, y + dy * (offset_pt + length_pt), "crop"))
     return candidates
 
 

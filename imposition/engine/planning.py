@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING
 from pikepdf import Matrix
 
 from .errors import (
-    ImpositionError, InvalidLayout, PaddedWithBlanks, PageTooLarge, PlateWarning, TooManyCells, TrimSizeMismatch,
-    page_ranges, shown,
+    BindingLimitExceeded, CreepTooLarge, ImpositionError, InvalidLayout, PaddedWithBlanks, PagesTurned, PageTooLarge,
+    PlateWarning, TooManyCells, TrimSizeMismatch, page_ranges, shown,
 )
 from .geometry import EPSILON_PT, PageBoxes, Rect, available_bleed, displayed_size, fit_scale, placement_matrix
 from .folds import FOLD_SCHEMES, SCHEME_FOR_SIGNATURE_PAGES
-from .job import PERFECT_BOUND, STEP_AND_REPEAT, Layout, SlugInfo
+from .job import PERFECT_BOUND, SADDLE_STITCH, STEP_AND_REPEAT, Layout, SlugInfo
 from .marks import (
     COLOUR_BAR_PATCHES, MARK_LINE_WIDTH_PT, SLUG_ASCENT_EM, SLUG_DESCENT_EM, SLUG_FONT_SIZE_PT, Mark, Patch, Target,
     colour_bar, crop_marks, fold_marks, fold_marks_across, ink_zone_bar, kept_marks, shortfalls, slug_text,
@@ -121,8 +121,9 @@ class _Frame:
     ``column_gaps``/``row_gaps`` are the space between neighbouring columns/rows (pt): the gutters of
     a grid, a booklet's trims, spine gutter and grind-off (:func:`_booklet_gaps`). ``lip_pt`` is a
     saddle lip beyond the block's outer column on the front's ``lip_left`` edge (the back's other
-    edge). ``lift_pt`` raises the block above its centred place so that marks clear the default
-    gripper. ``marks_area`` is the printable area less that gripper: where marks may be drawn.
+    edge). ``lift_pt`` raises the block above its centred place and ``shift_pt`` moves the front's to
+    the right (the back's to the left, as seen) so that marks clear the sheet's non-printing edges
+    (:func:`_shift`). ``marks_area`` is the printable area less those edges: where marks may be drawn.
     """
 
     sheet: Rect
@@ -138,6 +139,8 @@ class _Frame:
     lip_pt: float = 0.0
     lip_left: bool = False
     lift_pt: float = 0.0
+    shift_pt: float = 0.0
+    reserved: bool = True
 
     @property
     def block_width_pt(self) -> float:
@@ -151,8 +154,9 @@ class _Frame:
 
     def cell(self, region: Rect, index: int, side: int = 0) -> Rect:
         """Cell ``index`` (row by row from the top-left as side ``side`` is seen: 0 front, 1 back) of
-        the block centred in ``region`` (raised by ``lift_pt``; the lip on its side's edge)."""
-        left = region.x0 + (region.width - self.block_width_pt) / 2
+        the block centred in ``region`` (moved by ``lift_pt`` and ``shift_pt``, the back's shift
+        mirrored; the lip on its side's edge)."""
+        left = region.x0 + (region.width - self.block_width_pt) / 2 + (self.shift_pt if side == 0 else -self.shift_pt)
         if self.lip_left == (side == 0):
             left += self.lip_pt
         top = region.y1 - (region.height - self.block_height_pt) / 2 + self.lift_pt
@@ -164,9 +168,9 @@ class _Frame:
 
 def _reserve_pt(layout: Layout) -> tuple[float, float, float, float]:
     """What a side's region keeps free around its block of trims, ``(left, bottom, right, top)`` pt:
-    the bleed, crop marks (offset + length, all round), fold marks (head and foot) and, at the foot
-    of the sheet, the slug strip below them (work and tumble: at the front's head, which the turn
-    makes the sheet's foot), clear of the default gripper (``mark_gripper_pt``)."""
+    the bleed, crop marks (offset + length, all round), fold marks (head and foot), registration
+    targets, the colour bar (head) and the slug strip (foot; work and tumble: the front's head, which
+    the turn makes the sheet's foot)."""
     bleed = layout.bleed_pt
     marks = layout.crop_mark_offset_pt + layout.crop_mark_length_pt
     around = max(bleed, marks if layout.crop_marks else 0.0)
@@ -181,15 +185,40 @@ def _reserve_pt(layout: Layout) -> tuple[float, float, float, float]:
         left, bottom, right, top = left + target, bottom + target, right + target, top + target
     if layout.colour_bar:
         top += MARK_CLEARANCE_PT + layout.colour_bar_height_pt
-    if layout.slug:  # its strip, above the default gripper that marks keep out of
-        top_margin, _, bottom_margin, _ = layout.margins_pt
-        lead = bottom_margin + layout.gripper_pt
+    if layout.slug:
         if layout.duplex == "work_and_tumble":
-            lead = max(lead, top_margin)
-            top += SLUG_STRIP_PT + max(0.0, layout.mark_gripper_pt - lead)
+            top += SLUG_STRIP_PT
         else:
-            bottom += SLUG_STRIP_PT + max(0.0, layout.mark_gripper_pt - lead)
+            bottom += SLUG_STRIP_PT
     return left, bottom, right, top
+
+
+def _mark_reserve_pt(layout: Layout) -> tuple[float, float, float, float]:
+    """:func:`_reserve_pt` on the edges of the block that carry a mark (crop marks and targets: every
+    edge; fold marks: head and foot, and left and right with horizontal folds; the colour bar: the
+    head; the slug: the foot, or the head for work and tumble), 0 on the others: how far the marks
+    area (:meth:`Layout.mark_area_pt`) must lie from the block of trims."""
+    every = layout.crop_marks or layout.registration_marks
+    folds = layout.fold_marks and layout.booklet
+    sides = every or (folds and layout.rows > 1)
+    head = every or folds or layout.colour_bar or (layout.slug and layout.duplex == "work_and_tumble")
+    foot = every or folds or (layout.slug and layout.duplex != "work_and_tumble")
+    left, bottom, right, top = _reserve_pt(layout)
+    return (left if sides else 0.0, bottom if foot else 0.0, right if sides else 0.0, top if head else 0.0)
+
+
+def _sizing_region(layout: Layout, front: Rect, width: float, height: float) -> Rect:
+    """The part of the front's reserved region (``front``) the block of trims may fill: on each edge
+    that carries marks also at the mark reserve (:func:`_mark_reserve_pt`) from the marks area, so
+    that every mark asked clears the sheet's non-printing edges (a layout naming no press:
+    :attr:`Layout.mark_edges_pt`); pages may use those edges where no mark needs them."""
+    marks = Rect(*layout.mark_area_pt(width, height))
+    left, bottom, right, top = _mark_reserve_pt(layout)
+    x0 = max(front.x0, marks.x0 + left) if left else front.x0
+    y0 = max(front.y0, marks.y0 + bottom) if bottom else front.y0
+    x1 = min(front.x1, marks.x1 - right) if right else front.x1
+    y1 = min(front.y1, marks.y1 - top) if top else front.y1
+    return Rect(x0, y0, max(x0, x1), max(y0, y1))
 
 
 def _regions(layout: Layout, width: float, height: float, reserve: bool) -> tuple[Rect, Rect, Rect]:
@@ -213,27 +242,23 @@ def _grid(
     layout: Layout, region: Rect, page_size: tuple[float, float], sheet_size: tuple[float, float],
     max_cells_per_sheet: int | None,
 ) -> tuple[int, int]:
-    """``(columns, rows)`` of one side: the layout's own, or for step and repeat as many copies of a
-    ``page_size`` page as fit ``region`` at 100 % (at least one with ``scaling: fit``).
+    """``(columns, rows)`` of one side: the layout's own; for step and repeat, where the layout fixes
+    neither, as many copies of a ``page_size`` page as fit ``region`` at 100 % (at least one).
 
     Raises:
         TooManyCells: more than ``max_cells_per_sheet`` cells (None: no limit but a finite count),
             found before any cell is laid out.
     """
-    columns: int | None
-    rows: int | None
-    if layout.kind != STEP_AND_REPEAT:
-        columns, rows = layout.columns, layout.rows
-    else:
+    columns: int | None = layout.columns
+    rows: int | None = layout.rows
+    if layout.kind == STEP_AND_REPEAT:
         gutters = layout.gutters_pt
-        columns_fit = (region.width + gutters[0] + EPSILON_PT) / (page_size[0] + gutters[0])
-        rows_fit = (region.height + gutters[1] + EPSILON_PT) / (page_size[1] + gutters[1])
-        columns = math.floor(columns_fit) if math.isfinite(columns_fit) else None
-        rows = math.floor(rows_fit) if math.isfinite(rows_fit) else None
-        if columns is not None and rows is not None:
-            if columns * rows == 0 and layout.scaling == "fit":
-                columns = rows = 1
-            columns, rows = max(columns, 1), max(rows, 1)
+        if not columns:
+            columns_fit = (region.width + gutters[0] + EPSILON_PT) / (page_size[0] + gutters[0])
+            columns = max(math.floor(columns_fit), 1) if math.isfinite(columns_fit) else None
+        if not rows:
+            rows_fit = (region.height + gutters[1] + EPSILON_PT) / (page_size[1] + gutters[1])
+            rows = max(math.floor(rows_fit), 1) if math.isfinite(rows_fit) else None
     if columns is None or rows is None or (max_cells_per_sheet is not None and columns * rows > max_cells_per_sheet):
         cells = "too many to count" if columns is None or rows is None else f"{columns} × {rows} = {columns * rows}"
         raise TooManyCells(
@@ -249,61 +274,83 @@ def _frame(
     max_cells_per_sheet: int | None,
 ) -> _Frame:
     """Cell geometry for one sheet orientation: cells sized after the room the layout asks around
-    them (:func:`_reserve_pt`). With ``scaling: none``, a page larger than such a cell is still placed
-    at 100 % when it fits without that room (the missing bleed and marks are warnings).
+    them (:func:`_reserve_pt`, clear of the sheet's non-printing edges: :func:`_sizing_region`). With
+    ``scaling: none``, a page larger than such a cell is still placed at 100 % when it fits without
+    that room (the missing bleed and marks are warnings).
 
     Raises:
         InvalidLayout: the margins or gutters leave no room on this sheet.
         TooManyCells: a side would hold more than ``max_cells_per_sheet`` cells.
-        PageTooLarge: with ``scaling: none``, a page does not fit its cell even without that room.
+        PageTooLarge: with ``scaling: none``, pages do not fit their cell even without that room
+            (:func:`_page_too_large`).
     """
     frame = _sized(layout, sheet_size, page_sizes, max_cells_per_sheet, reserve=True)
-    if layout.scaling == "none" and (frame is None or _too_large(frame, page_sizes) is not None):
+    if layout.scaling == "none" and (frame is None or _too_large(frame, page_sizes)):
         frame = _sized(layout, sheet_size, page_sizes, max_cells_per_sheet, reserve=False)
         assert frame is not None  # without the reserve, room_problem has checked the gutters
         too_large = _too_large(frame, page_sizes)
-        if too_large is not None:
-            number, (page_w, page_h) = too_large
-            raise PageTooLarge(
-                f"page {number}: trim {pt_to_mm(page_w):.1f} × {pt_to_mm(page_h):.1f} mm does not fit the "
-                f"{pt_to_mm(frame.cell_width_pt):.1f} × {pt_to_mm(frame.cell_height_pt):.1f} mm cell on the "
-                f"{pt_to_mm(sheet_size[0]):.0f} × {pt_to_mm(sheet_size[1]):.0f} mm sheet with scaling 'none'"
-            )
+        if too_large:
+            raise _page_too_large(frame, too_large, [page_sizes[i] for i in too_large])
     if frame is None:  # the reserve leaves no room: cells as if none were asked (warnings follow)
         frame = _sized(layout, sheet_size, page_sizes, max_cells_per_sheet, reserve=False)
         assert frame is not None
     return frame
 
 
-def _too_large(frame: _Frame, page_sizes: Sequence[tuple[float, float]]) -> tuple[int, tuple[float, float]] | None:
-    """The first page (1-based number, size) larger than ``frame``'s cell, or None."""
-    for number, (page_w, page_h) in enumerate(page_sizes, start=1):
-        if page_w > frame.cell_width_pt + EPSILON_PT or page_h > frame.cell_height_pt + EPSILON_PT:
-            return number, (page_w, page_h)
-    return None
+def _too_large(frame: _Frame, page_sizes: Sequence[tuple[float, float]]) -> list[int]:
+    """The indexes of the pages of ``page_sizes`` larger than ``frame``'s cell."""
+    return [index for index, (page_w, page_h) in enumerate(page_sizes)
+            if page_w > frame.cell_width_pt + EPSILON_PT or page_h > frame.cell_height_pt + EPSILON_PT]
+
+
+def _page_too_large(frame: _Frame, indexes: list[int], sizes: list[tuple[float, float]]) -> PageTooLarge:
+    """The ``page_too_large`` error of ``sizes`` (the pages at ``indexes`` of the sizes the frame was
+    sized for) in ``frame``'s cell; :func:`plan_imposition` words it (:func:`_worded_too_large`)."""
+    cell = (frame.cell_width_pt, frame.cell_height_pt)
+    error = PageTooLarge("pages do not fit their cell")
+    error.unfit = (indexes, sizes, cell, (frame.sheet.width, frame.sheet.height),  # type: ignore[attr-defined]
+                   min(fit_scale(size, cell) for size in sizes))
+    return error
+
+
+def _worded_too_large(error: PageTooLarge, page_numbers: Sequence[Sequence[int]]) -> PageTooLarge:
+    """``error`` (:func:`_page_too_large`) naming the pages: ``page_numbers[i]`` are the 1-based pages
+    of the frame's i-th size (a booklet's trim: every page), the cell and the scale that would fit."""
+    indexes, sizes, cell, sheet, scale = error.unfit  # type: ignore[attr-defined]
+    pages = sorted({number for index in indexes for number in page_numbers[index]})
+    shown_sizes = sorted({(round(pt_to_mm(w), 1), round(pt_to_mm(h), 1)) for w, h in sizes})
+    trims = "; ".join(f"{w:.1f} × {h:.1f} mm" for w, h in shown_sizes[:3]) + ("; …" if len(shown_sizes) > 3 else "")
+    they, named = ("it", f"page {pages[0]} (trim {trims}) does") if len(pages) == 1 else \
+        ("them", f"pages {page_ranges(pages)} (trim {trims}) do")
+    return PageTooLarge(
+        f"scaling=none: {named} not fit the {pt_to_mm(cell[0]):.1f} × {pt_to_mm(cell[1]):.1f} mm cell on the "
+        f"{pt_to_mm(sheet[0]):.0f} × {pt_to_mm(sheet[1]):.0f} mm sheet at 100 %; scaling 'fit' would shrink {they} "
+        f"to {math.floor(scale * 1000) / 10:.1f} % (with a warning saying so); or give a larger sheet"
+    )
 
 
 def _sized(
     layout: Layout, sheet_size: tuple[float, float], page_sizes: Sequence[tuple[float, float]],
     max_cells_per_sheet: int | None, *, reserve: bool,
 ) -> _Frame | None:
-    """The frame with cells of an equal share of the (reserved) region, or None when the reserve
-    leaves no room for them."""
+    """The frame with cells of an equal share of the (reserved, :func:`_sizing_region`) region, or
+    None when the reserve leaves no room for them."""
     width, height = sheet_size
     front, back, printable = _regions(layout, width, height, reserve)
-    if front.width <= EPSILON_PT or front.height <= EPSILON_PT:
+    sizing = _sizing_region(layout, front, width, height) if reserve else front
+    if sizing.width <= EPSILON_PT or sizing.height <= EPSILON_PT:
         return None
     max_w = max(size[0] for size in page_sizes)
     max_h = max(size[1] for size in page_sizes)
-    columns, rows = _grid(layout, front, (max_w, max_h), sheet_size, max_cells_per_sheet)
+    columns, rows = _grid(layout, sizing, (max_w, max_h), sheet_size, max_cells_per_sheet)
     if layout.booklet:
         column_gaps, row_gaps, lip_left = _booklet_gaps(layout)
         lip = layout.saddle_lip_pt
     else:
         column_gaps, row_gaps = (layout.gutters_pt[0],) * (columns - 1), (layout.gutters_pt[1],) * (rows - 1)
         lip, lip_left = 0.0, False
-    share_w = (front.width - sum(column_gaps) - lip) / columns
-    share_h = (front.height - sum(row_gaps)) / rows
+    share_w = (sizing.width - sum(column_gaps) - lip) / columns
+    share_h = (sizing.height - sum(row_gaps)) / rows
     if share_w <= 0 or share_h <= 0:
         if reserve:
             return None
@@ -315,22 +362,36 @@ def _sized(
         )
     marks_area = Rect(*layout.mark_area_pt(width, height))
     frame = _Frame(Rect(0, 0, width, height), (front, back), printable, columns, rows,
-                   min(share_w, max_w), min(share_h, max_h), column_gaps, row_gaps, marks_area, lip, lip_left)
-    return replace(frame, lift_pt=_lift(layout, frame, front))
+                   min(share_w, max_w), min(share_h, max_h), column_gaps, row_gaps, marks_area, lip, lip_left,
+                   reserved=reserve)
+    shift, lift = _shift(layout, frame, front)
+    return replace(frame, shift_pt=shift, lift_pt=lift)
 
 
-def _lift(layout: Layout, frame: _Frame, front: Rect) -> float:
-    """How far to raise the block so that its foot marks clear the default gripper
-    (``layout.mark_gripper_pt``): 0 when they clear it centred, or when raising cannot clear it whole
-    within the region (the marks in the gripper are then left out, with a warning)."""
-    foot_marks = layout.crop_marks or layout.fold_marks or layout.registration_marks or layout.slug
-    if not foot_marks or layout.mark_gripper_pt <= 0 or layout.duplex == "work_and_tumble":
-        return 0.0
-    below = _reserve_pt(layout)[1]
-    room = (front.height - frame.block_height_pt) / 2
-    lowest = front.y0 + room - below  # the lowest mark of the centred block
-    need = frame.marks_area.y0 - lowest
-    return need if 0 < need <= room + EPSILON_PT else 0.0
+def _shift(layout: Layout, frame: _Frame, front: Rect) -> tuple[float, float]:
+    """How far to move the front's block (right, up) from its centred place so that its marks clear
+    the sheet's non-printing edges (the marks area: :meth:`Layout.mark_area_pt`) and it stays in
+    ``front``: along each axis the least move that clears both edges carrying marks
+    (:func:`_mark_reserve_pt`), 0 when they clear centred or no move clears both (the marks there are
+    then cut or left out, with a warning)."""
+    left, bottom, right, top = _mark_reserve_pt(layout)
+    if not (left or bottom or right or top):
+        return 0.0, 0.0
+    first, last = frame.cell(front, 0), frame.cell(front, frame.columns * frame.rows - 1)
+    marks = frame.marks_area
+
+    def least(low: float, high: float, low_limit: float, high_limit: float) -> float:
+        """The move of [low, high] into [low_limit, high_limit] nearest 0 (0 when none)."""
+        least_up, most_up = low_limit - low, high_limit - high
+        if least_up > most_up + EPSILON_PT or (least_up <= EPSILON_PT and most_up >= -EPSILON_PT):
+            return 0.0
+        return least_up if least_up > 0 else most_up
+
+    shift = least(first.x0, last.x1, max(front.x0, marks.x0 + left if left else front.x0),
+                  min(front.x1, marks.x1 - right if right else front.x1))
+    lift = least(last.y0, first.y1, max(front.y0, marks.y0 + bottom if bottom else front.y0),
+                 min(front.y1, marks.y1 - top if top else front.y1))
+    return shift, lift
 
 
 def _booklet_gaps(layout: Layout) -> tuple[tuple[float, ...], tuple[float, ...], bool]:
@@ -362,26 +423,32 @@ def _booklet_gaps(layout: Layout) -> tuple[tuple[float, ...], tuple[float, ...],
     return column_gaps, row_gaps, first < columns / 2
 
 
-def _score(layout: Layout, frame: _Frame, page_sizes: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """Larger is better: (copies per side for step and repeat, smallest page scale)."""
+def _score(layout: Layout, frame: _Frame, page_sizes: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
+    """Larger is better. Step and repeat: (room for every mark asked, copies per side, smallest page
+    scale): more copies never buy missing marks. The others: (smallest page scale, room for every mark
+    asked): ``scaling: none`` places pages without that room only where no orientation holds both."""
     cell = (frame.cell_width_pt, frame.cell_height_pt)
     smallest = min(fit_scale(size, cell) for size in page_sizes)
-    copies = frame.columns * frame.rows if layout.kind == STEP_AND_REPEAT else 0
-    return copies, smallest
+    if layout.kind == STEP_AND_REPEAT:
+        return float(frame.reserved), frame.columns * frame.rows, smallest
+    return smallest, float(frame.reserved), 0.0
 
 
 def _choose_frame(
     layout: Layout, page_sizes: Sequence[tuple[float, float]], max_cells_per_sheet: int | None
 ) -> _Frame:
     """The best frame of the orientations the layout allows; an orientation that cannot hold the
-    pages is skipped, and the first one's error is raised when none can."""
-    best: tuple[tuple[float, float], _Frame] | None = None
+    pages is skipped, and when none can, the first one's error is raised (``page_too_large``: the
+    orientation whose cell comes nearest to holding them)."""
+    best: tuple[tuple[float, float, float], _Frame] | None = None
     first_error: ImpositionError | None = None
     for sheet_size in layout.sheet_sizes_pt():
         try:
             frame = _frame(layout, sheet_size, page_sizes, max_cells_per_sheet)
         except (InvalidLayout, PageTooLarge, TooManyCells) as exc:
-            first_error = first_error or exc
+            nearer = (isinstance(exc, PageTooLarge) and isinstance(first_error, PageTooLarge)
+                      and exc.unfit[4] > first_error.unfit[4])  # type: ignore[attr-defined]
+            first_error = exc if first_error is None or nearer else first_error
             continue
         score = _score(layout, frame, page_sizes)
         if best is None or score > best[0]:
@@ -402,7 +469,7 @@ def _holds_at_full_size(
             frame = _sized(layout, sheet_size, page_sizes, max_cells_per_sheet, reserve=True)
         except (InvalidLayout, TooManyCells):
             continue
-        if frame is not None and _too_large(frame, page_sizes) is None:
+        if frame is not None and not _too_large(frame, page_sizes):
             return True
     return False
 
@@ -580,10 +647,10 @@ FoldLine = tuple[str, float, Rect]
 
 
 def _folds(layout: Layout, frame: _Frame, region: Rect, turned: bool, side: int) -> list[FoldLine]:
-    """The fold lines of a booklet side (when fold marks are asked for): the middle of the gap
-    between two columns or two rows of cells (each is a fold of the schemes of
-    :mod:`imposition.engine.folds`)."""
-    if not layout.fold_marks:
+    """The fold lines of a booklet side (when fold or crop marks are asked for: a crop mark never runs
+    along one): the middle of the gap between two columns or two rows of cells (each is a fold of the
+    schemes of :mod:`imposition.engine.folds`)."""
+    if not layout.booklet or not (layout.fold_marks or layout.crop_marks):
         return []
     first, last = frame.cell(region, 0, side), frame.cell(region, frame.columns * frame.rows - 1, side)
     block = Rect(first.x0, last.y0, last.x1, first.y1)
@@ -604,18 +671,24 @@ def _marks(
     missing: dict[tuple[str, str], float],
 ) -> list[Mark]:
     """The plate's marks as drawn; what the printable edge cut off the outer ones goes into
-    ``missing[(kind, edge)]`` (most pt)."""
+    ``missing[(kind, edge)]`` (most pt). No crop mark runs along a fold line or a page's spine edge:
+    a booklet is folded (or milled) there, never cut."""
     keep_clear = [p.clip for p in placements]
     length_pt = layout.crop_mark_length_pt
     offset_pt = layout.crop_mark_offset_pt
     candidates: list[Mark] = []
     if layout.crop_marks:
-        candidates += crop_marks([p.trim for p in placements], length_pt=length_pt, offset_pt=offset_pt)
+        spines = [p.trim.x0 if p.spine_edge == "left" else p.trim.x1 for p in placements if p.spine_edge]
+        candidates += crop_marks([p.trim for p in placements], length_pt=length_pt, offset_pt=offset_pt,
+                                 uncut_x=[at for axis, at, _ in folds if axis == "v"] + spines,
+                                 uncut_y=[at for axis, at, _ in folds if axis == "h"])
     if layout.fold_marks:
         candidates += fold_marks([(at, block) for axis, at, block in folds if axis == "v"],
                                  length_pt=length_pt, offset_pt=offset_pt)
         candidates += fold_marks_across([(at, block) for axis, at, block in folds if axis == "h"],
                                         length_pt=length_pt, offset_pt=offset_pt)
+    if not candidates:
+        return []
     for key, amount in shortfalls(candidates, keep_clear, frame.marks_area).items():
         missing[key] = max(missing.get(key, 0.0), amount)
     return kept_marks(candidates, keep_clear, frame.marks_area)
@@ -773,8 +846,12 @@ def plan_imposition(
         lip (:func:`_booklet_gaps`); bleed on trimmed edges only; padding beyond half a signature
         warned (:func:`_padding_warnings`). Grids under ``rotate_to_fit`` turn a page of the other
         orientation than its cell (:func:`_turned_to_fit`).
-      * Marks stay in the marks area: the printable area less the default gripper when neither a
-        press nor ``gripper_mm`` is named (:func:`_lift` raises the block when that clears them).
+      * Marks stay in the marks area: the printable area less the sheet's default non-printing edges
+        when the layout names no press (gripper, tail, sides: :attr:`Layout.mark_edges_pt`); cells are
+        sized (and step-and-repeat copies counted) after the room the marks need there
+        (:func:`_sizing_region`), and :func:`_shift` moves the block when that clears them.
+      * A saddle stitch within the binder's limits (:func:`_check_binding_limits`), creep within the
+        spine's safe area (:func:`_check_creep`); pages ``rotate_to_fit`` turned are a notice.
       * Every departure from what was asked is a :class:`~imposition.engine.errors.PlateWarning` in the plan
         (:func:`plan_warnings`).
 
@@ -795,34 +872,39 @@ def plan_imposition(
         InvalidLayout: margins or gutters leave no room in any allowed orientation, ``pages`` names a
             page the document lacks, or the fold scheme chosen for ``signature_pages`` does not hold
             the pages at 100 % (:func:`_check_signature_fits`).
-        PageTooLarge: with ``scaling: none``, a page does not fit its cell in any allowed orientation.
+        PageTooLarge: with ``scaling: none`` (the default), pages do not fit their cell in any allowed
+            orientation; the message names them, the cell and the scale that would fit.
         TrimSizeMismatch: a booklet's pages cannot share one trim size (:func:`_booklet_trim`).
+        BindingLimitExceeded: a saddle stitch past ``saddle_max_sheets`` or ``saddle_max_thickness_mm``.
+        CreepTooLarge: creep would move pages' content further than ``spine_safe_pt``.
         TooManyCells: a side would hold more than ``max_cells_per_sheet`` cells in every allowed
             orientation (step and repeat of a tiny page), or the job more than ``max_cells_per_job``;
             found before the cells are laid out.
     """
     if not isinstance(layout, Layout):
         layout = layout.resolved()
-    considered: Sequence[int] = range(len(pages))
-    listed = ([(f"pages[{i}]", number) for i, number in enumerate(layout.pages or ())]
-              + [(f"gang[{i}].page", number) for i, (number, _) in enumerate(layout.gang or ())])
-    if layout.kind == STEP_AND_REPEAT and listed:
-        for name, number in listed:
-            if number > len(pages):
-                raise InvalidLayout(f"{name}={shown(number)}: the document has only {len(pages)} pages")
-        considered = sorted({number - 1 for _, number in listed})
+    considered = _considered(layout, len(pages))
+    given = pages
     booklet_order: PageOrder | None = None
     if layout.booklet:
         booklet_order = page_order(layout, len(pages))
+        _check_binding_limits(layout, booklet_order, len(pages))
+        _check_creep(layout, booklet_order)
         pages = _booklet_pages(layout, pages, booklet_order)
         frame_sizes = [_booklet_trim(layout, [displayed_size(page) for page in pages])]
+        frame_pages: list[Sequence[int]] = [range(1, len(pages) + 1)]
     else:
         frame_sizes = [displayed_size(pages[i]) for i in considered]
+        frame_pages = [(i + 1,) for i in considered]
     if layout.fold_scheme_implied:
         _check_signature_fits(layout, frame_sizes, max_cells_per_sheet)
-    frame = _choose_frame(layout, frame_sizes, max_cells_per_sheet)
-    if not layout.booklet and layout.rotate_to_fit in ("ccw", "cw"):
-        pages, frame = _turned_to_fit(layout, pages, considered, frame, max_cells_per_sheet)
+    try:
+        if not layout.booklet and layout.rotate_to_fit in ("ccw", "cw"):
+            pages, frame = _turned_to_fit(layout, pages, considered, max_cells_per_sheet)
+        else:
+            frame = _choose_frame(layout, frame_sizes, max_cells_per_sheet)
+    except PageTooLarge as exc:
+        raise _worded_too_large(exc, frame_pages) from None
     if layout.kind == STEP_AND_REPEAT and layout.gang:
         try:
             gang_copies(layout.gang, frame.columns * frame.rows)
@@ -851,7 +933,7 @@ def plan_imposition(
                 if placement.scale < 1.0:
                     found.scale[placement.page] = min(found.scale.get(placement.page, 1.0), placement.scale)
             marks = _marks(layout, frame, placements, folds, found.marks)
-            block = _extent(placements, marks)
+            block = _extent(placements, marks) if layout.registration_marks or layout.colour_bar else None
             targets = _targets(layout, frame.marks_area, block, found.marks)
             patches = _colour_bar(layout, frame.marks_area, block, max((t.bounds.y1 for t in targets), default=0.0),
                                   found.marks)
@@ -868,11 +950,97 @@ def plan_imposition(
                     slug_line = text
             plates.append(Plate(number, side, tuple(placements), tuple(marks), slug_line, origin,
                                 tuple(targets), tuple(patches), sheet.signature))
-    warnings = plan_warnings(layout, frame, found) + _padding_warnings(layout, order, len(pages))
+    warnings = (plan_warnings(layout, frame, found) + _padding_warnings(layout, order, len(pages))
+                + _turn_notice(layout, given, pages))
     return ImpositionPlan(
         frame.sheet.width, frame.sheet.height, tuple(plates), len(order.sheets), order.blank_pages, len(pages),
         warnings,
     )
+
+
+def _considered(layout: Layout, page_count: int) -> Sequence[int]:
+    """The 0-based pages the cells are sized for: every page, or those a step-and-repeat layout lists.
+
+    Raises:
+        InvalidLayout: ``pages`` or ``gang`` names a page the document lacks.
+    """
+    listed = ([(f"pages[{i}]", number) for i, number in enumerate(layout.pages or ())]
+              + [(f"gang[{i}].page", number) for i, (number, _) in enumerate(layout.gang or ())])
+    if layout.kind != STEP_AND_REPEAT or not listed:
+        return range(page_count)
+    for name, number in listed:
+        if number > page_count:
+            raise InvalidLayout(f"{name}={shown(number)}: the document has only {page_count} pages")
+    return sorted({number - 1 for _, number in listed})
+
+
+def _check_binding_limits(layout: Layout, order: PageOrder, page_count: int) -> None:
+    """A saddle stitch within what a stitcher binds: at most ``layout.saddle_max_sheets`` nested
+    sheets (4 pages each; a fold scheme's sheet of N pages counts N / 4) and at most
+    ``layout.saddle_max_thickness_mm`` at the spine (2 leaves a sheet × ``paper_caliper_mm``).
+
+    Raises:
+        BindingLimitExceeded: past either, naming the sheets, the thickness and the limits, and
+            advising perfect binding.
+    """
+    if layout.kind != SADDLE_STITCH or not layout.saddle_max_sheets:
+        return
+    padded = len(order.reading_order)
+    sheets = padded // 4
+    thickness_mm = 2 * sheets * layout.paper_caliper_mm
+    if sheets <= layout.saddle_max_sheets and thickness_mm <= layout.saddle_max_thickness_mm + 1e-9:
+        return
+    raise BindingLimitExceeded(
+        f"saddle_stitch: {page_count} pages ({padded} padded) nest {sheets} sheets, {thickness_mm:.1f} mm thick at "
+        f"the spine (2 leaves a sheet × paper_caliper_mm={layout.paper_caliper_mm:g}); a saddle stitch binds at most "
+        f"saddle_stitch_max_sheets={layout.saddle_max_sheets} sheets and "
+        f"saddle_stitch_max_thickness_mm={layout.saddle_max_thickness_mm:g}: bind it as perfect_bound"
+    )
+
+
+def _check_creep(layout: Layout, order: PageOrder) -> None:
+    """Creep moves a booklet page's content toward the spine by ``creep_pt`` per leaf outside its own
+    (:func:`_cells_of`); it may move it at most ``layout.spine_safe_pt``, the strip along the spine a
+    page's content keeps clear of: more would move content past the trim at the spine.
+
+    Raises:
+        CreepTooLarge: naming the pages that would move further, and the millimetres.
+    """
+    if not layout.creep_pt:
+        return
+    moved: dict[int, float] = {}
+    for sheet in order.sheets:
+        for side, slots in enumerate((sheet.front, sheet.back)):
+            if slots is None:
+                continue
+            for page, cell in zip(slots, _cells_of(layout, order, sheet, side)):
+                if page is not None and cell.creep_steps * layout.creep_pt > layout.spine_safe_pt + EPSILON_PT:
+                    moved[page] = cell.creep_steps * layout.creep_pt
+    if not moved:
+        return
+    least, most = pt_to_mm(min(moved.values())), pt_to_mm(max(moved.values()))
+    raise CreepTooLarge(
+        f"creep_mm={pt_to_mm(layout.creep_pt):g}: pages {page_ranges(p + 1 for p in moved)} would move "
+        f"{least:.1f}–{most:.1f} mm toward the spine, more than spine_safe_area_mm={pt_to_mm(layout.spine_safe_pt):g} "
+        f"(the strip along the spine their content keeps clear of): their content would pass the trim at the "
+        f"spine; give a smaller creep_mm, or a larger spine_safe_area_mm if the pages keep that much clear"
+    )
+
+
+def _turn_notice(layout: Layout, given: Sequence[PageBoxes], placed: Sequence[PageBoxes]) -> tuple[PlateWarning, ...]:
+    """The ``pages_turned`` notice naming the pages ``rotate_to_fit`` turned (``placed`` differs from
+    ``given``), clockwise and counter-clockwise apart; none when it turned none."""
+    turned: dict[str, list[int]] = {"clockwise": [], "counter-clockwise": []}
+    for number, (before, after) in enumerate(zip(given, placed), start=1):
+        if after is not before:
+            way = (after.rotate_degrees_cw - before.rotate_degrees_cw) % 360
+            turned["clockwise" if way == 90 else "counter-clockwise"].append(number)
+    if not any(turned.values()):
+        return ()
+    what = "the booklet's trim" if layout.booklet else "their cells"
+    done = "; ".join(f"{'page' if len(numbers) == 1 else 'pages'} {page_ranges(numbers)} 90° {way}"
+                     for way, numbers in turned.items() if numbers)
+    return (PlateWarning(PagesTurned.code, f"rotate_to_fit={layout.rotate_to_fit!r}: turned {done} to {what}"),)
 
 
 #: Two trim sizes closer than this on each side (pt, about 0.35 mm) are one: page sizes written
@@ -892,14 +1060,15 @@ def _quarter_turn(boxes: PageBoxes, clockwise: bool) -> PageBoxes:
 
 
 def _turned_to_fit(
-    layout: Layout, pages: Sequence[PageBoxes], considered: Sequence[int], frame: _Frame,
-    max_cells_per_sheet: int | None,
+    layout: Layout, pages: Sequence[PageBoxes], considered: Sequence[int], max_cells_per_sheet: int | None,
 ) -> tuple[list[PageBoxes], _Frame]:
     """Grid layouts under ``rotate_to_fit`` ``ccw``/``cw``: n-up and cut and stack turn each page whose
-    orientation differs from its cell's 90° that way and size the cells anew; step and repeat turns
-    the listed pages when that holds more copies (or places them larger)."""
+    orientation differs from its cell's (the cells as ``scaling: fit`` sizes them) 90° that way and
+    size the cells anew; step and repeat turns the listed pages when that holds more copies (or
+    places them larger), and raises the upright pages' error when neither way fits."""
     clockwise = layout.rotate_to_fit == "cw"
     turned = list(pages)
+    upright = [displayed_size(pages[i]) for i in considered]
     if layout.kind == STEP_AND_REPEAT:
         for i in considered:
             turned[i] = _quarter_turn(pages[i], clockwise)
@@ -907,10 +1076,15 @@ def _turned_to_fit(
         try:
             other = _choose_frame(layout, sizes, max_cells_per_sheet)
         except (InvalidLayout, PageTooLarge, TooManyCells):
-            return list(pages), frame
-        before = _score(layout, frame, [displayed_size(pages[i]) for i in considered])
-        return (turned, other) if _score(layout, other, sizes) > before else (list(pages), frame)
-    cell = _orientation((frame.cell_width_pt, frame.cell_height_pt))
+            return list(pages), _choose_frame(layout, upright, max_cells_per_sheet)
+        try:
+            frame = _choose_frame(layout, upright, max_cells_per_sheet)
+        except (InvalidLayout, PageTooLarge, TooManyCells):
+            return turned, other
+        better = _score(layout, other, sizes) > _score(layout, frame, upright)
+        return (turned, other) if better else (list(pages), frame)
+    cells = _choose_frame(replace(layout, scaling="fit"), upright, max_cells_per_sheet)
+    cell = _orientation((cells.cell_width_pt, cells.cell_height_pt))
     for i in considered:
         own = _orientation(displayed_size(pages[i]))
         if "square" not in (own, cell) and own != cell:
@@ -1025,12 +1199,20 @@ class _Departures:
     slug_dropped: list[int] = field(default_factory=list)
 
 
-def _default_gripper_note(layout: Layout, edge: str) -> str:
-    """What a ``no_room_for_marks`` warning adds at an edge the default gripper keeps marks off."""
-    if not layout.mark_gripper_pt or edge not in (("foot", "head") if layout.duplex == "work_and_tumble" else ("foot",)):
+def _default_edge_note(layout: Layout, edge: str) -> str:
+    """What a ``no_room_for_marks`` warning adds at an edge of the sheet whose default non-printing
+    strip (:attr:`Layout.mark_edges_pt`: no press named) keeps marks off."""
+    top, right, bottom, left = layout.mark_edges_pt
+    if layout.duplex == "work_and_tumble":
+        top = bottom = max(top, bottom)
+    strip = {"head": top, "right": right, "foot": bottom, "left": left}[edge]
+    if not strip:
         return ""
-    return (f"; with no press named, marks keep out of a default {pt_to_mm(layout.mark_gripper_pt):g} mm gripper at "
-            f"the lead edge: name a press, or give gripper_mm (0 lets marks into the lead edge)")
+    gripper = edge == "foot" or (edge == "head" and layout.duplex == "work_and_tumble")
+    what, field = (("gripper", "gripper_mm") if gripper else
+                   ("tail" if edge == "head" else "side", "margin_mm"))
+    return (f"; with no press named, marks keep out of a default {pt_to_mm(strip):g} mm {what} at the {edge}: "
+            f"name a press, or give {field} (0 lets marks to the sheet's edge)")
 
 
 def plan_warnings(layout: Layout, frame: _Frame, found: _Departures) -> tuple[PlateWarning, ...]:
@@ -1056,7 +1238,7 @@ def plan_warnings(layout: Layout, frame: _Frame, found: _Departures) -> tuple[Pl
                 f"{what} at the {edge} of {sheet} needs {pt_to_mm(need_pt):.1f} mm beyond the pages and their marks "
                 f"({size_field} + 1 mm); the printable area (margins, gripper) leaves "
                 f"{max(pt_to_mm(need_pt - missing_pt), 0.0):.1f} mm: {pt_to_mm(missing_pt):.1f} mm missing, left out"
-                + _default_gripper_note(layout, edge)
+                + _default_edge_note(layout, edge)
             )))
             continue
         fields = "crop_marks" if kind == "crop" else "fold_marks"
@@ -1066,7 +1248,7 @@ def plan_warnings(layout: Layout, frame: _Frame, found: _Departures) -> tuple[Pl
             f"{fields}: the marks at the {edge} of {sheet} need {pt_to_mm(need_pt):.1f} mm outside the trim "
             f"(crop_mark_offset_mm + crop_mark_length_mm); the printable area (margins, gripper) leaves "
             f"{max(pt_to_mm(need_pt - missing_pt), 0.0):.1f} mm: {pt_to_mm(missing_pt):.1f} mm missing"
-            + _default_gripper_note(layout, edge)
+            + _default_edge_note(layout, edge)
         )))
     for limit in ("file", "sheet"):
         short = {page: kept for (why, page), kept in found.bleed.items() if why == limit}

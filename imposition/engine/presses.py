@@ -13,18 +13,13 @@ by (37 × 52, 53 × 74, 72 × 102 cm). The smallest sheets, the gripper, side an
 ink zones are the usual values for these presses, not read from a maker's data sheet; a shop whose
 press differs (another gripper bar, another zone width) names its own ``gripper_mm`` and
 ``margin_mm``, or corrects the preset here: every figure of a press lives in this table only.
-(docs/engine.md, "Press presets".)
+(docs/engine.md, "Press presets".) A layout naming no press gets the default non-printing edges of
+the settings (``default_gripper_mm``, ``default_tail_mm``, ``default_side_mm``) for its marks.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-#: With no press named, marks (crop, fold, registration, colour bar, slug) keep out of a strip this
-#: wide at the lead edge (the foot of the front; head and foot for work and tumble): the gripper of
-#: any sheet-fed offset press, so that a plate made without naming a press is still press-safe.
-DEFAULT_MARK_GRIPPER_MM = 10.0
-
 
 @dataclass(frozen=True)
 class Press:

@@ -14,10 +14,11 @@ from typing import NamedTuple
 import pikepdf
 
 from .errors import (
-    DamagedPdf, MemoryLimitExceeded, NoPages, NotAPdf, PasswordRequired, PlateWarning, TooManyPages, TrimBoxReplaced,
-    clipped, page_ranges, without_paths,
+    DamagedPdf, MemoryLimitExceeded, NoPages, NotAPdf, PasswordRequired, PlateWarning, TooManyPages, TrimBoxClipped,
+    TrimBoxReplaced, clipped, page_ranges, without_paths,
 )
-from .geometry import PageBoxes, Rect, normalise_rotate
+from .geometry import PageBoxes, Rect, displayed_size, normalise_rotate
+from .sheets import pt_to_mm
 
 #: A PDF header may start anywhere in the first 1024 bytes (PDF 32000-1 §7.5.2 and Annex H.3 note 13).
 PDF_HEADER_WINDOW_BYTES = 1024
@@ -192,11 +193,15 @@ def _entries(page: SourcePage, from_tree: dict[tuple[int, int], tuple]) -> tuple
 
 #: The smallest side (points) a TrimBox keeps inside the visible area before it counts as outside it.
 MIN_VISIBLE_TRIM_PT = 1e-3
+#: A TrimBox reaching further than this (points, about 0.2 mm) beyond the visible area on an edge
+#: counts as clipped by it (``trim_box_clipped``); less is rounding in the file's numbers.
+CLIPPED_TRIM_TOLERANCE_PT = 0.5
 
 
-def _page_boxes(entries: tuple, page_number: int) -> tuple[PageBoxes, str | None]:
-    """The page's boxes, and the box its trim fell back to (``CropBox`` or ``MediaBox``) when its
-    TrimBox lies outside the visible area (CropBox ∩ MediaBox), or None."""
+def _page_boxes(entries: tuple, page_number: int) -> tuple[PageBoxes, str | None, str | None]:
+    """The page's boxes; the box its trim fell back to (``CropBox`` or ``MediaBox``) when its TrimBox
+    lies outside the visible area (CropBox ∩ MediaBox), or None; and the box that clipped its TrimBox
+    when that lies partly outside the visible area or encloses it, or None."""
     media_box, crop_box, rotate_value, trim_box, bleed_box, user_unit_value = entries
     media = _box(media_box, page_number, "MediaBox") or Rect.from_box(DEFAULT_MEDIA_BOX)
     crop = (_box(crop_box, page_number, "CropBox") or media).intersect(media)
@@ -207,6 +212,11 @@ def _page_boxes(entries: tuple, page_number: int) -> tuple[PageBoxes, str | None
         # Outside the page: preflight tools fall back to the CropBox, or the MediaBox without one
         # (PDF 32000-1 §14.11.2: the TrimBox defaults to the CropBox, which defaults to the MediaBox).
         trim, fallback = crop, ("CropBox" if crop_box is not None else "MediaBox")
+    clipped_by = None
+    if given_trim is not None and fallback is None and max(
+            trim.x0 - given_trim.x0, trim.y0 - given_trim.y0, given_trim.x1 - trim.x1,
+            given_trim.y1 - trim.y1) > CLIPPED_TRIM_TOLERANCE_PT:
+        clipped_by = "CropBox" if crop_box is not None and crop != media else "MediaBox"
     bleed = (_box(bleed_box, page_number, "BleedBox") or crop).intersect(crop)
     if fallback is not None and not (bleed.x0 <= trim.x0 and bleed.y0 <= trim.y0
                                      and trim.x1 <= bleed.x1 and trim.y1 <= bleed.y1):
@@ -225,11 +235,13 @@ def _page_boxes(entries: tuple, page_number: int) -> tuple[PageBoxes, str | None
             f"page {page_number}: its trim ({trim.width:g} × {trim.height:g}) times /UserUnit={user_unit:g} "
             f"is not a positive finite size"
         )
-    return PageBoxes(crop=crop, trim=trim, bleed=bleed, rotate_degrees_cw=rotate, user_unit=user_unit), fallback
+    return (PageBoxes(crop=crop, trim=trim, bleed=bleed, rotate_degrees_cw=rotate, user_unit=user_unit), fallback,
+            clipped_by)
 
 
 def page_boxes(pdf: pikepdf.Pdf, pages: Sequence[SourcePage] | None = None, *,
-               fallbacks_out: dict[int, str] | None = None) -> list[PageBoxes]:
+               fallbacks_out: dict[int, str] | None = None,
+               clipped_out: dict[int, str] | None = None) -> list[PageBoxes]:
     """The boxes of every page of ``pdf`` (``pages``: its pages read already, :func:`read_pages`), in
     page order, per PDF 32000-1 §14.11.2.
 
@@ -239,13 +251,15 @@ def page_boxes(pdf: pikepdf.Pdf, pages: Sequence[SourcePage] | None = None, *,
 
     A TrimBox outside the page's visible area (CropBox ∩ MediaBox) falls back to the CropBox, or the
     MediaBox when the page has no CropBox, as preflight tools do; ``fallbacks_out``, when given,
-    receives each such page (1-based) with the box used (:func:`trim_fallback_warning` words it).
+    receives each such page (1-based) with the box used (:func:`trim_fallback_warning` words it). A
+    TrimBox partly outside the visible area, or enclosing it, is clipped to it; ``clipped_out``, when
+    given, receives each such page with the box that clipped it (:func:`trim_clipped_warning`).
 
     Raises:
         DamagedPdf: a box is malformed, or the visible area has none (the message names the
             1-based page number).
     """
-    known: dict[tuple, tuple[PageBoxes, str | None]] = {}
+    known: dict[tuple, tuple[PageBoxes, str | None, str | None]] = {}
     from_tree: dict[tuple[int, int], tuple] = {}
     boxes = []
     for number, page in enumerate(read_pages(pdf) if pages is None else pages, start=1):
@@ -257,7 +271,24 @@ def page_boxes(pdf: pikepdf.Pdf, pages: Sequence[SourcePage] | None = None, *,
         boxes.append(found[0])
         if found[1] is not None and fallbacks_out is not None:
             fallbacks_out[number] = found[1]
+        if found[2] is not None and clipped_out is not None:
+            clipped_out[number] = found[2]
     return boxes
+
+
+def _pages_by_box(found: dict[int, str], article: str) -> str:
+    """``the CropBox for page 2; the MediaBox for pages 4–6``: each box of ``found`` (1-based page →
+    box name) with its pages, after ``article``."""
+    by_box: dict[str, list[int]] = {}
+    for number, box in sorted(found.items()):
+        by_box.setdefault(box, []).append(number)
+    return "; ".join(f"{article} {box} for {'page' if len(numbers) == 1 else 'pages'} {page_ranges(numbers)}"
+                     for box, numbers in by_box.items())
+
+
+def _pages_counted(found: dict[int, str]) -> str:
+    """``2 pages (pages 2–3)``: how many pages ``found`` holds, and which."""
+    return f"{len(found)} {'page' if len(found) == 1 else 'pages'} (pages {page_ranges(found)})"
 
 
 def trim_fallback_warning(name: str, fallbacks: dict[int, str]) -> PlateWarning | None:
@@ -265,15 +296,24 @@ def trim_fallback_warning(name: str, fallbacks: dict[int, str]) -> PlateWarning 
     (:func:`page_boxes`), naming every page; None when none did."""
     if not fallbacks:
         return None
-    by_box: dict[str, list[int]] = {}
-    for number, box in sorted(fallbacks.items()):
-        by_box.setdefault(box, []).append(number)
-    used = "; ".join(f"the {box} for {'page' if len(numbers) == 1 else 'pages'} {page_ranges(numbers)}"
-                     for box, numbers in by_box.items())
     return PlateWarning(TrimBoxReplaced.code,
-                        f"{name}: the TrimBox of {len(fallbacks)} {'page' if len(fallbacks) == 1 else 'pages'} "
-                        f"(pages {page_ranges(fallbacks)}) lies outside the page's MediaBox or CropBox; imposed on "
-                        f"{used} instead, as preflight does: check the trim size")
+                        f"{name}: the TrimBox of {_pages_counted(fallbacks)} lies outside the page's MediaBox or "
+                        f"CropBox; imposed on {_pages_by_box(fallbacks, 'the')} instead, as preflight does: check the "
+                        f"trim size")
+
+
+def trim_clipped_warning(name: str, clipped_pages: dict[int, str], boxes: Sequence[PageBoxes]) -> PlateWarning | None:
+    """The ``trim_box_clipped`` warning for the pages of file ``name`` whose TrimBox was clipped to
+    their visible area (:func:`page_boxes`), naming every page and the trims they have; None when none
+    was."""
+    if not clipped_pages:
+        return None
+    sizes = sorted({tuple(round(pt_to_mm(v), 1) for v in displayed_size(boxes[n - 1])) for n in clipped_pages})
+    shown_sizes = ", ".join(f"{w:.1f} × {h:.1f} mm" for w, h in sizes[:3]) + (", …" if len(sizes) > 3 else "")
+    return PlateWarning(TrimBoxClipped.code,
+                        f"{name}: the TrimBox of {_pages_counted(clipped_pages)} reaches outside the page or "
+                        f"encloses it; clipped to {_pages_by_box(clipped_pages, 'its')}: imposed on the part inside "
+                        f"({shown_sizes}), not the trim the TrimBox states: check the trim size")
 
 
 #: How qpdf names the object a warning is about: ``(object 15 0, offset 2473)``.

@@ -34,8 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator,
 
 from .errors import InvalidLayout, clipped, shown
 from .folds import FOLD_SCHEME_NAMES, FOLD_SCHEMES, SCHEME_FOR_SIGNATURE_PAGES, SECTIONS, FoldScheme
-from .job import BlankPagesAt, Layout
-from .presses import DEFAULT_MARK_GRIPPER_MM, PRESS_NAMES, PRESSES, Press
+from .job import BlankPagesAt, Layout, ShopDefaults
+from .presses import PRESS_NAMES, PRESSES, Press
 from .sheets import mm_to_pt, preset_names, preset_size_mm, pt_to_mm
 
 #: PDF page size limits in default user space units (PDF 32000-1 Annex C.2): 3 to 14 400.
@@ -127,16 +127,20 @@ class LayoutSpec(_Strict):
             (at least ``bleed_mm``, so marks never print on the bleed).
         slug: a slug line (job, tenant, sheet n of m, side, date) in a free strip outside every trim,
             bleed and mark, at the foot of the plate (else at its head); room for it is reserved.
-        scaling: ``fit`` shrinks a page that is larger than its cell (never enlarges) and centres it;
-            ``none`` places at 100 % and fails with ``page_too_large`` if a page does not fit.
+        scaling: ``none`` (default) places every page at 100 % and fails with ``page_too_large``
+            (naming the pages, the cell and the scale that would fit) if a page does not fit its cell;
+            ``fit`` shrinks a page that is larger than its cell (never enlarges) and centres it, with
+            the warning ``scaled_to_fit``.
         gripper_mm: the press's gripper, a strip at the lead edge (the foot of the front) where nothing
             prints; added to the foot margin (work and tumble: to both head and foot). Left out with
-            no press named, pages may use the strip but every mark keeps outside a
-            :data:`~imposition.engine.presses.DEFAULT_MARK_GRIPPER_MM` (10 mm) gripper, the block
-            moved toward the head when that makes room (a ``no_room_for_marks`` warning names the
-            default gripper when it cannot).
-        rotate_to_fit: ``none`` (default: a page is placed as a viewer shows it, shrunk if it is
-            larger than its cell), ``ccw`` or ``cw``: a page whose orientation (portrait, landscape)
+            no press named, pages may use the strip but every mark keeps outside the default gripper
+            (``settings.default_gripper_mm``, 10 mm), the block moved toward the head when that makes
+            room (a ``no_room_for_marks`` warning names the default edge when it cannot).
+        margin_mm: see above; left out with no press named, pages may use the sheet's edges but every
+            mark keeps outside the default tail (``settings.default_tail_mm``, at the head) and sides
+            (``settings.default_side_mm``).
+        rotate_to_fit: ``none`` (default: a page is placed as a viewer shows it), ``ccw`` or ``cw``: a
+            page whose orientation (portrait, landscape)
             differs from its cell's is turned 90° that way (n-up, cut and stack; step and repeat
             turns the pages when that holds more copies); booklets also take ``spine`` and
             ``fore_edge`` (each page's head toward that edge): see :class:`_Booklet`.
@@ -161,7 +165,7 @@ class LayoutSpec(_Strict):
     crop_mark_length_mm: float = Field(default=5.0, gt=0, le=30)
     crop_mark_offset_mm: float = Field(default=3.0, ge=0, le=30)
     slug: bool = False
-    scaling: Literal["fit", "none"] = "fit"
+    scaling: Literal["fit", "none"] = "none"
     gripper_mm: float = Field(default=0.0, ge=0, le=100)
     on_warning: Literal["warn", "fail"] = "warn"
     registration_marks: bool = False
@@ -195,7 +199,7 @@ class LayoutSpec(_Strict):
         if self.layout not in ("saddle_stitch", "perfect_bound") and self.rotate_to_fit in ("spine", "fore_edge"):
             raise ValueError(f"rotate_to_fit={self.rotate_to_fit!r}: only booklets have a spine; give 'ccw', 'cw' "
                              f"or 'none'")
-        layout = self.resolved()
+        layout = self.resolved(ShopDefaults())  # the room checked here does not depend on the settings
         if press is not None and not any(layout.press_feeds(size) for size in layout.sheet_sizes_pt()):
             width, height = (pt_to_mm(v) for v in sorted(layout.sheet_size_pt))
             raise ValueError(
@@ -241,11 +245,17 @@ class LayoutSpec(_Strict):
         margin_pt = mm_to_pt(self.margin_mm)
         return margin_pt, margin_pt, margin_pt, margin_pt
 
-    def resolved(self) -> Layout:
-        """This layout in the planner's terms: lengths in points, every default filled in.
+    def resolved(self, defaults: ShopDefaults | None = None) -> Layout:
+        """This layout in the planner's terms: lengths in points, every default filled in, the shop's
+        (``defaults``: the non-printing edges of a sheet with no press named, the binding limits) from
+        the settings (:func:`~imposition.common.settings.get_settings`) when not given.
 
         The engine's child process plans from this plain form (sent as JSON), never importing pydantic.
         """
+        if defaults is None:
+            from imposition.common.settings import get_settings
+
+            defaults = ShopDefaults.of(get_settings())
         pages = getattr(self, "pages", None)
         gang = getattr(self, "gang", None)
         scheme, implied = self.scheme() if isinstance(self, _Booklet) else (None, False)
@@ -260,8 +270,8 @@ class LayoutSpec(_Strict):
             margins_pt=self.margins_pt(),
             margin_given=repr(self.margin_mm),
             gutters_pt=self.gutters_pt() if isinstance(self, _Grid) else (0.0, 0.0),
-            columns=scheme.columns if scheme else getattr(self, "columns", 2),
-            rows=scheme.rows if scheme else getattr(self, "rows", 1),
+            columns=scheme.columns if scheme else self._grid_count("columns", 2),
+            rows=scheme.rows if scheme else self._grid_count("rows", 1),
             duplex=getattr(self, "duplex", "simplex"),
             binding=getattr(self, "binding", "left_to_right"),
             blank_pages_at=getattr(self, "blank_pages_at", "end"),
@@ -290,7 +300,7 @@ class LayoutSpec(_Strict):
             press=self.press,
             press_max_pt=(mm_to_pt(press.max_sheet_mm[0]), mm_to_pt(press.max_sheet_mm[1])) if press else None,
             press_min_pt=(mm_to_pt(press.min_sheet_mm[0]), mm_to_pt(press.min_sheet_mm[1])) if press else None,
-            mark_gripper_pt=0.0 if gripper_given or press else mm_to_pt(DEFAULT_MARK_GRIPPER_MM),
+            mark_edges_pt=self._mark_edges_pt(defaults),
             ink_zones=press.ink_zones if press else 0,
             ink_zone_pt=mm_to_pt(press.ink_zone_mm) if press else 0.0,
             face_trim_pt=mm_to_pt(trims_mm[0]),
@@ -300,7 +310,30 @@ class LayoutSpec(_Strict):
             grind_off_pt=mm_to_pt(getattr(self, "grind_off_mm", 0.0)),
             saddle_lip_pt=mm_to_pt(getattr(self, "saddle_lip_mm", 0.0)),
             rotate_to_fit=self.rotate_to_fit,
+            paper_caliper_mm=getattr(self, "paper_caliper_mm", 0.0),
+            saddle_max_sheets=defaults.saddle_stitch_max_sheets if self.layout == "saddle_stitch" else 0,
+            saddle_max_thickness_mm=defaults.saddle_stitch_max_thickness_mm if self.layout == "saddle_stitch" else 0.0,
+            spine_safe_pt=mm_to_pt(getattr(self, "spine_safe_area_mm", 0.0)),
         )
+
+    def _grid_count(self, name: str, default: int) -> int:
+        """``columns`` or ``rows`` as the planner takes them: the layout's; for step and repeat 0 when
+        left out (the planner chooses the largest grid that fits); ``default`` for a layout without."""
+        if self.layout == "step_and_repeat":
+            return getattr(self, name) or 0
+        return getattr(self, name, default)
+
+    def _mark_edges_pt(self, defaults: ShopDefaults) -> tuple[float, float, float, float]:
+        """``(top, right, bottom, left)`` pt: the default non-printing edges that marks keep out of on a
+        sheet whose layout names no press (:attr:`Layout.mark_edges_pt`): the gripper unless
+        ``gripper_mm`` is given, the tail and the sides unless ``margin_mm`` is given."""
+        if self.press is not None:
+            return 0.0, 0.0, 0.0, 0.0
+        gripper = 0.0 if "gripper_mm" in self.model_fields_set else mm_to_pt(defaults.default_gripper_mm)
+        if "margin_mm" in self.model_fields_set:
+            return 0.0, 0.0, gripper, 0.0
+        tail, side = mm_to_pt(defaults.default_tail_mm), mm_to_pt(defaults.default_side_mm)
+        return tail, side, gripper, side
 
 
 if TYPE_CHECKING:  # a Literal of names listed at run time: mypy types them as strings
@@ -325,7 +358,9 @@ class _Booklet(LayoutSpec):
     :data:`~imposition.engine.folds.SCHEME_FOR_SIGNATURE_PAGES` (F4-1, F8-7, F16-7, F32-5); the planner then
     fails the job (``invalid_layout`` naming ``signature_pages``) when the sheet cannot hold that
     scheme's pages at 100 %, never falling back to 2-up. ``creep_mm`` moves a page toward the spine by
-    that much per leaf outside it (per sheet, for nested sheets).
+    that much per leaf outside it (per sheet, for nested sheets), at most ``spine_safe_area_mm`` (3 mm:
+    the safe area designers keep clear of content inside the trim, 1/8 in; more would move content
+    past the trim at the spine: the job fails with ``creep_too_large`` naming the pages and the mm).
 
     Binder's geometry (millimetres): ``face_trim_mm``, ``head_trim_mm``, ``foot_trim_mm`` are the paper
     the trimmer cuts off beyond each page's trim at that edge; where two pages meet at that edge on
@@ -349,6 +384,7 @@ class _Booklet(LayoutSpec):
     binding: Binding = "left_to_right"
     blank_pages_at: BlankPagesAt = "end"
     creep_mm: float = Field(default=0.0, ge=0, le=5, description="shift toward the spine per sheet")
+    spine_safe_area_mm: float = Field(default=3.0, ge=0, le=50)
     fold_marks: bool = False
     fold_scheme: FoldSchemeOrSections | None = None
     signature_pages: Literal[4, 8, 16, 32] | None = None
@@ -401,10 +437,16 @@ class SaddleStitch(_Booklet):
     spine by that much more than the sheet outside it (shingling). ``saddle_lip_mm`` makes the
     low-folio half of each sheet (the half with the signature's first page) that much longer, the
     spine moved half of it toward the other half, so the stitcher's opener can catch the lip.
+
+    Binding limits: ``paper_caliper_mm`` is the thickness of one leaf (0.1 mm: 100 g/m² coated paper of
+    volume 1.0). A booklet of more sheets than ``settings.saddle_stitch_max_sheets``, or thicker at the
+    spine (sheets × 2 leaves × caliper) than ``settings.saddle_stitch_max_thickness_mm``, fails with
+    ``binding_limit`` naming the sheets, the thickness and the limit, and advising perfect binding.
     """
 
     layout: Literal["saddle_stitch"]
     saddle_lip_mm: float = Field(default=0.0, ge=0, le=30)
+    paper_caliper_mm: float = Field(default=0.1, gt=0, le=2)
 
     @model_validator(mode="after")
     def _lip_on_two_columns(self) -> "SaddleStitch":
@@ -480,6 +522,8 @@ class CutAndStack(_Cells):
     layout: Literal["cut_and_stack"]
 
 
+#: Most columns or rows a step-and-repeat layout may fix (``settings.max_cells_per_sheet`` bounds their product).
+MAX_GRID_COUNT = 1000
 #: Most copies one gang entry may ask for, and most entries of a gang.
 MAX_GANG_COPIES = 10_000
 MAX_GANG_ENTRIES = 1_000
@@ -496,8 +540,11 @@ class GangEntry(_Strict):
 class StepAndRepeat(_Grid):
     """Step and repeat: each listed page fills one side with as many identical upright copies as fit.
 
-    ``pages`` are 1-based; None means every page. The grid is computed, not given: the largest that
-    fits at 100 % (both sheet orientations tried under ``orientation: auto``).
+    ``pages`` are 1-based; None means every page. The grid is the largest that fits at 100 % with room
+    for the bleed, marks and slug asked, clear of the gripper and the sheet's non-printing edges (both
+    sheet orientations tried under ``orientation: auto``); ``columns`` and ``rows`` fix it (either, or
+    both), and then a grid the sheet cannot hold with that room is a ``no_room_for_marks`` warning
+    (``scaling: none``) or shrunk pages (``scaling: fit``).
     With a duplex style, consecutive listed pages are front and back of one sheet.
 
     ``gang`` (instead of ``pages``; simplex only) puts several pages on one sheet: each entry's
@@ -511,6 +558,8 @@ class StepAndRepeat(_Grid):
         default=None, min_length=1, max_length=10_000
     )
     gang: list[GangEntry] | None = Field(default=None, min_length=1, max_length=MAX_GANG_ENTRIES)
+    columns: int | None = Field(default=None, ge=1, le=MAX_GRID_COUNT)
+    rows: int | None = Field(default=None, ge=1, le=MAX_GRID_COUNT)
 
     @model_validator(mode="after")
     def _gang_alone(self) -> "StepAndRepeat":

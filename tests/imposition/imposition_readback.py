@@ -284,3 +284,23 @@ def circles(plate_path: Path, page_index: int) -> list[Circle]:
                                     state["colour"]))
                 curves = 0
     return found
+
+
+def marks_extent(plate_path: Path, page_index: int) -> tuple[float, float, float, float] | None:
+    """The bounding box ``(x0, y0, x1, y1)`` pt of everything a plate draws itself: strokes (crop,
+    fold marks, the targets' crosses), circles, filled patches (colour bar, collation marks) and the
+    slug line's text; None when it draws none."""
+    points = []
+    for s in segments(plate_path, page_index):
+        points += [(s.x0, s.y0), (s.x1, s.y1)]
+    for f in fills(plate_path, page_index):
+        points += [f.rect[:2], f.rect[2:]]
+    for c in circles(plate_path, page_index):
+        points += [(c.x - c.radius, c.y - c.radius), (c.x + c.radius, c.y + c.radius)]
+    for label in labels(plate_path)[page_index]:
+        if label.text.startswith("job "):
+            points += [label.bbox[:2], label.bbox[2:]]
+    if not points:
+        return None
+    return (min(p[0] for p in points), min(p[1] for p in points), max(p[0] for p in points),
+            max(p[1] for p in points))

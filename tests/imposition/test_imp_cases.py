@@ -161,8 +161,14 @@ def test_case_4_step_and_repeat_tries_the_landscape_sheet(engine, tmp_path):
     assert len(big) == 10 and all(l.angle_degrees_ccw == 0 and l.text == "P1" for l in big)
 
 
+#: Cases 5 and 6 ask for pages "scaled down to fit": a layout says so with ``scaling: fit`` (the
+#: default, ``none``, refuses a page larger than its cell: docs/engine.md, "Size kept").
+SHRINK_TO_FIT = {"scaling": "fit"}
+
+
 def test_case_5_rotated_pages_shown_as_a_viewer_shows_them(engine, case, tmp_path):
-    output, _ = impose(engine, case("rotate90_even_8p.pdf"), {"layout": "n_up", "sheet": "A3", "columns": 2, "rows": 2}, tmp_path)
+    output, _ = impose(engine, case("rotate90_even_8p.pdf"),
+                       {"layout": "n_up", "sheet": "A3", "columns": 2, "rows": 2, **SHRINK_TO_FIT}, tmp_path)
     assert_sizes(output, A3, 2)
     source_width = {page[0].text: width_along_text(page[0]) for page in big_labels(case("rotate90_even_8p.pdf"))}
     cell_w, cell_h = A3[0] * MM / 2, A3[1] * MM / 2
@@ -188,7 +194,8 @@ def test_case_5_rotated_pages_shown_as_a_viewer_shows_them(engine, case, tmp_pat
 
 
 def test_case_6_mixed_sizes_shrunk_to_fit_and_centred(engine, case, tmp_path):
-    output, _ = impose(engine, case("mixed_sizes_6p.pdf"), {"layout": "n_up", "sheet": "A3", "columns": 2, "rows": 2}, tmp_path)
+    output, _ = impose(engine, case("mixed_sizes_6p.pdf"),
+                       {"layout": "n_up", "sheet": "A3", "columns": 2, "rows": 2, **SHRINK_TO_FIT}, tmp_path)
     assert_sizes(output, A3, 2)
     sides = big_labels(output)
     for sheet, side in enumerate(sides):

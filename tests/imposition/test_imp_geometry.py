@@ -12,12 +12,14 @@ import pikepdf
 import pytest
 from pikepdf import Array, Dictionary
 
+from imposition.common.settings import Settings
 from imposition.engine import parse_layout
-from imposition.engine.errors import InvalidLayout, PaddedWithBlanks, TrimSizeMismatch
+from imposition.engine.errors import InvalidLayout, PaddedWithBlanks, TrimSizeMismatch, is_notice
 from imposition.engine.folds import FOLD_SCHEMES
 from imposition.engine.presses import PRESSES
 from .imposition_pdfs import MM, add_page, helvetica, labelled_pdf
-from .imposition_readback import big_labels, fills, page_sizes_mm, placements, segments
+from .imposition_readback import big_labels, fills, marks_extent, page_sizes_mm, placements, segments
+from .test_imp_samples import sample_inputs
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 BLEED_MM = 3.0
@@ -179,7 +181,10 @@ def test_mixed_orientation_booklet_turns_pages_by_the_rule_the_layout_names(engi
     source = bled_pdf(tmp_path / "mixed.pdf", 8, landscape_even=True)
     output, report = impose(engine, source, {"layout": "saddle_stitch", "sheet": "SRA3", "bleed_mm": 3,
                                              "rotate_to_fit": rule, "on_warning": "fail"}, tmp_path)
-    assert report.warnings == ()
+    (notice,) = report.warnings  # a notice, not a departure: on_warning fail still ships the plate
+    way = "clockwise" if verso_angle == 270 else "counter-clockwise"
+    assert notice.code == "pages_turned" and is_notice(notice.code)
+    assert notice.message == f"rotate_to_fit={rule!r}: turned pages 2, 4, 6, 8 90° {way} to the booklet's trim"
     angles = {label.text: label.angle_degrees_ccw for side in big_labels(output) for label in side}
     for side in placements(output, source):
         left, right = sorted(side, key=lambda p: p.trim[0])
@@ -194,9 +199,10 @@ def test_mixed_orientation_booklet_turns_pages_by_the_rule_the_layout_names(engi
 def test_n_up_turns_a_page_of_the_other_orientation_to_fit_its_cell(engine, tmp_path):
     source = bled_pdf(tmp_path / "mixed.pdf", 4, landscape_even=True)
     layout = {"layout": "n_up", "sheet": "SRA3", "orientation": "portrait", "columns": 2, "rows": 2}
-    plain, _ = impose(engine, source, layout, tmp_path, "plain.pdf")
+    plain, _ = impose(engine, source, {**layout, "scaling": "fit"}, tmp_path, "plain.pdf")
     turned, report = impose(engine, source, {**layout, "rotate_to_fit": "ccw"}, tmp_path, "turned.pdf")
-    assert report.warnings == ()
+    assert [(w.code, w.message) for w in report.warnings] == [
+        ("pages_turned", "rotate_to_fit='ccw': turned pages 2, 4 90° counter-clockwise to their cells")]
     before = {p.label: p.scale for p in placements(plain, source)[0]}
     assert before["P2"] == pytest.approx(160 / 210, abs=0.001) and before["P1"] == pytest.approx(1)  # a 160 mm cell
     angles = {label.text: label.angle_degrees_ccw for label in big_labels(turned)[0]}
@@ -265,12 +271,12 @@ def test_press_refuses_a_sheet_it_cannot_feed_and_a_smaller_gripper():
 
 
 def test_default_gripper_keeps_every_mark_outside_10_mm(engine, tmp_path):
-    """No press, no gripper_mm: 2 × 2 A5 on a 320 × 460 mm sheet with crop marks; centred, the foot
-    marks would end 9.5 mm from the edge; the block moves up 0.5 mm and every mark clears 10 mm.
-    Pages stay at 100 %."""
+    """No press, no gripper_mm (margin_mm 0: no default tail or sides): 2 × 2 A5 on a 320 × 460 mm
+    sheet with crop marks; centred, the foot marks would end 9.5 mm from the edge; the block moves up
+    0.5 mm and every mark clears 10 mm. Pages stay at 100 %."""
     source = labelled_pdf(tmp_path / "a5.pdf", 4)
     layout = {"layout": "n_up", "sheet": {"width_mm": 320, "height_mm": 460}, "columns": 2, "rows": 2,
-              "gutter_mm": 5, "crop_marks": True}
+              "gutter_mm": 5, "crop_marks": True, "margin_mm": 0}
     output, report = impose(engine, source, layout, tmp_path)
     assert report.warnings == ()
     assert marks_and_fills_lowest_mm(output, 0) == pytest.approx(10, abs=0.01)
@@ -279,36 +285,51 @@ def test_default_gripper_keeps_every_mark_outside_10_mm(engine, tmp_path):
     assert marks_and_fills_lowest_mm(no_gripper, 0) == pytest.approx(9.5, abs=0.01)
 
 
-def samples_with_marks_and_a_gripper() -> list[str]:
-    """The shipped samples that print marks on a sheet with a gripper (not ``gripper_mm: 0``)."""
-    marks = ("crop_marks", "fold_marks", "registration_marks", "colour_bar", "slug")
-    found = []
-    for path in sorted((SAMPLES / "layouts").glob("*.json")):
-        asked = json.loads(path.read_text())
-        if any(asked.get(k) for k in marks) and asked.get("gripper_mm") != 0:
-            found.append(path.name)
-    return found
+def samples_with_marks() -> list[str]:
+    """The shipped samples that print marks."""
+    marks = ("crop_marks", "fold_marks", "registration_marks", "colour_bar", "slug", "collation_marks")
+    return [path.name for path in sorted((SAMPLES / "layouts").glob("*.json"))
+            if any(json.loads(path.read_text()).get(k) for k in marks)]
 
 
-def test_the_gripper_check_covers_the_samples_with_marks():
-    assert samples_with_marks_and_a_gripper() == [
-        "cut_and_stack_2x2.json", "n_up_registration_sra2.json", "n_up_work_and_turn.json",
-        "perfect_bound_f16_7_sra2.json", "saddle_stitch_sra3.json"]
+def test_the_edge_check_covers_the_samples_with_marks():
+    assert samples_with_marks() == [
+        "cut_and_stack_2x2.json", "n_up_2x2_sra3.json", "n_up_registration_sra2.json", "n_up_work_and_turn.json",
+        "perfect_bound_f16_7_sra2.json", "perfect_bound_f32_5_sra2.json", "saddle_stitch_sra3.json"]
 
 
-@pytest.mark.parametrize("name", samples_with_marks_and_a_gripper())
-def test_shipped_samples_keep_marks_out_of_the_gripper(engine, case, tmp_path, name):
-    """Every sample that prints marks keeps them 10 mm from the lead edge (the foot of each plate),
-    unless it says its sheet has no gripper (``gripper_mm: 0``, a digital sheet)."""
+def non_printing_edges_mm(asked: dict) -> tuple[float, float, float, float]:
+    """``(left, foot, right, head)`` mm that marks keep clear of: the press's side lays, gripper and
+    tail; with no press the layout's ``gripper_mm`` and ``margin_mm`` where given, else the defaults."""
+    press = PRESSES.get(asked.get("press", ""))
+    if press is not None:
+        return press.side_lay_mm, press.gripper_mm, press.side_lay_mm, press.tail_mm
+    defaults = Settings()
+    gripper = asked.get("gripper_mm", defaults.default_gripper_mm)
+    margin = asked.get("margin_mm")
+    if margin is None:
+        return defaults.default_side_mm, gripper, defaults.default_side_mm, defaults.default_tail_mm
+    assert isinstance(margin, (int, float)), "a sample's margin_mm is one number"
+    return margin, gripper + margin, margin, margin
+
+
+@pytest.mark.parametrize("name", samples_with_marks())
+def test_shipped_samples_keep_marks_out_of_the_non_printing_edges(engine, tmp_path, name):
+    """Every sample that prints marks keeps them out of the sheet's non-printing edges: its press's,
+    those it gives (``gripper_mm: 0`` and ``margin_mm: 0``: a sheet printed to its edges), or with
+    neither the defaults (gripper 10 mm at the foot, tail 5 mm at the head, sides 5 mm)."""
     asked = json.loads((SAMPLES / "layouts" / name).read_text())
-    scheme = parse_layout(asked).resolved().fold_scheme
-    size = (105 * MM, 148 * MM) if scheme and scheme.startswith("F32") else (148 * MM, 210 * MM)
-    source = case("trim_bleed_3mm_8p.pdf") if asked.get("bleed_mm") \
-        else labelled_pdf(tmp_path / "in.pdf", 32 if size[0] < 140 * MM else 16, size)
+    source = SAMPLES / sample_inputs()[name]
     output, report = impose(engine, source, asked, tmp_path)
     assert report.warnings == ()
-    for index in range(len(page_sizes_mm(output))):
-        assert marks_and_fills_lowest_mm(output, index) >= 10 - 0.01, f"{name}: plate {index + 1}"
+    left, foot, right, head = non_printing_edges_mm(asked)
+    for index, (width, height) in enumerate(page_sizes_mm(output)):
+        extent = marks_extent(output, index)
+        if extent is None:  # a back without collation marks: nothing drawn
+            continue
+        x0, y0, x1, y1 = (v / MM for v in extent)
+        assert x0 >= left - 0.01 and y0 >= foot - 0.01 and x1 <= width - right + 0.01 and y1 <= height - head + 0.01, \
+            f"{name}: plate {index + 1}: marks at {x0:.2f}, {y0:.2f}, {x1:.2f}, {y1:.2f} mm"
 
 
 def test_default_gripper_says_so_when_marks_cannot_clear_it(engine, tmp_path):
@@ -316,9 +337,9 @@ def test_default_gripper_says_so_when_marks_cannot_clear_it(engine, tmp_path):
     layout = {"layout": "n_up", "sheet": "SRA3", "orientation": "portrait", "columns": 2, "rows": 2, "gutter_mm": 5,
               "crop_marks": True}
     output, report = impose(engine, source, layout, tmp_path)
-    (warning,) = report.warnings
-    assert warning.code == "no_room_for_marks" and "at the foot" in warning.message
-    assert "default 10 mm gripper" in warning.message and "gripper_mm" in warning.message
+    (warning,) = [w for w in report.warnings if "at the foot" in w.message]
+    assert warning.code == "no_room_for_marks"
+    assert "default 10 mm gripper at the foot" in warning.message and "gripper_mm" in warning.message
     assert marks_and_fills_lowest_mm(output, 0) >= 10 - 0.01
 
 

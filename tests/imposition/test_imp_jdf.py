@@ -19,8 +19,8 @@ import pytest
 
 from imposition.common.settings import get_settings
 from imposition.engine import get_engine, parse_layout
-from .imposition_readback import MM, circles, fills, placements, segments
-from .test_imp_samples import CASES, EXPECTED_SIDES, SAMPLES
+from .imposition_readback import circles, fills, placements, segments
+from .test_imp_samples import EXPECTED_SIDES, SAMPLES, sample_inputs
 
 NS = {"jdf": "http://www.CIP4.org/JDFSchema_1_1"}
 MARK_KIND = "{urn:imposition:jdf:1}MarkKind"
@@ -149,12 +149,8 @@ def check_marks(plate: Path, index: int, surface: ET.Element) -> None:
 @pytest.mark.parametrize("name", sorted(EXPECTED_SIDES))
 def test_sample_layouts_jdf_matches_the_plate(tmp_path, name):
     asked = json.loads((SAMPLES / "layouts" / name).read_text())
-    source = CASES / "trim_bleed_3mm_8p.pdf" if asked.get("bleed_mm") else SAMPLES / "a5_16p.pdf"
+    source = SAMPLES / sample_inputs()[name]
     resolved = parse_layout(asked).resolved()
-    if resolved.fold_scheme and resolved.fold_scheme.startswith("F32"):
-        from .imposition_pdfs import labelled_pdf
-
-        source = labelled_pdf(tmp_path / "a6_32p.pdf", 32, (105 * MM, 148 * MM))
     plate, root, report = impose(tmp_path, source, asked)
     per_surface = check_against_plate(plate, source, root, report)
     ords = Counter(int(o.get("Ord")) for objects in per_surface for o in objects)
@@ -178,7 +174,7 @@ def test_sample_layouts_jdf_matches_the_plate(tmp_path, name):
 def test_rotated_pages_carry_their_turn_in_the_ctm(tmp_path, case):
     source = case("rotate90_even_8p.pdf")
     plate, root, report = impose(tmp_path, source, {"layout": "n_up", "sheet": "SRA3", "columns": 2, "rows": 2,
-                                                    "crop_marks": True})
+                                                    "crop_marks": True, "scaling": "fit"})
     per_surface = check_against_plate(plate, source, root, report)
     turned = [o for objects in per_surface for o in objects if int(o.get("Ord")) % 2 == 1]
     assert turned and all(numbers(o.get("CTM"))[0] == 0 for o in turned)  # a quarter turn: a = 0

@@ -367,12 +367,14 @@ def test_signature_pages_the_sheet_cannot_hold_fail_naming_the_field(engine, tmp
 
 @pytest.mark.parametrize("length_mm, fits", [(5, True), (10, False)])
 def test_the_room_for_marks_counts_before_a_signature_is_chosen(engine, tmp_path, length_mm, fits):
-    """F32-5 of A6 pages leaves 15 mm each side of SRA2 portrait: crop marks 3 + 5 mm and registration
-    targets (1 + 5 mm) fit beside the block and are drawn; with 10 mm marks they cannot, and the job
-    fails rather than shrinking the pages or dropping the marks."""
+    """F32-5 of A6 pages leaves 15 mm each side of SRA2 portrait (a sheet printed to its edges:
+    margin_mm and gripper_mm 0): crop marks 3 + 5 mm and registration targets (1 + 5 mm) fit beside the
+    block and are drawn; with 10 mm marks they cannot, and the job fails rather than shrinking the
+    pages or dropping the marks."""
     source = labelled_pdf(tmp_path / "in.pdf", 32, A6_PT)
     layout = {"layout": "perfect_bound", "sheet": "SRA2", "orientation": "portrait", "signature_pages": 32,
-              "crop_marks": True, "crop_mark_length_mm": length_mm, "registration_marks": True}
+              "crop_marks": True, "crop_mark_length_mm": length_mm, "registration_marks": True,
+              "margin_mm": 0, "gripper_mm": 0}
     if not fits:
         with pytest.raises(InvalidLayout, match="signature_pages=32 folds one sheet as F32-5"):
             impose(engine, source, layout, tmp_path)

@@ -1,10 +1,14 @@
 """The layout files shipped in samples/layouts (the README points users at them) parse as written and
-impose with everything they ask for on the plate, read back (marks by their operators, bleed by the
-clip around each trim), and no warning: none succeeds without what it asked for."""
+impose, on the sample PDF samples/README.md names for each, at exit 0 and with everything they ask
+for on the plate, read back (marks by their operators, bleed by the clip around each trim), and no
+warning: none succeeds without what it asked for."""
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pikepdf
@@ -13,18 +17,16 @@ import pytest
 from imposition.engine import get_engine, parse_layout
 from imposition.common.settings import get_settings
 from imposition.engine.folds import FOLD_SCHEMES
-from .imposition_pdfs import labelled_pdf
 from .imposition_readback import MM, big_labels, circles, fills, placements, segments
 
-SAMPLES = Path(__file__).resolve().parents[2] / "samples"
-CASES = Path(__file__).resolve().parents[1] / "data" / "cases"
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = REPO / "samples"
 #: 16 A5 pages: booklets and signatures print 4 pages a sheet on 2 sides; 2 × 2 grids 4 a side;
-#: step-and-repeat fills one sheet with page 1. A layout asking for bleed imposes handed case 7's
-#: 8 pages with 3 mm of bleed (the 16-page sample has none): work and turn puts their 4 fronts and
-#: 4 backs on one plate. The 32-page signatures (16 pages a side on SRA2, F32-5 named or chosen for
-#: ``signature_pages: 32``) impose 32 A6 pages; F16-7 puts all 16 A5 pages on one sheet, F8-7 8 on each
-#: of 2 sheets; ``perfect_bound_16`` asks for nested 2-up sections (``fold_scheme: sections``); the
-#: gang-up 3 + 1 copies on a side.
+#: step-and-repeat fills one sheet with page 1. The layout asking for bleed imposes 8 pages with 3 mm
+#: of bleed (handed case 7's): work and turn puts their 4 fronts and 4 backs on one plate. The 32-page
+#: signatures (16 pages a side on SRA2, F32-5 named or chosen for ``signature_pages: 32``) impose 32
+#: A6 pages; F16-7 puts all 16 A5 pages on one sheet, F8-7 8 on each of 2 sheets; ``perfect_bound_16``
+#: asks for nested 2-up sections (``fold_scheme: sections``); the gang-up 3 + 1 copies on a side.
 EXPECTED_SIDES = {
     "perfect_bound_f16_7_sra2.json": 2,
     "perfect_bound_f32_5_sra2.json": 2,
@@ -41,8 +43,28 @@ EXPECTED_SIDES = {
 }
 
 
+def sample_inputs() -> dict[str, str]:
+    """Layout file → the sample PDF it runs on, from the table in samples/README.md."""
+    rows = re.findall(r"^\| `([^`]+\.json)` \| `([^`]+\.pdf)` \|$", (SAMPLES / "README.md").read_text(), re.MULTILINE)
+    return dict(rows)
+
+
 def test_every_shipped_layout_is_covered():
-    assert sorted(p.name for p in (SAMPLES / "layouts").glob("*.json")) == sorted(EXPECTED_SIDES)
+    layouts = sorted(p.name for p in (SAMPLES / "layouts").glob("*.json"))
+    assert layouts == sorted(EXPECTED_SIDES) == sorted(sample_inputs())
+    assert all((SAMPLES / pdf).is_file() for pdf in sample_inputs().values())
+
+
+@pytest.mark.parametrize("name, pdf", sorted(sample_inputs().items()))
+def test_every_shipped_sample_runs_at_exit_0(tmp_path, name, pdf):
+    """``imposition impose samples/<pdf> --layout samples/layouts/<name>``, as the README shows it:
+    exit status 0, a plate, and no warning line."""
+    output = tmp_path / "plate.pdf"
+    ran = subprocess.run([sys.executable, "-m", "imposition.engine.cli", str(SAMPLES / pdf), "--layout",
+                          str(SAMPLES / "layouts" / name), "-o", str(output)], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert output.is_file() and "warning" not in ran.stdout, ran.stdout
 
 
 def on_line(marks, *, x=None, y=None):
@@ -53,10 +75,8 @@ def on_line(marks, *, x=None, y=None):
 @pytest.mark.parametrize("name, sides", sorted(EXPECTED_SIDES.items()))
 def test_shipped_layout_imposes_with_everything_it_asks_for(tmp_path, name, sides):
     asked = json.loads((SAMPLES / "layouts" / name).read_text())
-    source = CASES / "trim_bleed_3mm_8p.pdf" if asked.get("bleed_mm") else SAMPLES / "a5_16p.pdf"
+    source = SAMPLES / sample_inputs()[name]
     scheme = parse_layout(asked).resolved().fold_scheme  # named, or chosen for signature_pages
-    if scheme and scheme.startswith("F32"):
-        source = labelled_pdf(tmp_path / "a6_32p.pdf", 32, (105 * MM, 148 * MM))
     output = tmp_path / "plate.pdf"
     report = get_engine(get_settings()).impose(source, parse_layout(asked), output)
     assert report.warnings == ()

@@ -95,7 +95,7 @@ def test_a_repaired_whole_file_imposes_every_page_and_warns_repaired(engine, cas
 # --- 2. warnings that reach people ----------------------------------------------------------------------
 
 OLD_WORK_AND_TURN = {"layout": "n_up", "sheet": "SRA3", "columns": 2, "rows": 2, "duplex": "work_and_turn",
-                     "bleed_mm": 3, "crop_marks": True}
+                     "bleed_mm": 3, "crop_marks": True, "scaling": "fit"}
 
 
 def test_scaling_to_fit_is_a_warning_with_the_scale_the_plate_has(engine, case, tmp_path):
@@ -132,7 +132,7 @@ def test_crop_marks_and_bleed_are_drawn_around_every_page_once_room_is_reserved(
 def test_no_room_for_marks_names_the_missing_millimetres_and_can_fail_the_job(engine, tmp_path):
     source = labelled_pdf(tmp_path / "in.pdf", 2)
     layout = {"layout": "n_up", "sheet": "A4", "orientation": "landscape", "columns": 2, "rows": 1,
-              "crop_marks": True, "scaling": "none"}
+              "crop_marks": True, "scaling": "none", "margin_mm": 0, "gripper_mm": 0}  # marks may reach the edge
     output, report = impose(engine, source, layout, tmp_path)
     missing = [w for w in report.warnings if w.code == "no_room_for_marks"]
     assert {re.search(r"at the (\w+) of", w.message).group(1) for w in missing} == {"left", "right", "head", "foot"}
@@ -204,7 +204,7 @@ def assert_registered(front, back, turn, pages):
 def test_work_and_turn_backs_register_with_any_margins_and_gripper(engine, tmp_path, margin):
     source = labelled_pdf(tmp_path / "in.pdf", 8, A6_PT)
     layout = {"layout": "n_up", "sheet": "SRA3", "orientation": "landscape", "columns": 2, "rows": 2,
-              "duplex": "work_and_turn", "margin_mm": margin, "gripper_mm": 10, "crop_marks": True}
+              "duplex": "work_and_turn", "margin_mm": margin, "gripper_mm": 10, "crop_marks": True, "scaling": "fit"}
     output, _ = impose(engine, source, layout, tmp_path)
     width = 450 * MM
     for side in placements(output, source):
@@ -240,7 +240,7 @@ def test_sheetwise_backs_register_with_margins_and_gripper(engine, tmp_path):
 def test_booklet_work_and_turn_registers_with_a_left_margin(engine, tmp_path):
     source = labelled_pdf(tmp_path / "in.pdf", 8, A6_PT)
     layout = {"layout": "saddle_stitch", "sheet": "A3", "orientation": "landscape", "duplex": "work_and_turn",
-              "margin_mm": {"left_mm": 20}}
+              "margin_mm": {"left_mm": 20}, "scaling": "fit"}
     output, _ = impose(engine, source, layout, tmp_path)
     for side in placements(output, source):
         both = leaves(side)
@@ -253,7 +253,7 @@ def test_booklet_work_and_turn_registers_with_a_left_margin(engine, tmp_path):
 def test_the_gripper_strip_stays_empty(engine, tmp_path):
     source = labelled_pdf(tmp_path / "in.pdf", 4, A6_PT)
     output, _ = impose(engine, source, {"layout": "n_up", "sheet": "A4", "orientation": "portrait", "columns": 2,
-                                        "rows": 2, "gripper_mm": 15, "crop_marks": True}, tmp_path)
+                                        "rows": 2, "gripper_mm": 15, "crop_marks": True, "scaling": "fit"}, tmp_path)
     raster = Raster(output, dots_per_pt=2)
     assert raster.ink(0, 0, 210 * MM, 15 * MM - 0.5) == 0  # a mark may end on the strip's edge
     assert all(p.clip[1] >= 15 * MM for p in placements(output, source)[0])

@@ -97,7 +97,9 @@ def test_warnings_reach_the_job_item_job_show_and_the_webhook_payload(imposition
     from imposition.cli.main import main
     from imposition.webhooks.events import job_event
 
-    layout = {**N_UP_SRA3, "bleed_mm": 3}  # the handed case's pages have no bleed to keep
+    # the handed case's pages have no bleed to keep; a sheet printed to its edges (margin_mm and gripper_mm 0)
+    # holds every mark, so bleed_reduced is the one warning
+    layout = {**N_UP_SRA3, "bleed_mm": 3, "margin_mm": 0, "gripper_mm": 0}
     job = final_job(submit(CASES / "a5_8p.pdf", tenant_id=tenant_id, token="warned", layout=layout))
     assert job.status == "succeeded", job.error
     assert [w["code"] for w in job.warnings] == ["bleed_reduced"] and "bleed_mm=3" in job.warnings[0]["message"]

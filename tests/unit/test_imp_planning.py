@@ -47,8 +47,18 @@ def test_auto_orientation_picks_the_sheet_that_places_pages_largest():
 
 
 def test_scaling_none_rejects_a_page_larger_than_its_cell():
-    with pytest.raises(PageTooLarge, match=r"page 1: trim 148.0 × 210.0 mm does not fit"):
+    with pytest.raises(PageTooLarge, match=r"page 1 \(trim 148.0 × 210.0 mm\) does not fit the 74.0 × 105.0 mm cell "
+                                           r".* scaling 'fit' would shrink it to 50.0 %"):
         plan_imposition(parse_layout({"layout": "n_up", "sheet": "A5", "columns": 2, "rows": 2, "scaling": "none"}), [a5()])
+    with pytest.raises(PageTooLarge, match=r"pages 1–3 \(trim 148.0 × 210.0 mm\) do not fit"):
+        plan_imposition(parse_layout({"layout": "n_up", "sheet": "A5", "columns": 2, "rows": 2}), [a5()] * 3)
+
+
+def test_scaling_fit_shrinks_what_scaling_none_refuses():
+    plan = plan_imposition(parse_layout({"layout": "n_up", "sheet": "A5", "columns": 2, "rows": 2, "scaling": "fit"}),
+                           [a5()] * 3)
+    assert [p.scale for p in plan.plates[0].placements] == [pytest.approx(0.5)] * 3
+    assert [w.code for w in plan.warnings] == ["scaled_to_fit"]
 
 
 def test_margins_that_leave_no_room_are_an_invalid_layout():
@@ -61,7 +71,8 @@ def test_margins_that_leave_no_room_are_an_invalid_layout():
 
 
 def test_auto_orientation_skips_an_orientation_without_room():
-    plan = plan_imposition(parse_layout({"layout": "n_up", "sheet": "A5", "margin_mm": {"left_mm": 150}}), [a5()])
+    plan = plan_imposition(parse_layout({"layout": "n_up", "sheet": "A5", "margin_mm": {"left_mm": 150},
+                                         "scaling": "fit"}), [a5()])
     assert plan.width_pt > plan.height_pt
 
 
@@ -96,7 +107,8 @@ def test_creep_moves_inner_sheets_toward_the_spine():
 
 
 def test_work_and_turn_puts_front_and_back_side_by_side():
-    spec = parse_layout({"layout": "saddle_stitch", "sheet": "A3", "orientation": "portrait", "duplex": "work_and_turn"})
+    spec = parse_layout({"layout": "saddle_stitch", "sheet": "A3", "orientation": "portrait", "duplex": "work_and_turn",
+                         "scaling": "fit"})
     plan = plan_imposition(spec, [a5()] * 8)
     assert plan.sheets == 2 and len(plan.plates) == 2
     plate = plan.plates[0]
@@ -140,6 +152,6 @@ def test_fold_marks_sit_on_the_spine_outside_the_trim():
 def test_slug_line_names_job_tenant_sheet_and_side():
     from imposition.engine import SlugInfo
 
-    spec = parse_layout({"layout": "saddle_stitch", "sheet": "A4", "slug": True})
+    spec = parse_layout({"layout": "saddle_stitch", "sheet": "A3", "slug": True})
     plates = plan_imposition(spec, [a5()] * 8, slug=SlugInfo("job-7", "tenant-3")).plates
     assert plates[3].slug_line == "job job-7 | tenant tenant-3 | sheet 2 of 2 | back"

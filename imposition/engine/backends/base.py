@@ -28,7 +28,7 @@ from ..errors import (
     error_from_code,
 )
 from ..isolation import engine_child
-from ..job import ContentBudget, SlugInfo
+from ..job import ContentBudget, ShopDefaults, SlugInfo
 from ..spec import LayoutSpec, parse_layout
 
 if TYPE_CHECKING:
@@ -307,7 +307,7 @@ class Engine(ABC):
                 "mode": mode,
                 "input": str(job.input_path),
                 "output": str(job.output_path),
-                "layout": job.spec.resolved().to_json(),
+                "layout": job.spec.resolved(ShopDefaults.of(self.settings)).to_json(),
                 "slug": asdict(job.slug) if job.slug else None,
                 "max_pages": self.settings.max_pages,
                 "max_cells_per_sheet": self.settings.max_cells_per_sheet,

@@ -305,6 +305,8 @@ class PdfToolboxEngine(Engine):
         worker_paths = (job.input_path, job.output_path, job.work_dir, Path(self.settings.pdftoolbox_process_plan))
         tail = without_paths(ended.log_tail, worker_paths)
         error = error_for_exit(ended.returncode, tail)
+        if isinstance(error, DamagedPdf):  # a damaged-file message names the file, as the open engine's do
+            raise DamagedPdf(f"{job.input_path.name}: {error.message}")
         if error is not None:
             raise error
         departures = departures_for_exit(ended.returncode, tail)
